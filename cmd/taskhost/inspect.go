@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/store"
+)
+
+func inspectCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", defaultDataDir(), "data directory; env TASKHOST_DATA_DIR")
+	principal := fs.String("principal", localPrincipal(), "whose tasks to read")
+	jsonOut := fs.Bool("json", false, "print JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: taskhost inspect [flags] [ID]\n\nPrints the tasks of a principal, or one task with its budgets and attempts,\nstraight from the store (read-only; safe while a host runs).\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(e, fs, args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 1 {
+		errorf(e, "inspect: at most one task id")
+		return exitUsage
+	}
+	st, err := store.Open(ctx, filepath.Join(*dataDir, host.StoreFile), store.Options{ReadOnly: true})
+	if err != nil {
+		errorf(e, "%v", err)
+		return exitUnavailable
+	}
+	defer st.Close()
+	p := newPrinter(e, *jsonOut)
+	if fs.NArg() == 1 {
+		return inspectOne(ctx, p, st, *principal, fs.Arg(0))
+	}
+	var all []store.Task
+	var after int64
+	for {
+		page, err := st.ListTasks(ctx, *principal, store.ListQuery{AfterSeq: after, Limit: 1000})
+		if err != nil {
+			errorf(e, "%v", err)
+			return exitCodeFor(err)
+		}
+		all = append(all, page...)
+		if len(page) < 1000 {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	if p.json {
+		views := make([]taskView, 0, len(all))
+		for _, t := range all {
+			views = append(views, taskJSON(t))
+		}
+		p.emit(map[string]any{"tasks": views})
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
+	for _, t := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, t.Executor, t.Status, t.Reason, t.RunID,
+			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id string) int {
+	e := p.e
+	t, err := st.GetTask(ctx, principal, id)
+	if err != nil {
+		errorf(e, "task %s: %v", id, err)
+		return exitCodeFor(err)
+	}
+	atts, err := st.ListAttempts(ctx, principal, id)
+	if err != nil {
+		errorf(e, "%v", err)
+		return exitCodeFor(err)
+	}
+	if p.json {
+		views := make([]attemptView, 0, len(atts))
+		for _, a := range atts {
+			views = append(views, attemptJSON(a))
+		}
+		p.emit(map[string]any{"task": taskJSON(t), "attempts": views})
+		return exitOK
+	}
+	b := t.Budgets
+	fmt.Fprintf(e.stdout, "task      %s\nexecutor  %s\nstatus    %s", t.ID, t.Executor, t.Status)
+	if t.Reason != "" {
+		fmt.Fprintf(e.stdout, " (%s)", t.Reason)
+	}
+	fmt.Fprintf(e.stdout, "\nmessage   %s\nrun       %d\n", t.Message, t.RunID)
+	fmt.Fprintf(e.stdout, "budgets   steps %d/%d  tools %d/%d  models %d/%d  depth %d/%d  wall %.1fs/%ds\n",
+		b.Steps.Used, b.Steps.Limit, b.ToolCalls.Used, b.ToolCalls.Limit, b.ModelCalls.Used, b.ModelCalls.Limit,
+		b.Depth.Used, b.Depth.Limit, float64(b.WallMillis.Used)/1000, b.WallMillis.Limit/1000)
+	if len(t.Result) > 0 {
+		fmt.Fprintf(e.stdout, "result    %s\n", t.Result)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nATTEMPT\tRUN\tSTATUS\tOUTCOME\tREASON\tEXIT\tDURATION\tSUMMARY")
+	for _, a := range atts {
+		av := attemptJSON(a)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.RunID, a.Status, a.Outcome, a.Reason, av.Exit, av.Duration, truncateLine(a.Summary, 60))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+type attemptView struct {
+	Number     int64  `json:"attempt"`
+	RunID      int64  `json:"run_id"`
+	Status     string `json:"status"`
+	Outcome    string `json:"outcome,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Message    string `json:"message,omitempty"`
+	Summary    string `json:"summary,omitempty"`
+	Exit       string `json:"exit,omitempty"`
+	StderrTail string `json:"stderr_tail,omitempty"`
+	Started    string `json:"started_at"`
+	Duration   string `json:"duration,omitempty"`
+}
+
+func attemptJSON(a store.Attempt) attemptView {
+	v := attemptView{
+		Number: a.Number, RunID: a.RunID, Status: string(a.Status), Outcome: a.Outcome, Reason: string(a.Reason),
+		Message: a.Message, Summary: a.Summary, StderrTail: a.StderrTail, Started: a.StartedAt.UTC().Format(time.RFC3339Nano),
+	}
+	switch {
+	case a.ExitSignal != "":
+		v.Exit = "signal " + a.ExitSignal
+	case a.ExitCode >= 0 && a.Status == store.AttemptInterrupted:
+		v.Exit = fmt.Sprintf("exit %d", a.ExitCode)
+	}
+	if !a.EndedAt.IsZero() {
+		v.Duration = a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
+	}
+	return v
+}
+
+func truncateLine(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

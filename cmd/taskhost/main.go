@@ -1,0 +1,101 @@
+// Command taskhost runs persistent, resumable, bounded agent tasks.
+//
+// Usage:
+//
+//	taskhost run --goal TEXT [--executor NAME] [flags]   run one task in the foreground
+//	taskhost run --resume ID [flags]                     resume an interrupted task
+//	taskhost inspect [ID] [--json]                       read tasks from the store
+//	taskhost version
+//
+// Run 'taskhost COMMAND --help' for a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes. Scripts may rely on them.
+const (
+	exitOK          = 0 // the task completed / the command succeeded
+	exitFailed      = 1 // the task failed or was cancelled
+	exitUsage       = 2 // bad flags or arguments
+	exitNotFound    = 3 // no such task
+	exitConflict    = 4 // the task is not in a state that allows this
+	exitUnavailable = 5 // executor or store unavailable, data dir locked
+	exitInterrupted = 6 // the task was interrupted; resume it with --resume
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) int
+}
+
+// env is what a command may touch of the process.
+type env struct {
+	stdout, stderr io.Writer
+	stdin          io.Reader
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run one task in the foreground (or --resume one)", runCmd},
+		{"inspect", "print tasks, or one task with its attempts, from the store (read-only)", inspectCmd},
+		{"version", "print the version", versionCmd},
+	}
+}
+
+const version = "0.1.0"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(dispatch(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin}, os.Args[1:]))
+}
+
+func dispatch(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(e.stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, e, args[1:])
+		}
+	}
+	fmt.Fprintf(e.stderr, "taskhost: unknown command %q\n\n", args[0])
+	usage(e.stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "taskhost runs persistent, resumable, bounded agent tasks.")
+	fmt.Fprintln(w, "\nUsage: taskhost COMMAND [flags]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'taskhost COMMAND --help' for a command's flags.")
+	fmt.Fprintln(w, "Exit codes: 0 ok, 1 task failed or cancelled, 2 usage, 3 not found, 4 conflict, 5 unavailable, 6 interrupted.")
+}
+
+func versionCmd(_ context.Context, e *env, _ []string) int {
+	fmt.Fprintln(e.stdout, "taskhost", version)
+	return exitOK
+}
+
+// errorf prints a one-line error for the user.
+func errorf(e *env, format string, args ...any) {
+	fmt.Fprintf(e.stderr, "taskhost: "+format+"\n", args...)
+}
+
+var errUsage = errors.New("usage")

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// printer writes what a foreground run shows: one line per event, then the
+// task's end. With --json every line is a JSON object.
+type printer struct {
+	e    *env
+	json bool
+}
+
+func newPrinter(e *env, jsonOut bool) *printer { return &printer{e: e, json: jsonOut} }
+
+func (p *printer) emit(v any) {
+	data, _ := json.Marshal(v)
+	fmt.Fprintln(p.e.stdout, string(data))
+}
+
+func (p *printer) started(t store.Task) {
+	if p.json {
+		p.emit(map[string]any{"kind": "task", "task": taskJSON(t)})
+		return
+	}
+	fmt.Fprintf(p.e.stdout, "task %s (executor %s, run %d)\n", t.ID, t.Executor, t.RunID)
+}
+
+func (p *printer) event(ev store.Event) {
+	if p.json {
+		p.emit(map[string]any{"kind": "event", "seq": ev.Seq, "type": ev.Type, "time": ev.Time.UTC().Format(time.RFC3339Nano), "payload": json.RawMessage(ev.Payload)})
+		return
+	}
+	var f map[string]any
+	_ = json.Unmarshal(ev.Payload, &f)
+	var parts []string
+	for _, k := range []string{"attempt", "outcome", "reason", "exit", "note", "steps", "wall_s"} {
+		if v, ok := f[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	fmt.Fprintf(p.e.stdout, "%s  %-22s %s\n", ev.Time.Local().Format("15:04:05.000"), ev.Type, strings.Join(parts, " "))
+}
+
+func (p *printer) finished(t store.Task) {
+	if p.json {
+		p.emit(map[string]any{"kind": "result", "task": taskJSON(t)})
+		return
+	}
+	switch t.Status {
+	case store.StatusCompleted:
+		fmt.Fprintf(p.e.stdout, "task %s completed after %d steps\n", t.ID, t.Budgets.Steps.Used)
+		if len(t.Result) > 0 {
+			fmt.Fprintf(p.e.stdout, "result: %s\n", t.Result)
+		}
+	case store.StatusInterrupted:
+		fmt.Fprintf(p.e.stdout, "task %s interrupted (%s)%s\nresume it with: taskhost run --resume %s\n", t.ID, t.Reason, detail(t.Message), t.ID)
+	default:
+		fmt.Fprintf(p.e.stdout, "task %s %s (%s)%s\n", t.ID, t.Status, t.Reason, detail(t.Message))
+	}
+}
+
+func detail(msg string) string {
+	if msg == "" {
+		return ""
+	}
+	return ": " + msg
+}
+
+// taskView is the stable JSON shape of a task.
+type taskView struct {
+	ID        string            `json:"id"`
+	Principal string            `json:"principal"`
+	Executor  string            `json:"executor"`
+	Status    string            `json:"status"`
+	Reason    string            `json:"reason,omitempty"`
+	Message   string            `json:"message,omitempty"`
+	RunID     int64             `json:"run_id"`
+	Budgets   map[string]meterV `json:"budgets"`
+	Result    json.RawMessage   `json:"result,omitempty"`
+	Created   string            `json:"created_at"`
+	Updated   string            `json:"updated_at"`
+}
+
+type meterV struct {
+	Used  int64 `json:"used"`
+	Limit int64 `json:"limit"`
+}
+
+func taskJSON(t store.Task) taskView {
+	b := t.Budgets
+	v := taskView{
+		ID: t.ID, Principal: t.PrincipalID, Executor: t.Executor, Status: string(t.Status),
+		Reason: string(t.Reason), Message: t.Message, RunID: t.RunID,
+		Budgets: map[string]meterV{
+			"steps": {b.Steps.Used, b.Steps.Limit}, "tool_calls": {b.ToolCalls.Used, b.ToolCalls.Limit},
+			"model_calls": {b.ModelCalls.Used, b.ModelCalls.Limit}, "depth": {b.Depth.Used, b.Depth.Limit},
+			"wall_ms": {b.WallMillis.Used, b.WallMillis.Limit},
+		},
+		Created: t.CreatedAt.UTC().Format(time.RFC3339Nano), Updated: t.UpdatedAt.UTC().Format(time.RFC3339Nano),
+	}
+	if len(t.Result) > 0 {
+		if json.Valid(t.Result) {
+			v.Result = t.Result
+		} else {
+			v.Result, _ = json.Marshal(string(t.Result))
+		}
+	}
+	return v
+}

@@ -1,0 +1,177 @@
+package host
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// envelopeMagic starts every sealed checkpoint so a foreign blob is refused
+// before anything else is parsed.
+const envelopeMagic = "THCP1\n"
+
+// maxEnvelopeHeader bounds the header a decoder will read.
+const maxEnvelopeHeader = 4096
+
+// ErrCheckpointIncompatible is returned when a stored checkpoint does not
+// belong to the task, principal or executor that loads it, or was altered.
+var ErrCheckpointIncompatible = errors.New("checkpoint incompatible")
+
+// Checkpoint is an executor's opaque state as the host handles it.
+type Checkpoint struct {
+	Schema  string
+	Payload []byte
+}
+
+// envelopeHeader is the authenticated metadata of a sealed checkpoint.
+type envelopeHeader struct {
+	TaskID      string `json:"task_id"`
+	PrincipalID string `json:"principal_id"`
+	Executor    string `json:"executor"`
+	Schema      string `json:"schema"`
+	Attempt     int64  `json:"attempt"`
+	Digest      string `json:"sha256"`
+	MAC         string `json:"mac"`
+}
+
+// owner identifies whose checkpoint an envelope is.
+type owner struct {
+	TaskID, PrincipalID, Executor string
+}
+
+// sealer seals and opens checkpoint envelopes with the data dir's host key.
+type sealer struct {
+	key []byte
+}
+
+func (s sealer) mac(h envelopeHeader) string {
+	m := hmac.New(sha256.New, s.key)
+	// Length-prefixed fields: no two different headers encode alike.
+	for _, f := range []string{h.TaskID, h.PrincipalID, h.Executor, h.Schema, fmt.Sprint(h.Attempt), h.Digest} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		m.Write(n[:])
+		m.Write([]byte(f))
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// seal wraps cp for o at attempt into a self-authenticating envelope.
+func (s sealer) seal(o owner, attempt int64, cp Checkpoint) []byte {
+	sum := sha256.Sum256(cp.Payload)
+	h := envelopeHeader{
+		TaskID: o.TaskID, PrincipalID: o.PrincipalID, Executor: o.Executor,
+		Schema: cp.Schema, Attempt: attempt, Digest: hex.EncodeToString(sum[:]),
+	}
+	h.MAC = s.mac(h)
+	hdr, _ := json.Marshal(h) // a struct of strings cannot fail to marshal
+	var buf bytes.Buffer
+	buf.Grow(len(envelopeMagic) + binary.MaxVarintLen64 + len(hdr) + len(cp.Payload))
+	buf.WriteString(envelopeMagic)
+	buf.Write(binary.AppendUvarint(nil, uint64(len(hdr))))
+	buf.Write(hdr)
+	buf.Write(cp.Payload)
+	return buf.Bytes()
+}
+
+// open verifies env against o and returns the checkpoint and its attempt.
+// Every failure wraps ErrCheckpointIncompatible and says which check failed.
+func (s sealer) open(o owner, env []byte) (Checkpoint, int64, error) {
+	fail := func(format string, args ...any) (Checkpoint, int64, error) {
+		return Checkpoint{}, 0, fmt.Errorf("%w: %s", ErrCheckpointIncompatible, fmt.Sprintf(format, args...))
+	}
+	rest, ok := bytes.CutPrefix(env, []byte(envelopeMagic))
+	if !ok {
+		return fail("not a taskhost checkpoint envelope")
+	}
+	n, k := binary.Uvarint(rest)
+	if k <= 0 || n > maxEnvelopeHeader || n > uint64(len(rest)-k) {
+		return fail("envelope header length is invalid")
+	}
+	var h envelopeHeader
+	dec := json.NewDecoder(bytes.NewReader(rest[k : k+int(n)]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return fail("envelope header: %v", err)
+	}
+	payload := rest[k+int(n):]
+	if !hmac.Equal([]byte(h.MAC), []byte(s.mac(h))) {
+		return fail("envelope MAC does not verify (altered, or sealed with another host key)")
+	}
+	switch {
+	case h.TaskID != o.TaskID:
+		return fail("envelope belongs to another task")
+	case h.PrincipalID != o.PrincipalID:
+		return fail("envelope belongs to another principal")
+	case h.Executor != o.Executor:
+		return fail("envelope was written by executor %q, task uses %q", h.Executor, o.Executor)
+	}
+	sum := sha256.Sum256(payload)
+	if hex.EncodeToString(sum[:]) != h.Digest {
+		return fail("payload digest does not match")
+	}
+	return Checkpoint{Schema: h.Schema, Payload: bytes.Clone(payload)}, h.Attempt, nil
+}
+
+// loadOrCreateKey returns the data dir's host key, creating it (0600) on
+// first use. A key file with wider permissions is refused: anyone who can read
+// it can forge checkpoints.
+func loadOrCreateKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("host key: %w", err)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("host key: create %s: %w", path, err)
+		}
+		if _, err := f.Write(key); err != nil {
+			f.Close()
+			os.Remove(path)
+			return nil, fmt.Errorf("host key: write %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			os.Remove(path)
+			return nil, fmt.Errorf("host key: sync %s: %w", path, err)
+		}
+		if err := f.Close(); err != nil {
+			return nil, fmt.Errorf("host key: close %s: %w", path, err)
+		}
+		return key, syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("host key: %w", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("host key: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("host key %s has mode %04o: it must be 0600 (run: chmod 600 %s)", path, fi.Mode().Perm(), path)
+	}
+	if len(key) != 32 {
+		return nil, fmt.Errorf("host key %s is %d bytes, want 32: the file is damaged; restore it from backup (checkpoints sealed with it cannot be opened without it)", path, len(key))
+	}
+	return key, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,226 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// verdict is what one step attempt came to, decided in one place (classify)
+// and recorded in one transaction (finish).
+type verdict struct {
+	attempt    store.AttemptStatus
+	outcome    Outcome
+	summary    string
+	checkpoint *Checkpoint // nil keeps the stored checkpoint
+	result     []byte
+	taskTo     store.Status // "" keeps the task running
+	reason     store.Reason
+	message    string
+	crashed    bool
+	exit       ExitStatus
+	stderr     string
+}
+
+// executorReasons are the reason codes an executor may fail a task with.
+// Any other code it sends is recorded as executor_failed.
+var executorReasons = map[string]store.Reason{
+	string(store.ReasonExecutorFailed):         store.ReasonExecutorFailed,
+	string(store.ReasonNoProgress):             store.ReasonNoProgress,
+	string(store.ReasonCheckpointIncompatible): store.ReasonCheckpointIncompatible,
+	string(store.ReasonEffectIndeterminate):    store.ReasonEffectIndeterminate,
+	string(store.ReasonApprovalRejected):       store.ReasonApprovalRejected,
+}
+
+// crashWait bounds how long to wait for the wait status of a plugin whose
+// connection broke: the failed call arrives ~1 ms before the exit.
+const crashWait = 2 * time.Second
+
+// classify turns a step's answer into a verdict. It is the only place that
+// decides what a crash, a cancel or a bad result means.
+func (ru *run) classify(res StepResult, err error, cause error) verdict {
+	if err != nil {
+		return ru.classifyError(err, cause)
+	}
+	s := ru.r.set
+	switch res.Outcome {
+	case OutcomeFail:
+		reason, ok := executorReasons[res.Reason]
+		msg := res.Message
+		if !ok {
+			reason = store.ReasonExecutorFailed
+			msg = fmt.Sprintf("executor reason %q: %s", truncate(res.Reason, 64), msg)
+		}
+		return verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: reason, message: truncate(msg, 2000)}
+	case OutcomeContinue, OutcomeComplete:
+	default:
+		return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "executor returned no outcome"}
+	}
+	fail := func(reason store.Reason, msg string) verdict {
+		return verdict{attempt: store.AttemptFailed, outcome: res.Outcome, taskTo: store.StatusFailed, reason: reason, message: msg}
+	}
+	if cp := res.Checkpoint; cp != nil {
+		if len(cp.Payload) > s.CheckpointMaxBytes {
+			return fail(store.ReasonCheckpointTooLarge, fmt.Sprintf("checkpoint is %d bytes, limit %d (tasks.checkpoint_max_bytes); the previous checkpoint is kept", len(cp.Payload), s.CheckpointMaxBytes))
+		}
+		if !ru.desc.accepts(cp.Schema) {
+			return fail(store.ReasonCheckpointIncompatible, fmt.Sprintf("executor returned checkpoint schema %q it does not accept (%v)", truncate(cp.Schema, 64), ru.desc.CheckpointSchemas))
+		}
+	}
+	v := verdict{attempt: store.AttemptCompleted, outcome: res.Outcome, summary: truncateChars(res.Summary, s.SummaryChars), checkpoint: res.Checkpoint}
+	if res.Outcome == OutcomeComplete {
+		if len(res.Result) > s.ResultBytes {
+			return fail(store.ReasonResultTooLarge, fmt.Sprintf("result is %d bytes, limit %d; the previous checkpoint is kept", len(res.Result), s.ResultBytes))
+		}
+		v.taskTo, v.result = store.StatusCompleted, res.Result
+		if v.result == nil {
+			v.result = []byte{}
+		}
+	}
+	return v
+}
+
+func (ru *run) classifyError(err, cause error) verdict {
+	exited := false
+	if status.Code(err) == codes.Unavailable {
+		select {
+		case <-ru.exe.Exited():
+			exited = true
+		case <-time.After(crashWait):
+		}
+	} else {
+		select {
+		case <-ru.exe.Exited():
+			exited = true
+		default:
+		}
+	}
+	if exited || (status.Code(err) == codes.Unavailable && cause == nil) {
+		v := verdict{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, crashed: true, exit: ExitStatus{Code: -1}}
+		if exited {
+			v.exit = ru.exe.ExitStatus()
+			v.message = "executor process ended during the step (" + v.exit.String() + ")"
+		} else {
+			v.message = "executor connection lost during the step: " + truncate(err.Error(), 500)
+		}
+		v.stderr = ru.exe.StderrTail()
+		return v
+	}
+	switch {
+	case errors.Is(cause, errUserCancelled):
+		return verdict{attempt: store.AttemptCancelled, reason: store.ReasonUserCancelled}
+	case errors.Is(cause, errShutdown):
+		return verdict{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonHostShutdown, message: "the host was stopped during the step"}
+	case errors.Is(cause, errWallExceeded):
+		return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the step ran past the task's wall-clock budget"}
+	}
+	return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "step call failed: " + truncate(err.Error(), 1000)}
+}
+
+// finish records v for attempt att in one transaction and reports whether
+// the loop should go on.
+func (ru *run) finish(v verdict, att store.Attempt) bool {
+	r, t := ru.r, ru.task
+	ctx := context.Background() // an outcome is recorded even while stopping
+	var sealed []byte
+	if v.checkpoint != nil && v.attempt == store.AttemptCompleted {
+		sealed = r.seal.seal(owner{TaskID: t.ID, PrincipalID: t.PrincipalID, Executor: t.Executor}, att.Number, *v.checkpoint)
+	}
+	exitCode, exitSignal := -1, ""
+	if v.crashed {
+		exitCode, exitSignal = v.exit.Code, v.exit.Signal
+	}
+	after := t
+	after.Budgets.WallMillis.Used = ru.wall.used()
+	if v.taskTo != "" {
+		after.Status = v.taskTo
+	}
+	events := func(t store.Task) []store.NewEvent {
+		p := EventPayload{Attempt: att.Number, Outcome: string(v.outcome), Reason: string(v.reason)}
+		var evs []store.NewEvent
+		switch v.attempt {
+		case store.AttemptInterrupted:
+			if v.crashed {
+				evs = append(evs, newEvent(EventExecutorCrashed, t, EventPayload{Attempt: att.Number, Reason: string(v.reason), Exit: v.exit.String()}))
+			}
+			evs = append(evs, newEvent(EventStepInterrupted, t, p))
+		default:
+			evs = append(evs, newEvent(EventStepCompleted, t, p))
+		}
+		switch v.taskTo {
+		case store.StatusCompleted:
+			evs = append(evs, newEvent(EventTaskCompleted, t, EventPayload{}))
+		case store.StatusFailed:
+			evs = append(evs, newEvent(EventTaskFailed, t, EventPayload{Reason: string(v.reason)}))
+		case store.StatusInterrupted:
+			evs = append(evs, newEvent(EventTaskInterrupted, t, EventPayload{Reason: string(v.reason)}))
+		}
+		return evs
+	}
+	if v.attempt == store.AttemptCancelled {
+		ru.abandon(att, v)
+		return false
+	}
+	nt, err := r.store.FinishAttempt(ctx, store.FinishAttempt{
+		PrincipalID: t.PrincipalID, TaskID: t.ID, RunID: t.RunID, Number: att.Number,
+		Status: v.attempt, Outcome: string(v.outcome), Summary: v.summary,
+		Reason: v.reason, Message: v.message,
+		ExitCode: exitCode, ExitSignal: exitSignal, StderrTail: v.stderr,
+		Checkpoint: sealed, Result: v.result, WallMillisUsed: ru.wall.used(),
+		TaskTo: v.taskTo, TaskReason: v.reason, TaskMessage: v.message,
+		Events: events(after),
+	})
+	r.notify()
+	if errors.Is(err, store.ErrConflict) {
+		// The task moved first (a cancel committed before this outcome):
+		// the outcome loses and the attempt closes as what the task became.
+		ru.abandon(att, v)
+		return false
+	}
+	if err != nil {
+		ru.log("step outcome not recorded", "attempt", att.Number, "error", err)
+		return false
+	}
+	ru.task = nt
+	if v.crashed {
+		ru.log("executor crashed", "attempt", att.Number, "exit", v.exit.String())
+	}
+	return v.taskTo == ""
+}
+
+// abandon closes att after the task left running without it.
+func (ru *run) abandon(att store.Attempt, v verdict) {
+	r, t := ru.r, ru.task
+	ctx := context.Background()
+	cur, err := r.store.GetTask(ctx, t.PrincipalID, t.ID)
+	status, reason := store.AttemptInterrupted, v.reason
+	if err == nil && cur.Status == store.StatusCancelled {
+		status, reason = store.AttemptCancelled, store.ReasonUserCancelled
+	}
+	if err := r.store.AbandonAttempt(ctx, t.PrincipalID, t.ID, att.Number, status, reason, "", ru.wall.used()); err != nil {
+		ru.log("attempt not closed", "attempt", att.Number, "error", err)
+	}
+	r.notify()
+}
+
+// truncateChars cuts s to at most n characters (runes).
+func truncateChars(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	i := 0
+	for k := range s {
+		if i == n {
+			return s[:k]
+		}
+		i++
+	}
+	return s
+}

@@ -1,0 +1,248 @@
+// Package config loads and validates the taskhost daemon's TOML configuration
+// (DESIGN.md §3, §8, §9).
+//
+// The format is strict: an unknown key, a value of the wrong type or a value
+// outside its range is an error that names the key. All problems of a file are
+// reported together as an [*Error], so a user fixes them in one pass:
+//
+//	cfg, err := config.Load("/etc/taskhost/taskhost.toml")
+//	var cerr *config.Error
+//	if errors.As(err, &cerr) {
+//		for _, p := range cerr.Problems {
+//			log.Printf("%s: %s", p.Key, p.Message)
+//		}
+//	}
+//
+// Every key is optional; a missing key keeps its value from [Default]. An empty
+// file therefore yields Default(). See testdata/example.toml for every key with
+// its default.
+//
+// Adding a section: give Config a field of a new struct type with a `toml` tag,
+// tag each of its fields, write a validate method for it and call that from
+// [Config.Validate]. The strict decoder discovers the keys from the tags, so
+// unknown-key and type checks need no further changes.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// MaxFileBytes is the largest configuration file accepted (1 MiB). A real
+// taskhost configuration is a few KiB.
+const MaxFileBytes = 1 << 20
+
+// Built-in executor names. They are always known to the host and cannot be
+// redefined under [executors].
+const (
+	ExecutorLegacy        = "legacy"
+	ExecutorMachineSpirit = "machinespirit"
+)
+
+// Config is the whole taskhost configuration.
+type Config struct {
+	Tasks         Tasks               `toml:"tasks"`
+	MachineSpirit MachineSpirit       `toml:"machine_spirit"`
+	Executors     map[string]Executor `toml:"executors"` // [executors.NAME]; names match ^[a-z][a-z0-9_-]{0,31}$
+	Limits        Limits              `toml:"limits"`
+}
+
+// Tasks is the [tasks] section: whether tasks run at all, the default
+// executor, concurrency and the budgets of DESIGN.md §3.
+//
+// Each budget has a default (applied to a new task that asks for nothing) and
+// a cap (the most a task may ask for). The default must not exceed the cap.
+type Tasks struct {
+	Enabled       bool   `toml:"enabled"`        // default true
+	Executor      string `toml:"executor"`       // default "legacy"; "legacy", "machinespirit" (if enabled) or a key of [executors]
+	MaxConcurrent int    `toml:"max_concurrent"` // 1..64, default 2; beyond it create/resume is refused
+
+	MaxSteps    int `toml:"max_steps"`     // 1..MaxStepsCap, default 20
+	MaxStepsCap int `toml:"max_steps_cap"` // 1..100000, default 200
+
+	MaxToolCalls    int `toml:"max_tool_calls"`     // 0..MaxToolCallsCap, default 50
+	MaxToolCallsCap int `toml:"max_tool_calls_cap"` // 0..100000, default 1000
+
+	MaxModelCalls    int `toml:"max_model_calls"`     // 0..MaxModelCallsCap, default 100
+	MaxModelCallsCap int `toml:"max_model_calls_cap"` // 0..100000, default 2000
+
+	MaxDepth    int `toml:"max_depth"`     // 0..MaxDepthCap, default 1
+	MaxDepthCap int `toml:"max_depth_cap"` // 0..16, default 4
+
+	MaxWallSeconds    int `toml:"max_wall_seconds"`     // 1..MaxWallSecondsCap, default 1800
+	MaxWallSecondsCap int `toml:"max_wall_seconds_cap"` // 1..604800 (7 days), default 86400
+
+	CheckpointMaxBytes int `toml:"checkpoint_max_bytes"` // 1024..3145728, default 262144
+}
+
+// MachineSpirit is the [machine_spirit] section: the opt-in MACHINE-SPIRIT
+// executor and its pinned SWI-Prolog runtime.
+type MachineSpirit struct {
+	Enabled      bool   `toml:"enabled"`       // default false
+	SwiplPath    string `toml:"swipl_path"`    // absolute; default "/usr/bin/swipl"
+	SwiplVersion string `toml:"swipl_version"` // exact pinned version, ^\d+\.\d+\.\d+$; default "9.0.4"
+}
+
+// Executor is one [executors.NAME] section: a third-party executor plugin.
+type Executor struct {
+	// Path is the plugin binary. In the file it may be relative to the
+	// config file's directory; Parse and Load make it absolute.
+	Path string `toml:"path"`
+	// SHA256 optionally pins the binary: 64 lowercase hex characters, as
+	// printed by sha256sum. Empty means not pinned.
+	SHA256 string `toml:"sha256"`
+	// Args are passed to the plugin binary: at most 16, each at most 256 bytes.
+	Args []string `toml:"args"`
+}
+
+// Limits is the [limits] section: the bounds of DESIGN.md §9.
+type Limits struct {
+	GoalChars              int `toml:"goal_chars"`                // 1..20000, default 2000
+	SummaryChars           int `toml:"summary_chars"`             // 100..20000, default 2000
+	RecentSummaries        int `toml:"recent_summaries"`          // 0..50, default 5 (sent to the executor)
+	ResultBytes            int `toml:"result_bytes"`              // 1024..1048576, default 65536
+	EventBytes             int `toml:"event_bytes"`               // 256..4096, default 1024
+	EventsPerTask          int `toml:"events_per_task"`           // 10..100000, default 500
+	PluginStartSeconds     int `toml:"plugin_start_seconds"`      // 1..120, default 10
+	PluginStopGraceSeconds int `toml:"plugin_stop_grace_seconds"` // 1..60, default 2
+	GRPCMessageBytes       int `toml:"grpc_message_bytes"`        // 1048576..16777216, default 4194304
+}
+
+// Default returns the configuration used when a key is absent. It is valid.
+// Every call returns a fresh value, so callers may modify it.
+func Default() Config {
+	return Config{
+		Tasks: Tasks{
+			Enabled:            true,
+			Executor:           ExecutorLegacy,
+			MaxConcurrent:      2,
+			MaxSteps:           20,
+			MaxStepsCap:        200,
+			MaxToolCalls:       50,
+			MaxToolCallsCap:    1000,
+			MaxModelCalls:      100,
+			MaxModelCallsCap:   2000,
+			MaxDepth:           1,
+			MaxDepthCap:        4,
+			MaxWallSeconds:     1800,
+			MaxWallSecondsCap:  86400,
+			CheckpointMaxBytes: 256 << 10,
+		},
+		MachineSpirit: MachineSpirit{
+			Enabled:      false,
+			SwiplPath:    "/usr/bin/swipl",
+			SwiplVersion: "9.0.4",
+		},
+		Executors: map[string]Executor{},
+		Limits: Limits{
+			GoalChars:              2000,
+			SummaryChars:           2000,
+			RecentSummaries:        5,
+			ResultBytes:            64 << 10,
+			EventBytes:             1 << 10,
+			EventsPerTask:          500,
+			PluginStartSeconds:     10,
+			PluginStopGraceSeconds: 2,
+			GRPCMessageBytes:       4 << 20,
+		},
+	}
+}
+
+// Load reads the configuration file at path and parses it with [Parse],
+// resolving relative executor paths against the file's directory.
+//
+// A file that cannot be read gives an error naming the path (wrapping the
+// underlying error, so errors.Is(err, fs.ErrNotExist) works). An invalid file
+// gives an [*Error] whose Path is set, so its message names the file too.
+func Load(path string) (Config, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Config{}, fmt.Errorf("config: %w (check the path, or create the file: an empty file means all defaults)", err)
+		}
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+
+	// Read one byte past the limit so Parse can tell "at" from "past".
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("config: read %s: %w", path, err)
+	}
+	cfg, err := Parse(data, filepath.Dir(abs))
+	if err != nil {
+		var cerr *Error
+		if errors.As(err, &cerr) {
+			cerr.Path = path
+		}
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Parse parses and validates a TOML configuration. Absent keys keep their
+// [Default] values. baseDir is the directory relative executor paths are
+// resolved against (the config file's directory); it should be absolute. If
+// baseDir is empty, a relative executor path is an error.
+//
+// Every error returned is an [*Error] listing all the problems found.
+func Parse(data []byte, baseDir string) (Config, error) {
+	if len(data) > MaxFileBytes {
+		return Config{}, &Error{Problems: []Problem{{
+			Message: fmt.Sprintf("the config is larger than the %d-byte (1 MiB) limit; a taskhost config is a few KiB, so check that this is the right file", MaxFileBytes),
+		}}}
+	}
+
+	cfg := Default()
+	decodeProblems, ok := decode(data, &cfg)
+	if !ok { // not TOML: nothing was decoded, so nothing more to check
+		return Config{}, &Error{Problems: decodeProblems}
+	}
+	resolveExecutorPaths(&cfg, baseDir, &decodeProblems)
+
+	all := slices.Clone(decodeProblems)
+	failed := decodeProblems.keySet()
+	for _, p := range cfg.validate() {
+		// A key that failed to decode keeps its default or zero value; a
+		// second complaint about it would only be noise.
+		if !failed.covers(p.Key) {
+			all = append(all, p)
+		}
+	}
+	if len(all) > 0 {
+		return Config{}, &Error{Problems: all}
+	}
+	return cfg, nil
+}
+
+// resolveExecutorPaths makes relative executor paths absolute by joining them
+// to baseDir.
+func resolveExecutorPaths(cfg *Config, baseDir string, probs *problems) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Executors)) {
+		ex := cfg.Executors[name]
+		if ex.Path == "" {
+			continue // Validate reports the missing path
+		}
+		if filepath.IsAbs(ex.Path) {
+			ex.Path = filepath.Clean(ex.Path)
+		} else if baseDir == "" {
+			probs.add(executorKey(name, "path"),
+				"%s = %s: a relative path needs the config file's directory to resolve against; use an absolute path",
+				executorKey(name, "path"), quote(ex.Path))
+			continue
+		} else {
+			ex.Path = filepath.Join(baseDir, ex.Path)
+		}
+		cfg.Executors[name] = ex
+	}
+}

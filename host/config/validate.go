@@ -1,0 +1,205 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Bounds that are not plain numbers in the tables below.
+const (
+	maxExecutorArgs     = 16
+	maxExecutorArgBytes = 256
+	// messageFraming is the headroom left in a gRPC message for everything
+	// besides the bounded payloads (ids, tokens, budgets, protobuf framing).
+	messageFraming = 64 << 10
+	// maxBytesPerChar is the worst case of UTF-8: limits counted in
+	// characters can take up to four bytes each on the wire.
+	maxBytesPerChar = 4
+)
+
+var (
+	executorNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+	sha256RE       = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	versionRE      = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+)
+
+// Validate checks every value and the rules between them. It returns nil or
+// an [*Error] listing all the problems. Parse and Load call it; call it again
+// after changing a Config in code.
+//
+// Executor paths must already be absolute here (Parse resolves relative ones).
+func (c Config) Validate() error {
+	if ps := c.validate(); len(ps) > 0 {
+		return &Error{Problems: ps}
+	}
+	return nil
+}
+
+func (c Config) validate() problems {
+	var ps problems
+	c.Tasks.validate(&ps)
+	c.MachineSpirit.validate(&ps)
+	validateExecutors(c.Executors, &ps)
+	c.Limits.validate(&ps)
+	c.validateDefaultExecutor(&ps)
+	c.validateMessageSize(&ps)
+	return ps
+}
+
+func (t Tasks) validate(ps *problems) {
+	ps.intRange("tasks.max_concurrent", t.MaxConcurrent, 1, 64)
+	ps.capped("tasks.max_steps", t.MaxSteps, 1, "tasks.max_steps_cap", t.MaxStepsCap, 1, 100000)
+	ps.capped("tasks.max_tool_calls", t.MaxToolCalls, 0, "tasks.max_tool_calls_cap", t.MaxToolCallsCap, 0, 100000)
+	ps.capped("tasks.max_model_calls", t.MaxModelCalls, 0, "tasks.max_model_calls_cap", t.MaxModelCallsCap, 0, 100000)
+	ps.capped("tasks.max_depth", t.MaxDepth, 0, "tasks.max_depth_cap", t.MaxDepthCap, 0, 16)
+	ps.capped("tasks.max_wall_seconds", t.MaxWallSeconds, 1, "tasks.max_wall_seconds_cap", t.MaxWallSecondsCap, 1, 7*24*3600)
+	ps.intRange("tasks.checkpoint_max_bytes", t.CheckpointMaxBytes, 1<<10, 3<<20)
+}
+
+func (m MachineSpirit) validate(ps *problems) {
+	if !filepath.IsAbs(m.SwiplPath) {
+		ps.add("machine_spirit.swipl_path",
+			"machine_spirit.swipl_path = %s: must be an absolute path to the pinned swipl binary, e.g. \"/usr/bin/swipl\"",
+			quote(m.SwiplPath))
+	}
+	if !versionRE.MatchString(m.SwiplVersion) {
+		ps.add("machine_spirit.swipl_version",
+			"machine_spirit.swipl_version = %s: must be an exact MAJOR.MINOR.PATCH version, e.g. \"9.0.4\" (as printed by swipl --version)",
+			quote(m.SwiplVersion))
+	}
+}
+
+func validateExecutors(execs map[string]Executor, ps *problems) {
+	for _, name := range slices.Sorted(maps.Keys(execs)) {
+		validateExecutor(name, execs[name], ps)
+	}
+}
+
+func validateExecutor(name string, ex Executor, ps *problems) {
+	key := executorKey(name)
+	switch {
+	case name == ExecutorLegacy || name == ExecutorMachineSpirit:
+		ps.add(key, "%s: %q is a built-in executor and cannot be redefined; give the plugin another name", key, name)
+	case !executorNameRE.MatchString(name):
+		ps.add(key, "%s: invalid executor name %s: use 1 to 32 characters, a lowercase letter first, then lowercase letters, digits, '_' or '-'", key, quote(name))
+	}
+
+	pathKey := executorKey(name, "path")
+	switch {
+	case ex.Path == "":
+		ps.add(pathKey, "%s is missing: set it to the plugin binary, absolute or relative to the config file's directory", pathKey)
+	case strings.ContainsRune(ex.Path, 0):
+		ps.add(pathKey, "%s contains a NUL byte", pathKey)
+	case !filepath.IsAbs(ex.Path):
+		ps.add(pathKey, "%s = %s: must be an absolute path", pathKey, quote(ex.Path))
+	}
+
+	if ex.SHA256 != "" && !sha256RE.MatchString(ex.SHA256) {
+		shaKey := executorKey(name, "sha256")
+		hint := "as printed by sha256sum"
+		if sha256RE.MatchString(strings.ToLower(ex.SHA256)) {
+			hint = "write it in lowercase"
+		}
+		ps.add(shaKey, "%s = %s: must be 64 lowercase hexadecimal characters (%s), or be left out to not pin the binary",
+			shaKey, quote(ex.SHA256), hint)
+	}
+
+	argsKey := executorKey(name, "args")
+	if len(ex.Args) > maxExecutorArgs {
+		ps.add(argsKey, "%s has %d arguments: at most %d are allowed", argsKey, len(ex.Args), maxExecutorArgs)
+	}
+	for i, a := range ex.Args {
+		switch {
+		case len(a) > maxExecutorArgBytes:
+			ps.add(argsKey, "%s[%d] is %d bytes long: at most %d bytes are allowed", argsKey, i, len(a), maxExecutorArgBytes)
+		case strings.ContainsRune(a, 0):
+			ps.add(argsKey, "%s[%d] contains a NUL byte", argsKey, i)
+		}
+	}
+}
+
+func (l Limits) validate(ps *problems) {
+	ps.intRange("limits.goal_chars", l.GoalChars, 1, 20000)
+	ps.intRange("limits.summary_chars", l.SummaryChars, 100, 20000)
+	ps.intRange("limits.recent_summaries", l.RecentSummaries, 0, 50)
+	ps.intRange("limits.result_bytes", l.ResultBytes, 1<<10, 1<<20)
+	ps.intRange("limits.event_bytes", l.EventBytes, 256, 4096)
+	ps.intRange("limits.events_per_task", l.EventsPerTask, 10, 100000)
+	ps.intRange("limits.plugin_start_seconds", l.PluginStartSeconds, 1, 120)
+	ps.intRange("limits.plugin_stop_grace_seconds", l.PluginStopGraceSeconds, 1, 60)
+	ps.intRange("limits.grpc_message_bytes", l.GRPCMessageBytes, 1<<20, 16<<20)
+}
+
+// validateDefaultExecutor checks that tasks.executor names an executor the
+// host can run.
+func (c Config) validateDefaultExecutor(ps *problems) {
+	const key = "tasks.executor"
+	name := c.Tasks.Executor
+	switch {
+	case name == ExecutorLegacy:
+	case name == ExecutorMachineSpirit:
+		if !c.MachineSpirit.Enabled {
+			ps.add(key, "%s = %q but machine_spirit.enabled = false: enable it first with `[machine_spirit] enabled = true`, or choose another executor", key, name)
+		}
+	case name == "":
+		ps.add(key, "%s is empty: set it to %q, %q or the NAME of an [executors.NAME] section", key, ExecutorLegacy, ExecutorMachineSpirit)
+	default:
+		if _, ok := c.Executors[name]; !ok {
+			ps.add(key, "%s = %s: no such executor; use %s, or define it in an [%s] section",
+				key, quote(name), strings.Join(c.knownExecutors(), ", "), executorKey(name))
+		}
+	}
+}
+
+// knownExecutors lists the executor names tasks.executor may take, quoted.
+func (c Config) knownExecutors() []string {
+	names := []string{fmt.Sprintf("%q", ExecutorLegacy)}
+	if c.MachineSpirit.Enabled {
+		names = append(names, fmt.Sprintf("%q", ExecutorMachineSpirit))
+	}
+	var custom []string
+	for name := range c.Executors {
+		if name != ExecutorLegacy && name != ExecutorMachineSpirit {
+			custom = append(custom, quote(name))
+		}
+	}
+	slices.Sort(custom)
+	return append(names, custom...)
+}
+
+// validateMessageSize checks that the largest StepRequest and StepResult the
+// limits allow fit in one gRPC message (DESIGN.md §4, §9):
+//
+//	request: checkpoint + recent summaries + goal + framing
+//	result:  checkpoint + result + one summary + framing
+//
+// Characters are counted at their UTF-8 worst case of four bytes. Each limit
+// alone may reach its maximum with the others at their defaults; raising
+// several at once may need a larger limits.grpc_message_bytes.
+func (c Config) validateMessageSize(ps *problems) {
+	failed := ps.keySet()
+	for _, k := range []string{"tasks.checkpoint_max_bytes", "limits.recent_summaries", "limits.summary_chars",
+		"limits.goal_chars", "limits.result_bytes", "limits.grpc_message_bytes"} {
+		if failed[k] {
+			return // out of range already; the sum would only add noise
+		}
+	}
+	t, l := c.Tasks, c.Limits
+	request := t.CheckpointMaxBytes + l.RecentSummaries*l.SummaryChars*maxBytesPerChar +
+		l.GoalChars*maxBytesPerChar + messageFraming
+	result := t.CheckpointMaxBytes + l.ResultBytes + l.SummaryChars*maxBytesPerChar + messageFraming
+	if request > l.GRPCMessageBytes {
+		ps.add("limits.grpc_message_bytes",
+			"limits.grpc_message_bytes = %d is too small for the largest step request (%d bytes = tasks.checkpoint_max_bytes + limits.recent_summaries × limits.summary_chars × %d + limits.goal_chars × %d + %d framing); raise it or lower those limits",
+			l.GRPCMessageBytes, request, maxBytesPerChar, maxBytesPerChar, messageFraming)
+	}
+	if result > l.GRPCMessageBytes {
+		ps.add("limits.grpc_message_bytes",
+			"limits.grpc_message_bytes = %d is too small for the largest step result (%d bytes = tasks.checkpoint_max_bytes + limits.result_bytes + limits.summary_chars × %d + %d framing); raise it or lower those limits",
+			l.GRPCMessageBytes, result, maxBytesPerChar, messageFraming)
+	}
+}

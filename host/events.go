@@ -1,0 +1,77 @@
+package host
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// Event types (DESIGN §7). The set is closed; payload fields are additive.
+const (
+	EventTaskCreated         = "task.created"
+	EventTaskStarted         = "task.started"
+	EventTaskResumed         = "task.resumed"
+	EventStepStarted         = "step.started"
+	EventStepCompleted       = "step.completed"
+	EventStepInterrupted     = "step.interrupted"
+	EventStepProgress        = "step.progress"
+	EventTaskWaitingApproval = "task.waiting_approval"
+	EventApprovalResolved    = "approval.resolved"
+	EventTaskCompleted       = "task.completed"
+	EventTaskFailed          = "task.failed"
+	EventTaskCancelled       = "task.cancelled"
+	EventTaskInterrupted     = "task.interrupted"
+	EventExecutorCrashed     = "executor.crashed"
+)
+
+// maxProgressNote bounds the executor's own words in a progress event.
+const maxProgressNote = 200
+
+// EventPayload is the closed field set of an event. It never carries a
+// prompt, a summary, tool arguments or results, credentials or executor state:
+// only identifiers, typed codes and coarse counters.
+type EventPayload struct {
+	TaskID   string `json:"task_id"`
+	RunID    int64  `json:"run_id"`
+	Executor string `json:"executor"`
+	Attempt  int64  `json:"attempt,omitempty"`
+	Status   string `json:"status,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Exit     string `json:"exit,omitempty"`
+	Note     string `json:"note,omitempty"`
+	Steps    string `json:"steps,omitempty"` // "used/limit"
+	Tools    string `json:"tools,omitempty"`
+	Models   string `json:"models,omitempty"`
+	WallSecs string `json:"wall_s,omitempty"`
+}
+
+func meter(b store.Budget) string { return fmt.Sprintf("%d/%d", b.Used, b.Limit) }
+
+// newEvent builds an event of typ for t. t is the task as it is after the
+// change the event reports.
+func newEvent(typ string, t store.Task, p EventPayload) store.NewEvent {
+	p.TaskID, p.RunID, p.Executor = t.ID, t.RunID, t.Executor
+	if p.Status == "" {
+		p.Status = string(t.Status)
+	}
+	b := t.Budgets
+	p.Steps, p.Tools, p.Models = meter(b.Steps), meter(b.ToolCalls), meter(b.ModelCalls)
+	p.WallSecs = fmt.Sprintf("%d/%d", b.WallMillis.Used/1000, b.WallMillis.Limit/1000)
+	p.Note = truncate(p.Note, maxProgressNote)
+	data, _ := json.Marshal(p) // strings and ints only
+	return store.NewEvent{Type: typ, Payload: data}
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,183 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/store"
+)
+
+// executorDir holds the test executor binary, built once for the package.
+var executorDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "thbin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, ExecutorPrefix+"testexec"), "github.com/taskhost/taskhost/integration/testexec").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build testexec: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	executorDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const alice, bob = "alice", "bob"
+
+// shortTempDir is a temp dir short enough for unix socket paths, which
+// t.TempDir's long names can overflow.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// testConfig is the default config with the test executor as default.
+func testConfig() config.Config {
+	c := config.Default()
+	c.Tasks.Executor = "testexec"
+	c.Tasks.MaxConcurrent = 16
+	return c
+}
+
+// openHost opens a host on dir (a fresh one when dir is empty) and closes
+// it at the end of the test.
+func openHost(t *testing.T, dir string, mutate func(*config.Config)) *Host {
+	t.Helper()
+	if dir == "" {
+		dir = shortTempDir(t)
+	}
+	cfg := testConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+	if err != nil {
+		t.Fatalf("open host: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		h.Close(ctx)
+	})
+	return h
+}
+
+// spec builds a test executor spec.
+func spec(t *testing.T, goal string, te map[string]any) []byte {
+	t.Helper()
+	s := map[string]any{"goal": goal}
+	if te != nil {
+		s["testexec"] = te
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func create(t *testing.T, h *Host, principal string, te map[string]any, limits Limits) store.Task {
+	t.Helper()
+	task, err := h.Runner.Create(context.Background(), principal, CreateRequest{Executor: "testexec", Spec: spec(t, "test goal", te), Limits: limits})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return task
+}
+
+// waitEnd waits for the task's run to end and returns the task.
+func waitEnd(t *testing.T, h *Host, principal, id string) store.Task {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.Runner.Wait(ctx, id); err != nil {
+		t.Fatalf("task %s did not end: %v", id, err)
+	}
+	task, err := h.Runner.Get(ctx, principal, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitFile waits for path to exist and returns its content.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	var data []byte
+	eventually(t, 15*time.Second, "file "+path, func() bool {
+		var err error
+		data, err = os.ReadFile(path)
+		return err == nil && len(data) > 0
+	})
+	return string(data)
+}
+
+// readPid reads a pid file the test executor wrote.
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	s := strings.TrimSpace(waitFile(t, path))
+	pid, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("pid file %s: %q", path, s)
+	}
+	return pid
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func waitGone(t *testing.T, pid int, d time.Duration) {
+	t.Helper()
+	eventually(t, d, fmt.Sprintf("process %d to be gone", pid), func() bool { return !alive(pid) })
+}
+
+func wantStatus(t *testing.T, task store.Task, status store.Status, reason store.Reason) {
+	t.Helper()
+	if task.Status != status || task.Reason != reason {
+		t.Fatalf("task %s is %s (%s: %s), want %s (%s)", task.ID, task.Status, task.Reason, task.Message, status, reason)
+	}
+}

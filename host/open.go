@@ -1,0 +1,216 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/store"
+)
+
+// Data dir layout.
+const (
+	StoreFile     = "taskhost.db"
+	KeyFile       = "host.key"
+	LockFile      = "taskhost.lock"
+	SocketDirName = "plugins"
+
+	// ExecutorPrefix names executor binaries found beside the taskhost
+	// binary: taskhost-executor-KIND.
+	ExecutorPrefix = "taskhost-executor-"
+)
+
+// Options configure Open.
+type Options struct {
+	DataDir string
+	Config  config.Config
+	Logger  hclog.Logger
+	// ExecutorDir is searched for taskhost-executor-* binaries; default: the
+	// directory of the running binary.
+	ExecutorDir string
+}
+
+// Host is an open data dir: its store, its executors and its Runner. Only
+// one Host may have a data dir open at a time.
+type Host struct {
+	Runner   *Runner
+	Registry *Registry
+	Store    *store.Store
+	DataDir  string
+	Recovery store.Recovery
+
+	lock      *os.File
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// ErrDataDirLocked is returned when another taskhost holds the data dir.
+var ErrDataDirLocked = errors.New("data dir in use")
+
+// Open opens (creating if needed) the data dir, recovers what a previous
+// host left running, and registers every executor. A store that fails its
+// checks is an error: the host refuses to run tasks on it.
+func Open(ctx context.Context, opts Options) (*Host, error) {
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	cfg := opts.Config
+	dir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	lock, err := lockDataDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{DataDir: dir, lock: lock}
+	fail := func(err error) (*Host, error) {
+		h.close()
+		return nil, err
+	}
+	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Limits: store.Limits{
+		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
+		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
+		Result:        cfg.Limits.ResultBytes,
+		EventPayload:  cfg.Limits.EventBytes,
+		EventsPerTask: cfg.Limits.EventsPerTask,
+	}})
+	if err != nil {
+		return fail(err)
+	}
+	key, err := loadOrCreateKey(filepath.Join(dir, KeyFile))
+	if err != nil {
+		return fail(err)
+	}
+	h.Registry, err = NewRegistry(PluginOptions{
+		SocketDir:    filepath.Join(dir, SocketDirName),
+		StartTimeout: time.Duration(cfg.Limits.PluginStartSeconds) * time.Second,
+		StopGrace:    time.Duration(cfg.Limits.PluginStopGraceSeconds) * time.Second,
+		MaxMessage:   cfg.Limits.GRPCMessageBytes,
+		Logger:       log.Named("plugin"),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), log.Named("runner"))
+	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
+		return fail(fmt.Errorf("start-up recovery: %w", err))
+	}
+	specs, err := executorSpecs(opts.ExecutorDir, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	for _, s := range specs {
+		if err := h.Registry.Register(ctx, s); err != nil {
+			log.Warn("executor unavailable", "kind", s.Kind, "error", err)
+		}
+	}
+	if !cfg.MachineSpirit.Enabled {
+		h.Registry.MarkUnavailable("machinespirit", "disabled", "machinespirit is disabled: set [machine_spirit] enabled = true in the config to use it")
+	}
+	return h, nil
+}
+
+// Close stops every run (DESIGN §6 graceful stop) and closes the data dir.
+// Closing a closed Host returns the first Close's error.
+func (h *Host) Close(ctx context.Context) error {
+	h.closeOnce.Do(func() {
+		h.closeErr = h.Runner.Shutdown(ctx)
+		h.close()
+	})
+	return h.closeErr
+}
+
+func (h *Host) close() {
+	if h.Registry != nil {
+		h.Registry.Close()
+	}
+	if h.Store != nil {
+		h.Store.Close()
+	}
+	if h.lock != nil {
+		h.lock.Close() // releases the flock
+	}
+}
+
+// lockDataDir takes an exclusive lock on the data dir for this process.
+func lockDataDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, LockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: lock: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		pid, _ := os.ReadFile(path)
+		f.Close()
+		return nil, fmt.Errorf("%w: data dir %s is used by another taskhost (pid %s); stop it or use another --data-dir", ErrDataDirLocked, dir, strings.TrimSpace(string(pid)))
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// executorSpecs lists the executors to register: every
+// taskhost-executor-KIND binary in dir, then [executors.KIND] from the
+// config, which overrides a discovered one of the same kind.
+func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
+	if dir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("locate executors: %w", err)
+		}
+		dir = filepath.Dir(exe)
+	}
+	found := map[string]PluginSpec{}
+	entries, _ := os.ReadDir(dir) // a missing dir just has no executors
+	for _, e := range entries {
+		kind, ok := strings.CutPrefix(e.Name(), ExecutorPrefix)
+		if ok && kind != "" && !e.IsDir() {
+			found[kind] = PluginSpec{Kind: kind, Path: filepath.Join(dir, e.Name())}
+		}
+	}
+	for kind, ex := range cfg.Executors {
+		found[kind] = PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256}
+	}
+	if !cfg.MachineSpirit.Enabled {
+		delete(found, "machinespirit")
+	}
+	var specs []PluginSpec
+	for _, s := range found {
+		specs = append(specs, s)
+	}
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Kind < specs[j].Kind })
+	return specs, nil
+}
+
+// settingsFrom maps the config onto the Runner's settings.
+func settingsFrom(c config.Config) Settings {
+	s := DefaultSettings()
+	t := c.Tasks
+	s.MaxConcurrent = t.MaxConcurrent
+	s.DefaultExecutor = t.Executor
+	s.Defaults = Limits{Steps: int64(t.MaxSteps), ToolCalls: int64(t.MaxToolCalls), ModelCalls: int64(t.MaxModelCalls), Depth: int64(t.MaxDepth), WallSeconds: int64(t.MaxWallSeconds)}
+	s.Caps = Limits{Steps: int64(t.MaxStepsCap), ToolCalls: int64(t.MaxToolCallsCap), ModelCalls: int64(t.MaxModelCallsCap), Depth: int64(t.MaxDepthCap), WallSeconds: int64(t.MaxWallSecondsCap)}
+	s.CheckpointMaxBytes = t.CheckpointMaxBytes
+	s.GoalChars = c.Limits.GoalChars
+	s.SummaryChars = c.Limits.SummaryChars
+	s.RecentSummaries = c.Limits.RecentSummaries
+	s.ResultBytes = c.Limits.ResultBytes
+	return s
+}

@@ -1,0 +1,292 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
+	"google.golang.org/grpc"
+
+	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
+)
+
+// HostServices is what the host serves to one plugin process over the
+// go-plugin broker.
+type HostServices interface {
+	pb.HostServicesServer
+}
+
+// PluginSpec says how to start one executor kind.
+type PluginSpec struct {
+	Kind   string
+	Path   string   // absolute path of the plugin binary
+	Args   []string // extra command-line arguments
+	SHA256 string   // lowercase hex; empty means not pinned
+}
+
+// PluginOptions bound how plugins are started and stopped.
+type PluginOptions struct {
+	SocketDir    string        // under the data dir; swept at start
+	StartTimeout time.Duration // default 10 s
+	StopGrace    time.Duration // default 2 s
+	MaxMessage   int           // gRPC message bytes, both directions; default 4 MiB
+	StderrLines  int           // lines of stderr kept for crash records; default 20
+	Logger       hclog.Logger
+}
+
+func (o PluginOptions) withDefaults() PluginOptions {
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 10 * time.Second
+	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = 2 * time.Second
+	}
+	if o.MaxMessage <= 0 {
+		o.MaxMessage = 4 << 20
+	}
+	if o.StderrLines <= 0 {
+		o.StderrLines = 20
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	return o
+}
+
+// envAllowList is every variable of the host's environment a plugin may see.
+// Anything else (API keys above all) never reaches a plugin.
+var envAllowList = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+func pluginEnv() []string {
+	var env []string
+	for _, k := range envAllowList {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// UnavailableError says why an executor cannot be used. Check names the
+// failed check: "binary", "checksum", "handshake", "start_timeout",
+// "describe", "protocol", "disabled".
+type UnavailableError struct {
+	Kind   string
+	Check  string
+	Detail string
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("executor %q unavailable (%s): %s", e.Kind, e.Check, e.Detail)
+}
+
+// ErrExecutorUnavailable matches every *UnavailableError.
+var ErrExecutorUnavailable = errors.New("executor unavailable")
+
+func (e *UnavailableError) Is(target error) bool { return target == ErrExecutorUnavailable }
+
+// checkBinary verifies spec's binary exists, is executable and, when pinned,
+// has the pinned SHA-256. A fresh hash is computed on every call.
+func checkBinary(spec PluginSpec) error {
+	fi, err := os.Stat(spec.Path)
+	if err != nil {
+		return &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s: %v (build it with 'make build' or fix [executors.%s] path)", spec.Path, errors.Unwrap(err), spec.Kind)}
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s is not an executable file (mode %s)", spec.Path, fi.Mode())}
+	}
+	if spec.SHA256 == "" {
+		return nil
+	}
+	f, err := os.Open(spec.Path)
+	if err != nil {
+		return &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: err.Error()}
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return &UnavailableError{Kind: spec.Kind, Check: "checksum", Detail: err.Error()}
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != spec.SHA256 {
+		return &UnavailableError{Kind: spec.Kind, Check: "checksum", Detail: fmt.Sprintf("plugin binary %s has SHA-256 %s, config pins %s", spec.Path, got, spec.SHA256)}
+	}
+	return nil
+}
+
+// grpcExecutorPlugin is the host half of go-plugin's GRPCPlugin: it hands the
+// connection and the broker to an executorClient.
+type grpcExecutorPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+}
+
+func (grpcExecutorPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
+	return errors.New("the host does not serve executors")
+}
+
+func (grpcExecutorPlugin) GRPCClient(_ context.Context, broker *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return &executorClient{rpc: pb.NewExecutorClient(conn), broker: broker}, nil
+}
+
+// executorClient is an Executor backed by one plugin process.
+type executorClient struct {
+	rpc        pb.ExecutorClient
+	broker     *plugin.GRPCBroker
+	servicesID uint32
+
+	client *plugin.Client
+	proc   *process
+	grace  time.Duration
+
+	stopOnce sync.Once
+}
+
+func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, services HostServices) (*executorClient, error) {
+	if err := checkBinary(spec); err != nil {
+		return nil, err
+	}
+	var proc *process
+	callOpts := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxMessage), grpc.MaxCallSendMsgSize(opts.MaxMessage))
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig: plugin.HandshakeConfig{
+			ProtocolVersion:  pb.ProtocolVersion,
+			MagicCookieKey:   pb.MagicCookieKey,
+			MagicCookieValue: pb.MagicCookieValue,
+		},
+		VersionedPlugins: map[int]plugin.PluginSet{pb.ProtocolVersion: {pb.PluginName: grpcExecutorPlugin{}}},
+		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, _ string) (runner.Runner, error) {
+			// cmd carries only go-plugin's handshake variables: SkipHostEnv
+			// keeps the host's environment out, the allow-list adds back
+			// the harmless part.
+			env := append(pluginEnv(), cmd.Env...)
+			p, err := newProcess(f, spec.Path, spec.Args, env, opts.StderrLines)
+			proc = p
+			return p, err
+		},
+		SkipHostEnv:      true,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		StartTimeout:     opts.StartTimeout,
+		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: opts.SocketDir},
+		GRPCDialOptions:  []grpc.DialOption{callOpts},
+		Logger:           opts.Logger.Named(spec.Kind),
+		Stderr:           io.Discard,
+	})
+	unavailable := func(check string, err error) (*executorClient, error) {
+		client.Kill()
+		if proc != nil {
+			proc.stop(0)
+		}
+		return nil, &UnavailableError{Kind: spec.Kind, Check: check, Detail: err.Error()}
+	}
+	if _, err := client.Start(); err != nil {
+		check := "handshake"
+		if strings.Contains(err.Error(), "timeout while waiting for plugin to start") {
+			check = "start_timeout"
+		}
+		return unavailable(check, err)
+	}
+	rpcClient, err := client.Client()
+	if err != nil {
+		return unavailable("handshake", err)
+	}
+	raw, err := rpcClient.Dispense(pb.PluginName)
+	if err != nil {
+		return unavailable("handshake", err)
+	}
+	ec := raw.(*executorClient)
+	ec.client, ec.proc, ec.grace = client, proc, opts.StopGrace
+	ec.servicesID = ec.broker.NextId()
+	go ec.broker.AcceptAndServe(ec.servicesID, func(o []grpc.ServerOption) *grpc.Server {
+		s := grpc.NewServer(append(o, grpc.MaxRecvMsgSize(opts.MaxMessage), grpc.MaxSendMsgSize(opts.MaxMessage))...)
+		pb.RegisterHostServicesServer(s, services)
+		return s
+	})
+	return ec, nil
+}
+
+func (c *executorClient) Describe(ctx context.Context) (Description, error) {
+	r, err := c.rpc.Describe(ctx, &pb.DescribeRequest{})
+	if err != nil {
+		return Description{}, err
+	}
+	return Description{
+		Kind: r.GetKind(), Version: r.GetVersion(), ProtocolVersion: int(r.GetProtocolVersion()),
+		CheckpointSchemas: r.GetCheckpointSchemas(), Capabilities: r.GetCapabilities(), Runtime: r.GetRuntime(),
+	}, nil
+}
+
+func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult, error) {
+	preq := &pb.StepRequest{
+		TaskId: req.TaskID, RunId: uint64(req.RunID), Attempt: uint32(req.Attempt),
+		TurnToken: req.TurnToken, Spec: req.Spec,
+		Remaining:      toPBBudgets(req.Remaining),
+		Limits:         toPBBudgets(req.Limits),
+		HostServicesId: c.servicesID,
+	}
+	for _, s := range req.Recent {
+		preq.Recent = append(preq.Recent, &pb.StepSummary{Step: uint32(s.Step), Summary: s.Summary})
+	}
+	if req.Checkpoint != nil {
+		preq.Checkpoint = &pb.Checkpoint{Schema: req.Checkpoint.Schema, Payload: req.Checkpoint.Payload}
+	}
+	r, err := c.rpc.Step(ctx, preq)
+	if err != nil {
+		return StepResult{}, err
+	}
+	switch o := r.GetOutcome().(type) {
+	case *pb.StepResponse_Continue:
+		return StepResult{Outcome: OutcomeContinue, Summary: o.Continue.GetSummary(), Checkpoint: fromPBCheckpoint(o.Continue.GetCheckpoint())}, nil
+	case *pb.StepResponse_Complete:
+		return StepResult{Outcome: OutcomeComplete, Summary: o.Complete.GetSummary(), Result: o.Complete.GetResult(), Checkpoint: fromPBCheckpoint(o.Complete.GetCheckpoint())}, nil
+	case *pb.StepResponse_Fail:
+		return StepResult{Outcome: OutcomeFail, Reason: o.Fail.GetReason(), Message: o.Fail.GetMessage()}, nil
+	default:
+		return StepResult{}, errors.New("executor returned a step response with no outcome")
+	}
+}
+
+func toPBBudgets(b Budgets) *pb.Budgets {
+	return &pb.Budgets{Steps: b.Steps, ToolCalls: b.ToolCalls, ModelCalls: b.ModelCalls, Depth: b.Depth, WallSeconds: b.WallSeconds}
+}
+
+func fromPBCheckpoint(c *pb.Checkpoint) *Checkpoint {
+	if c == nil {
+		return nil
+	}
+	return &Checkpoint{Schema: c.GetSchema(), Payload: c.GetPayload()}
+}
+
+func (c *executorClient) Exited() <-chan struct{} { return c.proc.exited }
+
+func (c *executorClient) ExitStatus() ExitStatus {
+	<-c.proc.exited
+	return c.proc.status
+}
+
+func (c *executorClient) StderrTail() string {
+	select {
+	case <-c.proc.exited:
+		c.proc.stderr.settle(250 * time.Millisecond)
+	default:
+	}
+	return c.proc.stderr.tail()
+}
+
+func (c *executorClient) Stop() {
+	c.stopOnce.Do(func() {
+		c.proc.stop(c.grace)
+		// go-plugin's own clean-up (socket dir, goroutines) waits for every
+		// holder of the plugin's stderr; it must not hold up the host.
+		go c.client.Kill()
+	})
+}

@@ -1,0 +1,313 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-plugin/runner"
+)
+
+// forker runs process starts on one goroutine locked to its OS thread for the
+// forker's whole life. Pdeathsig fires when the *thread* that forked a child
+// exits; starting children from an arbitrary goroutine would let the Go
+// runtime retire that thread and kill a healthy plugin.
+type forker struct {
+	reqs chan func()
+	done chan struct{}
+}
+
+func newForker() *forker {
+	f := &forker{reqs: make(chan func()), done: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		// Never unlocked: when this goroutine ends, the thread ends with it,
+		// and any child still alive then gets its parent-death signal.
+		close(ready)
+		for {
+			select {
+			case fn := <-f.reqs:
+				fn()
+			case <-f.done:
+				return
+			}
+		}
+	}()
+	<-ready
+	return f
+}
+
+// start starts cmd on the locked thread.
+func (f *forker) start(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	select {
+	case f.reqs <- func() { errc <- cmd.Start() }:
+	case <-f.done:
+		return errors.New("host is shutting down: no new plugin processes")
+	}
+	return <-errc
+}
+
+func (f *forker) close() { close(f.done) }
+
+// ExitStatus is how a plugin process ended.
+type ExitStatus struct {
+	Code   int    // -1 when killed by a signal or unknown
+	Signal string // e.g. "killed"; "" when it exited normally
+}
+
+func (e ExitStatus) String() string {
+	if e.Signal != "" {
+		return "signal: " + e.Signal
+	}
+	return "exit status " + strconv.Itoa(e.Code)
+}
+
+// process is a go-plugin runner.Runner that owns the plugin's OS process: it
+// puts the plugin in its own process group, starts it on the forker's locked
+// thread with a parent-death signal, and learns of its death from the wait
+// status — not from go-plugin's Exited(), which waits for every holder of the
+// plugin's stderr (a grandchild can hold it for minutes).
+type process struct {
+	cmd    *exec.Cmd
+	forker *forker
+
+	stdoutR, stderrR *os.File
+	stdoutW, stderrW *os.File
+	stderr           *tailReader
+
+	exited   chan struct{} // closed once the wait status is known
+	status   ExitStatus
+	pid      int
+	stopping atomic.Bool // the host ended the process: its exit is no error
+}
+
+var _ runner.Runner = (*process)(nil)
+
+// newProcess prepares path with args. env is the complete environment.
+func newProcess(f *forker, path string, args []string, env []string, tailLines int) (*process, error) {
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	p := &process{cmd: cmd, forker: f, exited: make(chan struct{})}
+	var err error
+	if p.stdoutR, p.stdoutW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.stderrR, p.stderrW, err = os.Pipe(); err != nil {
+		p.stdoutR.Close()
+		p.stdoutW.Close()
+		return nil, err
+	}
+	// Plain *os.File writers: exec.Cmd hands them to the child directly and
+	// runs no copying goroutine, so Wait returns at the child's exit.
+	cmd.Stdout, cmd.Stderr = p.stdoutW, p.stderrW
+	p.stderr = newTailReader(p.stderrR, tailLines)
+	return p, nil
+}
+
+func (p *process) Start(context.Context) error {
+	err := p.forker.start(p.cmd)
+	// The child has its own copies; ours would keep the pipes open forever.
+	p.stdoutW.Close()
+	p.stderrW.Close()
+	if err != nil {
+		p.stdoutR.Close()
+		p.stderrR.Close()
+		close(p.exited)
+		p.status = ExitStatus{Code: -1}
+		return err
+	}
+	p.pid = p.cmd.Process.Pid
+	go func() {
+		err := p.cmd.Wait()
+		p.status = exitStatusOf(p.cmd.ProcessState, err)
+		close(p.exited)
+	}()
+	return nil
+}
+
+func exitStatusOf(ps *os.ProcessState, err error) ExitStatus {
+	if ps == nil {
+		return ExitStatus{Code: -1, Signal: fmt.Sprint(err)}
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ExitStatus{Code: -1, Signal: ws.Signal().String()}
+	}
+	return ExitStatus{Code: ps.ExitCode()}
+}
+
+// Wait blocks until the process has exited.
+func (p *process) Wait(ctx context.Context) error {
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if p.status.Code != 0 && !p.stopping.Load() {
+		return errors.New(p.status.String())
+	}
+	return nil
+}
+
+// Kill SIGKILLs the whole process group.
+func (p *process) Kill(context.Context) error {
+	p.signalGroup(syscall.SIGKILL)
+	return nil
+}
+
+func (p *process) signalGroup(sig syscall.Signal) {
+	if p.pid > 0 {
+		// The group outlives its leader while any member lives, so this also
+		// reaches grandchildren after the plugin itself is gone.
+		_ = syscall.Kill(-p.pid, sig)
+	}
+}
+
+// stop ends the process group: SIGTERM, up to grace for the leader to exit,
+// then SIGKILL. It returns once the leader's wait status is known or after a
+// bounded wait.
+func (p *process) stop(grace time.Duration) {
+	p.stopping.Store(true)
+	select {
+	case <-p.exited:
+		p.signalGroup(syscall.SIGKILL) // leftovers of the group
+		return
+	default:
+	}
+	p.signalGroup(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+	}
+	p.signalGroup(syscall.SIGKILL)
+	// SIGKILL is delivered even to a stopped process; this bound only guards
+	// against a wait that never comes back.
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+func (p *process) Stdout() io.ReadCloser { return p.stdoutR }
+func (p *process) Stderr() io.ReadCloser { return p.stderr }
+func (p *process) Name() string          { return p.cmd.Path }
+func (p *process) ID() string            { return strconv.Itoa(p.pid) }
+
+func (p *process) Diagnose(context.Context) string {
+	select {
+	case <-p.exited:
+		return fmt.Sprintf("the plugin process exited (%s); last stderr lines:\n%s", p.status, p.stderr.tail())
+	default:
+		return "the plugin process is running but did not complete the go-plugin handshake"
+	}
+}
+
+func (p *process) PluginToHost(network, addr string) (string, string, error) {
+	return network, addr, nil
+}
+
+func (p *process) HostToPlugin(network, addr string) (string, string, error) {
+	return network, addr, nil
+}
+
+// tailReader passes a stream through and remembers its last lines, bounded in
+// count and length, so a crash record can carry the plugin's panic lines.
+type tailReader struct {
+	r        io.ReadCloser
+	maxLines int
+
+	mu    sync.Mutex
+	lines []string
+	part  []byte
+	panic string // the first "panic:" or "fatal error:" line: the cause sits above a long trace
+	eof   chan struct{}
+	once  sync.Once
+}
+
+const (
+	maxTailLine  = 512
+	maxTailBytes = 4000 // fits the store's stderr_tail bound
+)
+
+func newTailReader(r io.ReadCloser, maxLines int) *tailReader {
+	return &tailReader{r: r, maxLines: maxLines, eof: make(chan struct{})}
+}
+
+func (t *tailReader) Read(b []byte) (int, error) {
+	n, err := t.r.Read(b)
+	t.mu.Lock()
+	for _, c := range b[:n] {
+		if c == '\n' {
+			t.push()
+			continue
+		}
+		if len(t.part) < maxTailLine {
+			t.part = append(t.part, c)
+		}
+	}
+	t.mu.Unlock()
+	if err != nil {
+		t.once.Do(func() { close(t.eof) })
+	}
+	return n, err
+}
+
+func (t *tailReader) push() {
+	line := string(t.part)
+	if t.panic == "" && (strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ")) {
+		t.panic = line
+	}
+	t.lines = append(t.lines, line)
+	t.part = t.part[:0]
+	if len(t.lines) > t.maxLines {
+		t.lines = t.lines[len(t.lines)-t.maxLines:]
+	}
+}
+
+func (t *tailReader) Close() error { return t.r.Close() }
+
+// tail returns the remembered lines, newest last, at most maxTailBytes,
+// led by the panic line when the trace below it pushed it out.
+func (t *tailReader) tail() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := append([]string(nil), t.lines...)
+	if len(t.part) > 0 {
+		lines = append(lines, string(t.part))
+	}
+	head := ""
+	if t.panic != "" && (len(lines) == 0 || !slices.Contains(lines, t.panic)) {
+		head = t.panic + "\n...\n"
+	}
+	size := len(head)
+	keep := len(lines)
+	for keep > 0 && size+len(lines[keep-1])+1 <= maxTailBytes {
+		size += len(lines[keep-1]) + 1
+		keep--
+	}
+	return head + strings.Join(lines[keep:], "\n")
+}
+
+// settle waits until the stream has been read to its end or d passes: after
+// a crash the last lines may still be in the pipe.
+func (t *tailReader) settle(d time.Duration) {
+	select {
+	case <-t.eof:
+	case <-time.After(d):
+	}
+}

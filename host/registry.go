@@ -1,0 +1,174 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
+)
+
+// Registry is the Launcher of plugin executors: it knows how to start each
+// configured kind and remembers what each said about itself at registration.
+type Registry struct {
+	opts   PluginOptions
+	forker *forker
+
+	mu    sync.Mutex
+	specs map[string]PluginSpec
+	descs map[string]Description
+	errs  map[string]error
+}
+
+var _ Launcher = (*Registry)(nil)
+
+// NewRegistry prepares the plugin socket dir: it is created 0700 and swept of
+// sockets a killed plugin left behind.
+func NewRegistry(opts PluginOptions) (*Registry, error) {
+	opts = opts.withDefaults()
+	if opts.SocketDir == "" {
+		return nil, fmt.Errorf("plugin socket dir is required")
+	}
+	// Linux caps a socket path at 108 bytes; go-plugin adds a temp dir and
+	// a file name of about 40 bytes.
+	if len(opts.SocketDir) > 60 {
+		return nil, fmt.Errorf("plugin socket dir %s is %d bytes long: unix socket paths are capped at 108 bytes, use a data dir with a shorter path", opts.SocketDir, len(opts.SocketDir))
+	}
+	if err := os.MkdirAll(opts.SocketDir, 0o700); err != nil {
+		return nil, fmt.Errorf("plugin socket dir: %w", err)
+	}
+	if err := sweepDir(opts.SocketDir); err != nil {
+		return nil, err
+	}
+	return &Registry{
+		opts: opts, forker: newForker(),
+		specs: map[string]PluginSpec{}, descs: map[string]Description{}, errs: map[string]error{},
+	}, nil
+}
+
+func sweepDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("sweep plugin socket dir: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("sweep plugin socket dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// Register starts spec's plugin once, asks it to Describe itself and stops
+// it. A kind that fails any check stays registered as unavailable: Describe
+// and Launch then return an *UnavailableError saying which check failed.
+func (r *Registry) Register(ctx context.Context, spec PluginSpec) error {
+	desc, err := r.probe(ctx, spec)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.specs[spec.Kind] = spec
+	delete(r.descs, spec.Kind)
+	delete(r.errs, spec.Kind)
+	if err != nil {
+		r.errs[spec.Kind] = err
+		return err
+	}
+	r.descs[spec.Kind] = desc
+	return nil
+}
+
+// MarkUnavailable registers kind as unavailable for reason, e.g. because the
+// configuration disables it. Selecting it is then refused (fail closed).
+func (r *Registry) MarkUnavailable(kind, check, detail string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.descs, kind)
+	r.errs[kind] = &UnavailableError{Kind: kind, Check: check, Detail: detail}
+}
+
+func (r *Registry) probe(ctx context.Context, spec PluginSpec) (Description, error) {
+	ec, err := launch(ctx, r.forker, spec, r.opts, pb.UnimplementedHostServicesServer{})
+	if err != nil {
+		return Description{}, err
+	}
+	defer ec.Stop()
+	return describeChecked(ctx, spec.Kind, ec)
+}
+
+// describeChecked calls Describe and checks the answer fits the kind.
+func describeChecked(ctx context.Context, kind string, e Executor) (Description, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := e.Describe(ctx)
+	if err != nil {
+		return Description{}, &UnavailableError{Kind: kind, Check: "describe", Detail: err.Error()}
+	}
+	switch {
+	case d.Kind != kind:
+		return Description{}, &UnavailableError{Kind: kind, Check: "describe", Detail: fmt.Sprintf("plugin describes itself as %q", d.Kind)}
+	case d.ProtocolVersion != pb.ProtocolVersion:
+		return Description{}, &UnavailableError{Kind: kind, Check: "protocol", Detail: fmt.Sprintf("plugin speaks protocol %d, host speaks %d", d.ProtocolVersion, pb.ProtocolVersion)}
+	case len(d.CheckpointSchemas) == 0:
+		return Description{}, &UnavailableError{Kind: kind, Check: "describe", Detail: "plugin accepts no checkpoint schema"}
+	}
+	return d, nil
+}
+
+// Describe returns kind's registered description.
+func (r *Registry) Describe(kind string) (Description, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err, ok := r.errs[kind]; ok {
+		return Description{}, err
+	}
+	d, ok := r.descs[kind]
+	if !ok {
+		return Description{}, &UnavailableError{Kind: kind, Check: "registered", Detail: fmt.Sprintf("no executor %q is configured (known: %s)", kind, strings.Join(r.kindsLocked(), ", "))}
+	}
+	return d, nil
+}
+
+// Kinds lists every registered kind, available or not, sorted.
+func (r *Registry) Kinds() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kindsLocked()
+}
+
+func (r *Registry) kindsLocked() []string {
+	var ks []string
+	for k := range r.specs {
+		ks = append(ks, k)
+	}
+	for k := range r.errs {
+		if _, ok := r.specs[k]; !ok {
+			ks = append(ks, k)
+		}
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// Launch starts a new process of kind serving services.
+func (r *Registry) Launch(ctx context.Context, kind string, services HostServices) (Executor, error) {
+	if _, err := r.Describe(kind); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	spec := r.specs[kind]
+	r.mu.Unlock()
+	ec, err := launch(ctx, r.forker, spec, r.opts, services)
+	if err != nil {
+		return nil, err
+	}
+	return ec, nil
+}
+
+// Close stops the forker. Call it only after every launched executor has
+// been stopped: its thread's exit delivers the parent-death signal.
+func (r *Registry) Close() { r.forker.close() }

@@ -1,0 +1,437 @@
+// Package host is the taskhost engine: it owns the task lifecycle, runs each
+// task's steps through an out-of-process executor, and persists every
+// decision in the store.
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// Settings are the Runner's limits and defaults (DESIGN §3, §8, §9).
+type Settings struct {
+	MaxConcurrent   int
+	DefaultExecutor string
+	Defaults        Limits // applied when a request leaves a budget at zero
+	Caps            Limits // a request above a cap is refused
+
+	GoalChars          int
+	SpecBytes          int
+	SummaryChars       int
+	RecentSummaries    int
+	CheckpointMaxBytes int
+	ResultBytes        int
+
+	// Heartbeat is how often active wall time is persisted (at most 5 s).
+	Heartbeat time.Duration
+}
+
+// Limits are budget limits; zero means "unset" in a request.
+type Limits struct {
+	Steps, ToolCalls, ModelCalls, Depth int64
+	WallSeconds                         int64
+}
+
+// DefaultSettings mirrors DESIGN §8 and §9.
+func DefaultSettings() Settings {
+	return Settings{
+		MaxConcurrent:      2,
+		DefaultExecutor:    "legacy",
+		Defaults:           Limits{Steps: 20, ToolCalls: 50, ModelCalls: 100, Depth: 1, WallSeconds: 1800},
+		Caps:               Limits{Steps: 200, ToolCalls: 1000, ModelCalls: 2000, Depth: 4, WallSeconds: 86400},
+		GoalChars:          2000,
+		SpecBytes:          16384,
+		SummaryChars:       2000,
+		RecentSummaries:    5,
+		CheckpointMaxBytes: 256 << 10,
+		ResultBytes:        64 << 10,
+		Heartbeat:          5 * time.Second,
+	}
+}
+
+// Sentinel errors of the Runner's API; match with errors.Is.
+var (
+	ErrInvalid      = errors.New("invalid request")
+	ErrBusy         = errors.New("concurrency limit reached")
+	ErrShuttingDown = errors.New("host is shutting down")
+	ErrNotFound     = store.ErrNotFound
+	ErrConflict     = store.ErrConflict
+)
+
+// FieldError is a refused request field. It matches ErrInvalid.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string   { return e.Field + ": " + e.Message }
+func (e *FieldError) Is(t error) bool { return t == ErrInvalid }
+
+// BusyError reports the concurrency limit. It matches ErrBusy.
+type BusyError struct{ Limit int }
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%d tasks are already running (tasks.max_concurrent = %d): nothing is queued, try again when one ends", e.Limit, e.Limit)
+}
+func (e *BusyError) Is(t error) bool { return t == ErrBusy }
+
+// Runner runs tasks. It is safe for concurrent use.
+type Runner struct {
+	store    *store.Store
+	launcher Launcher
+	set      Settings
+	seal     sealer
+	log      hclog.Logger
+	turns    *turns
+
+	mu       sync.Mutex
+	runs     map[string]*run // by task id
+	reserved int
+	closing  bool
+	changed  chan struct{} // closed and replaced whenever events are appended
+	wg       sync.WaitGroup
+}
+
+// New returns a Runner over st. key is the data dir's host key (32 bytes).
+func New(st *store.Store, l Launcher, key []byte, set Settings, log hclog.Logger) *Runner {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if set.Heartbeat <= 0 || set.Heartbeat > 5*time.Second {
+		set.Heartbeat = 5 * time.Second
+	}
+	return &Runner{
+		store: st, launcher: l, set: set, seal: sealer{key: key}, log: log,
+		turns: newTurns(), runs: map[string]*run{}, changed: make(chan struct{}),
+	}
+}
+
+// Recover is the host's start-up step: every task a dead host left running
+// or waiting becomes interrupted (host_restart) and its lost active time is
+// charged in full. Nothing resumes on its own.
+func (r *Runner) Recover(ctx context.Context) (store.Recovery, error) {
+	rec, err := r.store.Recover(ctx, r.set.Heartbeat.Milliseconds(), func(t store.Task) []store.NewEvent {
+		return []store.NewEvent{
+			newEvent(EventStepInterrupted, t, EventPayload{Reason: string(store.ReasonHostRestart)}),
+			newEvent(EventTaskInterrupted, t, EventPayload{Reason: string(store.ReasonHostRestart)}),
+		}
+	})
+	r.notify()
+	return rec, err
+}
+
+// CreateRequest is a new task.
+type CreateRequest struct {
+	Executor string // empty: the default executor
+	Spec     []byte // JSON object with at least "goal"
+	Limits   Limits // zero fields take the defaults
+}
+
+// Create validates req, records the task and starts running it. Beyond the
+// concurrency limit it refuses and records nothing.
+func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest) (store.Task, error) {
+	if req.Executor == "" {
+		req.Executor = r.set.DefaultExecutor
+	}
+	if err := r.validateSpec(req.Spec); err != nil {
+		return store.Task{}, err
+	}
+	limits, err := r.limits(req.Limits)
+	if err != nil {
+		return store.Task{}, err
+	}
+	if _, err := r.launcher.Describe(req.Executor); err != nil {
+		return store.Task{}, err
+	}
+	if err := r.reserve(); err != nil {
+		return store.Task{}, err
+	}
+	defer r.unreserve()
+	nt := store.NewTask{ID: newTaskID(), PrincipalID: principal, Executor: req.Executor, Spec: req.Spec, Limits: limits}
+	t, err := r.store.CreateTask(ctx, nt, newEvent(EventTaskCreated,
+		store.Task{ID: nt.ID, Executor: nt.Executor, Status: store.StatusPending, Budgets: limits}, EventPayload{}))
+	if err != nil {
+		return store.Task{}, err
+	}
+	return r.start(ctx, t, EventTaskStarted)
+}
+
+// Resume continues an interrupted (or never started) task: same id, run id
+// + 1, the last committed checkpoint and what is left of every budget.
+func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, error) {
+	t, err := r.store.GetTask(ctx, principal, id)
+	if err != nil {
+		return store.Task{}, err
+	}
+	if t.Status != store.StatusInterrupted && t.Status != store.StatusPending {
+		return store.Task{}, &store.TransitionError{TaskID: id, Current: t.Status, To: store.StatusRunning}
+	}
+	if _, err := r.launcher.Describe(t.Executor); err != nil {
+		return store.Task{}, err
+	}
+	if err := r.reserve(); err != nil {
+		return store.Task{}, err
+	}
+	defer r.unreserve()
+	return r.start(ctx, t, EventTaskResumed)
+}
+
+func (r *Runner) reserve() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return ErrShuttingDown
+	}
+	if len(r.runs)+r.reserved >= r.set.MaxConcurrent {
+		return &BusyError{Limit: r.set.MaxConcurrent}
+	}
+	r.reserved++
+	return nil
+}
+
+func (r *Runner) unreserve() {
+	r.mu.Lock()
+	r.reserved--
+	r.mu.Unlock()
+}
+
+// start moves t to running and launches its run. The caller holds a
+// reservation, which the new run takes over.
+func (r *Runner) start(ctx context.Context, t store.Task, eventType string) (store.Task, error) {
+	next := t
+	next.Status, next.RunID = store.StatusRunning, t.RunID+1
+	t, err := r.store.StartRun(ctx, t.PrincipalID, t.ID, t.Status, newEvent(eventType, next, EventPayload{}))
+	r.notify()
+	if err != nil {
+		return store.Task{}, err
+	}
+	runCtx, cancel := context.WithCancelCause(context.Background())
+	ru := &run{
+		r: r, task: t, ctx: runCtx, cancel: cancel, done: make(chan struct{}),
+		wall: newWallClock(t.Budgets.WallMillis),
+	}
+	r.mu.Lock()
+	// The run holds a slot from here; the caller's reservation is released
+	// after this returns, so the slot is never free in between.
+	r.runs[t.ID] = ru
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go ru.loop()
+	return t, nil
+}
+
+// finished removes a run once its goroutine is done.
+func (r *Runner) finished(ru *run) {
+	r.mu.Lock()
+	if r.runs[ru.task.ID] == ru {
+		delete(r.runs, ru.task.ID)
+	}
+	r.mu.Unlock()
+	close(ru.done)
+	r.wg.Done()
+}
+
+// Cancel cancels a task: the cancelled status commits first, then the step
+// in flight is cancelled through its context into the plugin, and Cancel
+// waits (bounded by ctx) for the run to wind down. Cancelling a cancelled
+// task is a no-op; cancelling a completed or failed one is a conflict.
+func (r *Runner) Cancel(ctx context.Context, principal, id string) (store.Task, error) {
+	cur, err := r.store.GetTask(ctx, principal, id)
+	if err != nil {
+		return store.Task{}, err
+	}
+	cur.Status = store.StatusCancelled
+	_, err = r.store.Cancel(ctx, principal, id, newEvent(EventTaskCancelled, cur, EventPayload{Reason: string(store.ReasonUserCancelled)}))
+	r.notify()
+	if err != nil {
+		return store.Task{}, err
+	}
+	r.mu.Lock()
+	ru := r.runs[id]
+	r.mu.Unlock()
+	if ru != nil && ru.task.PrincipalID == principal {
+		ru.cancel(errUserCancelled)
+		select {
+		case <-ru.done:
+		case <-ctx.Done():
+		}
+	}
+	return r.store.GetTask(ctx, principal, id)
+}
+
+// Wait blocks until task id has no run in this host, or ctx ends.
+func (r *Runner) Wait(ctx context.Context, id string) error {
+	r.mu.Lock()
+	ru := r.runs[id]
+	r.mu.Unlock()
+	if ru == nil {
+		return nil
+	}
+	select {
+	case <-ru.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Get returns one task of principal.
+func (r *Runner) Get(ctx context.Context, principal, id string) (store.Task, error) {
+	return r.store.GetTask(ctx, principal, id)
+}
+
+// List pages through principal's tasks in creation order.
+func (r *Runner) List(ctx context.Context, principal string, q store.ListQuery) ([]store.Task, error) {
+	return r.store.ListTasks(ctx, principal, q)
+}
+
+// Attempts lists a task's step attempts.
+func (r *Runner) Attempts(ctx context.Context, principal, id string) ([]store.Attempt, error) {
+	return r.store.ListAttempts(ctx, principal, id)
+}
+
+// Events returns a task's events after seq, waiting until there is at least
+// one or ctx ends.
+func (r *Runner) Events(ctx context.Context, principal, id string, after int64) ([]store.Event, error) {
+	for {
+		r.mu.Lock()
+		changed := r.changed
+		r.mu.Unlock()
+		evs, err := r.store.Events(ctx, principal, id, after, 100)
+		if err != nil || len(evs) > 0 {
+			return evs, err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (r *Runner) notify() {
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Shutdown stops every run: the step in flight is cancelled, the attempt and
+// task become interrupted (host_shutdown) and the plugins are stopped. New
+// work is refused from the first moment.
+func (r *Runner) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.closing = true
+	for _, ru := range r.runs {
+		ru.cancel(errShutdown)
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	// Whatever a run could not record itself is recorded here.
+	_, err := r.store.InterruptRunning(context.WithoutCancel(ctx), store.ReasonHostShutdown, func(t store.Task) []store.NewEvent {
+		return []store.NewEvent{newEvent(EventTaskInterrupted, t, EventPayload{Reason: string(store.ReasonHostShutdown)})}
+	})
+	r.notify()
+	return err
+}
+
+// validateSpec checks the spec is a bounded JSON object with a bounded,
+// non-empty goal.
+func (r *Runner) validateSpec(spec []byte) error {
+	if len(spec) > r.set.SpecBytes {
+		return &FieldError{Field: "spec", Message: fmt.Sprintf("is %d bytes, limit %d", len(spec), r.set.SpecBytes)}
+	}
+	var s struct {
+		Goal *string `json:"goal"`
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(spec, &obj); err != nil {
+		return &FieldError{Field: "spec", Message: "must be a JSON object: " + err.Error()}
+	}
+	if err := json.Unmarshal(spec, &s); err != nil {
+		return &FieldError{Field: "spec.goal", Message: "must be a string"}
+	}
+	if s.Goal == nil || strings.TrimSpace(*s.Goal) == "" {
+		return &FieldError{Field: "spec.goal", Message: "is required and must not be empty"}
+	}
+	if n := utf8.RuneCountInString(*s.Goal); n > r.set.GoalChars {
+		return &FieldError{Field: "spec.goal", Message: fmt.Sprintf("is %d characters, limit %d", n, r.set.GoalChars)}
+	}
+	return nil
+}
+
+// limits applies defaults and refuses anything above a cap or below zero.
+func (r *Runner) limits(req Limits) (store.Budgets, error) {
+	pick := func(field string, v, def, cpv int64, min int64) (int64, error) {
+		switch {
+		case v < 0:
+			return 0, &FieldError{Field: field, Message: fmt.Sprintf("is %d: must not be negative", v)}
+		case v == 0:
+			v = def
+		}
+		if v > cpv {
+			return 0, &FieldError{Field: field, Message: fmt.Sprintf("is %d: above the cap of %d", v, cpv)}
+		}
+		if v < min {
+			return 0, &FieldError{Field: field, Message: fmt.Sprintf("is %d: must be at least %d", v, min)}
+		}
+		return v, nil
+	}
+	var b store.Budgets
+	var err error
+	d, c := r.set.Defaults, r.set.Caps
+	if b.Steps.Limit, err = pick("max_steps", req.Steps, d.Steps, c.Steps, 1); err != nil {
+		return b, err
+	}
+	if b.ToolCalls.Limit, err = pick("max_tool_calls", req.ToolCalls, d.ToolCalls, c.ToolCalls, 0); err != nil {
+		return b, err
+	}
+	if b.ModelCalls.Limit, err = pick("max_model_calls", req.ModelCalls, d.ModelCalls, c.ModelCalls, 0); err != nil {
+		return b, err
+	}
+	if b.Depth.Limit, err = pick("max_depth", req.Depth, d.Depth, c.Depth, 0); err != nil {
+		return b, err
+	}
+	var wall int64
+	if wall, err = pick("max_wall_seconds", req.WallSeconds, d.WallSeconds, c.WallSeconds, 1); err != nil {
+		return b, err
+	}
+	b.WallMillis.Limit = wall * 1000
+	return b, nil
+}
+
+// newTaskID returns an unguessable task id: 128 random bits.
+func newTaskID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "t_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+// progress records an executor's progress note as an event.
+func (r *Runner) progress(ctx context.Context, tr turn, note string) error {
+	t, err := r.store.GetTask(ctx, tr.principal, tr.taskID)
+	if err != nil {
+		return err
+	}
+	_, err = r.store.AppendEvents(ctx, tr.principal, tr.taskID, tr.runID,
+		newEvent(EventStepProgress, t, EventPayload{Attempt: tr.attempt, Note: note}))
+	r.notify()
+	return err
+}

@@ -1,0 +1,211 @@
+// Package integration tests taskhost as its users run it: real binaries, real
+// processes, real SIGKILLs, a real SQLite file.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binDir holds taskhost and the executors, built once for the package.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "thint")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	builds := [][2]string{
+		{"taskhost", "github.com/taskhost/taskhost/cmd/taskhost"},
+		{"taskhost-executor-testexec", "github.com/taskhost/taskhost/integration/testexec"},
+	}
+	for _, b := range builds {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b[0]), b[1]).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
+			os.Exit(1)
+		}
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// taskhost runs the taskhost binary to completion.
+func taskhost(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "taskhost"), args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		t.Fatalf("taskhost %v: %v\n%s", args, err, e.String())
+	}
+	return o.String(), e.String(), code
+}
+
+// started is a taskhost process running in the background.
+type started struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	stderr *bytes.Buffer
+}
+
+func startTaskhost(t *testing.T, args ...string) *started {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "taskhost"), args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e bytes.Buffer
+	cmd.Stderr = &e
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &started{cmd: cmd, lines: make(chan string, 1000), stderr: &e}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+		io.Copy(io.Discard, out)
+		close(s.lines)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return s
+}
+
+// line waits for the next stdout line for which match is true.
+func (s *started) line(t *testing.T, match func(string) bool) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-s.lines:
+			if !ok {
+				t.Fatalf("taskhost ended before the expected line; stderr:\n%s", s.stderr)
+			}
+			if match(l) {
+				return l
+			}
+		case <-timeout:
+			t.Fatal("timed out waiting for a line from taskhost")
+		}
+	}
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	eventually(t, 15*time.Second, "pid file "+path, func() bool {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+		return err == nil
+	})
+	return pid
+}
+
+func writeSpec(t *testing.T, dir string, spec map[string]any) string {
+	t.Helper()
+	data, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "spec.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// inspected is the JSON of 'taskhost inspect ID --json'.
+type inspected struct {
+	Task struct {
+		ID      string `json:"id"`
+		Status  string `json:"status"`
+		Reason  string `json:"reason"`
+		RunID   int64  `json:"run_id"`
+		Budgets map[string]struct {
+			Used  int64 `json:"used"`
+			Limit int64 `json:"limit"`
+		} `json:"budgets"`
+	} `json:"task"`
+	Attempts []struct {
+		Attempt int64  `json:"attempt"`
+		RunID   int64  `json:"run_id"`
+		Status  string `json:"status"`
+		Reason  string `json:"reason"`
+		Exit    string `json:"exit"`
+	} `json:"attempts"`
+}
+
+func inspect(t *testing.T, dataDir, id string) inspected {
+	t.Helper()
+	out, errOut, code := taskhost(t, "inspect", "--data-dir", dataDir, "--json", id)
+	if code != 0 {
+		t.Fatalf("inspect exit %d: %s", code, errOut)
+	}
+	var v inspected
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("inspect output %q: %v", out, err)
+	}
+	return v
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/taskhost/taskhost/sdk"
+)
+
+const (
+	kind          = "testexec"
+	version       = "1.0.0"
+	schema        = "testexec/1"
+	badSchema     = "testexec/999"
+	scriptedPanic = "testexec: scripted panic"
+)
+
+// executor is testexec's sdk.Executor. The SDK never runs two steps at
+// once, so its fields need no lock.
+type executor struct {
+	// stderr is the process's real stderr, for the grandchild.
+	stderr *os.File
+	// grandchild is the "sleep 300" started by spawn_grandchild, once per
+	// process.
+	grandchild *os.Process
+}
+
+func (e *executor) Describe() sdk.Description {
+	return sdk.Description{
+		Kind:              kind,
+		Version:           version,
+		CheckpointSchemas: []string{schema},
+		Capabilities:      []string{"scripted"},
+	}
+}
+
+// state is the checkpoint payload; Pad only makes it bigger.
+type state struct {
+	Done int    `json:"done"`
+	Pad  string `json:"pad,omitempty"`
+}
+
+// result is the result of a completed task; Pad only makes it bigger.
+type result struct {
+	Steps int    `json:"steps"`
+	Pad   string `json:"pad,omitempty"`
+}
+
+func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest) (_ sdk.StepResult, err error) {
+	sp, err := parseSpec(req.Spec)
+	if err != nil {
+		return sdk.Fail("executor_failed", "testexec: spec: "+err.Error()), nil
+	}
+	o := sp.Testexec
+
+	if o.IgnoreCtx {
+		// First of all, so that a test that has seen the pid file can count
+		// on SIGTERM being ignored.
+		signal.Ignore(syscall.SIGTERM)
+	}
+	if o.CancelMarker != "" {
+		// Deferred so that every way out of a cancelled step leaves the
+		// marker, whichever call noticed the cancellation.
+		defer func() {
+			if ctx.Err() == nil {
+				return
+			}
+			content := fmt.Sprintf("cancelled attempt=%d", req.Attempt)
+			if werr := writeFileAtomic(o.CancelMarker, content); werr != nil {
+				err = errors.Join(err, fmt.Errorf("testexec: cancel marker: %w", werr))
+			}
+		}()
+	}
+	if o.PIDFile != "" {
+		if err := recordAttempt(o.PIDFile, req.Attempt); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: pid file: %w", err)
+		}
+	}
+	if o.SpawnGrandchild {
+		if err := e.spawnGrandchild(o.PIDFile + ".grandchild"); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: grandchild: %w", err)
+		}
+	}
+	misbehave(o, req.Attempt)
+
+	done, err := readCheckpoint(req.Checkpoint)
+	if err != nil {
+		return sdk.Fail("checkpoint_incompatible", "testexec: "+err.Error()), nil
+	}
+	n := done + 1
+
+	if o.Progress {
+		if err := host.Progress(ctx, fmt.Sprintf("step %d", n)); err != nil && !errors.Is(err, sdk.ErrUnimplemented) {
+			return sdk.StepResult{}, fmt.Errorf("testexec: progress: %w", err)
+		}
+	}
+	if o.CallModel {
+		_, err := host.CallModel(ctx, sdk.ModelRequest{Messages: []sdk.Message{
+			{Role: "system", Content: sp.Goal},
+			{Role: "user", Content: fmt.Sprintf("step %d", n)},
+		}})
+		if err != nil {
+			if ctx.Err() != nil {
+				return sdk.StepResult{}, fmt.Errorf("testexec: model: %w", err)
+			}
+			return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
+		}
+	}
+	sleepMS := o.SleepMS
+	if o.SleepAtAttempt == req.Attempt {
+		sleepMS = o.LongSleepMS
+	}
+	if sleepMS > 0 {
+		d := time.Duration(sleepMS) * time.Millisecond
+		if o.IgnoreCtx {
+			time.Sleep(d)
+		} else if err := sleep(ctx, d); err != nil {
+			return sdk.StepResult{}, err
+		}
+	}
+	if o.FailAtStep == n {
+		return sdk.Fail(o.FailReason, "scripted failure"), nil
+	}
+
+	cp, err := checkpoint(n, o)
+	if err != nil {
+		return sdk.StepResult{}, err
+	}
+	if n >= o.Steps {
+		r := result{Steps: n}
+		res, err := padJSON(o.ResultBytes, &r, func(p string) { r.Pad = p })
+		if err != nil {
+			return sdk.StepResult{}, err
+		}
+		return sdk.Complete(fmt.Sprintf("done after %d steps", n), res, cp), nil
+	}
+	return sdk.Continue(fmt.Sprintf("step %d", n), cp), nil
+}
+
+// misbehave carries out the scripted crashes of this attempt, if any.
+// Attempts count from 1, so a zero option never fires.
+func misbehave(o options, attempt int) {
+	if attempt <= 0 {
+		return
+	}
+	if o.ExitAtAttempt == attempt {
+		os.Exit(7)
+	}
+	if o.KillAtAttempt == attempt || o.KillEveryAttempt {
+		time.Sleep(time.Duration(o.KillAfterMS) * time.Millisecond)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		// SIGKILL cannot be caught; wait here for it to land rather than
+		// go on with the step.
+		hang()
+	}
+	if o.PanicAtAttempt == attempt {
+		panic(scriptedPanic)
+	}
+}
+
+// readCheckpoint returns the number of completed steps.
+func readCheckpoint(cp *sdk.Checkpoint) (int, error) {
+	if cp == nil {
+		return 0, nil
+	}
+	if cp.Schema != schema {
+		return 0, fmt.Errorf("checkpoint schema %q, want %q", cp.Schema, schema)
+	}
+	var s state
+	if err := json.Unmarshal(cp.Payload, &s); err != nil {
+		return 0, fmt.Errorf("checkpoint payload: %w", err)
+	}
+	if s.Done < 0 {
+		return 0, fmt.Errorf("checkpoint payload: done = %d", s.Done)
+	}
+	return s.Done, nil
+}
+
+func checkpoint(n int, o options) (*sdk.Checkpoint, error) {
+	// misbehave_at_step confines checkpoint_bytes and bad_schema to one step,
+	// so that the step before it leaves a good checkpoint to keep.
+	now := o.MisbehaveAtStep == 0 || o.MisbehaveAtStep == n
+	st := state{Done: n}
+	size := 0
+	if now {
+		size = o.CheckpointBytes
+	}
+	payload, err := padJSON(size, &st, func(p string) { st.Pad = p })
+	if err != nil {
+		return nil, err
+	}
+	s := schema
+	if o.BadSchema && now {
+		s = badSchema
+	}
+	return &sdk.Checkpoint{Schema: s, Payload: payload}, nil
+}
+
+// padJSON encodes v and, when size exceeds that length, pads it through
+// setPad so that the encoding is exactly size bytes.
+func padJSON(size int, v any, setPad func(string)) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	const overhead = len(`,"pad":""`)
+	if size <= len(b)+overhead {
+		return b, nil
+	}
+	setPad(strings.Repeat("x", size-len(b)-overhead))
+	return json.Marshal(v)
+}
+
+// hostErrorKind names the sdk error an error matches.
+func hostErrorKind(err error) string {
+	for _, k := range []struct {
+		err  error
+		name string
+	}{
+		{sdk.ErrUnimplemented, "unimplemented"},
+		{sdk.ErrPermissionDenied, "permission_denied"},
+		{sdk.ErrBudgetExhausted, "budget_exhausted"},
+		{sdk.ErrInvalidArgument, "invalid_argument"},
+		{sdk.ErrHostUnavailable, "host_unavailable"},
+	} {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return "other"
+}
+
+// sleep waits for d or until ctx ends, whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// recordAttempt writes the pid and logs the attempt, so a test can find the
+// plugin to kill it and count the attempts it saw.
+func recordAttempt(pidFile string, attempt int) error {
+	if err := writeFileAtomic(pidFile, strconv.Itoa(os.Getpid())); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(pidFile+".log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(f, "attempt %d started\n", attempt); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// spawnGrandchild starts "sleep 300" holding the plugin's real stderr, which
+// makes go-plugin's Exited() wait for it after the plugin dies.
+func (e *executor) spawnGrandchild(pidFile string) error {
+	if e.grandchild != nil {
+		return nil
+	}
+	cmd := exec.Command("sleep", "300")
+	cmd.Stderr = e.stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	e.grandchild = cmd.Process
+	go func() { _ = cmd.Wait() }() // reap it if it dies while we live
+	return writeFileAtomic(pidFile, strconv.Itoa(cmd.Process.Pid))
+}
+
+// writeFileAtomic writes content by renaming a temporary file into place, so
+// that a test polling for the file never reads half of it.
+func writeFileAtomic(path, content string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.WriteString(content); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// spec is a task spec as testexec reads it. The fields are documented in
+// the package comment.
+type spec struct {
+	Goal     string  `json:"goal"`
+	Testexec options `json:"testexec"`
+}
+
+type options struct {
+	Steps           int    `json:"steps"`
+	SleepMS         int    `json:"sleep_ms"`
+	CancelMarker    string `json:"cancel_marker"`
+	PIDFile         string `json:"pid_file"`
+	ExitAtAttempt   int    `json:"exit_at_attempt"`
+	KillAtAttempt   int    `json:"kill_at_attempt"`
+	KillAfterMS     int    `json:"kill_after_ms"`
+	PanicAtAttempt  int    `json:"panic_at_attempt"`
+	IgnoreCtx       bool   `json:"ignore_ctx"`
+	SpawnGrandchild bool   `json:"spawn_grandchild"`
+	CheckpointBytes int    `json:"checkpoint_bytes"`
+	ResultBytes     int    `json:"result_bytes"`
+	BadSchema       bool   `json:"bad_schema"`
+	FailAtStep      int    `json:"fail_at_step"`
+	FailReason      string `json:"fail_reason"`
+	Progress        bool   `json:"progress"`
+	CallModel       bool   `json:"call_model"`
+
+	KillEveryAttempt bool `json:"kill_every_attempt"`
+	SleepAtAttempt   int  `json:"sleep_at_attempt"`
+	LongSleepMS      int  `json:"long_sleep_ms"`
+	MisbehaveAtStep  int  `json:"misbehave_at_step"`
+}
+
+// parseSpec decodes and checks a spec strictly: a misspelt option must fail
+// the test that used it, not silently script nothing.
+func parseSpec(raw []byte) (spec, error) {
+	var s spec
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return spec{}, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return spec{}, errors.New("trailing data after the spec object")
+	}
+	if err := s.Testexec.validate(); err != nil {
+		return spec{}, err
+	}
+	if s.Testexec.Steps == 0 {
+		s.Testexec.Steps = 1
+	}
+	if s.Testexec.FailReason == "" {
+		s.Testexec.FailReason = "executor_failed"
+	}
+	return s, nil
+}
+
+func (o options) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"steps", o.Steps},
+		{"sleep_ms", o.SleepMS},
+		{"exit_at_attempt", o.ExitAtAttempt},
+		{"kill_at_attempt", o.KillAtAttempt},
+		{"kill_after_ms", o.KillAfterMS},
+		{"panic_at_attempt", o.PanicAtAttempt},
+		{"checkpoint_bytes", o.CheckpointBytes},
+		{"result_bytes", o.ResultBytes},
+		{"fail_at_step", o.FailAtStep},
+		{"sleep_at_attempt", o.SleepAtAttempt},
+		{"long_sleep_ms", o.LongSleepMS},
+		{"misbehave_at_step", o.MisbehaveAtStep},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("testexec.%s: must not be negative, got %d", f.name, f.v)
+		}
+	}
+	if o.KillAfterMS > 0 && o.KillAtAttempt == 0 {
+		return errors.New("testexec.kill_after_ms: needs kill_at_attempt")
+	}
+	if o.SpawnGrandchild && o.PIDFile == "" {
+		return errors.New("testexec.spawn_grandchild: needs pid_file, or nobody could find the grandchild to kill it")
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package sdk
+
+import (
+	"github.com/taskhost/taskhost/shared/proto/executorpb"
+)
+
+// This file converts between the generated protocol types and the SDK's own
+// types, so that no generated type appears in the SDK's exported API and the
+// protocol can grow without breaking executors.
+
+func stepRequestFromPB(in *executorpb.StepRequest) StepRequest {
+	out := StepRequest{
+		TaskID:    in.GetTaskId(),
+		RunID:     in.GetRunId(),
+		Attempt:   int(in.GetAttempt()),
+		Spec:      in.GetSpec(),
+		Remaining: budgetsFromPB(in.GetRemaining()),
+		Limits:    budgetsFromPB(in.GetLimits()),
+	}
+	for _, s := range in.GetRecent() {
+		out.Recent = append(out.Recent, Summary{Step: int(s.GetStep()), Text: s.GetSummary()})
+	}
+	if cp := in.GetCheckpoint(); cp != nil {
+		out.Checkpoint = &Checkpoint{Schema: cp.GetSchema(), Payload: cp.GetPayload()}
+	}
+	for _, e := range in.GetIndeterminate() {
+		out.Indeterminate = append(out.Indeterminate, Effect{
+			Attempt:        int(e.GetAttempt()),
+			Seq:            int(e.GetSeq()),
+			Kind:           e.GetKind(),
+			Fingerprint:    e.GetFingerprint(),
+			IdempotencyKey: e.GetIdempotencyKey(),
+			Status:         e.GetStatus(),
+			Summary:        e.GetSummary(),
+		})
+	}
+	return out
+}
+
+func budgetsFromPB(b *executorpb.Budgets) Budgets {
+	return Budgets{
+		Steps:       b.GetSteps(),
+		ToolCalls:   b.GetToolCalls(),
+		ModelCalls:  b.GetModelCalls(),
+		Depth:       b.GetDepth(),
+		WallSeconds: b.GetWallSeconds(),
+	}
+}
+
+func checkpointToPB(cp *Checkpoint) *executorpb.Checkpoint {
+	if cp == nil {
+		return nil
+	}
+	return &executorpb.Checkpoint{Schema: cp.Schema, Payload: cp.Payload}
+}
+
+// stepResultToPB converts an executor's result. A result without a known
+// outcome (a zero StepResult, say) becomes a failure rather than a guess.
+func stepResultToPB(r StepResult) *executorpb.StepResponse {
+	switch r.Outcome {
+	case OutcomeContinue:
+		return &executorpb.StepResponse{Outcome: &executorpb.StepResponse_Continue{
+			Continue: &executorpb.StepContinue{Summary: r.Summary, Checkpoint: checkpointToPB(r.Checkpoint)},
+		}}
+	case OutcomeComplete:
+		return &executorpb.StepResponse{Outcome: &executorpb.StepResponse_Complete{
+			Complete: &executorpb.StepComplete{Summary: r.Summary, Result: r.Result, Checkpoint: checkpointToPB(r.Checkpoint)},
+		}}
+	case OutcomeFail:
+		return failResponse(r.Reason, r.Message)
+	}
+	return failResponse(reasonExecutorFailed, "executor returned a step result without an outcome ("+r.Outcome.String()+")")
+}
+
+// reasonExecutorFailed is the reason code of a step the executor could not
+// finish for a reason of its own.
+const reasonExecutorFailed = "executor_failed"
+
+// failResponse builds a failed step. The message is bounded here, once, so
+// neither an executor's Fail nor a long error chain can push an unbounded
+// text towards the store.
+func failResponse(reason, message string) *executorpb.StepResponse {
+	if reason == "" {
+		reason = reasonExecutorFailed
+	}
+	return &executorpb.StepResponse{Outcome: &executorpb.StepResponse_Fail{
+		Fail: &executorpb.StepFail{Reason: reason, Message: truncateUTF8(message, maxFailMessageBytes)},
+	}}
+}
+
+func modelRequestToPB(token string, r ModelRequest) *executorpb.CallModelRequest {
+	out := &executorpb.CallModelRequest{TurnToken: token, ParentCallToken: r.ParentCallToken}
+	for _, m := range r.Messages {
+		out.Messages = append(out.Messages, messageToPB(m))
+	}
+	for _, t := range r.Tools {
+		out.Tools = append(out.Tools, &executorpb.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: t.Parameters})
+	}
+	return out
+}
+
+func messageToPB(m Message) *executorpb.ChatMessage {
+	out := &executorpb.ChatMessage{Role: m.Role, Content: m.Content, ToolCallId: m.ToolCallID}
+	for _, c := range m.ToolCalls {
+		out.ToolCalls = append(out.ToolCalls, &executorpb.ToolCall{Id: c.ID, Name: c.Name, ArgumentsJson: c.Arguments})
+	}
+	return out
+}
+
+func messageFromPB(m *executorpb.ChatMessage) Message {
+	out := Message{Role: m.GetRole(), Content: m.GetContent(), ToolCallID: m.GetToolCallId()}
+	for _, c := range m.GetToolCalls() {
+		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: c.GetId(), Name: c.GetName(), Arguments: c.GetArgumentsJson()})
+	}
+	return out
+}
+
+func modelResponseFromPB(r *executorpb.CallModelResponse) ModelResponse {
+	return ModelResponse{
+		Message:   messageFromPB(r.GetMessage()),
+		CallToken: r.GetCallToken(),
+		Depth:     int(r.GetDepth()),
+		Replayed:  r.GetReplayed(),
+	}
+}
+
+func toolRequestToPB(token string, r ToolRequest) *executorpb.CallToolRequest {
+	return &executorpb.CallToolRequest{
+		TurnToken:      token,
+		Name:           r.Name,
+		ArgumentsJson:  r.Arguments,
+		IdempotencyKey: r.IdempotencyKey,
+	}
+}
+
+func toolResponseFromPB(r *executorpb.CallToolResponse) ToolResponse {
+	return ToolResponse{Result: r.GetResultJson(), IsError: r.GetIsError(), Replayed: r.GetReplayed()}
+}

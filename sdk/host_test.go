@@ -1,0 +1,304 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/taskhost/taskhost/shared/proto/executorpb"
+)
+
+// runStep runs one step of an executor whose Step is fn against the fake
+// broker and returns what Step returned to the host.
+func runStep(t *testing.T, es *executorServer, ctx context.Context, in *executorpb.StepRequest) *executorpb.StepResponse {
+	t.Helper()
+	resp, err := es.Step(ctx, in)
+	if err != nil {
+		t.Fatalf("Step: %v", err)
+	}
+	return resp
+}
+
+// hostStep is an executor whose Step runs fn with the step's Host.
+func hostStep(fn func(ctx context.Context, h Host) error) Executor {
+	return funcExecutor{step: func(ctx context.Context, h Host, _ StepRequest) (StepResult, error) {
+		if err := fn(ctx, h); err != nil {
+			return StepResult{}, err
+		}
+		return Continue("ok", nil), nil
+	}}
+}
+
+func newTestServer(e Executor, b *fakeBroker) *executorServer {
+	return newExecutorServer(e, b.dial, hclog.NewNullLogger())
+}
+
+// TestHostCalls makes every kind of host call and checks what crosses the
+// wire in both directions, including the turn token the executor never
+// sees.
+func TestHostCalls(t *testing.T) {
+	fh := &fakeHost{
+		model:    &executorpb.CallModelResponse{Message: &executorpb.ChatMessage{Role: "assistant", Content: "4"}, CallToken: "c1", Depth: 1},
+		tool:     &executorpb.CallToolResponse{ResultJson: `{"files":[]}`},
+		decision: "approved",
+	}
+	b := &fakeBroker{sockets: map[uint32]string{7: serveFakeHost(t, fh)}}
+	var (
+		model    ModelResponse
+		tool     ToolResponse
+		decision Decision
+	)
+	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+		var err error
+		if model, err = h.CallModel(ctx, ModelRequest{Messages: []Message{{Role: "user", Content: "2+2"}}}); err != nil {
+			return err
+		}
+		if tool, err = h.CallTool(ctx, ToolRequest{Name: "ls", Arguments: "{}", IdempotencyKey: "k"}); err != nil {
+			return err
+		}
+		if decision, err = h.RequestApproval(ctx, "delete it?"); err != nil {
+			return err
+		}
+		return h.Progress(ctx, "halfway")
+	}), b)
+	defer es.conns.close()
+
+	resp := runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "turn-1", HostServicesId: 7})
+	if resp.GetContinue() == nil {
+		t.Fatalf("step failed: %v", resp)
+	}
+	if want := (ModelResponse{Message: Message{Role: "assistant", Content: "4"}, CallToken: "c1", Depth: 1}); !reflect.DeepEqual(model, want) {
+		t.Errorf("CallModel = %+v, want %+v", model, want)
+	}
+	if want := (ToolResponse{Result: `{"files":[]}`}); tool != want {
+		t.Errorf("CallTool = %+v, want %+v", tool, want)
+	}
+	if decision != Approved {
+		t.Errorf("RequestApproval = %q, want approved", decision)
+	}
+	if got, want := fh.seenTokens(), []string{"turn-1", "turn-1", "turn-1", "turn-1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("tokens at the host = %v, want %v", got, want)
+	}
+	fh.set(func(f *fakeHost) {
+		wantModel := &executorpb.CallModelRequest{TurnToken: "turn-1", Messages: []*executorpb.ChatMessage{{Role: "user", Content: "2+2"}}}
+		if len(f.models) != 1 || !proto.Equal(f.models[0], wantModel) {
+			t.Errorf("host got model calls %v, want [%v]", f.models, wantModel)
+		}
+		wantTool := &executorpb.CallToolRequest{TurnToken: "turn-1", Name: "ls", ArgumentsJson: "{}", IdempotencyKey: "k"}
+		if len(f.tools) != 1 || !proto.Equal(f.tools[0], wantTool) {
+			t.Errorf("host got tool calls %v, want [%v]", f.tools, wantTool)
+		}
+		if !reflect.DeepEqual(f.prompts, []string{"delete it?"}) || !reflect.DeepEqual(f.notes, []string{"halfway"}) {
+			t.Errorf("host got prompts %q and notes %q", f.prompts, f.notes)
+		}
+	})
+}
+
+// TestHostErrorMapping sends real gRPC statuses from the host and checks
+// which SDK error the executor gets.
+func TestHostErrorMapping(t *testing.T) {
+	tests := []struct {
+		code      codes.Code
+		msg       string
+		want      error
+		hostError bool
+	}{
+		{codes.Unimplemented, "no model configured", ErrUnimplemented, true},
+		{codes.PermissionDenied, "stale turn token", ErrPermissionDenied, true},
+		{codes.ResourceExhausted, "model budget exhausted", ErrBudgetExhausted, true},
+		{codes.InvalidArgument, "unknown tool", ErrInvalidArgument, true},
+		{codes.Unavailable, "shutting down", ErrHostUnavailable, true},
+		{codes.Internal, "store error", ErrHostUnavailable, true},
+		{codes.Unknown, "?", ErrHostUnavailable, true},
+		{codes.Canceled, "step cancelled", context.Canceled, false},
+		{codes.DeadlineExceeded, "too slow", context.DeadlineExceeded, false},
+		// grpc's own size refusal shares ResourceExhausted with budgets.
+		{codes.ResourceExhausted, "grpc: received message larger than max (5 vs. 4)", ErrInvalidArgument, true},
+	}
+	fh := &fakeHost{}
+	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
+	for _, tt := range tests {
+		t.Run(tt.code.String()+"/"+tt.msg, func(t *testing.T) {
+			fh.set(func(f *fakeHost) { f.err = status.Error(tt.code, tt.msg) })
+			var got error
+			es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+				got = h.Progress(ctx, "note")
+				return nil
+			}), b)
+			defer es.conns.close()
+			runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+
+			if !errors.Is(got, tt.want) {
+				t.Fatalf("error = %v, want one matching %v", got, tt.want)
+			}
+			var he *HostError
+			if errors.As(got, &he) != tt.hostError {
+				t.Fatalf("error %T: *HostError = %v, want %v", got, !tt.hostError, tt.hostError)
+			}
+			if !strings.Contains(got.Error(), "Progress") {
+				t.Errorf("error %q does not name the call", got)
+			}
+		})
+	}
+}
+
+// TestHostCallCancelled cancels the step while a host call is in flight.
+func TestHostCallCancelled(t *testing.T) {
+	fh := &fakeHost{block: true, called: make(chan string, 1)}
+	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-fh.called
+		cancel()
+	}()
+	var got error
+	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+		_, got = h.CallTool(ctx, ToolRequest{Name: "sleep"})
+		return got
+	}), b)
+	defer es.conns.close()
+	_, err := es.Step(ctx, &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+	if status.Code(err) != codes.Canceled {
+		t.Errorf("Step error = %v, want Canceled", err)
+	}
+	if !errors.Is(got, context.Canceled) {
+		t.Errorf("CallTool error = %v, want context.Canceled", got)
+	}
+}
+
+func TestHostWithoutEndpoint(t *testing.T) {
+	b := &fakeBroker{}
+	var got error
+	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+		_, got = h.CallModel(ctx, ModelRequest{})
+		return nil
+	}), b)
+	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1})
+	if !errors.Is(got, ErrUnimplemented) {
+		t.Errorf("CallModel without an endpoint = %v, want ErrUnimplemented", got)
+	}
+	if d := b.dialed(); len(d) != 0 {
+		t.Errorf("dialled %v without an endpoint id", d)
+	}
+}
+
+// TestHostConnection checks that the connection is dialled once per
+// endpoint, redialled when the host names another one, and retried after a
+// failed dial.
+func TestHostConnection(t *testing.T) {
+	first, second := &fakeHost{}, &fakeHost{}
+	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, first), 2: serveFakeHost(t, second)}}
+	var errs []error
+	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+		errs = append(errs, h.Progress(ctx, "n"))
+		return nil
+	}), b)
+	defer es.conns.close()
+	step := func(id uint32) {
+		t.Helper()
+		runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: id})
+	}
+
+	step(1)
+	step(1)
+	step(2)
+	b.fail = errors.New("timeout waiting for connection info")
+	step(3)
+	b.fail = nil
+	step(2)
+
+	if got, want := b.dialed(), []uint32{1, 2, 3, 2}; !reflect.DeepEqual(got, want) {
+		t.Errorf("dials = %v, want %v", got, want)
+	}
+	if n := len(first.seenTokens()); n != 2 {
+		t.Errorf("first endpoint got %d calls, want 2", n)
+	}
+	if n := len(second.seenTokens()); n != 2 {
+		t.Errorf("second endpoint got %d calls, want 2", n)
+	}
+	for i, err := range errs {
+		if i == 3 {
+			if !errors.Is(err, ErrHostUnavailable) || !strings.Contains(err.Error(), "timeout waiting for connection info") {
+				t.Errorf("call after a failed dial = %v, want ErrHostUnavailable with the cause", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+}
+
+// TestHostHandleEndsWithStep keeps the Host past Step's return, as a leaked
+// goroutine would, and checks it can no longer reach the host.
+func TestHostHandleEndsWithStep(t *testing.T) {
+	fh := &fakeHost{}
+	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
+	var kept Host
+	es := newTestServer(hostStep(func(_ context.Context, h Host) error {
+		kept = h
+		return nil
+	}), b)
+	defer es.conns.close()
+	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+
+	if err := kept.Progress(context.Background(), "late"); !errors.Is(err, ErrPermissionDenied) {
+		t.Errorf("Progress after the step = %v, want ErrPermissionDenied", err)
+	}
+	if got := fh.seenTokens(); len(got) != 0 {
+		t.Errorf("host got %d calls from an ended step", len(got))
+	}
+}
+
+// TestHostMessageLimits checks the 4 MiB bound on host calls both ways; the
+// fake host itself would accept and send more.
+func TestHostMessageLimits(t *testing.T) {
+	fh := &fakeHost{}
+	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
+	huge := strings.Repeat("x", maxMessageBytes+1)
+	var reqErr, respErr error
+	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+		_, reqErr = h.CallModel(ctx, ModelRequest{Messages: []Message{{Role: "user", Content: huge}}})
+		fh.set(func(f *fakeHost) { f.tool = &executorpb.CallToolResponse{ResultJson: huge} })
+		_, respErr = h.CallTool(ctx, ToolRequest{Name: "cat"})
+		return nil
+	}), b)
+	defer es.conns.close()
+	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+
+	if !errors.Is(reqErr, ErrInvalidArgument) {
+		t.Errorf("oversized request: %v, want ErrInvalidArgument", reqErr)
+	}
+	if !errors.Is(respErr, ErrInvalidArgument) || errors.Is(respErr, ErrBudgetExhausted) {
+		t.Errorf("oversized response: %v, want ErrInvalidArgument (not a budget)", respErr)
+	}
+	fh.set(func(f *fakeHost) {
+		if len(f.models) != 0 {
+			t.Error("the oversized request reached the host")
+		}
+	})
+}
+
+func TestHostUnknownDecisionIsNotApproval(t *testing.T) {
+	fh := &fakeHost{decision: "maybe"}
+	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
+	var d Decision
+	var err error
+	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+		d, err = h.RequestApproval(ctx, "ok?")
+		return nil
+	}), b)
+	defer es.conns.close()
+	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+	if d == Approved || err == nil {
+		t.Errorf("RequestApproval = (%q, %v), want an error", d, err)
+	}
+}

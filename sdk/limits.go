@@ -1,0 +1,37 @@
+package sdk
+
+import (
+	"time"
+	"unicode/utf8"
+)
+
+const (
+	// maxMessageBytes bounds every gRPC message in both directions, on both
+	// the executor service and the host-services connection. go-plugin's
+	// defaults are asymmetric (the client accepts ~2 GiB, a server 4 MiB), so
+	// the SDK sets the bound explicitly everywhere.
+	maxMessageBytes = 4 << 20
+
+	// maxFailMessageBytes bounds the message of a failed step. The host keeps
+	// it in the store and in events, so it must not grow with an error chain.
+	maxFailMessageBytes = 2000
+
+	// parentPollInterval is how often the plugin checks that the host that
+	// started it is still its parent.
+	parentPollInterval = 100 * time.Millisecond
+
+	// orphanExitCode is the exit status of a plugin whose host died.
+	orphanExitCode = 3
+)
+
+// truncateUTF8 returns s cut to at most n bytes without splitting a rune.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

@@ -1,0 +1,61 @@
+package sdk
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// parentWatch notices that the process that started the plugin is gone.
+//
+// The host sets a parent-death signal on the plugin, but that signal fires
+// when the forking *thread* exits and is lost if the host forked from a
+// thread that lives on; a plugin that outlives its host would keep a task's
+// effects going with nobody to record them. When the parent dies the kernel
+// reparents the plugin (to init or a subreaper), so a changed parent pid is
+// the host's death, whatever killed it.
+type parentWatch struct {
+	getppid  func() int
+	interval time.Duration
+	parent   int
+}
+
+// newParentWatch records the current parent at once, so that a parent that
+// dies right after start-up is still noticed.
+func newParentWatch(getppid func() int, interval time.Duration) *parentWatch {
+	return &parentWatch{getppid: getppid, interval: interval, parent: getppid()}
+}
+
+// wait blocks until the parent pid differs from the one recorded at start,
+// and returns the new one, or until ctx is done.
+func (w *parentWatch) wait(ctx context.Context) (int, error) {
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-t.C:
+			if p := w.getppid(); p != w.parent {
+				return p, nil
+			}
+		}
+	}
+}
+
+// exitWhenOrphaned starts watching the real parent and exits the process
+// with orphanExitCode when it goes away. There is no one left to report to
+// and no step result could be recorded, so exiting is the only useful act.
+func exitWhenOrphaned(logger hclog.Logger) {
+	w := newParentWatch(os.Getppid, parentPollInterval)
+	go func() {
+		now, err := w.wait(context.Background())
+		if err != nil {
+			return
+		}
+		logger.Error("host process is gone; exiting", "host_pid", w.parent, "new_parent_pid", now)
+		os.Exit(orphanExitCode)
+	}()
+}

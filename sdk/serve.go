@@ -1,0 +1,91 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/taskhost/taskhost/shared/proto/executorpb"
+)
+
+// Serve runs e as a taskhost executor plugin. Call it from main; it returns
+// when the host stops the plugin.
+//
+// Print nothing to stdout before calling Serve: go-plugin's handshake is the
+// first line on stdout. Serve exits the process with status 1 when e
+// describes itself invalidly, and with status 3 when the host process dies.
+func Serve(e Executor) {
+	logger := newLogger()
+	if e == nil {
+		logger.Error("sdk.Serve: nil executor")
+		os.Exit(1)
+	}
+	if err := validateDescription(e.Describe()); err != nil {
+		logger.Error("invalid executor description", "error", err)
+		os.Exit(1)
+	}
+	exitWhenOrphaned(logger)
+	plugin.Serve(serveConfig(e, logger))
+}
+
+// newLogger logs JSON lines to stderr, which go-plugin's host parses and
+// re-logs with their levels. It holds the process's stderr as it is now:
+// go-plugin later swaps os.Stderr for a pipe of its own.
+func newLogger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "executor",
+		Level:      hclog.Info,
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+}
+
+func handshakeConfig() plugin.HandshakeConfig {
+	return plugin.HandshakeConfig{
+		// The protocol version is negotiated through VersionedPlugins.
+		MagicCookieKey:   executorpb.MagicCookieKey,
+		MagicCookieValue: executorpb.MagicCookieValue,
+	}
+}
+
+func serveConfig(e Executor, logger hclog.Logger) *plugin.ServeConfig {
+	return &plugin.ServeConfig{
+		HandshakeConfig: handshakeConfig(),
+		VersionedPlugins: map[int]plugin.PluginSet{
+			executorpb.ProtocolVersion: {executorpb.PluginName: &grpcPlugin{exec: e, logger: logger}},
+		},
+		GRPCServer: newGRPCServer,
+		Logger:     logger,
+	}
+}
+
+// newGRPCServer bounds messages both ways at the protocol's limit; grpc's
+// own server defaults are 4 MiB in but ~2 GiB out.
+func newGRPCServer(opts []grpc.ServerOption) *grpc.Server {
+	opts = append(opts, grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
+	return grpc.NewServer(opts...)
+}
+
+// grpcPlugin is the executor as a go-plugin plugin. Only the plugin side
+// lives in the SDK; the host has its own client.
+type grpcPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+
+	exec   Executor
+	logger hclog.Logger
+}
+
+var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
+
+func (p *grpcPlugin) GRPCServer(b *plugin.GRPCBroker, s *grpc.Server) error {
+	executorpb.RegisterExecutorServer(s, newExecutorServer(p.exec, brokerDialer(b), p.logger))
+	return nil
+}
+
+func (p *grpcPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, errors.New("sdk: the executor SDK implements only the plugin side")
+}

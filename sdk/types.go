@@ -1,0 +1,221 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Executor is what an executor author implements. One plugin process serves
+// one running task; Step is called once per step, never concurrently.
+type Executor interface {
+	// Describe reports what the executor is. It must be cheap and constant.
+	Describe() Description
+	// Step runs one step. ctx is cancelled when the host cancels the task or
+	// stops the run: return promptly (ctx.Err() is fine) and stop every effect
+	// you started. A returned error is reported as an executor failure.
+	Step(ctx context.Context, host Host, req StepRequest) (StepResult, error)
+}
+
+// Description is an executor's identity and capabilities.
+type Description struct {
+	Kind    string // e.g. "legacy"; lowercase letters, digits, '-' and '_'
+	Version string // the executor's own version, e.g. "1.2.0"
+	// CheckpointSchemas lists every checkpoint schema Step accepts, newest
+	// first. A task whose checkpoint has another schema fails closed.
+	CheckpointSchemas []string
+	Capabilities      []string
+	Runtime           map[string]string // facts such as a runtime's version
+}
+
+// Budgets is a coarse view of a task's budgets (limits or what remains).
+type Budgets struct {
+	Steps       int64
+	ToolCalls   int64
+	ModelCalls  int64
+	Depth       int64
+	WallSeconds int64
+}
+
+// Summary is the summary of one completed step.
+type Summary struct {
+	Step int
+	Text string
+}
+
+// Checkpoint is an executor's own state between steps. The host stores only
+// the latest one, bounded, and never looks inside Payload.
+type Checkpoint struct {
+	Schema  string
+	Payload []byte
+}
+
+// Effect is a ledger entry of a model, tool or approval effect.
+type Effect struct {
+	Attempt        int
+	Seq            int
+	Kind           string // "model", "tool", "approval"
+	Fingerprint    string
+	IdempotencyKey string
+	Status         string
+	Summary        string
+}
+
+// StepRequest is everything the executor learns about a task for one step.
+type StepRequest struct {
+	TaskID  string
+	RunID   uint64
+	Attempt int
+	// Spec is the task spec as its creator gave it: JSON with at least "goal".
+	Spec []byte
+	// Recent holds the most recent completed step summaries, oldest first.
+	Recent []Summary
+	// Checkpoint is nil on a task's first step.
+	Checkpoint *Checkpoint
+	Remaining  Budgets
+	Limits     Budgets
+	// Indeterminate lists effects that were in flight when an earlier attempt
+	// died. Do not re-run a non-idempotent one on your own: treat it as
+	// failed or ask for an approval to retry.
+	Indeterminate []Effect
+}
+
+// Outcome is the kind of a step's result.
+type Outcome int
+
+const (
+	OutcomeContinue Outcome = iota + 1
+	OutcomeComplete
+	OutcomeFail
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeContinue:
+		return "continue"
+	case OutcomeComplete:
+		return "complete"
+	case OutcomeFail:
+		return "fail"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// StepResult is a step's typed outcome. Build it with Continue, Complete or
+// Fail.
+type StepResult struct {
+	Outcome    Outcome
+	Summary    string
+	Result     []byte      // Complete only
+	Checkpoint *Checkpoint // nil keeps the previous checkpoint
+	Reason     string      // Fail only: a reason code such as "no_progress"
+	Message    string      // Fail only
+}
+
+// Continue ends the step with more work to do.
+func Continue(summary string, cp *Checkpoint) StepResult {
+	return StepResult{Outcome: OutcomeContinue, Summary: summary, Checkpoint: cp}
+}
+
+// Complete ends the task successfully with result.
+func Complete(summary string, result []byte, cp *Checkpoint) StepResult {
+	return StepResult{Outcome: OutcomeComplete, Summary: summary, Result: result, Checkpoint: cp}
+}
+
+// Fail ends the task as failed. reason is a reason code; the host maps codes
+// it does not know to "executor_failed".
+func Fail(reason, message string) StepResult {
+	return StepResult{Outcome: OutcomeFail, Reason: reason, Message: message}
+}
+
+// Host is the executor's only way to the outside world. Every call is counted
+// against the task's budgets, gated and recorded by the host, and cancelled
+// with ctx.
+type Host interface {
+	CallModel(ctx context.Context, req ModelRequest) (ModelResponse, error)
+	CallTool(ctx context.Context, req ToolRequest) (ToolResponse, error)
+	RequestApproval(ctx context.Context, prompt string) (Decision, error)
+	// Progress reports a short note that becomes a task event.
+	Progress(ctx context.Context, note string) error
+}
+
+// Message is one chat message.
+type Message struct {
+	Role       string // "system", "user", "assistant", "tool"
+	Content    string
+	ToolCalls  []ToolCall
+	ToolCallID string
+}
+
+// ToolCall is a model's request to call a tool.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string // JSON
+}
+
+// ToolSpec describes a tool offered to the model.
+type ToolSpec struct {
+	Name        string
+	Description string
+	Parameters  string // JSON schema
+}
+
+// ModelRequest is one model call.
+type ModelRequest struct {
+	Messages []Message
+	Tools    []ToolSpec
+	// ParentCallToken is the CallToken of the model call this one recurses
+	// from, or empty at the root. The host computes the depth from it.
+	ParentCallToken string
+}
+
+// ModelResponse is a model's reply.
+type ModelResponse struct {
+	Message   Message
+	CallToken string
+	Depth     int
+	Replayed  bool // served from the ledger of a re-run step
+}
+
+// ToolRequest is one tool call.
+type ToolRequest struct {
+	Name           string
+	Arguments      string // JSON
+	IdempotencyKey string
+}
+
+// ToolResponse is a tool's result.
+type ToolResponse struct {
+	Result   string // JSON
+	IsError  bool
+	Replayed bool
+}
+
+// Decision is the answer to an approval request.
+type Decision string
+
+const (
+	Approved Decision = "approved"
+	Rejected Decision = "rejected"
+)
+
+// Errors a Host call may return; match them with errors.Is.
+var (
+	ErrUnimplemented    = errors.New("host service not implemented")
+	ErrPermissionDenied = errors.New("permission denied")
+	ErrBudgetExhausted  = errors.New("budget exhausted")
+	ErrInvalidArgument  = errors.New("invalid argument")
+	ErrHostUnavailable  = errors.New("host unavailable")
+)
+
+// HostError is an error from a Host call. It matches one of the Err values
+// above through errors.Is.
+type HostError struct {
+	Kind    error
+	Message string
+}
+
+func (e *HostError) Error() string { return fmt.Sprintf("%v: %s", e.Kind, e.Message) }
+
+func (e *HostError) Unwrap() error { return e.Kind }

@@ -1,0 +1,17 @@
+// Package executorpb holds the generated executor protocol and the few
+// constants both ends of a go-plugin connection must agree on.
+package executorpb
+
+// Handshake values shared by the host and every executor plugin. A process
+// started without the cookie is not a plugin launched by taskhost and exits.
+const (
+	MagicCookieKey   = "TASKHOST_EXECUTOR_PLUGIN"
+	MagicCookieValue = "7f3c1b0e-taskhost-executor"
+
+	// ProtocolVersion is negotiated through go-plugin's VersionedPlugins.
+	ProtocolVersion = 1
+
+	// PluginName is the key of the executor in go-plugin's plugin set.
+	PluginName = "executor"
+)
+

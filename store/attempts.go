@@ -1,0 +1,369 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ClaimAttempt claims the next step attempt of a task running in runID and
+// charges the step budget for it, in one transaction: the attempt row
+// (Number = previous + 1, running) exists if and only if the step was
+// charged. When the step budget is spent it returns a *BudgetError and
+// writes nothing. A task that is not running in runID gives ErrNotFound or a
+// *TransitionError; a task whose previous attempt is still running gives
+// ErrConflict (close it first with FinishAttempt or AbandonAttempt).
+func (s *Store) ClaimAttempt(ctx context.Context, principal, id string, runID int64, events ...NewEvent) (Attempt, Task, error) {
+	if err := s.checkEvents(events); err != nil {
+		return Attempt{}, Task{}, err
+	}
+	var a Attempt
+	var t Task
+	err := s.write(ctx, func(tx *txn) error {
+		now := nanos(s.now())
+		var err error
+		t, err = scanTask(tx.QueryRowContext(ctx, qClaimTask, now, id, principal, runID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return claimRefused(ctx, tx, principal, id, runID)
+		}
+		if err != nil {
+			return err
+		}
+		var last int64
+		var running sql.NullInt64
+		if err := tx.QueryRowContext(ctx, qAttemptsHead, id).Scan(&last, &running); err != nil {
+			return err
+		}
+		if running.Valid {
+			return fmt.Errorf("task %s: attempt %d is still running: %w", id, running.Int64, ErrConflict)
+		}
+		a, err = scanAttempt(tx.QueryRowContext(ctx, qInsertAttempt, id, last+1, runID, now))
+		if err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, id, t.RunID, events)
+		return err
+	})
+	if err != nil {
+		return Attempt{}, Task{}, err
+	}
+	return a, t, nil
+}
+
+const (
+	qClaimTask = `UPDATE tasks SET steps_used = steps_used + 1, updated_ns = ?
+		WHERE id = ? AND principal_id = ? AND status = 'running' AND run_id = ? AND steps_used < steps_limit
+		RETURNING ` + taskCols
+	// Both lookups are index seeks: the last number from the primary key,
+	// a running attempt from the small partial index of running attempts.
+	qAttemptsHead = `SELECT coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1), 0),
+		(SELECT number FROM attempts INDEXED BY attempts_running WHERE task_id = ?1 AND status = 'running' LIMIT 1)`
+	qInsertAttempt = `INSERT INTO attempts (task_id, number, run_id, status, started_ns)
+		VALUES (?, ?, ?, 'running', ?) RETURNING ` + attemptCols
+	qClaimRefused = `SELECT status, run_id, steps_used, steps_limit FROM tasks WHERE id = ? AND principal_id = ?`
+)
+
+// claimRefused explains a claim that matched no row.
+func claimRefused(ctx context.Context, tx *txn, principal, id string, runID int64) error {
+	var st Status
+	var run, used, limit int64
+	err := tx.QueryRowContext(ctx, qClaimRefused, id, principal).Scan(&st, &run, &used, &limit)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return notFound(id)
+	case err != nil:
+		return err
+	case st != StatusRunning || run != runID:
+		return &TransitionError{TaskID: id, Current: st, RunID: run, WantRunID: runID}
+	}
+	return &BudgetError{Budget: "steps", Limit: limit, Used: used}
+}
+
+// FinishAttempt records the end of a running attempt. The attempt row, the
+// checkpoint, the result, wall time and (when TaskTo is set) the task's
+// status change commit together or not at all.
+type FinishAttempt struct {
+	PrincipalID, TaskID string
+	RunID               int64
+	Number              int64
+
+	Status     AttemptStatus // completed, failed, interrupted or cancelled
+	Outcome    string        // "continue", "complete", "fail" or ""
+	Summary    string
+	Reason     Reason
+	Message    string
+	ExitCode   int
+	ExitSignal string
+	StderrTail string
+
+	Checkpoint     []byte // nil (or empty) keeps the stored checkpoint
+	Result         []byte // only with TaskTo completed
+	WallMillisUsed int64  // absolute; stored as max(stored, this)
+
+	TaskTo      Status // "" leaves the task's status as it is; else the target
+	TaskReason  Reason
+	TaskMessage string
+
+	Events []NewEvent
+}
+
+// liveStatuses are the task statuses in which an attempt may finish.
+var liveStatuses = []Status{StatusRunning, StatusWaitingApproval}
+
+// checkFinish validates f against the store's limits before anything is written.
+// It returns the statuses the task may be in for the compare-and-set.
+func (s *Store) checkFinish(f *FinishAttempt) ([]Status, error) {
+	switch {
+	case !f.Status.closed():
+		return nil, invalidf("an attempt cannot finish as %q", f.Status)
+	case !validOutcome(f.Outcome):
+		return nil, invalidf("unknown outcome %q", f.Outcome)
+	case f.WallMillisUsed < 0:
+		return nil, invalidf("negative wall time")
+	case f.Result != nil && f.TaskTo != StatusCompleted:
+		return nil, invalidf("a result is only stored when the task completes")
+	}
+	for _, r := range []Reason{f.Reason, f.TaskReason} {
+		if err := checkReason(r); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range []struct {
+		field    string
+		n, limit int
+	}{
+		{"summary", len(f.Summary), s.lim.Summary},
+		{"message", len(f.Message), s.lim.Message},
+		{"message", len(f.TaskMessage), s.lim.Message},
+		{"stderr_tail", len(f.StderrTail), s.lim.StderrTail},
+		{"checkpoint", len(f.Checkpoint), s.lim.Checkpoint},
+		{"result", len(f.Result), s.lim.Result},
+	} {
+		if err := checkSize(c.field, c.n, c.limit); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.checkEvents(f.Events); err != nil {
+		return nil, err
+	}
+	if f.TaskTo == "" {
+		return liveStatuses, nil
+	}
+	if !f.TaskTo.valid() {
+		return nil, invalidf("unknown status %q", f.TaskTo)
+	}
+	var from []Status
+	for _, st := range liveStatuses {
+		if Legal(st, f.TaskTo) {
+			from = append(from, st)
+		}
+	}
+	if len(from) == 0 {
+		return nil, invalidf("a live task cannot become %s", f.TaskTo)
+	}
+	return from, nil
+}
+
+// FinishAttempt closes a running attempt and applies its effects on the
+// task in one transaction. The attempt must be running in f.RunID (else
+// ErrConflict or ErrNotFound). The task must still be live (running or
+// waiting_approval) in f.RunID: if a concurrent change won — a Cancel, say —
+// nothing is written and a *TransitionError is returned; the caller then
+// closes the attempt with AbandonAttempt. Every size is checked first: a
+// *LimitError naming the field means nothing was written.
+func (s *Store) FinishAttempt(ctx context.Context, f FinishAttempt) (Task, error) {
+	from, err := s.checkFinish(&f)
+	if err != nil {
+		return Task{}, err
+	}
+	var t Task
+	err = s.write(ctx, func(tx *txn) error {
+		if err := runningAttempt(ctx, tx, f.PrincipalID, f.TaskID, f.Number, f.RunID); err != nil {
+			return err
+		}
+		now := nanos(s.now())
+		var checkpoint, result any // nil binds NULL: coalesce keeps the stored value
+		if len(f.Checkpoint) > 0 {
+			checkpoint = f.Checkpoint
+		}
+		if f.Result != nil {
+			result = f.Result
+		}
+		args := []any{f.WallMillisUsed, checkpoint, result, now, f.TaskID, f.PrincipalID, f.RunID}
+		if f.TaskTo != "" {
+			args = append(args, string(f.TaskTo), string(f.TaskReason), f.TaskMessage)
+		}
+		for _, st := range from {
+			args = append(args, string(st))
+		}
+		var err error
+		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(f.TaskTo != "", len(from)), args...))
+		if errors.Is(err, sql.ErrNoRows) {
+			cur, run, err := taskState(ctx, tx, f.PrincipalID, f.TaskID)
+			if err != nil {
+				return err
+			}
+			return &TransitionError{TaskID: f.TaskID, Current: cur, To: f.TaskTo, RunID: run, WantRunID: f.RunID}
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, qFinishAttemptRow, string(f.Status), f.Outcome, f.Summary, string(f.Reason), f.Message, now,
+			f.ExitCode, f.ExitSignal, f.StderrTail, f.TaskID, f.Number); err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, f.Events)
+		return err
+	})
+	if err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+// finishTaskSQL is the task side of FinishAttempt: wall time only grows, a
+// nil checkpoint or result keeps the stored one, and the status changes only
+// when setStatus — all under the same compare-and-set on run and status.
+func finishTaskSQL(setStatus bool, n int) string {
+	set, first := "", 8
+	if setStatus {
+		set, first = `, status = ?8, reason = ?9, message = ?10`, 11
+	}
+	return `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?1), checkpoint = coalesce(?2, checkpoint),
+			result = coalesce(?3, result), updated_ns = ?4` + set + `
+		WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN (` + numbered(first, n) + `)
+		RETURNING ` + taskCols
+}
+
+const (
+	qFinishAttemptRow = `UPDATE attempts SET status = ?, outcome = ?, summary = ?, reason = ?,
+			message = ?, ended_ns = ?, exit_code = ?, exit_signal = ?, stderr_tail = ?
+		WHERE task_id = ? AND number = ? AND status = 'running'`
+	qRunningAttempt = `SELECT a.status, a.run_id FROM attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE a.task_id = ? AND a.number = ? AND t.principal_id = ?`
+	qAbandonAttempt = `UPDATE attempts SET status = ?, reason = ?, message = ?, ended_ns = ?
+		WHERE task_id = ? AND number = ? AND status = 'running'`
+	qAttemptStatus = `SELECT status FROM attempts WHERE task_id = ? AND number = ?`
+	qChargeWall    = `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?) WHERE id = ?`
+)
+
+// runningAttempt checks, inside tx, that principal's task id has attempt
+// number running in runID.
+func runningAttempt(ctx context.Context, tx *txn, principal, id string, number, runID int64) error {
+	var st AttemptStatus
+	var run int64
+	err := tx.QueryRowContext(ctx, qRunningAttempt, id, number, principal).Scan(&st, &run)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, _, err := taskState(ctx, tx, principal, id); err != nil {
+			return err
+		}
+		return fmt.Errorf("task %s: attempt %d: %w", id, number, ErrNotFound)
+	case err != nil:
+		return err
+	case st != AttemptRunning:
+		return fmt.Errorf("task %s: attempt %d is already %s: %w", id, number, st, ErrConflict)
+	case run != runID:
+		return fmt.Errorf("task %s: attempt %d belongs to run %d, not %d: %w", id, number, run, runID, ErrConflict)
+	}
+	return nil
+}
+
+// AbandonAttempt closes a running attempt whatever its task's status — the
+// task was cancelled or interrupted under it, so FinishAttempt refused — and
+// charges wall time as max(stored, wallMillisUsed): the time was spent even
+// though the step's outcome is discarded.
+func (s *Store) AbandonAttempt(ctx context.Context, principal, id string, number int64, status AttemptStatus, reason Reason, message string, wallMillisUsed int64, events ...NewEvent) error {
+	switch {
+	case !status.closed():
+		return invalidf("an attempt cannot end as %q", status)
+	case wallMillisUsed < 0:
+		return invalidf("negative wall time")
+	}
+	if err := checkReason(reason); err != nil {
+		return err
+	}
+	if err := checkSize("message", len(message), s.lim.Message); err != nil {
+		return err
+	}
+	if err := s.checkEvents(events); err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error {
+		_, run, err := taskState(ctx, tx, principal, id)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, qAbandonAttempt, string(status), string(reason), message, nanos(s.now()), id, number)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			var st AttemptStatus
+			err := tx.QueryRowContext(ctx, qAttemptStatus, id, number).Scan(&st)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("task %s: attempt %d: %w", id, number, ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("task %s: attempt %d is already %s: %w", id, number, st, ErrConflict)
+		}
+		if _, err := tx.ExecContext(ctx, qChargeWall, wallMillisUsed, id); err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, id, run, events)
+		return err
+	})
+}
+
+// ListAttempts returns all of a task's attempts, oldest first.
+func (s *Store) ListAttempts(ctx context.Context, principal, id string) ([]Attempt, error) {
+	return s.attempts(ctx, principal, id, `SELECT `+attemptCols+` FROM attempts
+		WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2)
+		ORDER BY number`)
+}
+
+// RecentSummaries returns the last n completed attempts whose outcome is
+// continue or complete — the step summaries an executor is shown — oldest
+// first.
+func (s *Store) RecentSummaries(ctx context.Context, principal, id string, n int) ([]Attempt, error) {
+	n = min(max(n, 0), 1000)
+	out, err := s.attempts(ctx, principal, id, `SELECT `+attemptCols+` FROM attempts
+		WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2)
+			AND status = 'completed' AND outcome IN ('continue', 'complete')
+		ORDER BY number DESC LIMIT ?3`, n)
+	slices.Reverse(out)
+	return out, err
+}
+
+// attempts runs an attempts query whose ?1 is the task id and ?2 the
+// principal; an empty answer is told apart from a missing task.
+func (s *Store) attempts(ctx context.Context, principal, id, query string, extra ...any) ([]Attempt, error) {
+	rows, err := s.readRows(ctx, query, append([]any{id, principal}, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Attempt
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if err := s.taskExists(ctx, principal, id); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

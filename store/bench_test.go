@@ -1,0 +1,79 @@
+package store
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkClaimFinish measures one durable step as the runner performs it:
+// claim an attempt (charging the step budget) and record its outcome with a
+// 1 KiB checkpoint — two transactions, each with one event.
+func BenchmarkClaimFinish(b *testing.B) {
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		b.Run(sync, func(b *testing.B) {
+			ctx := context.Background()
+			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			budgets := defaultBudgets()
+			budgets.Steps.Limit = int64(b.N) + 1
+			if _, err := s.CreateTask(ctx, NewTask{ID: "bench", PrincipalID: "p", Executor: "legacy",
+				Spec: []byte(`{"goal":"bench"}`), Limits: budgets}); err != nil {
+				b.Fatal(err)
+			}
+			task, err := s.StartRun(ctx, "p", "bench", StatusPending)
+			if err != nil {
+				b.Fatal(err)
+			}
+			checkpoint := make([]byte, 1024)
+			started := []byte(`{"attempt":1,"steps":"1/20"}`)
+			completed := []byte(`{"attempt":1,"outcome":"continue","steps":"1/20"}`)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				a, _, err := s.ClaimAttempt(ctx, "p", "bench", task.RunID, NewEvent{Type: "step.started", Payload: started})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.FinishAttempt(ctx, FinishAttempt{
+					PrincipalID: "p", TaskID: "bench", RunID: task.RunID, Number: a.Number,
+					Status: AttemptCompleted, Outcome: "continue", Summary: "did a step",
+					Checkpoint: checkpoint, WallMillisUsed: int64(i),
+					Events: []NewEvent{{Type: "step.completed", Payload: completed}},
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCommitBaseline is the floor the step is measured against: one
+// transaction updating one row, on a file opened the same way, so results
+// from different machines (or loads) can be compared by ratio.
+func BenchmarkCommitBaseline(b *testing.B) {
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		b.Run(sync, func(b *testing.B) {
+			ctx := context.Background()
+			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			createTask(b, s, "p", "bench")
+			task, err := s.StartRun(ctx, "p", "bench", StatusPending)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if err := s.Heartbeat(ctx, "p", "bench", task.RunID, int64(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

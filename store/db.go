@@ -1,0 +1,274 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Primary SQLite result codes the store reacts to.
+const (
+	sqliteReadOnly   = sqlite3.SQLITE_READONLY
+	sqliteCorrupt    = sqlite3.SQLITE_CORRUPT
+	sqliteNotADB     = sqlite3.SQLITE_NOTADB
+	sqliteCantOpen   = sqlite3.SQLITE_CANTOPEN
+	sqliteConstraint = sqlite3.SQLITE_CONSTRAINT
+)
+
+// sqliteCode is the primary result code of a SQLite error in err's chain, or
+// 0. The driver enables extended codes; the low byte is the primary one.
+func sqliteCode(err error) int {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() & 0xff
+	}
+	return 0
+}
+
+// write runs fn in one IMMEDIATE transaction on the writer connection and
+// commits it if fn returns nil. Every multi-row change goes through here, so
+// either all of it is stored or none of it.
+func (s *Store) write(ctx context.Context, fn func(tx *txn) error) error {
+	if s.w == nil {
+		return ErrReadOnly
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return s.dbErr(err)
+	}
+	if err := fn(&txn{tx: tx, s: s}); err != nil {
+		tx.Rollback() //nolint:errcheck // fn's error is the one to report
+		return s.dbErr(err)
+	}
+	return s.dbErr(tx.Commit())
+}
+
+// txn is a write transaction whose statements were prepared once, at Open:
+// parsing and planning costs more than executing these small statements, and
+// the runner issues the same few on every step. (They cannot be prepared
+// lazily: preparing needs the writer's only connection, which the
+// transaction holds.)
+type txn struct {
+	tx *sql.Tx
+	s  *Store
+}
+
+func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := t.s.prepared[query]; st != nil {
+		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	t.s.unprepared.Add(1)
+	return t.tx.QueryRowContext(ctx, query, args...)
+}
+
+func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := t.s.prepared[query]; st != nil {
+		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	t.s.unprepared.Add(1)
+	return t.tx.QueryContext(ctx, query, args...)
+}
+
+func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := t.s.prepared[query]; st != nil {
+		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	t.s.unprepared.Add(1)
+	return t.tx.ExecContext(ctx, query, args...)
+}
+
+// writeQueries is every statement the write paths run. A query missing here
+// still works, unprepared (and counted in Store.unprepared, which the tests
+// check stays zero).
+func writeQueries() []string {
+	qs := []string{
+		qInsertTask, qTaskByID, qTaskState, qHeartbeat,
+		qInsertEvent, qTrimEvents,
+		qClaimTask, qClaimRefused, qAttemptsHead, qInsertAttempt,
+		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, qChargeWall,
+		qInterruptTasks, qInterruptAttempts,
+	}
+	// The status lists of a compare-and-set are deduplicated and every
+	// status in them is a legal predecessor, so these are all the shapes.
+	most := 0
+	for _, from := range legalFrom {
+		most = max(most, len(from))
+	}
+	for n := 1; n <= most; n++ {
+		qs = append(qs, transitionSQL(n))
+	}
+	for n := 1; n <= len(liveStatuses); n++ {
+		qs = append(qs, finishTaskSQL(false, n), finishTaskSQL(true, n))
+	}
+	return qs
+}
+
+// prepare prepares writeQueries on the writer.
+func (s *Store) prepare(ctx context.Context) error {
+	s.prepared = make(map[string]*sql.Stmt)
+	for _, q := range writeQueries() {
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", q, err)
+		}
+		s.prepared[q] = st
+	}
+	return nil
+}
+
+// readRow and readRows run a query on the reader pool through a lazily
+// filled statement cache (readers hold no transaction, so a prepare can
+// always get a connection).
+func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := s.readStmts.get(ctx, s.r, query)
+	if err != nil {
+		return s.r.QueryRowContext(ctx, query, args...) // reports the same error
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (s *Store) readRows(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.readStmts.get(ctx, s.r, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// stmtCache holds prepared statements by query text. Reader queries are
+// constants or vary only in the placeholder count of a deduplicated status
+// list, so it stays small.
+type stmtCache struct {
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func (c *stmtCache) get(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.m[query]; ok {
+		return st, nil
+	}
+	st, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil {
+		c.m = make(map[string]*sql.Stmt)
+	}
+	c.m[query] = st
+	return st, nil
+}
+
+func (c *stmtCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, st := range c.m {
+		errs = append(errs, st.Close())
+	}
+	c.m = nil
+	return errors.Join(errs...)
+}
+
+// dbErr makes a SQLite read-only refusal recognisable (errors.Is
+// ErrReadOnly) and names the file; other errors pass unchanged.
+func (s *Store) dbErr(err error) error {
+	if err != nil && sqliteCode(err) == sqliteReadOnly && !errors.Is(err, ErrReadOnly) {
+		return fmt.Errorf("store file %s is read-only (check the file's and the data dir's permissions): %w: %w",
+			s.path, ErrReadOnly, err)
+	}
+	return err
+}
+
+// nanos is how times are stored: unix nanoseconds, so order and sub-second
+// precision survive.
+func nanos(t time.Time) int64 { return t.UnixNano() }
+
+// fromNanos is the inverse of nanos; 0 (or NULL) is the zero time.
+func fromNanos(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// taskCols are the columns scanTask reads, in order.
+const taskCols = `seq, id, principal_id, executor, spec, status, reason, message, run_id,
+	steps_limit, steps_used, tool_calls_limit, tool_calls_used, model_calls_limit, model_calls_used,
+	depth_limit, depth_used, wall_ms_limit, wall_ms_used, checkpoint, result, created_ns, updated_ns`
+
+// taskListCols is taskCols without the checkpoint, which listings leave out:
+// it can be hundreds of KiB per task.
+const taskListCols = `seq, id, principal_id, executor, spec, status, reason, message, run_id,
+	steps_limit, steps_used, tool_calls_limit, tool_calls_used, model_calls_limit, model_calls_used,
+	depth_limit, depth_used, wall_ms_limit, wall_ms_used, NULL, result, created_ns, updated_ns`
+
+func scanTask(sc scanner) (Task, error) {
+	var t Task
+	var created, updated int64
+	b := &t.Budgets
+	err := sc.Scan(&t.Seq, &t.ID, &t.PrincipalID, &t.Executor, &t.Spec, &t.Status, &t.Reason, &t.Message, &t.RunID,
+		&b.Steps.Limit, &b.Steps.Used, &b.ToolCalls.Limit, &b.ToolCalls.Used, &b.ModelCalls.Limit, &b.ModelCalls.Used,
+		&b.Depth.Limit, &b.Depth.Used, &b.WallMillis.Limit, &b.WallMillis.Used, &t.Checkpoint, &t.Result,
+		&created, &updated)
+	t.CreatedAt, t.UpdatedAt = fromNanos(created), fromNanos(updated)
+	return t, err
+}
+
+const attemptCols = `task_id, number, run_id, status, outcome, summary, reason, message,
+	started_ns, ended_ns, exit_code, exit_signal, stderr_tail`
+
+func scanAttempt(sc scanner) (Attempt, error) {
+	var a Attempt
+	var started int64
+	var ended sql.NullInt64
+	err := sc.Scan(&a.TaskID, &a.Number, &a.RunID, &a.Status, &a.Outcome, &a.Summary, &a.Reason, &a.Message,
+		&started, &ended, &a.ExitCode, &a.ExitSignal, &a.StderrTail)
+	a.StartedAt, a.EndedAt = fromNanos(started), fromNanos(ended.Int64)
+	return a, err
+}
+
+// taskState reads the status and run of a task inside tx, to explain a
+// compare-and-set that matched no row: ErrNotFound when the principal has no
+// such task (another principal's task looks exactly like a missing one).
+func taskState(ctx context.Context, tx *txn, principal, id string) (Status, int64, error) {
+	var st Status
+	var run int64
+	err := tx.QueryRowContext(ctx, qTaskState, id, principal).Scan(&st, &run)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, notFound(id)
+	}
+	return st, run, err
+}
+
+const qTaskState = `SELECT status, run_id FROM tasks WHERE id = ? AND principal_id = ?`
+
+func notFound(id string) error { return fmt.Errorf("task %s: %w", id, ErrNotFound) }
+
+func sortBySeq(ts []Task) {
+	slices.SortFunc(ts, func(a, b Task) int { return cmp.Compare(a.Seq, b.Seq) })
+}
+
+// uniq returns statuses without repeats, in first-seen order, so a query's
+// shape depends only on the set asked for.
+func uniq(sts []Status) []Status {
+	out := make([]Status, 0, len(sts))
+	for _, st := range sts {
+		if !slices.Contains(out, st) {
+			out = append(out, st)
+		}
+	}
+	return out
+}

@@ -1,0 +1,47 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalid: an argument is malformed (unknown status, illegal
+	// transition pair, empty id, payload that is not a JSON object, ...).
+	// Nothing was written.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrReadOnly: a write was asked of a store opened with
+	// Options.ReadOnly, or SQLite refused to write to the file.
+	ErrReadOnly = errors.New("store is read-only")
+)
+
+// OpenError is a refusal to open a store file. Open fails closed: any doubt
+// about the file (location, permissions, format, integrity, schema version)
+// is an OpenError that names the file or directory and says what to do next.
+type OpenError struct {
+	Path string // the store file
+	// Op names the check that failed: "options", "data dir", "file",
+	// "read-only", "format", "integrity", "schema", "migrate" or "sqlite".
+	Op   string
+	Err  error  // what is wrong; names the file or directory
+	Hint string // what the operator should do next
+}
+
+func (e *OpenError) Error() string {
+	if e.Hint == "" {
+		return fmt.Sprintf("open store %s: %v", e.Path, e.Err)
+	}
+	return fmt.Sprintf("open store %s: %v; %s", e.Path, e.Err, e.Hint)
+}
+
+func (e *OpenError) Unwrap() error { return e.Err }
+
+// sentinelErr is a message that matches a sentinel with errors.Is without
+// repeating the sentinel's text.
+type sentinelErr struct {
+	msg string
+	is  error
+}
+
+func (e *sentinelErr) Error() string { return e.msg }
+func (e *sentinelErr) Unwrap() error { return e.is }

@@ -1,0 +1,119 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// appendEvents inserts events for a task inside tx — the transaction of the
+// change they describe, so an event is never stored for a change that did not
+// commit, nor a change without its events — then trims the task's events to
+// the newest Limits.EventsPerTask. Callers have run checkEvents already.
+func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID int64, events []NewEvent) ([]Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	now := s.now()
+	out := make([]Event, 0, len(events))
+	for _, e := range events {
+		payload := bytes.Clone(e.Payload) // the returned Event must not alias the caller's buffer
+		if len(payload) == 0 {
+			payload = []byte("{}")
+		}
+		ev := Event{TaskID: taskID, RunID: runID, Type: e.Type, Time: fromNanos(nanos(now)), Payload: payload}
+		// seq comes from AUTOINCREMENT: strictly increasing and never
+		// reused, even after retention deletes old rows, so a watcher's
+		// "after seq" cursor stays valid.
+		err := tx.QueryRowContext(ctx, qInsertEvent, taskID, runID, e.Type, nanos(now), payload).Scan(&ev.Seq)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	_, err := tx.ExecContext(ctx, qTrimEvents, taskID, s.lim.EventsPerTask)
+	return out, err
+}
+
+const (
+	qInsertEvent = `INSERT INTO events (task_id, run_id, type, time_ns, payload) VALUES (?, ?, ?, ?, ?) RETURNING seq`
+	// Keep the newest ?2 events: find the seq just past the window (an index
+	// walk of at most ?2 entries) and delete it and everything older.
+	qTrimEvents = `DELETE FROM events WHERE task_id = ?1 AND seq <= (
+		SELECT seq FROM events WHERE task_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`
+	qEvents = `SELECT seq, task_id, run_id, type, time_ns, payload FROM events
+		WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?`
+	qTaskExists = `SELECT 1 FROM tasks WHERE id = ? AND principal_id = ?`
+)
+
+// AppendEvents appends events to a task's current run. runID must be the
+// task's run: events of a run that has been superseded are refused with a
+// *TransitionError, so a late writer cannot attribute events to a newer run.
+func (s *Store) AppendEvents(ctx context.Context, principal, id string, runID int64, events ...NewEvent) ([]Event, error) {
+	if err := s.checkEvents(events); err != nil {
+		return nil, err
+	}
+	var out []Event
+	err := s.write(ctx, func(tx *txn) error {
+		st, run, err := taskState(ctx, tx, principal, id)
+		if err != nil {
+			return err
+		}
+		if run != runID {
+			return &TransitionError{TaskID: id, Current: st, RunID: run, WantRunID: runID}
+		}
+		out, err = s.appendEvents(ctx, tx, id, run, events)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Events returns up to limit (default 100, at most 1000) of a task's events
+// with seq > afterSeq, oldest first. A watcher polls with the last seq seen.
+func (s *Store) Events(ctx context.Context, principal, id string, afterSeq int64, limit int) ([]Event, error) {
+	limit = pageSize(limit)
+	if err := s.taskExists(ctx, principal, id); err != nil {
+		return nil, err
+	}
+	rows, err := s.readRows(ctx, qEvents, id, afterSeq, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var ns int64
+		if err := rows.Scan(&e.Seq, &e.TaskID, &e.RunID, &e.Type, &ns, &e.Payload); err != nil {
+			return nil, err
+		}
+		e.Time = fromNanos(ns)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// taskExists returns ErrNotFound unless principal owns task id.
+func (s *Store) taskExists(ctx context.Context, principal, id string) error {
+	var one int
+	err := s.readRow(ctx, qTaskExists, id, principal).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound(id)
+	}
+	return err
+}
+
+// pageSize applies the default (100) and cap (1000) of a listing's limit.
+func pageSize(limit int) int {
+	switch {
+	case limit <= 0:
+		return 100
+	case limit > 1000:
+		return 1000
+	}
+	return limit
+}

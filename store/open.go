@@ -1,0 +1,374 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Store is the host's only store: tasks, step attempts and events in one
+// SQLite file. All writes go through one connection, so they are serialised
+// in-process and each is one IMMEDIATE transaction; reads use a separate pool
+// of query-only connections that see the last committed state (WAL).
+type Store struct {
+	path string
+	w    *sql.DB // the single writer; nil when opened read-only
+	r    *sql.DB // query-only readers
+	now  func() time.Time
+	lim  Limits
+
+	prepared   map[string]*sql.Stmt // writeQueries on w; read-only after Open
+	unprepared atomic.Int64         // write statements run without preparation (should stay 0)
+	readStmts  stmtCache            // reader statements, prepared on first use
+}
+
+// readerConns is the size of the reader pool: enough for the API to list and
+// stream while the runner writes, small enough to stay cheap.
+const readerConns = 4
+
+// sqliteMagic is the first 16 bytes of every SQLite 3 database file.
+const sqliteMagic = "SQLite format 3\x00"
+
+// Open opens (creating if needed, unless opts.ReadOnly) the store at path,
+// checks it and migrates it to this binary's schema version. It fails closed
+// with an *OpenError on anything doubtful and never changes the bytes of a
+// file it refuses.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	opts, err := opts.normalize()
+	if err != nil {
+		return nil, &OpenError{Path: path, Op: "options", Err: err}
+	}
+	if err := checkDir(path, opts.ReadOnly); err != nil {
+		return nil, err
+	}
+	created, err := checkFile(path, opts.ReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{path: path, now: opts.Now, lim: opts.Limits}
+	if err := s.open(ctx, opts); err != nil {
+		s.Close() //nolint:errcheck // the open error is the one to report
+		if created {
+			// The file is ours and empty: do not leave a stray store behind.
+			os.Remove(path) //nolint:errcheck
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) open(ctx context.Context, opts Options) error {
+	if opts.ReadOnly {
+		r, err := sql.Open("sqlite", dsn(s.path, opts, "mode=ro", "_pragma=query_only(1)"))
+		if err != nil {
+			return s.openErr("sqlite", err)
+		}
+		s.r = r
+		r.SetMaxOpenConns(readerConns)
+		r.SetMaxIdleConns(readerConns)
+		return s.check(ctx, r, true)
+	}
+
+	// The checks run on a read-only connection: nothing may be written to a
+	// file before it has passed them — not even the checkpoint of a crashed
+	// host's WAL that a read-write connection performs when it closes.
+	probe, err := sql.Open("sqlite", dsn(s.path, opts, "mode=ro", "_pragma=query_only(1)"))
+	if err != nil {
+		return s.openErr("sqlite", err)
+	}
+	err = s.check(ctx, probe, false)
+	if cerr := probe.Close(); err == nil && cerr != nil {
+		err = s.openErr("sqlite", cerr)
+	}
+	if err != nil {
+		return err
+	}
+
+	w, err := sql.Open("sqlite", dsn(s.path, opts, "_txlock=immediate"))
+	if err != nil {
+		return s.openErr("sqlite", err)
+	}
+	s.w = w
+	// One connection: every write is serialised here, so writers never
+	// contend for SQLite's lock inside this process.
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	if err := w.PingContext(ctx); err != nil {
+		return s.openErr("sqlite", err)
+	}
+	var mode string
+	if err := w.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
+		return s.openErr("sqlite", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return &OpenError{Path: s.path, Op: "sqlite",
+			Err:  fmt.Errorf("store file %s cannot use WAL journaling (journal_mode is %s)", s.path, mode),
+			Hint: "put the data dir on a local file system"}
+	}
+	if err := migrate(ctx, w, schemaVersion()); err != nil {
+		return s.openErr("migrate", err)
+	}
+	if err := s.prepare(ctx); err != nil {
+		return s.openErr("sqlite", err)
+	}
+
+	r, err := sql.Open("sqlite", dsn(s.path, opts, "_pragma=query_only(1)"))
+	if err != nil {
+		return s.openErr("sqlite", err)
+	}
+	s.r = r
+	r.SetMaxOpenConns(readerConns)
+	r.SetMaxIdleConns(readerConns)
+	if err := r.PingContext(ctx); err != nil {
+		return s.openErr("sqlite", err)
+	}
+	return nil
+}
+
+// dsn builds a modernc DSN for path. The path is escaped because SQLite
+// parses "file:" names as URIs: a '?' or '#' in a directory name would
+// otherwise cut the path short.
+func dsn(path string, opts Options, extra ...string) string {
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	q := []string{
+		fmt.Sprintf("_pragma=busy_timeout(%d)", opts.BusyTimeout.Milliseconds()),
+		"_pragma=foreign_keys(1)",
+		// RETURNING buffers its rows in a temporary table: keep it in memory.
+		"_pragma=temp_store(MEMORY)",
+		"_pragma=synchronous(" + url.QueryEscape(opts.Synchronous) + ")",
+	}
+	q = append(q, extra...)
+	return "file:" + esc + "?" + strings.Join(q, "&")
+}
+
+// checkDir refuses a data directory that is missing, not a directory, or (for
+// a writable store) has no owner-write bit. The mode bits are checked by hand
+// because the host may run as root, for whom the kernel ignores them: a
+// directory an operator made read-only must still be treated as read-only.
+func checkDir(path string, readOnly bool) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return &OpenError{Path: path, Op: "data dir",
+			Err:  fmt.Errorf("data directory %s does not exist", dir),
+			Hint: "create it (mkdir -p " + dir + ") or choose another data dir"}
+	case err != nil:
+		return &OpenError{Path: path, Op: "data dir",
+			Err:  fmt.Errorf("data directory %s: %w", dir, err),
+			Hint: "check the data dir path and its permissions"}
+	case !fi.IsDir():
+		return &OpenError{Path: path, Op: "data dir",
+			Err:  fmt.Errorf("data directory %s is not a directory", dir),
+			Hint: "choose a directory as data dir"}
+	case !readOnly && fi.Mode().Perm()&0o200 == 0:
+		return &OpenError{Path: path, Op: "data dir",
+			Err:  fmt.Errorf("data directory %s is not writable (mode %04o)", dir, fi.Mode().Perm()),
+			Hint: "make it writable (chmod u+w " + dir + ") or choose another data dir"}
+	}
+	return nil
+}
+
+// checkFile refuses a store file that is not a regular file, is read-only
+// (mode bits, see checkDir), or does not start with a SQLite header. A
+// missing file is created empty with mode 0600 — the store holds every
+// principal's tasks — unless readOnly, where it is an error. created reports
+// whether this call created it.
+func checkFile(path string, readOnly bool) (created bool, err error) {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && readOnly:
+		return false, &OpenError{Path: path, Op: "file",
+			Err:  fmt.Errorf("store file %s does not exist", path),
+			Hint: "check the data dir, or start the taskhost daemon once to create the store"}
+	case errors.Is(err, fs.ErrNotExist):
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return false, &OpenError{Path: path, Op: "file",
+				Err:  fmt.Errorf("cannot create store file %s: %w", path, err),
+				Hint: "check the data dir's permissions"}
+		}
+		return true, f.Close()
+	case err != nil:
+		return false, &OpenError{Path: path, Op: "file", Err: fmt.Errorf("store file %s: %w", path, err),
+			Hint: "check the store file's permissions"}
+	case fi.IsDir():
+		return false, &OpenError{Path: path, Op: "file",
+			Err:  fmt.Errorf("store file %s is a directory", path),
+			Hint: "move it aside or choose another data dir"}
+	case !fi.Mode().IsRegular():
+		return false, &OpenError{Path: path, Op: "file",
+			Err:  fmt.Errorf("store file %s is not a regular file (%s)", path, fi.Mode().Type()),
+			Hint: "move it aside or choose another data dir"}
+	case !readOnly && fi.Mode().Perm()&0o200 == 0:
+		return false, &OpenError{Path: path, Op: "read-only",
+			Err: &sentinelErr{msg: fmt.Sprintf("store file %s is read-only (mode %04o)", path, fi.Mode().Perm()),
+				is: ErrReadOnly},
+			Hint: "make it writable (chmod u+w " + path + ") to run the daemon, " +
+				"or use `taskhost inspect` to read it"}
+	}
+	if fi.Size() == 0 {
+		if readOnly {
+			return false, &OpenError{Path: path, Op: "format",
+				Err:  fmt.Errorf("store file %s is empty", path),
+				Hint: "start the taskhost daemon once to create the store"}
+		}
+		return false, nil // a new, empty store; migrations will fill it
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, &OpenError{Path: path, Op: "file", Err: fmt.Errorf("store file %s: %w", path, err),
+			Hint: "check the store file's permissions"}
+	}
+	defer f.Close()
+	// A SQLite header is 100 bytes; anything shorter, or not starting with
+	// the magic string, is not a database at all. Checking it here keeps
+	// SQLite from ever opening (and possibly writing to) such a file.
+	hdr := make([]byte, 100)
+	if _, err := io.ReadFull(f, hdr); err != nil || string(hdr[:len(sqliteMagic)]) != sqliteMagic {
+		return false, notAStore(path, "no SQLite header")
+	}
+	return false, nil
+}
+
+func notAStore(path, why string) error {
+	return &OpenError{Path: path, Op: "format",
+		Err:  fmt.Errorf("store file %s is not a valid taskhost store (%s)", path, why),
+		Hint: "restore it from a backup, or move it aside to start with an empty store"}
+}
+
+// check runs, before anything is written, the integrity check and the schema
+// version checks. exact demands the file be at this binary's version (a
+// read-only open cannot migrate).
+func (s *Store) check(ctx context.Context, db *sql.DB, exact bool) error {
+	if err := db.PingContext(ctx); err != nil {
+		return s.openErr("sqlite", err)
+	}
+	problems, err := quickCheck(ctx, db)
+	if err != nil {
+		return s.openErr("integrity", err)
+	}
+	if len(problems) > 0 {
+		return integrityErr(s.path, strings.Join(problems, "; "))
+	}
+
+	var version, appID, objects int
+	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return s.openErr("schema", err)
+	}
+	if err := db.QueryRowContext(ctx, `PRAGMA application_id`).Scan(&appID); err != nil {
+		return s.openErr("schema", err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&objects); err != nil {
+		return s.openErr("schema", err)
+	}
+	// A file with tables but without our application id (or a foreign id)
+	// belongs to some other program: migrating into it would corrupt it.
+	if (appID != 0 && appID != applicationID) || (appID == 0 && objects > 0) {
+		return notAStore(s.path, "it is a SQLite database of another application")
+	}
+	want := schemaVersion()
+	switch {
+	case version > want:
+		return &OpenError{Path: s.path, Op: "schema",
+			Err:  fmt.Errorf("store schema version %d is newer than this binary supports (%d)", version, want),
+			Hint: "upgrade taskhost"}
+	case exact && version < want:
+		return &OpenError{Path: s.path, Op: "schema",
+			Err:  fmt.Errorf("store schema version %d is older than this binary's (%d)", version, want),
+			Hint: "start the taskhost daemon once to migrate it, or use the taskhost release that wrote it"}
+	}
+	return nil
+}
+
+// quickCheck runs PRAGMA quick_check and returns what it reports, if not
+// "ok": at most a few problems, each cut short, enough to diagnose.
+func quickCheck(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `PRAGMA quick_check`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var out string
+		if err := rows.Scan(&out); err != nil {
+			return nil, err
+		}
+		if out == "ok" {
+			continue
+		}
+		bad := len(problems)
+		for _, line := range strings.Split(out, "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "***") {
+				continue // "*** in database main ***" only says which schema
+			}
+			if len(problems) < 5 {
+				if len(line) > 200 {
+					line = line[:200] + "..."
+				}
+				problems = append(problems, line)
+			}
+		}
+		if len(problems) == bad && bad < 5 {
+			problems = append(problems, "not ok") // nothing but headers: still not ok
+		}
+	}
+	return problems, rows.Err()
+}
+
+func integrityErr(path, problems string) error {
+	return &OpenError{Path: path, Op: "integrity",
+		Err:  fmt.Errorf("store file %s failed its integrity check (%s)", path, problems),
+		Hint: "restore it from a backup, or move it aside to start with an empty store"}
+}
+
+// openErr classifies a SQLite error met while opening.
+func (s *Store) openErr(op string, err error) error {
+	switch sqliteCode(err) {
+	case sqliteNotADB:
+		return notAStore(s.path, err.Error())
+	case sqliteCorrupt:
+		return integrityErr(s.path, err.Error())
+	case sqliteReadOnly:
+		return &OpenError{Path: s.path, Op: "read-only",
+			Err:  &sentinelErr{msg: fmt.Sprintf("store file %s is read-only: %v", s.path, err), is: ErrReadOnly},
+			Hint: "make the file and its data dir writable, or use `taskhost inspect` to read it"}
+	case sqliteCantOpen:
+		return &OpenError{Path: s.path, Op: op, Err: fmt.Errorf("cannot open store file %s: %w", s.path, err),
+			Hint: "check that the file and its data dir exist and are accessible"}
+	}
+	return &OpenError{Path: s.path, Op: op, Err: fmt.Errorf("store file %s: %w", s.path, err)}
+}
+
+// Close closes the store's connections. In-flight transactions are rolled
+// back by SQLite; nothing half-written survives.
+func (s *Store) Close() error {
+	errs := []error{s.readStmts.close()}
+	for _, st := range s.prepared {
+		errs = append(errs, st.Close())
+	}
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Path is the store file's path as given to Open.
+func (s *Store) Path() string { return s.path }

@@ -1,0 +1,102 @@
+package store
+
+import (
+	"context"
+)
+
+// Recovery reports what Recover changed.
+type Recovery struct {
+	Interrupted    []string // ids of the tasks moved to interrupted, in creation order
+	AttemptsClosed int      // running attempts closed as interrupted
+}
+
+// Recover runs at host start-up, before anything else touches the store:
+// whatever was live when the previous host died is interrupted (host_restart)
+// across all principals — every running or waiting_approval task, and every
+// running attempt (its step's outcome is unknown, so it is never completed).
+// events(t) gives the events to append for each interrupted task, seen after
+// the change. Everything is one transaction. Nothing resumes automatically.
+//
+// chargeWallMillis is added to each interrupted task's active time, capped
+// at its limit: the time between the last persisted heartbeat and the crash
+// is unknown, so the whole heartbeat interval is charged (never undercount).
+func (s *Store) Recover(ctx context.Context, chargeWallMillis int64, events func(t Task) []NewEvent) (Recovery, error) {
+	if chargeWallMillis < 0 {
+		return Recovery{}, invalidf("wall charge must not be negative")
+	}
+	ids, closed, err := s.interrupt(ctx, ReasonHostRestart, chargeWallMillis, events)
+	return Recovery{Interrupted: ids, AttemptsClosed: closed}, err
+}
+
+// InterruptRunning is Recover for a graceful stop: the same changes with the
+// given reason (normally host_shutdown), committed before the plugins are
+// stopped, so a step that finishes during shutdown cannot commit. It returns
+// the ids of the interrupted tasks.
+func (s *Store) InterruptRunning(ctx context.Context, reason Reason, events func(t Task) []NewEvent) ([]string, error) {
+	if err := checkReason(reason); err != nil {
+		return nil, err
+	}
+	ids, _, err := s.interrupt(ctx, reason, 0, events)
+	return ids, err
+}
+
+const (
+	qInterruptTasks = `UPDATE tasks SET status = 'interrupted', reason = ?1, message = '', updated_ns = ?2,
+			wall_ms_used = MAX(wall_ms_used, MIN(wall_ms_used + ?3, wall_ms_limit))
+		WHERE status IN ('running', 'waiting_approval') RETURNING ` + taskCols
+	qInterruptAttempts = `UPDATE attempts SET status = 'interrupted', reason = ?, ended_ns = ?
+		WHERE status = 'running'`
+)
+
+func (s *Store) interrupt(ctx context.Context, reason Reason, chargeWallMillis int64, events func(t Task) []NewEvent) ([]string, int, error) {
+	var ids []string
+	var closed int64
+	err := s.write(ctx, func(tx *txn) error {
+		ids, closed = nil, 0
+		now := nanos(s.now())
+		rows, err := tx.QueryContext(ctx, qInterruptTasks, string(reason), now, chargeWallMillis)
+		if err != nil {
+			return err
+		}
+		var tasks []Task
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			tasks = append(tasks, t)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// RETURNING gives rows in no promised order; report creation order.
+		sortBySeq(tasks)
+		for _, t := range tasks {
+			ids = append(ids, t.ID)
+			if events == nil {
+				continue
+			}
+			evs := events(t)
+			if err := s.checkEvents(evs); err != nil {
+				return err
+			}
+			if _, err := s.appendEvents(ctx, tx, t.ID, t.RunID, evs); err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, qInterruptAttempts, string(reason), now)
+		if err != nil {
+			return err
+		}
+		closed, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return ids, int(closed), nil
+}

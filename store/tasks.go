@@ -1,0 +1,287 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// NewTask is what CreateTask needs; the store fills in the rest.
+type NewTask struct {
+	ID          string  // host-generated, unguessable; 1..128 bytes
+	PrincipalID string  // from the authenticated caller; 1..256 bytes
+	Executor    string  // executor kind; 1..64 bytes
+	Spec        []byte  // JSON, at most Limits.Spec bytes
+	Limits      Budgets // only each Budget's Limit is read; Used starts at 0
+}
+
+const qInsertTask = `INSERT INTO tasks (id, principal_id, executor, spec, status,
+		steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns)
+	VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?) RETURNING ` + taskCols
+
+// CreateTask stores a new pending task (RunID 0, nothing used) and its
+// events in one transaction.
+func (s *Store) CreateTask(ctx context.Context, nt NewTask, events ...NewEvent) (Task, error) {
+	switch {
+	case nt.ID == "" || len(nt.ID) > 128:
+		return Task{}, invalidf("task id must be 1..128 bytes")
+	case nt.PrincipalID == "" || len(nt.PrincipalID) > 256:
+		return Task{}, invalidf("principal id must be 1..256 bytes")
+	case nt.Executor == "" || len(nt.Executor) > 64:
+		return Task{}, invalidf("executor must be 1..64 bytes")
+	}
+	if err := checkSize("spec", len(nt.Spec), s.lim.Spec); err != nil {
+		return Task{}, err
+	}
+	if !json.Valid(nt.Spec) {
+		return Task{}, invalidf("spec is not valid JSON")
+	}
+	l := nt.Limits
+	for _, b := range []Budget{l.Steps, l.ToolCalls, l.ModelCalls, l.Depth, l.WallMillis} {
+		if b.Limit < 0 {
+			return Task{}, invalidf("budget limits must not be negative")
+		}
+	}
+	if err := s.checkEvents(events); err != nil {
+		return Task{}, err
+	}
+
+	var t Task
+	err := s.write(ctx, func(tx *txn) error {
+		now := nanos(s.now())
+		var err error
+		t, err = scanTask(tx.QueryRowContext(ctx, qInsertTask, nt.ID, nt.PrincipalID, nt.Executor, nt.Spec,
+			l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now))
+		if sqliteCode(err) == sqliteConstraint {
+			return fmt.Errorf("task %s already exists: %w (%w)", nt.ID, ErrConflict, err)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		return err
+	})
+	if err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+const qTaskByID = `SELECT ` + taskCols + ` FROM tasks WHERE id = ? AND principal_id = ?`
+
+// GetTask returns principal's task id, or ErrNotFound — also when the task
+// exists but belongs to another principal.
+func (s *Store) GetTask(ctx context.Context, principal, id string) (Task, error) {
+	t, err := scanTask(s.readRow(ctx, qTaskByID, id, principal))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Task{}, notFound(id)
+	}
+	return t, err
+}
+
+// ListQuery selects a page of a principal's tasks.
+type ListQuery struct {
+	Status   []Status // any of these; empty = all
+	AfterSeq int64    // tasks with Seq > AfterSeq: pass the last Seq of the previous page
+	Limit    int      // default 100, at most 1000
+}
+
+// ListTasks returns a page of principal's tasks in creation order (Seq
+// ascending). Listed tasks carry no Checkpoint (it can be hundreds of KiB
+// each); GetTask returns it.
+func (s *Store) ListTasks(ctx context.Context, principal string, q ListQuery) ([]Task, error) {
+	args := []any{principal, q.AfterSeq}
+	where := `principal_id = ? AND seq > ?`
+	if len(q.Status) > 0 {
+		sts := uniq(q.Status)
+		for _, st := range sts {
+			if !st.valid() {
+				return nil, invalidf("unknown status %q", st)
+			}
+			args = append(args, string(st))
+		}
+		where += ` AND status IN (` + placeholders(len(sts)) + `)`
+	}
+	args = append(args, pageSize(q.Limit))
+	rows, err := s.readRows(ctx, `SELECT `+taskListCols+` FROM tasks WHERE `+where+` ORDER BY seq LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// StartRun starts (from pending) or resumes (from interrupted) a task: one
+// compare-and-set to running that bumps RunID and clears Reason and Message.
+// Budgets are untouched: a resume continues with what is left.
+func (s *Store) StartRun(ctx context.Context, principal, id string, from Status, events ...NewEvent) (Task, error) {
+	if from != StatusPending && from != StatusInterrupted {
+		return Task{}, invalidf("a run starts from pending or interrupted, not %q", from)
+	}
+	return s.Transition(ctx, principal, id, []Status{from}, StatusRunning, ReasonNone, "", events...)
+}
+
+// Transition moves a task from any of from to to, setting reason and message,
+// with its events, in one transaction. The change is one compare-and-set
+// UPDATE, so of two racing transitions exactly one wins. Every from→to pair
+// must be Legal, or nothing is touched. On a miss the error is ErrNotFound
+// when principal has no such task, else a *TransitionError with the current
+// status.
+//
+// Entering running from pending or interrupted starts a new run (RunID+1),
+// whichever method asked for it: a resume can never continue an old run.
+// Entering it from waiting_approval continues the same run.
+func (s *Store) Transition(ctx context.Context, principal, id string, from []Status, to Status, reason Reason, message string, events ...NewEvent) (Task, error) {
+	if !to.valid() {
+		return Task{}, invalidf("unknown status %q", to)
+	}
+	if len(from) == 0 {
+		return Task{}, invalidf("no from status")
+	}
+	for _, f := range from {
+		if !Legal(f, to) {
+			return Task{}, invalidf("%s → %s is not a legal transition", f, to)
+		}
+	}
+	if err := checkReason(reason); err != nil {
+		return Task{}, err
+	}
+	if err := checkSize("message", len(message), s.lim.Message); err != nil {
+		return Task{}, err
+	}
+	if err := s.checkEvents(events); err != nil {
+		return Task{}, err
+	}
+	var t Task
+	err := s.write(ctx, func(tx *txn) error {
+		var err error
+		if t, err = s.transition(ctx, tx, principal, id, uniq(from), to, reason, message); err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		return err
+	})
+	if err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+// transitionSQL is the compare-and-set of a status change from one of n
+// statuses. run_id grows when running is entered from pending or
+// interrupted (SET expressions see the row as it was).
+func transitionSQL(n int) string {
+	return `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4,
+			run_id = run_id + (?1 = 'running' AND status IN ('pending', 'interrupted'))
+		WHERE id = ?5 AND principal_id = ?6 AND status IN (` + numbered(7, n) + `)
+		RETURNING ` + taskCols
+}
+
+// transition is the compare-and-set behind every status change. Arguments
+// are validated and from deduplicated by the caller.
+func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, from []Status, to Status, reason Reason, message string) (Task, error) {
+	args := []any{string(to), string(reason), message, nanos(s.now()), id, principal}
+	for _, f := range from {
+		args = append(args, string(f))
+	}
+	t, err := scanTask(tx.QueryRowContext(ctx, transitionSQL(len(from)), args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		cur, _, err := taskState(ctx, tx, principal, id)
+		if err != nil {
+			return Task{}, err
+		}
+		return Task{}, &TransitionError{TaskID: id, Current: cur, To: to}
+	}
+	return t, err
+}
+
+// cancellable are the statuses Cancel moves to cancelled.
+var cancellable = []Status{StatusPending, StatusRunning, StatusWaitingApproval, StatusInterrupted}
+
+// Cancel moves any non-terminal task to cancelled (user_cancelled) with its
+// events. Cancelling a cancelled task returns it with a nil error and writes
+// nothing, so a retried cancel is harmless; a completed or failed task gives
+// a *TransitionError. A running attempt is left for its runner to close
+// (AbandonAttempt) once the step's context is cancelled.
+func (s *Store) Cancel(ctx context.Context, principal, id string, events ...NewEvent) (Task, error) {
+	if err := s.checkEvents(events); err != nil {
+		return Task{}, err
+	}
+	var t Task
+	err := s.write(ctx, func(tx *txn) error {
+		var err error
+		t, err = s.transition(ctx, tx, principal, id, cancellable, StatusCancelled, ReasonUserCancelled, "")
+		var te *TransitionError
+		if errors.As(err, &te) && te.Current == StatusCancelled {
+			t, err = scanTask(tx.QueryRowContext(ctx, qTaskByID, id, principal))
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		return err
+	})
+	if err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+const qHeartbeat = `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?)
+	WHERE id = ? AND principal_id = ? AND run_id = ? AND status IN ('running', 'waiting_approval')`
+
+// Heartbeat records the wall time used so far by a live run. Wall time only
+// grows: the stored value becomes max(stored, wallMillisUsed), so a late or
+// reordered heartbeat can never hand time back. It is refused (ErrNotFound or
+// *TransitionError) unless the task is running or waiting_approval in runID.
+// UpdatedAt is left alone: it tells when the task's state last changed.
+func (s *Store) Heartbeat(ctx context.Context, principal, id string, runID int64, wallMillisUsed int64) error {
+	if wallMillisUsed < 0 {
+		return invalidf("negative wall time")
+	}
+	return s.write(ctx, func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, qHeartbeat, wallMillisUsed, id, principal, runID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		return staleRun(ctx, tx, principal, id, runID)
+	})
+}
+
+// staleRun explains why a task is not live in runID.
+func staleRun(ctx context.Context, tx *txn, principal, id string, runID int64) error {
+	cur, run, err := taskState(ctx, tx, principal, id)
+	if err != nil {
+		return err
+	}
+	return &TransitionError{TaskID: id, Current: cur, RunID: run, WantRunID: runID}
+}
+
+// placeholders returns "?, ?, ..." with n marks.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// numbered returns "?first, ?first+1, ..." with n marks.
+func numbered(first, n int) string {
+	marks := make([]string, n)
+	for i := range marks {
+		marks[i] = fmt.Sprintf("?%d", first+i)
+	}
+	return strings.Join(marks, ", ")
+}

@@ -1,0 +1,231 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Status is a task's lifecycle state (DESIGN §2).
+type Status string
+
+const (
+	StatusPending         Status = "pending"
+	StatusRunning         Status = "running"
+	StatusWaitingApproval Status = "waiting_approval"
+	StatusCompleted       Status = "completed"
+	StatusFailed          Status = "failed"
+	StatusCancelled       Status = "cancelled"
+	StatusInterrupted     Status = "interrupted"
+)
+
+// Terminal reports whether no transition leaves s.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// legalFrom lists, for each target status, the statuses it may be entered
+// from. It is the whole state machine of DESIGN §2.
+var legalFrom = map[Status][]Status{
+	StatusRunning:         {StatusPending, StatusWaitingApproval, StatusInterrupted},
+	StatusWaitingApproval: {StatusRunning},
+	StatusCompleted:       {StatusRunning},
+	StatusFailed:          {StatusRunning, StatusWaitingApproval},
+	StatusCancelled:       {StatusPending, StatusRunning, StatusWaitingApproval, StatusInterrupted},
+	StatusInterrupted:     {StatusRunning, StatusWaitingApproval},
+}
+
+// Legal reports whether from → to is a transition of the state machine.
+func Legal(from, to Status) bool {
+	for _, f := range legalFrom[to] {
+		if f == from {
+			return true
+		}
+	}
+	return false
+}
+
+// Reason is the typed code that explains a task's or attempt's outcome. It is
+// a closed set: never free text from a model.
+type Reason string
+
+const (
+	ReasonNone                   Reason = ""
+	ReasonStepBudgetExhausted    Reason = "step_budget_exhausted"
+	ReasonToolBudgetExhausted    Reason = "tool_budget_exhausted"
+	ReasonModelBudgetExhausted   Reason = "model_budget_exhausted"
+	ReasonDepthBudgetExhausted   Reason = "depth_budget_exhausted"
+	ReasonWallClockExceeded      Reason = "wall_clock_exceeded"
+	ReasonExecutorFailed         Reason = "executor_failed"
+	ReasonExecutorCrashed        Reason = "executor_crashed"
+	ReasonExecutorUnavailable    Reason = "executor_unavailable"
+	ReasonApprovalRejected       Reason = "approval_rejected"
+	ReasonApprovalTimeout        Reason = "approval_timeout"
+	ReasonCheckpointIncompatible Reason = "checkpoint_incompatible"
+	ReasonCheckpointTooLarge     Reason = "checkpoint_too_large"
+	ReasonResultTooLarge         Reason = "result_too_large"
+	ReasonEffectIndeterminate    Reason = "effect_indeterminate"
+	ReasonHostShutdown           Reason = "host_shutdown"
+	ReasonHostRestart            Reason = "host_restart"
+	ReasonUserCancelled          Reason = "user_cancelled"
+	ReasonNoProgress             Reason = "no_progress"
+	ReasonStoreError             Reason = "store_error"
+)
+
+var reasons = map[Reason]bool{
+	ReasonNone: true, ReasonStepBudgetExhausted: true, ReasonToolBudgetExhausted: true,
+	ReasonModelBudgetExhausted: true, ReasonDepthBudgetExhausted: true, ReasonWallClockExceeded: true,
+	ReasonExecutorFailed: true, ReasonExecutorCrashed: true, ReasonExecutorUnavailable: true,
+	ReasonApprovalRejected: true, ReasonApprovalTimeout: true, ReasonCheckpointIncompatible: true,
+	ReasonCheckpointTooLarge: true, ReasonResultTooLarge: true, ReasonEffectIndeterminate: true,
+	ReasonHostShutdown: true, ReasonHostRestart: true, ReasonUserCancelled: true,
+	ReasonNoProgress: true, ReasonStoreError: true,
+}
+
+// Valid reports whether r is one of the closed set of reason codes.
+func (r Reason) Valid() bool { return reasons[r] }
+
+// Budget is one bounded counter: its fixed limit and what has been used.
+type Budget struct {
+	Limit int64
+	Used  int64
+}
+
+// Remaining is Limit − Used, never below zero.
+func (b Budget) Remaining() int64 { return max(b.Limit-b.Used, 0) }
+
+// Budgets are a task's five budgets (DESIGN §3). Depth.Used is the deepest
+// call admitted so far; WallMillis counts active running time.
+type Budgets struct {
+	Steps      Budget
+	ToolCalls  Budget
+	ModelCalls Budget
+	Depth      Budget
+	WallMillis Budget
+}
+
+// Task is one row of the tasks table.
+type Task struct {
+	Seq         int64 // creation order, monotonic
+	ID          string
+	PrincipalID string
+	Executor    string
+	Spec        []byte // JSON, bounded
+	Status      Status
+	Reason      Reason
+	Message     string // host-written detail for Reason, bounded
+	RunID       int64  // 0 until first start; +1 on every start and resume
+	Budgets     Budgets
+	Checkpoint  []byte // sealed envelope; opaque to the store; nil when none
+	Result      []byte // nil until completed
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// AttemptStatus is the state of one step attempt.
+type AttemptStatus string
+
+const (
+	AttemptRunning     AttemptStatus = "running"
+	AttemptCompleted   AttemptStatus = "completed"
+	AttemptFailed      AttemptStatus = "failed"
+	AttemptInterrupted AttemptStatus = "interrupted"
+	AttemptCancelled   AttemptStatus = "cancelled"
+)
+
+// Attempt is one row of the attempts table, keyed (TaskID, Number).
+type Attempt struct {
+	TaskID     string
+	Number     int64 // 1-based across the task's life
+	RunID      int64
+	Status     AttemptStatus
+	Outcome    string // "continue", "complete", "fail" or "" when none
+	Summary    string // bounded
+	Reason     Reason
+	Message    string // bounded
+	StartedAt  time.Time
+	EndedAt    time.Time // zero while running
+	ExitCode   int       // -1 when unknown
+	ExitSignal string    // e.g. "killed"; "" when none
+	StderrTail string    // last bounded lines of the plugin's stderr, for crashes
+}
+
+// Event is one persisted task event (DESIGN §7).
+type Event struct {
+	Seq     int64
+	TaskID  string
+	RunID   int64
+	Type    string
+	Time    time.Time
+	Payload []byte // JSON object, bounded
+}
+
+// NewEvent is an event to append in the same transaction as a state change.
+type NewEvent struct {
+	Type    string
+	Payload []byte
+}
+
+// Sentinel errors callers branch on with errors.Is.
+var (
+	// ErrNotFound: no such task for this principal. A task of another
+	// principal is indistinguishable from a missing one.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the task is not in a state that allows the change.
+	ErrConflict = errors.New("conflict")
+	// ErrBudgetExhausted: the charge would exceed a budget.
+	ErrBudgetExhausted = errors.New("budget exhausted")
+	// ErrTooLarge: a value is past its limit.
+	ErrTooLarge = errors.New("too large")
+)
+
+// TransitionError is a refused state change. It matches ErrConflict.
+type TransitionError struct {
+	TaskID  string
+	Current Status
+	To      Status // "" when the refusal is about the run, not a target status
+	// WantRunID, when non-zero, is the run the caller acted for; RunID is the
+	// task's current run. They differ when the caller's run is over (the task
+	// was resumed since) — a stale writer must not touch the new run.
+	RunID     int64
+	WantRunID int64
+}
+
+func (e *TransitionError) Error() string {
+	if e.WantRunID != 0 && e.RunID != e.WantRunID {
+		return fmt.Sprintf("task %s is %s in run %d: run %d is over", e.TaskID, e.Current, e.RunID, e.WantRunID)
+	}
+	if e.To == "" {
+		return fmt.Sprintf("task %s is %s", e.TaskID, e.Current)
+	}
+	return fmt.Sprintf("task %s is %s: cannot become %s", e.TaskID, e.Current, e.To)
+}
+
+func (e *TransitionError) Is(target error) bool { return target == ErrConflict }
+
+// BudgetError names the exhausted budget. It matches ErrBudgetExhausted.
+type BudgetError struct {
+	Budget string // "steps", "tool_calls", "model_calls", "depth", "wall"
+	Limit  int64
+	Used   int64
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("%s budget exhausted (%d/%d)", e.Budget, e.Used, e.Limit)
+}
+
+func (e *BudgetError) Is(target error) bool { return target == ErrBudgetExhausted }
+
+// LimitError names a field, its limit and the offending size. It matches
+// ErrTooLarge.
+type LimitError struct {
+	Field string
+	Limit int
+	Got   int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s is %d bytes, limit %d", e.Field, e.Got, e.Limit)
+}
+
+func (e *LimitError) Is(target error) bool { return target == ErrTooLarge }
