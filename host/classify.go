@@ -113,22 +113,33 @@ func (ru *run) classifyError(err, cause error) verdict {
 		v.stderr = ru.exe.StderrTail()
 		return v
 	}
-	switch {
-	case errors.Is(cause, errUserCancelled):
-		return verdict{attempt: store.AttemptCancelled, reason: store.ReasonUserCancelled}
-	case errors.Is(cause, errShutdown):
-		return verdict{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonHostShutdown, message: "the host was stopped during the step"}
-	case errors.Is(cause, errWallExceeded):
-		return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the step ran past the task's wall-clock budget"}
+	if cause != nil {
+		return causeVerdict(cause)
 	}
 	return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "step call failed: " + truncate(err.Error(), 1000)}
 }
 
-// finish records v for attempt att in one transaction and reports whether
-// the loop should go on.
-func (ru *run) finish(v verdict, att store.Attempt) bool {
+// causeVerdict is the verdict on an attempt whose context was cancelled.
+func causeVerdict(cause error) verdict {
+	switch {
+	case errors.Is(cause, errUserCancelled):
+		return verdict{attempt: store.AttemptCancelled, reason: store.ReasonUserCancelled}
+	case errors.Is(cause, errWallExceeded):
+		return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the step ran past the task's wall-clock budget"}
+	default: // errShutdown
+		return verdict{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonHostShutdown, message: "the host was stopped during the step"}
+	}
+}
+
+// finish records v for attempt att in one transaction — with the claim of
+// the next attempt when the task goes on — and returns that next attempt.
+func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	r, t := ru.r, ru.task
 	ctx := context.Background() // an outcome is recorded even while stopping
+	if v.attempt == store.AttemptCancelled {
+		ru.abandon(att, v)
+		return store.Attempt{}, false
+	}
 	var sealed []byte
 	if v.checkpoint != nil && v.attempt == store.AttemptCompleted {
 		sealed = r.seal.seal(owner{TaskID: t.ID, PrincipalID: t.PrincipalID, Executor: t.Executor}, att.Number, *v.checkpoint)
@@ -137,62 +148,88 @@ func (ru *run) finish(v verdict, att store.Attempt) bool {
 	if v.crashed {
 		exitCode, exitSignal = v.exit.Code, v.exit.Signal
 	}
-	after := t
-	after.Budgets.WallMillis.Used = ru.wall.used()
-	if v.taskTo != "" {
-		after.Status = v.taskTo
-	}
-	events := func(t store.Task) []store.NewEvent {
-		p := EventPayload{Attempt: att.Number, Outcome: string(v.outcome), Reason: string(v.reason)}
-		var evs []store.NewEvent
-		switch v.attempt {
-		case store.AttemptInterrupted:
-			if v.crashed {
-				evs = append(evs, newEvent(EventExecutorCrashed, t, EventPayload{Attempt: att.Number, Reason: string(v.reason), Exit: v.exit.String()}))
-			}
-			evs = append(evs, newEvent(EventStepInterrupted, t, p))
-		default:
-			evs = append(evs, newEvent(EventStepCompleted, t, p))
-		}
-		switch v.taskTo {
-		case store.StatusCompleted:
-			evs = append(evs, newEvent(EventTaskCompleted, t, EventPayload{}))
-		case store.StatusFailed:
-			evs = append(evs, newEvent(EventTaskFailed, t, EventPayload{Reason: string(v.reason)}))
-		case store.StatusInterrupted:
-			evs = append(evs, newEvent(EventTaskInterrupted, t, EventPayload{Reason: string(v.reason)}))
-		}
-		return evs
-	}
-	if v.attempt == store.AttemptCancelled {
-		ru.abandon(att, v)
-		return false
-	}
-	nt, err := r.store.FinishAttempt(ctx, store.FinishAttempt{
+	f := store.FinishAttempt{
 		PrincipalID: t.PrincipalID, TaskID: t.ID, RunID: t.RunID, Number: att.Number,
 		Status: v.attempt, Outcome: string(v.outcome), Summary: v.summary,
 		Reason: v.reason, Message: v.message,
 		ExitCode: exitCode, ExitSignal: exitSignal, StderrTail: v.stderr,
 		Checkpoint: sealed, Result: v.result, WallMillisUsed: ru.wall.used(),
 		TaskTo: v.taskTo, TaskReason: v.reason, TaskMessage: v.message,
-		Events: events(after),
-	})
+		Events: ru.outcomeEvents(v, att),
+	}
+	var nt store.Task
+	var next *store.Attempt
+	var exhausted *store.BudgetError
+	var err error
+	if v.taskTo == "" {
+		after := t
+		after.Budgets.Steps.Used = att.Number // the next claim follows this attempt
+		nt, next, exhausted, err = r.store.FinishAndClaim(ctx, f, ru.startedEvent(after))
+	} else {
+		nt, err = r.store.FinishAttempt(ctx, f)
+	}
 	r.notify()
 	if errors.Is(err, store.ErrConflict) {
 		// The task moved first (a cancel committed before this outcome):
 		// the outcome loses and the attempt closes as what the task became.
 		ru.abandon(att, v)
-		return false
+		return store.Attempt{}, false
 	}
 	if err != nil {
 		ru.log("step outcome not recorded", "attempt", att.Number, "error", err)
-		return false
+		return store.Attempt{}, false
 	}
 	ru.task = nt
 	if v.crashed {
 		ru.log("executor crashed", "attempt", att.Number, "exit", v.exit.String())
 	}
-	return v.taskTo == ""
+	if v.attempt == store.AttemptCompleted {
+		if v.checkpoint != nil {
+			ru.cp = v.checkpoint
+		}
+		ru.recent = append(ru.recent, StepSummary{Step: att.Number, Summary: v.summary})
+		if n := r.set.RecentSummaries; len(ru.recent) > n {
+			ru.recent = ru.recent[len(ru.recent)-n:]
+		}
+	}
+	switch {
+	case v.taskTo != "":
+		return store.Attempt{}, false
+	case exhausted != nil:
+		ru.endRun(store.StatusFailed, store.ReasonStepBudgetExhausted, exhausted.Error())
+		return store.Attempt{}, false
+	case next == nil:
+		return store.Attempt{}, false // waiting for an approval
+	}
+	return *next, true
+}
+
+// outcomeEvents are the events recording v for attempt att.
+func (ru *run) outcomeEvents(v verdict, att store.Attempt) []store.NewEvent {
+	t := ru.task
+	t.Budgets.WallMillis.Used = ru.wall.used()
+	if v.taskTo != "" {
+		t.Status = v.taskTo
+	}
+	p := EventPayload{Attempt: att.Number, Outcome: string(v.outcome), Reason: string(v.reason)}
+	var evs []store.NewEvent
+	if v.attempt == store.AttemptInterrupted {
+		if v.crashed {
+			evs = append(evs, newEvent(EventExecutorCrashed, t, EventPayload{Attempt: att.Number, Reason: string(v.reason), Exit: v.exit.String()}))
+		}
+		evs = append(evs, newEvent(EventStepInterrupted, t, p))
+	} else {
+		evs = append(evs, newEvent(EventStepCompleted, t, p))
+	}
+	switch v.taskTo {
+	case store.StatusCompleted:
+		evs = append(evs, newEvent(EventTaskCompleted, t, EventPayload{}))
+	case store.StatusFailed:
+		evs = append(evs, newEvent(EventTaskFailed, t, EventPayload{Reason: string(v.reason)}))
+	case store.StatusInterrupted:
+		evs = append(evs, newEvent(EventTaskInterrupted, t, EventPayload{Reason: string(v.reason)}))
+	}
+	return evs
 }
 
 // abandon closes att after the task left running without it.

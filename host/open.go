@@ -36,6 +36,9 @@ type Options struct {
 	DataDir string
 	Config  config.Config
 	Logger  hclog.Logger
+	// Synchronous is the store's SQLite synchronous mode: "FULL" (the
+	// default: a committed step survives power loss) or "NORMAL".
+	Synchronous string
 	// ExecutorDir is searched for taskhost-executor-* binaries; default: the
 	// directory of the running binary.
 	ExecutorDir string
@@ -83,7 +86,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.close()
 		return nil, err
 	}
-	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Limits: store.Limits{
+	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: opts.Synchronous, Limits: store.Limits{
 		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
 		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
 		Result:        cfg.Limits.ResultBytes,

@@ -19,19 +19,25 @@ var (
 // run is one run of one task: from start or resume until the task leaves
 // running, in one goroutine that owns one executor process.
 type run struct {
-	r      *Runner
-	task   store.Task // as of the last change this run made
+	r *Runner
+	// id, principal and runID never change; the heartbeat and Cancel read
+	// them from other goroutines.
+	id, principal string
+	runID         int64
+	task          store.Task // as of the last change this run made; the run's goroutine only
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	wall   *wallClock
 
-	exe  Executor
-	desc Description
+	exe    Executor
+	desc   Description
+	cp     *Checkpoint   // the last committed checkpoint, verified
+	recent []StepSummary // the last completed step summaries, oldest first
 }
 
 func (ru *run) log(msg string, args ...any) {
-	ru.r.log.Info(msg, append([]any{"task", ru.task.ID, "run", ru.task.RunID}, args...)...)
+	ru.r.log.Info(msg, append([]any{"task", ru.id, "run", ru.runID}, args...)...)
 }
 
 // loop runs steps until the task leaves running.
@@ -53,7 +59,9 @@ func (ru *run) loop() {
 		ru.endRun(store.StatusInterrupted, store.ReasonExecutorUnavailable, err.Error())
 		return
 	}
-	for ru.step() {
+	att, ok := ru.first()
+	for ok {
+		att, ok = ru.step(att)
 	}
 }
 
@@ -69,8 +77,8 @@ func (ru *run) heartbeat() (stop func()) {
 		for {
 			select {
 			case <-t.C:
-				if err := ru.r.store.Heartbeat(context.Background(), ru.task.PrincipalID, ru.task.ID, ru.task.RunID, ru.wall.used()); err != nil {
-					ru.r.log.Warn("heartbeat not persisted", "task", ru.task.ID, "error", err)
+				if err := ru.r.store.Heartbeat(context.Background(), ru.principal, ru.id, ru.runID, ru.wall.used()); err != nil {
+					ru.r.log.Warn("heartbeat not persisted", "task", ru.id, "error", err)
 				}
 			case <-quit:
 				return
@@ -106,62 +114,73 @@ func (ru *run) endRun(to store.Status, reason store.Reason, msg string) {
 	ru.task = t
 }
 
-// step runs one step and reports whether the loop should go on.
-func (ru *run) step() bool {
+// first loads what a run needs from the store and claims its first
+// attempt. Later attempts are claimed in the transaction that records the
+// previous one's outcome (finish).
+func (ru *run) first() (store.Attempt, bool) {
 	r := ru.r
-	if err := context.Cause(ru.ctx); err != nil {
-		ru.endForCause(err)
-		return false
-	}
-	if ru.wall.remaining() <= 0 {
-		ru.endRun(store.StatusFailed, store.ReasonWallClockExceeded, "the task used all of its wall-clock budget")
-		return false
-	}
 	t, err := r.store.GetTask(ru.ctx, ru.task.PrincipalID, ru.task.ID)
 	if err != nil {
 		ru.log("task not readable", "error", err)
-		return false
+		return store.Attempt{}, false
 	}
 	ru.task = t
-	if t.Status != store.StatusRunning || t.RunID != ru.task.RunID {
-		return false
+	if t.Status != store.StatusRunning {
+		return store.Attempt{}, false
 	}
-
 	// The checkpoint is verified before a step is charged for it.
-	cp, err := ru.loadCheckpoint()
-	if err != nil {
+	if ru.cp, err = ru.loadCheckpoint(); err != nil {
 		ru.endRun(store.StatusFailed, store.ReasonCheckpointIncompatible, err.Error())
-		return false
+		return store.Attempt{}, false
 	}
-
-	// Every attempt charges one step, so the new attempt's number is the
-	// step count after the charge.
-	next := t
-	next.Budgets.Steps.Used++
-	att, t, err := r.store.ClaimAttempt(ru.ctx, t.PrincipalID, t.ID, t.RunID,
-		newEvent(EventStepStarted, next, EventPayload{Attempt: next.Budgets.Steps.Used}))
+	recent, err := r.store.RecentSummaries(ru.ctx, t.PrincipalID, t.ID, r.set.RecentSummaries)
+	if err != nil {
+		ru.log("summaries not readable", "error", err)
+		return store.Attempt{}, false
+	}
+	for _, a := range recent {
+		ru.recent = append(ru.recent, StepSummary{Step: a.Number, Summary: a.Summary})
+	}
+	att, t, err := r.store.ClaimAttempt(ru.ctx, t.PrincipalID, t.ID, t.RunID, ru.startedEvent(t))
 	r.notify()
 	var be *store.BudgetError
 	switch {
 	case errors.As(err, &be):
 		ru.endRun(store.StatusFailed, store.ReasonStepBudgetExhausted, be.Error())
-		return false
+		return store.Attempt{}, false
 	case err != nil:
 		if c := context.Cause(ru.ctx); c != nil {
 			ru.endForCause(c)
 		} else {
 			ru.log("attempt not claimed", "error", err)
 		}
-		return false
+		return store.Attempt{}, false
 	}
 	ru.task = t
+	return att, true
+}
 
-	req, err := ru.request(att, cp)
-	if err != nil {
-		ru.finish(verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonStoreError, message: err.Error()}, att)
-		return false
+// startedEvent is the step.started event of the attempt claimed next. Every
+// attempt charges one step, so its number is the step count after the
+// charge.
+func (ru *run) startedEvent(t store.Task) store.NewEvent {
+	next := t
+	next.Budgets.Steps.Used++
+	return newEvent(EventStepStarted, next, EventPayload{Attempt: next.Budgets.Steps.Used})
+}
+
+// step runs claimed attempt att and returns the next claimed attempt, or
+// false when the run is over.
+func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
+	r := ru.r
+	if cause := context.Cause(ru.ctx); cause != nil {
+		return ru.finish(causeVerdict(cause), att)
 	}
-	tok := r.turns.issue(turn{taskID: t.ID, principal: t.PrincipalID, runID: t.RunID, attempt: att.Number})
+	if ru.wall.remaining() <= 0 {
+		return ru.finish(verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the task used all of its wall-clock budget"}, att)
+	}
+	req := ru.request(att)
+	tok := r.turns.issue(turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number})
 	req.TurnToken = tok
 
 	stepCtx, cancelStep := context.WithDeadlineCause(ru.ctx, time.Now().Add(ru.wall.remaining()), errWallExceeded)
@@ -170,17 +189,17 @@ func (ru *run) step() bool {
 	cancelStep()
 	r.turns.revoke(tok)
 
-	v := ru.classify(res, stepErr, cause)
-	return ru.finish(v, att)
+	return ru.finish(ru.classify(res, stepErr, cause), att)
 }
 
-// endForCause ends the run for the reason its context was cancelled.
+// endForCause ends the run, between attempts, for the reason its context
+// was cancelled.
 func (ru *run) endForCause(cause error) {
 	switch {
-	case errors.Is(cause, errShutdown):
-		ru.endRun(store.StatusInterrupted, store.ReasonHostShutdown, "the host was stopped")
 	case errors.Is(cause, errUserCancelled):
 		// The cancelled status was committed before the context was.
+	case errors.Is(cause, errShutdown):
+		ru.endRun(store.StatusInterrupted, store.ReasonHostShutdown, "the host was stopped")
 	default:
 		ru.endRun(store.StatusInterrupted, store.ReasonHostShutdown, cause.Error())
 	}
@@ -204,14 +223,11 @@ func (ru *run) loadCheckpoint() (*Checkpoint, error) {
 }
 
 // request builds what the executor may see of the task (DESIGN §4).
-func (ru *run) request(att store.Attempt, cp *Checkpoint) (StepRequest, error) {
+func (ru *run) request(att store.Attempt) StepRequest {
 	t := ru.task
-	recent, err := ru.r.store.RecentSummaries(ru.ctx, t.PrincipalID, t.ID, ru.r.set.RecentSummaries)
-	if err != nil {
-		return StepRequest{}, err
-	}
-	req := StepRequest{
-		TaskID: t.ID, RunID: t.RunID, Attempt: att.Number, Spec: t.Spec, Checkpoint: cp,
+	return StepRequest{
+		TaskID: t.ID, RunID: t.RunID, Attempt: att.Number, Spec: t.Spec, Checkpoint: ru.cp,
+		Recent: append([]StepSummary(nil), ru.recent...),
 		Remaining: Budgets{
 			Steps: t.Budgets.Steps.Remaining(), ToolCalls: t.Budgets.ToolCalls.Remaining(),
 			ModelCalls: t.Budgets.ModelCalls.Remaining(), Depth: t.Budgets.Depth.Remaining(),
@@ -223,8 +239,4 @@ func (ru *run) request(att store.Attempt, cp *Checkpoint) (StepRequest, error) {
 			WallSeconds: t.Budgets.WallMillis.Limit / 1000,
 		},
 	}
-	for _, a := range recent {
-		req.Recent = append(req.Recent, StepSummary{Step: a.Number, Summary: a.Summary})
-	}
-	return req, nil
 }

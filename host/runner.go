@@ -219,7 +219,8 @@ func (r *Runner) start(ctx context.Context, t store.Task, eventType string) (sto
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	ru := &run{
-		r: r, task: t, ctx: runCtx, cancel: cancel, done: make(chan struct{}),
+		r: r, id: t.ID, principal: t.PrincipalID, runID: t.RunID, task: t,
+		ctx: runCtx, cancel: cancel, done: make(chan struct{}),
 		wall: newWallClock(t.Budgets.WallMillis),
 	}
 	r.mu.Lock()
@@ -235,8 +236,8 @@ func (r *Runner) start(ctx context.Context, t store.Task, eventType string) (sto
 // finished removes a run once its goroutine is done.
 func (r *Runner) finished(ru *run) {
 	r.mu.Lock()
-	if r.runs[ru.task.ID] == ru {
-		delete(r.runs, ru.task.ID)
+	if r.runs[ru.id] == ru {
+		delete(r.runs, ru.id)
 	}
 	r.mu.Unlock()
 	close(ru.done)
@@ -261,7 +262,7 @@ func (r *Runner) Cancel(ctx context.Context, principal, id string) (store.Task, 
 	r.mu.Lock()
 	ru := r.runs[id]
 	r.mu.Unlock()
-	if ru != nil && ru.task.PrincipalID == principal {
+	if ru != nil && ru.principal == principal {
 		ru.cancel(errUserCancelled)
 		select {
 		case <-ru.done:

@@ -22,34 +22,40 @@ func (s *Store) ClaimAttempt(ctx context.Context, principal, id string, runID in
 	var a Attempt
 	var t Task
 	err := s.write(ctx, func(tx *txn) error {
-		now := nanos(s.now())
 		var err error
-		t, err = scanTask(tx.QueryRowContext(ctx, qClaimTask, now, id, principal, runID))
-		if errors.Is(err, sql.ErrNoRows) {
-			return claimRefused(ctx, tx, principal, id, runID)
-		}
-		if err != nil {
-			return err
-		}
-		var last int64
-		var running sql.NullInt64
-		if err := tx.QueryRowContext(ctx, qAttemptsHead, id).Scan(&last, &running); err != nil {
-			return err
-		}
-		if running.Valid {
-			return fmt.Errorf("task %s: attempt %d is still running: %w", id, running.Int64, ErrConflict)
-		}
-		a, err = scanAttempt(tx.QueryRowContext(ctx, qInsertAttempt, id, last+1, runID, now))
-		if err != nil {
-			return err
-		}
-		_, err = s.appendEvents(ctx, tx, id, t.RunID, events)
+		a, t, err = s.claim(ctx, tx, principal, id, runID, events)
 		return err
 	})
 	if err != nil {
 		return Attempt{}, Task{}, err
 	}
 	return a, t, nil
+}
+
+// claim is ClaimAttempt inside tx.
+func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID int64, events []NewEvent) (Attempt, Task, error) {
+	now := nanos(s.now())
+	t, err := scanTask(tx.QueryRowContext(ctx, qClaimTask, now, id, principal, runID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Attempt{}, Task{}, claimRefused(ctx, tx, principal, id, runID)
+	}
+	if err != nil {
+		return Attempt{}, Task{}, err
+	}
+	var last int64
+	var running sql.NullInt64
+	if err := tx.QueryRowContext(ctx, qAttemptsHead, id).Scan(&last, &running); err != nil {
+		return Attempt{}, Task{}, err
+	}
+	if running.Valid {
+		return Attempt{}, Task{}, fmt.Errorf("task %s: attempt %d is still running: %w", id, running.Int64, ErrConflict)
+	}
+	a, err := scanAttempt(tx.QueryRowContext(ctx, qInsertAttempt, id, last+1, runID, now))
+	if err != nil {
+		return Attempt{}, Task{}, err
+	}
+	_, err = s.appendEvents(ctx, tx, id, t.RunID, events)
+	return a, t, err
 }
 
 const (
@@ -180,6 +186,61 @@ func (s *Store) FinishAttempt(ctx context.Context, f FinishAttempt) (Task, error
 	}
 	var t Task
 	err = s.write(ctx, func(tx *txn) error {
+		var err error
+		t, err = s.finish(ctx, tx, f, from)
+		return err
+	})
+	if err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+// FinishAndClaim is FinishAttempt followed, in the same transaction, by
+// ClaimAttempt of the next attempt when the task stays running: one commit
+// per step instead of two. Each half keeps its own guarantees. When the step
+// budget is spent the finish still commits, and next is nil with a
+// *BudgetError in exhausted; any other refusal of the claim undoes both.
+func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents ...NewEvent) (t Task, next *Attempt, exhausted *BudgetError, err error) {
+	if f.TaskTo != "" {
+		return Task{}, nil, nil, invalidf("FinishAndClaim keeps the task running: TaskTo must be empty")
+	}
+	from, err := s.checkFinish(&f)
+	if err != nil {
+		return Task{}, nil, nil, err
+	}
+	if err := s.checkEvents(nextEvents); err != nil {
+		return Task{}, nil, nil, err
+	}
+	err = s.write(ctx, func(tx *txn) error {
+		next, exhausted = nil, nil
+		var err error
+		if t, err = s.finish(ctx, tx, f, from); err != nil {
+			return err
+		}
+		if t.Status != StatusRunning {
+			return nil // waiting for an approval: nothing to claim yet
+		}
+		a, ct, err := s.claim(ctx, tx, f.PrincipalID, f.TaskID, f.RunID, nextEvents)
+		if errors.As(err, &exhausted) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		t, next = ct, &a
+		return nil
+	})
+	if err != nil {
+		return Task{}, nil, nil, err
+	}
+	return t, next, exhausted, nil
+}
+
+// finish is FinishAttempt inside tx, after checkFinish.
+func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Status) (Task, error) {
+	var t Task
+	err := func() error {
 		if err := runningAttempt(ctx, tx, f.PrincipalID, f.TaskID, f.Number, f.RunID); err != nil {
 			return err
 		}
@@ -216,11 +277,8 @@ func (s *Store) FinishAttempt(ctx context.Context, f FinishAttempt) (Task, error
 		}
 		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, f.Events)
 		return err
-	})
-	if err != nil {
-		return Task{}, err
-	}
-	return t, nil
+	}()
+	return t, err
 }
 
 // finishTaskSQL is the task side of FinishAttempt: wall time only grows, a

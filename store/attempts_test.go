@@ -239,3 +239,44 @@ func TestWritesArePrepared(t *testing.T) {
 		t.Fatalf("%d write statements ran unprepared", n)
 	}
 }
+
+func TestFinishAndClaim(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	_, err := s.CreateTask(ctx, NewTask{ID: "t_fc", PrincipalID: "alice", Executor: "legacy",
+		Spec: []byte(`{"goal":"x"}`), Limits: Budgets{Steps: Budget{Limit: 2}, WallMillis: Budget{Limit: 1000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := s.StartRun(ctx, "alice", "t_fc", StatusPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, _, err := s.ClaimAttempt(ctx, "alice", task.ID, task.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish := func(n int64) FinishAttempt {
+		return FinishAttempt{PrincipalID: "alice", TaskID: task.ID, RunID: task.RunID, Number: n,
+			Status: AttemptCompleted, Outcome: "continue", Summary: "ok", Checkpoint: []byte("cp"), WallMillisUsed: 5}
+	}
+	got, next, exhausted, err := s.FinishAndClaim(ctx, finish(a1.Number), NewEvent{Type: "step.started", Payload: []byte(`{}`)})
+	if err != nil || next == nil || exhausted != nil || next.Number != 2 || got.Budgets.Steps.Used != 2 {
+		t.Fatalf("first: next %+v exhausted %v err %v steps %d", next, exhausted, err, got.Budgets.Steps.Used)
+	}
+	// The step budget (2) is spent: the finish commits, nothing is claimed.
+	got, next, exhausted, err = s.FinishAndClaim(ctx, finish(next.Number))
+	if err != nil || next != nil || exhausted == nil || exhausted.Budget != "steps" {
+		t.Fatalf("second: next %+v exhausted %v err %v", next, exhausted, err)
+	}
+	atts, _ := s.ListAttempts(ctx, "alice", task.ID)
+	if len(atts) != 2 || atts[1].Status != AttemptCompleted || got.Budgets.Steps.Used != 2 {
+		t.Fatalf("attempts %+v, steps %d", atts, got.Budgets.Steps.Used)
+	}
+	// A finish that would change the status is refused outright.
+	f := finish(2)
+	f.TaskTo = StatusCompleted
+	if _, _, _, err := s.FinishAndClaim(ctx, f); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("TaskTo with FinishAndClaim: %v", err)
+	}
+}
