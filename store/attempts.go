@@ -275,6 +275,14 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 			f.ExitCode, f.ExitSignal, f.StderrTail, f.TaskID, f.Number); err != nil {
 			return err
 		}
+		// A committed outcome ends the step: nothing of it will be re-run,
+		// so no result is kept for replay. An interrupted attempt keeps
+		// them for the attempt that re-runs its step.
+		if f.Status != AttemptInterrupted {
+			if _, err := tx.ExecContext(ctx, qDropEffectResults, f.TaskID); err != nil {
+				return err
+			}
+		}
 		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, f.Events)
 		return err
 	}()

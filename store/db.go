@@ -96,6 +96,8 @@ func writeQueries() []string {
 		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, qChargeWall,
 		qInterruptTasks, qInterruptAttempts,
 	}
+	qs = append(qs, effectQueries()...)
+	qs = append(qs, approvalQueries()...)
 	// The status lists of a compare-and-set are deduplicated and every
 	// status in them is a legal predecessor, so these are all the shapes.
 	most := 0

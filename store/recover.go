@@ -88,6 +88,15 @@ func (s *Store) interrupt(ctx context.Context, reason Reason, chargeWallMillis i
 				return err
 			}
 		}
+		// Pending approvals die with their host; an effect that was
+		// crossing its boundary is indeterminate, one that never started
+		// failed.
+		if _, err := tx.ExecContext(ctx, qCancelAllPending, now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, qSettleEffects, now); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, qInterruptAttempts, string(reason), now)
 		if err != nil {
 			return err

@@ -51,6 +51,9 @@ type Config struct {
 	MachineSpirit MachineSpirit       `toml:"machine_spirit"`
 	Executors     map[string]Executor `toml:"executors"` // [executors.NAME]; names match ^[a-z][a-z0-9_-]{0,31}$
 	Limits        Limits              `toml:"limits"`
+	Model         Model               `toml:"model"`
+	Tools         map[string]Tool     `toml:"tools"` // [tools."NAME"]: built-in tools only
+	Approvals     Approvals           `toml:"approvals"`
 }
 
 // Tasks is the [tasks] section: whether tasks run at all, the default
@@ -151,6 +154,9 @@ func Default() Config {
 			PluginStopGraceSeconds: 2,
 			GRPCMessageBytes:       4 << 20,
 		},
+		Model:     defaultModel(),
+		Tools:     defaultTools(),
+		Approvals: Approvals{TimeoutSeconds: 3600},
 	}
 }
 

@@ -66,13 +66,19 @@ func TestExampleShowsEveryKey(t *testing.T) {
 	}
 	var inExample []string
 	for _, k := range md.Keys() {
-		if len(k) == 2 {
+		if len(k) == 2 && k[0] != "tools" {
 			inExample = append(inExample, k.String())
 		}
 	}
 	var schema []string
 	for _, kind := range []reflect.Kind{reflect.Int, reflect.Bool, reflect.String} {
 		schema = append(schema, sectionKeys(kind)...)
+	}
+	// model.api_key exists only to refuse a literal key: the example
+	// documents it in a comment instead.
+	schema = slices.DeleteFunc(schema, func(k string) bool { return k == "model.api_key" })
+	if !strings.Contains(string(data), "# api_key ") {
+		t.Errorf("example.toml does not document that model.api_key is refused")
 	}
 	slices.Sort(inExample)
 	slices.Sort(schema)
@@ -694,5 +700,41 @@ func TestSchemaDepth(t *testing.T) {
 	// executors.NAME.path is the deepest key.
 	if schemaDepth != 3 {
 		t.Fatalf("schemaDepth = %d, want 3", schemaDepth)
+	}
+}
+
+func TestServiceSections(t *testing.T) {
+	cases := []struct {
+		name, toml, key string
+	}{
+		{"literal api key", "[model]\napi_key = \"sk-123\"", "model.api_key"},
+		{"env name with a key in it", "[model]\napi_key_env = \"sk-123 abc\"", "model.api_key_env"},
+		{"unknown provider", "[model]\nprovider = \"magic\"", "model.provider"},
+		{"openai without url", "[model]\nprovider = \"openai\"\nmodel = \"m\"", "model.base_url"},
+		{"openai without model", "[model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"", "model.model"},
+		{"unknown tool", "[tools.\"rm.rf\"]\nenabled = true", `tools."rm.rf"`},
+		{"bad approval policy", "[tools.\"shell.run\"]\napproval = \"sometimes\"", `tools."shell.run".approval`},
+		{"tool timeout past range", "[tools.\"shell.run\"]\ntimeout_seconds = 3601", `tools."shell.run".timeout_seconds`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.toml), "")
+			var cerr *Error
+			if !errors.As(err, &cerr) || !slices.ContainsFunc(cerr.Problems, func(p Problem) bool { return p.Key == tc.key }) {
+				t.Fatalf("err = %v, want a problem on %s", err, tc.key)
+			}
+		})
+	}
+	// A tool section overrides only the keys it names.
+	c, err := Parse([]byte("[tools.\"shell.run\"]\ntimeout_seconds = 5"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Tools["shell.run"]; got.TimeoutSeconds != 5 || got.Approval != ApprovalAlways || !got.Enabled {
+		t.Fatalf("shell.run = %+v, want the defaults with timeout 5", got)
+	}
+	c, err = Parse([]byte("[model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"\napi_key_env = \"OPENAI_API_KEY\""), "")
+	if err != nil || c.Model.APIKeyEnv != "OPENAI_API_KEY" {
+		t.Fatalf("openai config: %+v %v", c.Model, err)
 	}
 }

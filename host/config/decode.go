@@ -99,6 +99,11 @@ func (d *decoder) value(key toml.Key, prim toml.Primitive, dst reflect.Value) {
 			// The entry is kept even if it is malformed, so that a
 			// reference to it by name does not also fail.
 			elem := reflect.New(dst.Type().Elem()).Elem()
+			// An entry with defaults (a built-in tool, say) starts from
+			// them: the file overrides only the keys it names.
+			if old := dst.MapIndex(reflect.ValueOf(name)); old.IsValid() {
+				elem.Set(old)
+			}
 			d.value(child(key, name), sub[name], elem)
 			dst.SetMapIndex(reflect.ValueOf(name), elem)
 		}

@@ -38,6 +38,9 @@ var intKeys = []struct {
 	{key: "limits.plugin_start_seconds", def: 10, min: 1, max: 120},
 	{key: "limits.plugin_stop_grace_seconds", def: 2, min: 1, max: 60},
 	{key: "limits.grpc_message_bytes", def: 4194304, min: 1048576, max: 16777216},
+	{key: "model.timeout_seconds", def: 60, min: 1, max: 600},
+	{key: "model.max_retries", def: 3, min: 0, max: 10},
+	{key: "approvals.timeout_seconds", def: 3600, min: 1, max: 604800},
 }
 
 func TestIntKeysCoverEveryIntegerKey(t *testing.T) {

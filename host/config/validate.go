@@ -25,6 +25,7 @@ var (
 	executorNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	sha256RE       = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	versionRE      = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+	envNameRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 )
 
 // Validate checks every value and the rules between them. It returns nil or
@@ -45,6 +46,9 @@ func (c Config) validate() problems {
 	c.MachineSpirit.validate(&ps)
 	validateExecutors(c.Executors, &ps)
 	c.Limits.validate(&ps)
+	c.Model.validate(&ps)
+	validateTools(c.Tools, &ps)
+	c.Approvals.validate(&ps)
 	c.validateDefaultExecutor(&ps)
 	c.validateMessageSize(&ps)
 	return ps

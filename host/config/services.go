@@ -1,0 +1,112 @@
+package config
+
+import (
+	"maps"
+	"net/url"
+	"slices"
+)
+
+// Model providers.
+const (
+	ProviderScripted = "scripted"
+	ProviderOpenAI   = "openai"
+)
+
+// Model is the [model] section: the provider behind every model call an
+// executor makes through the host.
+type Model struct {
+	Provider string `toml:"provider"` // "scripted" (default) or "openai"
+
+	// Script is the scripted provider's script file; empty means the
+	// embedded default script.
+	Script string `toml:"script"`
+
+	// The openai provider: an OpenAI-compatible chat-completions endpoint.
+	BaseURL string `toml:"base_url"` // e.g. "http://127.0.0.1:11434/v1"
+	Name    string `toml:"model"`    // the model name sent in requests
+	// APIKeyEnv names the environment variable holding the API key. The key
+	// itself never appears in the config.
+	APIKeyEnv string `toml:"api_key_env"`
+	// APIKey exists only to refuse a literal key with a clear message.
+	APIKey         string `toml:"api_key"`
+	TimeoutSeconds int    `toml:"timeout_seconds"` // 1..600, default 60
+	MaxRetries     int    `toml:"max_retries"`     // 0..10, default 3 (on 429 and 5xx)
+}
+
+func defaultModel() Model {
+	return Model{Provider: ProviderScripted, TimeoutSeconds: 60, MaxRetries: 3}
+}
+
+func (m Model) validate(ps *problems) {
+	ps.intRange("model.timeout_seconds", m.TimeoutSeconds, 1, 600)
+	ps.intRange("model.max_retries", m.MaxRetries, 0, 10)
+	if m.APIKey != "" {
+		ps.add("model.api_key", "model.api_key: a literal API key is refused in the config; put the key in an environment variable and name that variable in model.api_key_env")
+	}
+	if m.APIKeyEnv != "" && !envNameRE.MatchString(m.APIKeyEnv) {
+		ps.add("model.api_key_env", "model.api_key_env = %s: must be the name of an environment variable (letters, digits, '_'), not the key itself", quote(m.APIKeyEnv))
+	}
+	switch m.Provider {
+	case ProviderScripted:
+	case ProviderOpenAI:
+		if u, err := url.Parse(m.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			ps.add("model.base_url", "model.base_url = %s: the openai provider needs an http(s) URL, e.g. \"http://127.0.0.1:11434/v1\"", quote(m.BaseURL))
+		}
+		if m.Name == "" {
+			ps.add("model.model", "model.model is missing: the openai provider needs a model name")
+		}
+	default:
+		ps.add("model.provider", "model.provider = %s: must be %q or %q", quote(m.Provider), ProviderScripted, ProviderOpenAI)
+	}
+}
+
+// Tool approval policies.
+const (
+	ApprovalNever  = "never"
+	ApprovalAlways = "always"
+)
+
+// Tool is one [tools."NAME"] section: the policy of a built-in tool.
+type Tool struct {
+	Enabled        bool   `toml:"enabled"`
+	Approval       string `toml:"approval"`        // "never" or "always"
+	TimeoutSeconds int    `toml:"timeout_seconds"` // 1..3600
+}
+
+// BuiltinTools are the tools the host ships, with their default policies.
+func defaultTools() map[string]Tool {
+	return map[string]Tool{
+		"workspace.read":  {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"workspace.write": {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"workspace.list":  {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"shell.run":       {Enabled: true, Approval: ApprovalAlways, TimeoutSeconds: 60},
+		"time.sleep":      {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 60},
+	}
+}
+
+func validateTools(tools map[string]Tool, ps *problems) {
+	known := defaultTools()
+	for _, name := range slices.Sorted(maps.Keys(tools)) {
+		t := tools[name]
+		key := `tools."` + name + `"`
+		if _, ok := known[name]; !ok {
+			ps.add(key, "%s: unknown tool; the built-in tools are %v", key, slices.Sorted(maps.Keys(known)))
+			continue
+		}
+		if t.Approval != ApprovalNever && t.Approval != ApprovalAlways {
+			ps.add(key+".approval", "%s.approval = %s: must be %q or %q", key, quote(t.Approval), ApprovalNever, ApprovalAlways)
+		}
+		ps.intRange(key+".timeout_seconds", t.TimeoutSeconds, 1, 3600)
+	}
+}
+
+// Approvals is the [approvals] section.
+type Approvals struct {
+	// TimeoutSeconds is how long a pending approval waits before it
+	// expires and its task fails (approval_timeout): 1..604800, default 3600.
+	TimeoutSeconds int `toml:"timeout_seconds"`
+}
+
+func (a Approvals) validate(ps *problems) {
+	ps.intRange("approvals.timeout_seconds", a.TimeoutSeconds, 1, 7*24*3600)
+}

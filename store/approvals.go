@@ -1,0 +1,216 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ApprovalStatus is an approval's state; it leaves pending exactly once.
+type ApprovalStatus string
+
+const (
+	ApprovalPending   ApprovalStatus = "pending"
+	ApprovalApproved  ApprovalStatus = "approved"
+	ApprovalRejected  ApprovalStatus = "rejected"
+	ApprovalExpired   ApprovalStatus = "expired"
+	ApprovalCancelled ApprovalStatus = "cancelled"
+)
+
+// Approval is one row of the approvals table.
+type Approval struct {
+	ID, TaskID, PrincipalID string
+	RunID, Attempt, Seq     int64
+	Tool                    string // the gated tool, or "" for an explicit request
+	Prompt                  string // bounded and redacted by the host
+	Status                  ApprovalStatus
+	CreatedAt, ExpiresAt    time.Time
+	ResolvedAt              time.Time // zero while pending
+}
+
+// ErrApprovalResolved: the approval already left pending. It matches
+// ErrConflict.
+type ApprovalResolvedError struct {
+	ID      string
+	Current ApprovalStatus
+}
+
+func (e *ApprovalResolvedError) Error() string {
+	return fmt.Sprintf("approval %s is already %s", e.ID, e.Current)
+}
+
+func (e *ApprovalResolvedError) Is(target error) bool { return target == ErrConflict }
+
+const maxApprovalPrompt = 2000
+
+// NewApproval is an approval to request.
+type NewApproval struct {
+	ID, PrincipalID, TaskID string
+	RunID, Attempt, Seq     int64
+	Tool, Prompt            string
+	ExpiresAt               time.Time
+}
+
+const approvalCols = `id, task_id, principal_id, run_id, attempt, seq, tool, prompt, status, created_ns, expires_ns, resolved_ns`
+
+func scanApproval(sc scanner) (Approval, error) {
+	var a Approval
+	var created, expires int64
+	var resolved sql.NullInt64
+	err := sc.Scan(&a.ID, &a.TaskID, &a.PrincipalID, &a.RunID, &a.Attempt, &a.Seq, &a.Tool, &a.Prompt, &a.Status,
+		&created, &expires, &resolved)
+	a.CreatedAt, a.ExpiresAt = fromNanos(created), fromNanos(expires)
+	if resolved.Valid {
+		a.ResolvedAt = fromNanos(resolved.Int64)
+	}
+	return a, err
+}
+
+const (
+	qInsertApproval = `INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL)
+		RETURNING ` + approvalCols
+	qResolveApproval = `UPDATE approvals SET status = ?, resolved_ns = ?
+		WHERE id = ? AND principal_id = ? AND status = 'pending' RETURNING ` + approvalCols
+	qApprovalByID      = `SELECT ` + approvalCols + ` FROM approvals WHERE id = ? AND principal_id = ?`
+	qCancelApprovals   = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE task_id = ? AND status = 'pending'`
+	qCancelAllPending  = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE status = 'pending'`
+	qListApprovals     = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? ORDER BY created_ns, id LIMIT 1000`
+	qListApprovalsStat = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? AND status = ? ORDER BY created_ns, id LIMIT 1000`
+)
+
+func approvalQueries() []string {
+	return []string{qInsertApproval, qResolveApproval, qApprovalByID, qCancelApprovals, qCancelAllPending}
+}
+
+// RequestApproval creates a pending approval and moves the task from
+// running to waiting_approval, in one transaction.
+func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...NewEvent) (Approval, Task, error) {
+	switch {
+	case a.ID == "" || len(a.ID) > 64:
+		return Approval{}, Task{}, invalidf("approval id must be 1..64 bytes")
+	case len(a.Tool) > 64:
+		return Approval{}, Task{}, invalidf("approval tool must be at most 64 bytes")
+	}
+	if err := checkSize("approval prompt", len(a.Prompt), maxApprovalPrompt); err != nil {
+		return Approval{}, Task{}, err
+	}
+	if err := s.checkEvents(events); err != nil {
+		return Approval{}, Task{}, err
+	}
+	var out Approval
+	var t Task
+	err := s.write(ctx, func(tx *txn) error {
+		if err := runningAttempt(ctx, tx, a.PrincipalID, a.TaskID, a.Attempt, a.RunID); err != nil {
+			return err
+		}
+		var err error
+		t, err = s.transition(ctx, tx, a.PrincipalID, a.TaskID, []Status{StatusRunning}, StatusWaitingApproval, ReasonNone, "")
+		if err != nil {
+			return err
+		}
+		if t.RunID != a.RunID {
+			return &TransitionError{TaskID: a.TaskID, Current: t.Status, RunID: t.RunID, WantRunID: a.RunID}
+		}
+		now := nanos(s.now())
+		out, err = scanApproval(tx.QueryRowContext(ctx, qInsertApproval, a.ID, a.TaskID, a.PrincipalID, a.RunID,
+			a.Attempt, a.Seq, a.Tool, a.Prompt, now, nanos(a.ExpiresAt)))
+		if err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		return err
+	})
+	if err != nil {
+		return Approval{}, Task{}, err
+	}
+	return out, t, nil
+}
+
+// ResolveApproval resolves a pending approval exactly once, by
+// compare-and-set, together with its task: approved → the task runs again;
+// rejected → it fails (approval_rejected); expired → it fails
+// (approval_timeout). If the task is no longer waiting (a cancel committed
+// first) nothing is written and a *TransitionError is returned; an approval
+// already resolved gives an *ApprovalResolvedError. Both match ErrConflict.
+func (s *Store) ResolveApproval(ctx context.Context, principal, id string, to ApprovalStatus, events ...NewEvent) (Approval, Task, error) {
+	var taskTo Status
+	var reason Reason
+	switch to {
+	case ApprovalApproved:
+		taskTo = StatusRunning
+	case ApprovalRejected:
+		taskTo, reason = StatusFailed, ReasonApprovalRejected
+	case ApprovalExpired:
+		taskTo, reason = StatusFailed, ReasonApprovalTimeout
+	default:
+		return Approval{}, Task{}, invalidf("an approval cannot be resolved as %q", to)
+	}
+	if err := s.checkEvents(events); err != nil {
+		return Approval{}, Task{}, err
+	}
+	var a Approval
+	var t Task
+	err := s.write(ctx, func(tx *txn) error {
+		var err error
+		a, err = scanApproval(tx.QueryRowContext(ctx, qResolveApproval, string(to), nanos(s.now()), id, principal))
+		if errors.Is(err, sql.ErrNoRows) {
+			cur, err := scanApproval(tx.QueryRowContext(ctx, qApprovalByID, id, principal))
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("approval %s: %w", id, ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			return &ApprovalResolvedError{ID: id, Current: cur.Status}
+		}
+		if err != nil {
+			return err
+		}
+		t, err = s.transition(ctx, tx, principal, a.TaskID, []Status{StatusWaitingApproval}, taskTo, reason, "")
+		if err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		return err
+	})
+	if err != nil {
+		return Approval{}, Task{}, err
+	}
+	return a, t, nil
+}
+
+// GetApproval returns one of principal's approvals.
+func (s *Store) GetApproval(ctx context.Context, principal, id string) (Approval, error) {
+	a, err := scanApproval(s.readRow(ctx, qApprovalByID, id, principal))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+	}
+	return a, err
+}
+
+// ListApprovals lists principal's approvals, oldest first, optionally only
+// those in status (bounded to 1000).
+func (s *Store) ListApprovals(ctx context.Context, principal string, status ApprovalStatus) ([]Approval, error) {
+	var rows *sql.Rows
+	var err error
+	if status == "" {
+		rows, err = s.readRows(ctx, qListApprovals, principal)
+	} else {
+		rows, err = s.readRows(ctx, qListApprovalsStat, principal, string(status))
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Approval
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
