@@ -226,7 +226,7 @@ func (s *Store) chargeRefused(ctx context.Context, tx *txn, e NewEffect) error {
 // the effect crosses its boundary.
 func (s *Store) MarkEffect(ctx context.Context, principal, taskID string, attempt, seq int64, from, to EffectStatus, result []byte) (Effect, error) {
 	legal := (from == EffectAdmitted && (to == EffectDispatching || to == EffectFailed)) ||
-		(from == EffectDispatching && (to == EffectObserved || to == EffectFailed))
+		(from == EffectDispatching && (to == EffectObserved || to == EffectFailed || to == EffectIndeterminate))
 	if !legal {
 		return Effect{}, invalidf("effect %s → %s is not a legal change", from, to)
 	}

@@ -61,10 +61,6 @@ func (s *Store) CreateTask(ctx context.Context, nt NewTask, events ...NewEvent) 
 		if err != nil {
 			return err
 		}
-		// A cancelled task's approval can no longer be approved.
-		if _, err := tx.ExecContext(ctx, qCancelApprovals, nanos(s.now()), t.ID); err != nil {
-			return err
-		}
 		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
 		return err
 	})
@@ -232,6 +228,10 @@ func (s *Store) Cancel(ctx context.Context, principal, id string, events ...NewE
 			return err
 		}
 		if err != nil {
+			return err
+		}
+		// A cancelled task's approval can no longer be approved.
+		if _, err := tx.ExecContext(ctx, qCancelApprovals, nanos(s.now()), t.ID); err != nil {
 			return err
 		}
 		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
