@@ -25,6 +25,7 @@ type verdict struct {
 	reason     store.Reason
 	message    string
 	crashed    bool
+	abandoned  bool // the task already left running: only close the attempt
 	exit       ExitStatus
 	stderr     string
 }
@@ -124,6 +125,10 @@ func causeVerdict(cause error) verdict {
 	switch {
 	case errors.Is(cause, errUserCancelled):
 		return verdict{attempt: store.AttemptCancelled, reason: store.ReasonUserCancelled}
+	case errors.Is(cause, errApprovalRejected):
+		return verdict{attempt: store.AttemptFailed, reason: store.ReasonApprovalRejected, abandoned: true}
+	case errors.Is(cause, errApprovalExpired):
+		return verdict{attempt: store.AttemptFailed, reason: store.ReasonApprovalTimeout, abandoned: true}
 	case errors.Is(cause, errWallExceeded):
 		return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the step ran past the task's wall-clock budget"}
 	default: // errShutdown
@@ -136,7 +141,7 @@ func causeVerdict(cause error) verdict {
 func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	r, t := ru.r, ru.task
 	ctx := context.Background() // an outcome is recorded even while stopping
-	if v.attempt == store.AttemptCancelled {
+	if v.attempt == store.AttemptCancelled || v.abandoned {
 		ru.abandon(att, v)
 		return store.Attempt{}, false
 	}
@@ -187,6 +192,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		if v.checkpoint != nil {
 			ru.cp = v.checkpoint
 		}
+		ru.indeterminate = nil
 		ru.recent = append(ru.recent, StepSummary{Step: att.Number, Summary: v.summary})
 		if n := r.set.RecentSummaries; len(ru.recent) > n {
 			ru.recent = ru.recent[len(ru.recent)-n:]
@@ -238,8 +244,12 @@ func (ru *run) abandon(att store.Attempt, v verdict) {
 	ctx := context.Background()
 	cur, err := r.store.GetTask(ctx, t.PrincipalID, t.ID)
 	status, reason := store.AttemptInterrupted, v.reason
-	if err == nil && cur.Status == store.StatusCancelled {
+	switch {
+	case err != nil:
+	case cur.Status == store.StatusCancelled:
 		status, reason = store.AttemptCancelled, store.ReasonUserCancelled
+	case cur.Status == store.StatusFailed:
+		status, reason = store.AttemptFailed, cur.Reason
 	}
 	if err := r.store.AbandonAttempt(ctx, t.PrincipalID, t.ID, att.Number, status, reason, "", ru.wall.used()); err != nil {
 		ru.log("attempt not closed", "attempt", att.Number, "error", err)

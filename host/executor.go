@@ -44,6 +44,20 @@ type StepRequest struct {
 	Checkpoint *Checkpoint
 	Remaining  Budgets
 	Limits     Budgets
+	// Indeterminate lists effects that were dispatching when an earlier
+	// attempt of this step died (DESIGN §6).
+	Indeterminate []Effect
+}
+
+// Effect is a ledger entry as an executor sees it: digests and a redacted
+// summary, never a payload.
+type Effect struct {
+	Attempt, Seq   int64
+	Kind           string
+	Fingerprint    string
+	IdempotencyKey string
+	Status         string
+	Summary        string
 }
 
 // Outcome is the kind of a step result.

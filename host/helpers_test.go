@@ -181,3 +181,5 @@ func wantStatus(t *testing.T, task store.Task, status store.Status, reason store
 		t.Fatalf("task %s is %s (%s: %s), want %s (%s)", task.ID, task.Status, task.Reason, task.Message, status, reason)
 	}
 }
+
+func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

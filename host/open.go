@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/model"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -25,6 +27,8 @@ const (
 	KeyFile       = "host.key"
 	LockFile      = "taskhost.lock"
 	SocketDirName = "plugins"
+	// WorkspaceDirName holds one workspace per task.
+	WorkspaceDirName = "workspaces"
 
 	// ExecutorPrefix names executor binaries found beside the taskhost
 	// binary: taskhost-executor-KIND.
@@ -110,7 +114,14 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return fail(err)
 	}
-	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), log.Named("runner"))
+	svc := Services{ApprovalTimeout: time.Duration(cfg.Approvals.TimeoutSeconds) * time.Second}
+	if svc.Model, err = model.New(cfg.Model, os.Getenv); err != nil {
+		return fail(fmt.Errorf("model provider: %w", err))
+	}
+	if svc.Tools, err = tools.NewRegistry(cfg.Tools, filepath.Join(dir, WorkspaceDirName)); err != nil {
+		return fail(fmt.Errorf("tools: %w", err))
+	}
+	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
 		return fail(fmt.Errorf("start-up recovery: %w", err))
 	}

@@ -236,6 +236,12 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 	for _, s := range req.Recent {
 		preq.Recent = append(preq.Recent, &pb.StepSummary{Step: uint32(s.Step), Summary: s.Summary})
 	}
+	for _, e := range req.Indeterminate {
+		preq.Indeterminate = append(preq.Indeterminate, &pb.Effect{
+			Attempt: uint32(e.Attempt), Seq: uint32(e.Seq), Kind: e.Kind, Fingerprint: e.Fingerprint,
+			IdempotencyKey: e.IdempotencyKey, Status: e.Status, Summary: e.Summary,
+		})
+	}
 	if req.Checkpoint != nil {
 		preq.Checkpoint = &pb.Checkpoint{Schema: req.Checkpoint.Schema, Payload: req.Checkpoint.Payload}
 	}

@@ -25,15 +25,18 @@ type run struct {
 	id, principal string
 	runID         int64
 	task          store.Task // as of the last change this run made; the run's goroutine only
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-	wall   *wallClock
+	ctx           context.Context
+	cancel        context.CancelCauseFunc
+	done          chan struct{}
+	wall          *wallClock
 
 	exe    Executor
 	desc   Description
 	cp     *Checkpoint   // the last committed checkpoint, verified
 	recent []StepSummary // the last completed step summaries, oldest first
+	// indeterminate are effects left dispatching by a dead attempt of the
+	// step about to run; cleared once an attempt completes.
+	indeterminate []Effect
 }
 
 func (ru *run) log(msg string, args ...any) {
@@ -141,6 +144,15 @@ func (ru *run) first() (store.Attempt, bool) {
 	for _, a := range recent {
 		ru.recent = append(ru.recent, StepSummary{Step: a.Number, Summary: a.Summary})
 	}
+	effs, err := r.store.IndeterminateEffects(ru.ctx, t.PrincipalID, t.ID)
+	if err != nil {
+		ru.log("effects not readable", "error", err)
+		return store.Attempt{}, false
+	}
+	for _, e := range effs {
+		ru.indeterminate = append(ru.indeterminate, Effect{Attempt: e.Attempt, Seq: e.Seq, Kind: string(e.Kind),
+			Fingerprint: e.Fingerprint, IdempotencyKey: e.IdempotencyKey, Status: string(e.Status), Summary: e.Summary})
+	}
 	att, t, err := r.store.ClaimAttempt(ru.ctx, t.PrincipalID, t.ID, t.RunID, ru.startedEvent(t))
 	r.notify()
 	var be *store.BudgetError
@@ -180,7 +192,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		return ru.finish(verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the task used all of its wall-clock budget"}, att)
 	}
 	req := ru.request(att)
-	tok := r.turns.issue(turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number})
+	tok, ts := r.turns.issue(turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number})
 	req.TurnToken = tok
 
 	stepCtx, cancelStep := context.WithDeadlineCause(ru.ctx, time.Now().Add(ru.wall.remaining()), errWallExceeded)
@@ -188,16 +200,24 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	cause := context.Cause(stepCtx)
 	cancelStep()
 	r.turns.revoke(tok)
+	ts.end()
 
-	return ru.finish(ru.classify(res, stepErr, cause), att)
+	v := ru.classify(res, stepErr, cause)
+	if reason := ts.exhaustedReason(); reason != "" && v.attempt == store.AttemptCompleted {
+		// An effect was refused for a spent budget: whatever the executor
+		// made of it, the task fails with that budget's reason.
+		v = verdict{attempt: store.AttemptFailed, outcome: v.outcome, taskTo: store.StatusFailed, reason: reason,
+			message: "an effect was refused: " + string(reason)}
+	}
+	return ru.finish(v, att)
 }
 
 // endForCause ends the run, between attempts, for the reason its context
 // was cancelled.
 func (ru *run) endForCause(cause error) {
 	switch {
-	case errors.Is(cause, errUserCancelled):
-		// The cancelled status was committed before the context was.
+	case errors.Is(cause, errUserCancelled), errors.Is(cause, errApprovalRejected), errors.Is(cause, errApprovalExpired):
+		// The task's end was committed before the context was cancelled.
 	case errors.Is(cause, errShutdown):
 		ru.endRun(store.StatusInterrupted, store.ReasonHostShutdown, "the host was stopped")
 	default:
@@ -227,7 +247,8 @@ func (ru *run) request(att store.Attempt) StepRequest {
 	t := ru.task
 	return StepRequest{
 		TaskID: t.ID, RunID: t.RunID, Attempt: att.Number, Spec: t.Spec, Checkpoint: ru.cp,
-		Recent: append([]StepSummary(nil), ru.recent...),
+		Recent:        append([]StepSummary(nil), ru.recent...),
+		Indeterminate: ru.indeterminate,
 		Remaining: Budgets{
 			Steps: t.Budgets.Steps.Remaining(), ToolCalls: t.Budgets.ToolCalls.Remaining(),
 			ModelCalls: t.Budgets.ModelCalls.Remaining(), Depth: t.Budgets.Depth.Remaining(),

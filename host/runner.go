@@ -95,17 +95,21 @@ type Runner struct {
 	seal     sealer
 	log      hclog.Logger
 	turns    *turns
+	svc      Services
+	// workspaceRoot holds one workspace directory per task.
+	workspaceRoot string
 
 	mu       sync.Mutex
 	runs     map[string]*run // by task id
 	reserved int
 	closing  bool
-	changed  chan struct{} // closed and replaced whenever events are appended
+	changed  chan struct{}      // closed and replaced whenever events are appended
+	waiters  map[string]*waiter // by approval id: steps blocked on an approval
 	wg       sync.WaitGroup
 }
 
 // New returns a Runner over st. key is the data dir's host key (32 bytes).
-func New(st *store.Store, l Launcher, key []byte, set Settings, log hclog.Logger) *Runner {
+func New(st *store.Store, l Launcher, key []byte, set Settings, svc Services, workspaceRoot string, log hclog.Logger) *Runner {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -115,6 +119,7 @@ func New(st *store.Store, l Launcher, key []byte, set Settings, log hclog.Logger
 	return &Runner{
 		store: st, launcher: l, set: set, seal: sealer{key: key}, log: log,
 		turns: newTurns(), runs: map[string]*run{}, changed: make(chan struct{}),
+		svc: svc, workspaceRoot: workspaceRoot, waiters: map[string]*waiter{},
 	}
 }
 

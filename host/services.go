@@ -22,19 +22,19 @@ type turn struct {
 // its step is sent until the step's outcome is known, and never again.
 type turns struct {
 	mu sync.Mutex
-	m  map[string]turn
+	m  map[string]*turnState
 }
 
-func newTurns() *turns { return &turns{m: map[string]turn{}} }
+func newTurns() *turns { return &turns{m: map[string]*turnState{}} }
 
-func (t *turns) issue(tr turn) string {
-	b := make([]byte, 24)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
-	tok := base64.RawURLEncoding.EncodeToString(b)
+func (t *turns) issue(tr turn) (string, *turnState) {
+	tok := randomToken()
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &turnState{turn: tr, ctx: ctx, cancel: cancel}
 	t.mu.Lock()
-	t.m[tok] = tr
+	t.m[tok] = ts
 	t.mu.Unlock()
-	return tok
+	return tok, ts
 }
 
 func (t *turns) revoke(tok string) {
@@ -43,11 +43,18 @@ func (t *turns) revoke(tok string) {
 	t.mu.Unlock()
 }
 
-func (t *turns) lookup(tok string) (turn, bool) {
+func (t *turns) lookup(tok string) (*turnState, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tr, ok := t.m[tok]
-	return tr, ok
+	ts, ok := t.m[tok]
+	return ts, ok
+}
+
+// randomToken is 192 random bits, URL-safe.
+func randomToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // services is the HostServices endpoint of one plugin process, bound to the
@@ -58,46 +65,40 @@ type services struct {
 	taskID string
 }
 
-// authorize resolves a turn token for this endpoint's task. A token of a
-// finished step or of another task is refused the same way, and logged.
-func (s *services) authorize(method, tok string) (turn, error) {
-	tr, ok := s.r.turns.lookup(tok)
-	if !ok || tr.taskID != s.taskID {
+// authorizeState resolves a turn token for this endpoint's task. A token of
+// a finished step or of another task is refused the same way, and logged.
+func (s *services) authorizeState(method, tok string) (*turnState, error) {
+	ts, ok := s.r.turns.lookup(tok)
+	if !ok || ts.taskID != s.taskID {
 		s.r.log.Warn("host service call with an invalid turn token refused", "method", method, "task", s.taskID)
-		return turn{}, status.Error(codes.PermissionDenied, "turn token is not valid for a step of this task in flight")
+		return nil, status.Error(codes.PermissionDenied, "turn token is not valid for a step of this task in flight")
 	}
-	return tr, nil
-}
-
-func (s *services) CallModel(_ context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
-	if _, err := s.authorize("CallModel", req.GetTurnToken()); err != nil {
-		return nil, err
-	}
-	return nil, status.Error(codes.Unimplemented, "CallModel is not built yet: model providers arrive with the host-services work")
-}
-
-func (s *services) CallTool(_ context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
-	if _, err := s.authorize("CallTool", req.GetTurnToken()); err != nil {
-		return nil, err
-	}
-	return nil, status.Error(codes.Unimplemented, "CallTool is not built yet: the tool registry arrives with the host-services work")
-}
-
-func (s *services) RequestApproval(_ context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
-	if _, err := s.authorize("RequestApproval", req.GetTurnToken()); err != nil {
-		return nil, err
-	}
-	return nil, status.Error(codes.Unimplemented, "RequestApproval is not built yet: approvals arrive with the host-services work")
+	return ts, nil
 }
 
 // Progress records a bounded note as a step.progress event.
 func (s *services) Progress(ctx context.Context, req *pb.ProgressRequest) (*pb.ProgressResponse, error) {
-	tr, err := s.authorize("Progress", req.GetTurnToken())
+	ts, err := s.authorizeState("Progress", req.GetTurnToken())
 	if err != nil {
 		return nil, err
 	}
-	if err := s.r.progress(ctx, tr, req.GetNote()); err != nil {
+	if err := s.r.progress(ctx, ts.turn, req.GetNote()); err != nil {
 		return nil, status.Error(codes.Unavailable, "progress not recorded: "+err.Error())
 	}
 	return &pb.ProgressResponse{}, nil
+}
+
+// ListTools lists the enabled tools, for the executor to offer a model.
+func (s *services) ListTools(_ context.Context, req *pb.ListToolsRequest) (*pb.ListToolsResponse, error) {
+	if _, err := s.authorizeState("ListTools", req.GetTurnToken()); err != nil {
+		return nil, err
+	}
+	out := &pb.ListToolsResponse{}
+	if s.r.svc.Tools == nil {
+		return out, nil
+	}
+	for _, t := range s.r.svc.Tools.Specs() {
+		out.Tools = append(out.Tools, &pb.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: t.Parameters})
+	}
+	return out, nil
 }

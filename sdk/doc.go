@@ -23,6 +23,8 @@
 //     the process shortly after if Step does not return.
 //   - A panic in Step is not recovered: it crashes the plugin, and the host
 //     records the attempt as crashed with the panic from stderr.
-//   - The plugin exits by itself (status 3) when the host process dies, so an
-//     orphaned executor never keeps running.
+//   - On SIGTERM (how the host stops a plugin) and when the host process
+//     dies, the running step's context is cancelled and the plugin exits
+//     once Step returns, or after a short grace. An orphaned executor never
+//     keeps running; it exits with status 3.
 package sdk

@@ -63,7 +63,7 @@ func runMiddle() {
 // runWatcher plays a plugin: it runs the same parent watch as Serve and
 // reports its pid once the parent is recorded.
 func runWatcher() {
-	exitWhenOrphaned(newLogger())
+	stopOnSignalOrOrphan(newLogger(), newStepGate())
 	fmt.Printf("ready %d\n", os.Getpid())
 	time.Sleep(helperLifetime)
 	os.Exit(4)

@@ -78,7 +78,7 @@ func startExecutorServer(t *testing.T, e Executor, dial dialFunc) (*executorServ
 	t.Helper()
 	lis, path := listenUnix(t, "executor.sock")
 	srv := newGRPCServer(nil)
-	es := newExecutorServer(e, dial, hclog.NewNullLogger())
+	es := newExecutorServer(e, dial, newStepGate(), hclog.NewNullLogger())
 	executorpb.RegisterExecutorServer(srv, es)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() {
@@ -92,16 +92,17 @@ func startExecutorServer(t *testing.T, e Executor, dial dialFunc) (*executorServ
 type fakeHost struct {
 	executorpb.UnimplementedHostServicesServer
 
-	mu       sync.Mutex
-	tokens   []string
-	models   []*executorpb.CallModelRequest
-	tools    []*executorpb.CallToolRequest
-	prompts  []string
-	notes    []string
-	err      error // when set, every call fails with it
-	model    *executorpb.CallModelResponse
-	tool     *executorpb.CallToolResponse
-	decision string
+	mu        sync.Mutex
+	tokens    []string
+	models    []*executorpb.CallModelRequest
+	tools     []*executorpb.CallToolRequest
+	prompts   []string
+	notes     []string
+	err       error // when set, every call fails with it
+	model     *executorpb.CallModelResponse
+	tool      *executorpb.CallToolResponse
+	decision  string
+	toolSpecs []*executorpb.ToolSpec
 	// called, when set, receives the method name of every call as it
 	// arrives.
 	called chan string
@@ -168,6 +169,15 @@ func (f *fakeHost) Progress(ctx context.Context, in *executorpb.ProgressRequest)
 	defer f.mu.Unlock()
 	f.notes = append(f.notes, in.GetNote())
 	return &executorpb.ProgressResponse{}, nil
+}
+
+func (f *fakeHost) ListTools(ctx context.Context, in *executorpb.ListToolsRequest) (*executorpb.ListToolsResponse, error) {
+	if err := f.record(ctx, "ListTools", in.GetTurnToken()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &executorpb.ListToolsResponse{Tools: f.toolSpecs}, nil
 }
 
 func (f *fakeHost) set(fn func(f *fakeHost)) {

@@ -96,3 +96,19 @@ func (h *stepHost) Progress(ctx context.Context, note string) error {
 	}
 	return nil
 }
+
+func (h *stepHost) Tools(ctx context.Context) ([]ToolSpec, error) {
+	in := &executorpb.ListToolsRequest{TurnToken: h.token}
+	if err := h.ready("ListTools", in); err != nil {
+		return nil, err
+	}
+	out, err := h.client.ListTools(ctx, in)
+	if err != nil {
+		return nil, hostCallError(ctx, "ListTools", err)
+	}
+	specs := make([]ToolSpec, 0, len(out.GetTools()))
+	for _, t := range out.GetTools() {
+		specs = append(specs, ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Parameters: t.GetParametersJson()})
+	}
+	return specs, nil
+}

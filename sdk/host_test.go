@@ -37,7 +37,7 @@ func hostStep(fn func(ctx context.Context, h Host) error) Executor {
 }
 
 func newTestServer(e Executor, b *fakeBroker) *executorServer {
-	return newExecutorServer(e, b.dial, hclog.NewNullLogger())
+	return newExecutorServer(e, b.dial, newStepGate(), hclog.NewNullLogger())
 }
 
 // TestHostCalls makes every kind of host call and checks what crosses the
@@ -45,15 +45,17 @@ func newTestServer(e Executor, b *fakeBroker) *executorServer {
 // sees.
 func TestHostCalls(t *testing.T) {
 	fh := &fakeHost{
-		model:    &executorpb.CallModelResponse{Message: &executorpb.ChatMessage{Role: "assistant", Content: "4"}, CallToken: "c1", Depth: 1},
-		tool:     &executorpb.CallToolResponse{ResultJson: `{"files":[]}`},
-		decision: "approved",
+		model:     &executorpb.CallModelResponse{Message: &executorpb.ChatMessage{Role: "assistant", Content: "4"}, CallToken: "c1", Depth: 1},
+		tool:      &executorpb.CallToolResponse{ResultJson: `{"files":[]}`},
+		decision:  "approved",
+		toolSpecs: []*executorpb.ToolSpec{{Name: "ls", Description: "list", ParametersJson: `{"type":"object"}`}},
 	}
 	b := &fakeBroker{sockets: map[uint32]string{7: serveFakeHost(t, fh)}}
 	var (
 		model    ModelResponse
 		tool     ToolResponse
 		decision Decision
+		tools    []ToolSpec
 	)
 	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
 		var err error
@@ -64,6 +66,9 @@ func TestHostCalls(t *testing.T) {
 			return err
 		}
 		if decision, err = h.RequestApproval(ctx, "delete it?"); err != nil {
+			return err
+		}
+		if tools, err = h.Tools(ctx); err != nil {
 			return err
 		}
 		return h.Progress(ctx, "halfway")
@@ -83,7 +88,10 @@ func TestHostCalls(t *testing.T) {
 	if decision != Approved {
 		t.Errorf("RequestApproval = %q, want approved", decision)
 	}
-	if got, want := fh.seenTokens(), []string{"turn-1", "turn-1", "turn-1", "turn-1"}; !reflect.DeepEqual(got, want) {
+	if want := []ToolSpec{{Name: "ls", Description: "list", Parameters: `{"type":"object"}`}}; !reflect.DeepEqual(tools, want) {
+		t.Errorf("Tools = %+v, want %+v", tools, want)
+	}
+	if got, want := fh.seenTokens(), []string{"turn-1", "turn-1", "turn-1", "turn-1", "turn-1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tokens at the host = %v, want %v", got, want)
 	}
 	fh.set(func(f *fakeHost) {

@@ -35,7 +35,7 @@ func hostCallError(ctx context.Context, method string, err error) error {
 		// the host uses for an exhausted budget. Telling the executor its
 		// budget is gone would be a lie it might act on (stop the task), so
 		// the size case is told apart by grpc's own wording.
-		if strings.Contains(st.Message(), "larger than max") && method == "" {
+		if strings.Contains(st.Message(), "larger than max") {
 			return &HostError{Kind: ErrInvalidArgument, Message: fmt.Sprintf("%s: message exceeds the %d-byte limit: %s", method, maxMessageBytes, st.Message())}
 		}
 	}

@@ -22,6 +22,12 @@ const (
 
 	// orphanExitCode is the exit status of a plugin whose host died.
 	orphanExitCode = 3
+
+	// stopTimeout bounds how long a stopping plugin waits for the running
+	// step to return after cancelling it. It matches the host's default
+	// stop grace, after which the host kills the process group anyway; an
+	// orphaned plugin has nobody to do that for it.
+	stopTimeout = 2 * time.Second
 )
 
 // truncateUTF8 returns s cut to at most n bytes without splitting a rune.

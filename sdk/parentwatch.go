@@ -2,10 +2,7 @@ package sdk
 
 import (
 	"context"
-	"os"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 )
 
 // parentWatch notices that the process that started the plugin is gone.
@@ -43,19 +40,4 @@ func (w *parentWatch) wait(ctx context.Context) (int, error) {
 			}
 		}
 	}
-}
-
-// exitWhenOrphaned starts watching the real parent and exits the process
-// with orphanExitCode when it goes away. There is no one left to report to
-// and no step result could be recorded, so exiting is the only useful act.
-func exitWhenOrphaned(logger hclog.Logger) {
-	w := newParentWatch(os.Getppid, parentPollInterval)
-	go func() {
-		now, err := w.wait(context.Background())
-		if err != nil {
-			return
-		}
-		logger.Error("host process is gone; exiting", "host_pid", w.parent, "new_parent_pid", now)
-		os.Exit(orphanExitCode)
-	}()
 }

@@ -17,7 +17,10 @@ import (
 //
 // Print nothing to stdout before calling Serve: go-plugin's handshake is the
 // first line on stdout. Serve exits the process with status 1 when e
-// describes itself invalidly, and with status 3 when the host process dies.
+// describes itself invalidly. On SIGTERM, and when the host process dies,
+// Serve cancels the running step's context, waits briefly for Step to
+// return, and ends the process (by SIGTERM, or with status 3 when
+// orphaned).
 func Serve(e Executor) {
 	logger := newLogger()
 	if e == nil {
@@ -28,8 +31,9 @@ func Serve(e Executor) {
 		logger.Error("invalid executor description", "error", err)
 		os.Exit(1)
 	}
-	exitWhenOrphaned(logger)
-	plugin.Serve(serveConfig(e, logger))
+	gate := newStepGate()
+	stopOnSignalOrOrphan(logger, gate)
+	plugin.Serve(serveConfig(e, gate, logger))
 }
 
 // newLogger logs JSON lines to stderr, which go-plugin's host parses and
@@ -52,11 +56,11 @@ func handshakeConfig() plugin.HandshakeConfig {
 	}
 }
 
-func serveConfig(e Executor, logger hclog.Logger) *plugin.ServeConfig {
+func serveConfig(e Executor, gate *stepGate, logger hclog.Logger) *plugin.ServeConfig {
 	return &plugin.ServeConfig{
 		HandshakeConfig: handshakeConfig(),
 		VersionedPlugins: map[int]plugin.PluginSet{
-			executorpb.ProtocolVersion: {executorpb.PluginName: &grpcPlugin{exec: e, logger: logger}},
+			executorpb.ProtocolVersion: {executorpb.PluginName: &grpcPlugin{exec: e, gate: gate, logger: logger}},
 		},
 		GRPCServer: newGRPCServer,
 		Logger:     logger,
@@ -76,13 +80,14 @@ type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 
 	exec   Executor
+	gate   *stepGate
 	logger hclog.Logger
 }
 
 var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
 
 func (p *grpcPlugin) GRPCServer(b *plugin.GRPCBroker, s *grpc.Server) error {
-	executorpb.RegisterExecutorServer(s, newExecutorServer(p.exec, brokerDialer(b), p.logger))
+	executorpb.RegisterExecutorServer(s, newExecutorServer(p.exec, brokerDialer(b), p.gate, p.logger))
 	return nil
 }
 

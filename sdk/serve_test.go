@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,4 +219,35 @@ func TestServePanicCrashes(t *testing.T) {
 	waitFor(t, "the panic on stderr", func() bool {
 		return strings.Contains(p.stderr.String(), "panic: sdk test: scripted panic")
 	})
+}
+
+// TestServeSIGTERM stops a plugin the way the host does, with SIGTERM while
+// a step runs: the step's context is cancelled and the executor gets to
+// finish before the process dies of the signal.
+func TestServeSIGTERM(t *testing.T) {
+	fh := &fakeHost{called: make(chan string, 1)}
+	p := launchPlugin(t, fh)
+	marker := filepath.Join(t.TempDir(), "cancelled")
+
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.step(testContext(t), `{"mode":"wait-cancel","marker":"`+marker+`"}`)
+		errc <- err
+	}()
+	<-fh.called // the step is running
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Canceled if the answer made it out before the process ended.
+	if err := <-errc; status.Code(err) != codes.Canceled && status.Code(err) != codes.Unavailable {
+		t.Errorf("step during SIGTERM: %v, want Canceled or Unavailable", err)
+	}
+	waitFor(t, "the plugin to exit", p.client.Exited)
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the executor did not see its context end before the exit: %v", err)
+	}
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("plugin ended with %v, want killed by SIGTERM", p.cmd.ProcessState)
+	}
 }

@@ -2,8 +2,8 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
@@ -21,15 +21,12 @@ type executorServer struct {
 
 	exec   Executor
 	conns  *hostConns
+	gate   *stepGate
 	logger hclog.Logger
-	// busy is set while a Step runs. The executor contract promises one step
-	// at a time; a second concurrent call is a host bug and is refused rather
-	// than queued, so it shows up instead of racing on executor state.
-	busy atomic.Bool
 }
 
-func newExecutorServer(e Executor, dial dialFunc, logger hclog.Logger) *executorServer {
-	return &executorServer{exec: e, conns: newHostConns(dial), logger: logger}
+func newExecutorServer(e Executor, dial dialFunc, gate *stepGate, logger hclog.Logger) *executorServer {
+	return &executorServer{exec: e, conns: newHostConns(dial), gate: gate, logger: logger}
 }
 
 func (s *executorServer) Describe(context.Context, *executorpb.DescribeRequest) (*executorpb.DescribeResponse, error) {
@@ -45,18 +42,24 @@ func (s *executorServer) Describe(context.Context, *executorpb.DescribeRequest) 
 // state go on to the next step, and would hide a crash as an ordinary
 // failure.
 func (s *executorServer) Step(ctx context.Context, in *executorpb.StepRequest) (*executorpb.StepResponse, error) {
-	if !s.busy.CompareAndSwap(false, true) && s.exec == nil {
-		return nil, status.Error(codes.FailedPrecondition, "sdk: a step is already running in this plugin process")
+	ctx, leave, err := s.gate.enter(ctx)
+	switch {
+	case errors.Is(err, errStepRunning):
+		return nil, status.Error(codes.FailedPrecondition, "sdk: "+err.Error())
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, "sdk: "+err.Error())
 	}
-	defer s.busy.Store(false)
+	defer leave()
 
 	host := s.stepHost(in)
 	res, err := s.exec.Step(ctx, host, stepRequestFromPB(in))
+	host.end()
 
-	// The host cancelled the step (task cancelled, run stopped): whatever the
-	// executor returned is moot, and reporting the cancellation keeps a
-	// half-done step from reading as an outcome.
-	if ctxErr := ctx.Err(); ctxErr != nil && s.exec == nil {
+	// The host cancelled the step (task cancelled, run stopped) or the
+	// plugin is stopping: whatever the executor returned is moot, and
+	// reporting the cancellation keeps a half-done step from reading as an
+	// outcome.
+	if ctxErr := ctx.Err(); ctxErr != nil {
 		return nil, status.FromContextError(ctxErr).Err()
 	}
 	if err != nil {

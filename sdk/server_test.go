@@ -123,7 +123,7 @@ func TestStepCancelled(t *testing.T) {
 				<-ctx.Done()
 				return tt.result, tt.err
 			}}
-			es := newExecutorServer(e, nil, hclog.NewNullLogger())
+			es := newExecutorServer(e, nil, newStepGate(), hclog.NewNullLogger())
 			resp, err := es.Step(ctx, &executorpb.StepRequest{Attempt: 1})
 			cancel()
 			if got := status.Code(err); got != tt.want {
@@ -168,7 +168,7 @@ func TestStepCancelReachesExecutor(t *testing.T) {
 }
 
 func TestStepConcurrentRefused(t *testing.T) {
-	started := make(chan struct{}, 1)
+	started := make(chan struct{}, 3) // room for every call, should all run
 	release := make(chan struct{})
 	e := funcExecutor{step: func(context.Context, Host, StepRequest) (StepResult, error) {
 		started <- struct{}{}
@@ -253,4 +253,16 @@ func TestStepMessageLimits(t *testing.T) {
 			t.Fatal("executor ran on an oversized request")
 		}
 	})
+}
+
+func TestStepRefusedWhileStopping(t *testing.T) {
+	gate := newStepGate()
+	es := newExecutorServer(funcExecutor{step: func(context.Context, Host, StepRequest) (StepResult, error) {
+		t.Error("executor ran in a stopping plugin")
+		return Continue("", nil), nil
+	}}, nil, gate, hclog.NewNullLogger())
+	gate.stop(0)
+	if _, err := es.Step(context.Background(), &executorpb.StepRequest{Attempt: 1}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Step while stopping = %v, want Unavailable", err)
+	}
 }

@@ -137,6 +137,8 @@ type Host interface {
 	RequestApproval(ctx context.Context, prompt string) (Decision, error)
 	// Progress reports a short note that becomes a task event.
 	Progress(ctx context.Context, note string) error
+	// Tools lists the tools the task may call, to offer to a model.
+	Tools(ctx context.Context) ([]ToolSpec, error)
 }
 
 // Message is one chat message.

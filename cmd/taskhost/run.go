@@ -23,6 +23,8 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	maxWall := fs.Int64("max-wall-seconds", 0, "active wall-clock budget in seconds (default: the config's tasks.max_wall_seconds)")
 	resume := fs.String("resume", "", "resume the interrupted task with this id instead of creating one")
 	jsonOut := fs.Bool("json", false, "print events and the final task as JSON lines")
+	approveAll := fs.Bool("approve-all", false, "approve every approval the task asks for (a notice is printed for each)")
+	rejectAll := fs.Bool("reject-all", false, "reject every approval the task asks for")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: taskhost run --goal TEXT [--executor NAME] [flags]\n       taskhost run --resume ID [flags]\n\nRuns a foreground host for one task and prints each event as it happens.\nExits 0 when the task completes, 1 when it fails or is cancelled, 6 when it is\ninterrupted (resume it with --resume ID). Ctrl-C interrupts it.\n\nFlags:")
 		fs.PrintDefaults()
@@ -32,6 +34,10 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	}
 	if (*resume == "") == (*goal == "" && *specFile == "") {
 		errorf(e, "run: give --goal or --spec-file to start a task, or --resume ID to resume one")
+		return exitUsage
+	}
+	if *approveAll && *rejectAll {
+		errorf(e, "run: --approve-all and --reject-all exclude each other")
 		return exitUsage
 	}
 	cfg, err := hf.loadConfig()
@@ -78,12 +84,13 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	}
 	p := newPrinter(e, *jsonOut)
 	p.started(t)
-	return follow(ctx, e, h, principal, t.ID, p)
+	d := decider{e: e, approveAll: *approveAll, rejectAll: *rejectAll}
+	return follow(ctx, e, h, principal, t.ID, p, d)
 }
 
 // follow prints the task's events until its run ends, then its end state.
 // Ctrl-C stops the host, which interrupts the task.
-func follow(ctx context.Context, e *env, h *host.Host, principal, id string, p *printer) int {
+func follow(ctx context.Context, e *env, h *host.Host, principal, id string, p *printer, d decider) int {
 	bg := context.WithoutCancel(ctx)
 	runDone := make(chan struct{})
 	go func() { _ = h.Runner.Wait(bg, id); close(runDone) }()
@@ -106,6 +113,9 @@ func follow(ctx context.Context, e *env, h *host.Host, principal, id string, p *
 		for _, ev := range evs {
 			p.event(ev)
 			after = ev.Seq
+			if ev.Type == host.EventTaskWaitingApproval {
+				d.decide(bg, h, principal, id)
+			}
 		}
 	}
 	for evCtx.Err() == nil {

@@ -116,6 +116,40 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
 		}
 	}
+	parent := o.ParentToken
+	for i := 0; i < o.ModelCalls; i++ {
+		resp, err := host.CallModel(ctx, sdk.ModelRequest{ParentCallToken: parent, Messages: []sdk.Message{{Role: "user", Content: fmt.Sprintf("step %d call %d", n, i+1)}}})
+		if o.ModelChain {
+			parent = resp.CallToken
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return sdk.StepResult{}, fmt.Errorf("testexec: model: %w", err)
+			}
+			return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
+		}
+	}
+	if o.RequestApproval {
+		if _, err := host.RequestApproval(ctx, fmt.Sprintf("may step %d proceed?", n)); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: approval: %w", err)
+		}
+	}
+	if o.CallTool != nil {
+		args := string(o.CallTool.Args)
+		if args == "" {
+			args = "{}"
+		}
+		res, err := host.CallTool(ctx, sdk.ToolRequest{Name: o.CallTool.Name, Arguments: args, IdempotencyKey: fmt.Sprintf("%s/%d", req.TaskID, req.Attempt)})
+		if err != nil {
+			if ctx.Err() != nil {
+				return sdk.StepResult{}, fmt.Errorf("testexec: tool: %w", err)
+			}
+			return sdk.Continue("tool error: "+hostErrorKind(err), nil), nil
+		}
+		if res.IsError {
+			return sdk.Continue("tool reported an error", nil), nil
+		}
+	}
 	sleepMS := o.SleepMS
 	if o.SleepAtAttempt == req.Attempt {
 		sleepMS = o.LongSleepMS

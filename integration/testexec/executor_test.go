@@ -39,6 +39,10 @@ func (h *fakeHost) RequestApproval(context.Context, string) (sdk.Decision, error
 	return "", &sdk.HostError{Kind: sdk.ErrUnimplemented}
 }
 
+func (h *fakeHost) Tools(context.Context) ([]sdk.ToolSpec, error) {
+	return nil, &sdk.HostError{Kind: sdk.ErrUnimplemented}
+}
+
 func (h *fakeHost) Progress(_ context.Context, note string) error {
 	h.mu.Lock()
 	h.notes = append(h.notes, note)

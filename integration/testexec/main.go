@@ -29,6 +29,14 @@
 //	sleep_at_attempt  int     at attempt K sleep long_sleep_ms instead of sleep_ms.
 //	long_sleep_ms     int     see sleep_at_attempt.
 //	misbehave_at_step int     confine checkpoint_bytes and bad_schema to step n.
+//	model_calls       int     call host.CallModel this many times per step; on an
+//	                          error, return Continue("model error: <kind>").
+//	model_chain       bool    make each model call a sub-call of the previous one
+//	                          (depth 0, 1, 2, ...).
+//	parent_token      string  a parent call token to claim (a lying executor).
+//	request_approval  bool    call host.RequestApproval each step.
+//	call_tool         object  {"name": ..., "args": {...}}: call the tool each
+//	                          step; on an error, Continue("tool error: <kind>").
 //	panic_at_attempt  int     at attempt K, panic("testexec: scripted panic").
 //	ignore_ctx        bool    sleep sleep_ms ignoring ctx, and ignore SIGTERM from
 //	                          the start of the step on.

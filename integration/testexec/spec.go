@@ -38,6 +38,18 @@ type options struct {
 	SleepAtAttempt   int  `json:"sleep_at_attempt"`
 	LongSleepMS      int  `json:"long_sleep_ms"`
 	MisbehaveAtStep  int  `json:"misbehave_at_step"`
+
+	CallTool        *toolCall `json:"call_tool"`
+	RequestApproval bool      `json:"request_approval"`
+	ModelCalls      int       `json:"model_calls"`
+	ModelChain      bool      `json:"model_chain"`
+	ParentToken     string    `json:"parent_token"`
+}
+
+// toolCall is a scripted tool call.
+type toolCall struct {
+	Name string          `json:"name"`
+	Args json.RawMessage `json:"args"`
 }
 
 // parseSpec decodes and checks a spec strictly: a misspelt option must fail
@@ -81,6 +93,7 @@ func (o options) validate() error {
 		{"sleep_at_attempt", o.SleepAtAttempt},
 		{"long_sleep_ms", o.LongSleepMS},
 		{"misbehave_at_step", o.MisbehaveAtStep},
+		{"model_calls", o.ModelCalls},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("testexec.%s: must not be negative, got %d", f.name, f.v)

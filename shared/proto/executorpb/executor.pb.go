@@ -1458,6 +1458,94 @@ func (*ProgressResponse) Descriptor() ([]byte, []int) {
 	return file_executor_proto_rawDescGZIP(), []int{21}
 }
 
+type ListToolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TurnToken     string                 `protobuf:"bytes,1,opt,name=turn_token,json=turnToken,proto3" json:"turn_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolsRequest) Reset() {
+	*x = ListToolsRequest{}
+	mi := &file_executor_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolsRequest) ProtoMessage() {}
+
+func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
+func (*ListToolsRequest) Descriptor() ([]byte, []int) {
+	return file_executor_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListToolsRequest) GetTurnToken() string {
+	if x != nil {
+		return x.TurnToken
+	}
+	return ""
+}
+
+type ListToolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tools         []*ToolSpec            `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolsResponse) Reset() {
+	*x = ListToolsResponse{}
+	mi := &file_executor_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolsResponse) ProtoMessage() {}
+
+func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
+func (*ListToolsResponse) Descriptor() ([]byte, []int) {
+	return file_executor_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListToolsResponse) GetTools() []*ToolSpec {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
 var File_executor_proto protoreflect.FileDescriptor
 
 const file_executor_proto_rawDesc = "" +
@@ -1580,15 +1668,21 @@ const file_executor_proto_rawDesc = "" +
 	"\n" +
 	"turn_token\x18\x01 \x01(\tR\tturnToken\x12\x12\n" +
 	"\x04note\x18\x02 \x01(\tR\x04note\"\x12\n" +
-	"\x10ProgressResponse2\xb4\x01\n" +
+	"\x10ProgressResponse\"1\n" +
+	"\x10ListToolsRequest\x12\x1d\n" +
+	"\n" +
+	"turn_token\x18\x01 \x01(\tR\tturnToken\"I\n" +
+	"\x11ListToolsResponse\x124\n" +
+	"\x05tools\x18\x01 \x03(\v2\x1e.taskhost.executor.v1.ToolSpecR\x05tools2\xb4\x01\n" +
 	"\bExecutor\x12Y\n" +
 	"\bDescribe\x12%.taskhost.executor.v1.DescribeRequest\x1a&.taskhost.executor.v1.DescribeResponse\x12M\n" +
-	"\x04Step\x12!.taskhost.executor.v1.StepRequest\x1a\".taskhost.executor.v1.StepResponse2\x92\x03\n" +
+	"\x04Step\x12!.taskhost.executor.v1.StepRequest\x1a\".taskhost.executor.v1.StepResponse2\xf0\x03\n" +
 	"\fHostServices\x12\\\n" +
 	"\tCallModel\x12&.taskhost.executor.v1.CallModelRequest\x1a'.taskhost.executor.v1.CallModelResponse\x12Y\n" +
 	"\bCallTool\x12%.taskhost.executor.v1.CallToolRequest\x1a&.taskhost.executor.v1.CallToolResponse\x12n\n" +
 	"\x0fRequestApproval\x12,.taskhost.executor.v1.RequestApprovalRequest\x1a-.taskhost.executor.v1.RequestApprovalResponse\x12Y\n" +
-	"\bProgress\x12%.taskhost.executor.v1.ProgressRequest\x1a&.taskhost.executor.v1.ProgressResponseB6Z4github.com/taskhost/taskhost/shared/proto/executorpbb\x06proto3"
+	"\bProgress\x12%.taskhost.executor.v1.ProgressRequest\x1a&.taskhost.executor.v1.ProgressResponse\x12\\\n" +
+	"\tListTools\x12&.taskhost.executor.v1.ListToolsRequest\x1a'.taskhost.executor.v1.ListToolsResponseB6Z4github.com/taskhost/taskhost/shared/proto/executorpbb\x06proto3"
 
 var (
 	file_executor_proto_rawDescOnce sync.Once
@@ -1602,7 +1696,7 @@ func file_executor_proto_rawDescGZIP() []byte {
 	return file_executor_proto_rawDescData
 }
 
-var file_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_executor_proto_goTypes = []any{
 	(*DescribeRequest)(nil),         // 0: taskhost.executor.v1.DescribeRequest
 	(*DescribeResponse)(nil),        // 1: taskhost.executor.v1.DescribeResponse
@@ -1626,10 +1720,12 @@ var file_executor_proto_goTypes = []any{
 	(*RequestApprovalResponse)(nil), // 19: taskhost.executor.v1.RequestApprovalResponse
 	(*ProgressRequest)(nil),         // 20: taskhost.executor.v1.ProgressRequest
 	(*ProgressResponse)(nil),        // 21: taskhost.executor.v1.ProgressResponse
-	nil,                             // 22: taskhost.executor.v1.DescribeResponse.RuntimeEntry
+	(*ListToolsRequest)(nil),        // 22: taskhost.executor.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),       // 23: taskhost.executor.v1.ListToolsResponse
+	nil,                             // 24: taskhost.executor.v1.DescribeResponse.RuntimeEntry
 }
 var file_executor_proto_depIdxs = []int32{
-	22, // 0: taskhost.executor.v1.DescribeResponse.runtime:type_name -> taskhost.executor.v1.DescribeResponse.RuntimeEntry
+	24, // 0: taskhost.executor.v1.DescribeResponse.runtime:type_name -> taskhost.executor.v1.DescribeResponse.RuntimeEntry
 	3,  // 1: taskhost.executor.v1.StepRequest.recent:type_name -> taskhost.executor.v1.StepSummary
 	4,  // 2: taskhost.executor.v1.StepRequest.checkpoint:type_name -> taskhost.executor.v1.Checkpoint
 	2,  // 3: taskhost.executor.v1.StepRequest.remaining:type_name -> taskhost.executor.v1.Budgets
@@ -1644,23 +1740,26 @@ var file_executor_proto_depIdxs = []int32{
 	11, // 12: taskhost.executor.v1.CallModelRequest.messages:type_name -> taskhost.executor.v1.ChatMessage
 	13, // 13: taskhost.executor.v1.CallModelRequest.tools:type_name -> taskhost.executor.v1.ToolSpec
 	11, // 14: taskhost.executor.v1.CallModelResponse.message:type_name -> taskhost.executor.v1.ChatMessage
-	0,  // 15: taskhost.executor.v1.Executor.Describe:input_type -> taskhost.executor.v1.DescribeRequest
-	6,  // 16: taskhost.executor.v1.Executor.Step:input_type -> taskhost.executor.v1.StepRequest
-	14, // 17: taskhost.executor.v1.HostServices.CallModel:input_type -> taskhost.executor.v1.CallModelRequest
-	16, // 18: taskhost.executor.v1.HostServices.CallTool:input_type -> taskhost.executor.v1.CallToolRequest
-	18, // 19: taskhost.executor.v1.HostServices.RequestApproval:input_type -> taskhost.executor.v1.RequestApprovalRequest
-	20, // 20: taskhost.executor.v1.HostServices.Progress:input_type -> taskhost.executor.v1.ProgressRequest
-	1,  // 21: taskhost.executor.v1.Executor.Describe:output_type -> taskhost.executor.v1.DescribeResponse
-	7,  // 22: taskhost.executor.v1.Executor.Step:output_type -> taskhost.executor.v1.StepResponse
-	15, // 23: taskhost.executor.v1.HostServices.CallModel:output_type -> taskhost.executor.v1.CallModelResponse
-	17, // 24: taskhost.executor.v1.HostServices.CallTool:output_type -> taskhost.executor.v1.CallToolResponse
-	19, // 25: taskhost.executor.v1.HostServices.RequestApproval:output_type -> taskhost.executor.v1.RequestApprovalResponse
-	21, // 26: taskhost.executor.v1.HostServices.Progress:output_type -> taskhost.executor.v1.ProgressResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	13, // 15: taskhost.executor.v1.ListToolsResponse.tools:type_name -> taskhost.executor.v1.ToolSpec
+	0,  // 16: taskhost.executor.v1.Executor.Describe:input_type -> taskhost.executor.v1.DescribeRequest
+	6,  // 17: taskhost.executor.v1.Executor.Step:input_type -> taskhost.executor.v1.StepRequest
+	14, // 18: taskhost.executor.v1.HostServices.CallModel:input_type -> taskhost.executor.v1.CallModelRequest
+	16, // 19: taskhost.executor.v1.HostServices.CallTool:input_type -> taskhost.executor.v1.CallToolRequest
+	18, // 20: taskhost.executor.v1.HostServices.RequestApproval:input_type -> taskhost.executor.v1.RequestApprovalRequest
+	20, // 21: taskhost.executor.v1.HostServices.Progress:input_type -> taskhost.executor.v1.ProgressRequest
+	22, // 22: taskhost.executor.v1.HostServices.ListTools:input_type -> taskhost.executor.v1.ListToolsRequest
+	1,  // 23: taskhost.executor.v1.Executor.Describe:output_type -> taskhost.executor.v1.DescribeResponse
+	7,  // 24: taskhost.executor.v1.Executor.Step:output_type -> taskhost.executor.v1.StepResponse
+	15, // 25: taskhost.executor.v1.HostServices.CallModel:output_type -> taskhost.executor.v1.CallModelResponse
+	17, // 26: taskhost.executor.v1.HostServices.CallTool:output_type -> taskhost.executor.v1.CallToolResponse
+	19, // 27: taskhost.executor.v1.HostServices.RequestApproval:output_type -> taskhost.executor.v1.RequestApprovalResponse
+	21, // 28: taskhost.executor.v1.HostServices.Progress:output_type -> taskhost.executor.v1.ProgressResponse
+	23, // 29: taskhost.executor.v1.HostServices.ListTools:output_type -> taskhost.executor.v1.ListToolsResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_executor_proto_init() }
@@ -1679,7 +1778,7 @@ func file_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_executor_proto_rawDesc), len(file_executor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -184,6 +184,7 @@ const (
 	HostServices_CallTool_FullMethodName        = "/taskhost.executor.v1.HostServices/CallTool"
 	HostServices_RequestApproval_FullMethodName = "/taskhost.executor.v1.HostServices/RequestApproval"
 	HostServices_Progress_FullMethodName        = "/taskhost.executor.v1.HostServices/Progress"
+	HostServices_ListTools_FullMethodName       = "/taskhost.executor.v1.HostServices/ListTools"
 )
 
 // HostServicesClient is the client API for HostServices service.
@@ -198,6 +199,8 @@ type HostServicesClient interface {
 	CallTool(ctx context.Context, in *CallToolRequest, opts ...grpc.CallOption) (*CallToolResponse, error)
 	RequestApproval(ctx context.Context, in *RequestApprovalRequest, opts ...grpc.CallOption) (*RequestApprovalResponse, error)
 	Progress(ctx context.Context, in *ProgressRequest, opts ...grpc.CallOption) (*ProgressResponse, error)
+	// ListTools lists the tools this task may call, to offer to a model.
+	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
 }
 
 type hostServicesClient struct {
@@ -248,6 +251,16 @@ func (c *hostServicesClient) Progress(ctx context.Context, in *ProgressRequest, 
 	return out, nil
 }
 
+func (c *hostServicesClient) ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListToolsResponse)
+	err := c.cc.Invoke(ctx, HostServices_ListTools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HostServicesServer is the server API for HostServices service.
 // All implementations must embed UnimplementedHostServicesServer
 // for forward compatibility.
@@ -260,6 +273,8 @@ type HostServicesServer interface {
 	CallTool(context.Context, *CallToolRequest) (*CallToolResponse, error)
 	RequestApproval(context.Context, *RequestApprovalRequest) (*RequestApprovalResponse, error)
 	Progress(context.Context, *ProgressRequest) (*ProgressResponse, error)
+	// ListTools lists the tools this task may call, to offer to a model.
+	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
 	mustEmbedUnimplementedHostServicesServer()
 }
 
@@ -281,6 +296,9 @@ func (UnimplementedHostServicesServer) RequestApproval(context.Context, *Request
 }
 func (UnimplementedHostServicesServer) Progress(context.Context, *ProgressRequest) (*ProgressResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Progress not implemented")
+}
+func (UnimplementedHostServicesServer) ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListTools not implemented")
 }
 func (UnimplementedHostServicesServer) mustEmbedUnimplementedHostServicesServer() {}
 func (UnimplementedHostServicesServer) testEmbeddedByValue()                      {}
@@ -375,6 +393,24 @@ func _HostServices_Progress_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostServices_ListTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServicesServer).ListTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostServices_ListTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServicesServer).ListTools(ctx, req.(*ListToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HostServices_ServiceDesc is the grpc.ServiceDesc for HostServices service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -397,6 +433,10 @@ var HostServices_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Progress",
 			Handler:    _HostServices_Progress_Handler,
+		},
+		{
+			MethodName: "ListTools",
+			Handler:    _HostServices_ListTools_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,369 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/taskhost/taskhost/host/model"
+	"github.com/taskhost/taskhost/host/tools"
+	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
+	"github.com/taskhost/taskhost/store"
+)
+
+// Services are what the host serves executors besides the step itself: the
+// model provider, the tools and the approval policy. A nil Model or Tools
+// answers Unimplemented.
+type Services struct {
+	Model           model.Provider
+	Tools           *tools.Registry
+	ApprovalTimeout time.Duration // default 1 h
+}
+
+// maxModelMessages bounds one model request.
+const (
+	maxModelMessages = 256
+	maxMessageBytes  = 256 << 10
+	maxToolArgs      = 64 << 10
+)
+
+// turnState is what the host knows of one step in flight beyond its identity:
+// the effect sequence, the model calls it made (by call token, for depth),
+// and the first budget it ran out of.
+type turnState struct {
+	turn
+	// ctx ends with the step: an effect still running then is cut off, so
+	// no tool outlives the step that asked for it.
+	ctx      context.Context
+	cancel   context.CancelFunc
+	inflight sync.WaitGroup
+
+	mu        sync.Mutex
+	seq       int64
+	calls     map[string]int64 // call token → depth
+	exhausted store.Reason
+}
+
+// end cuts off the step's effects still in flight and waits, bounded, until
+// they have recorded how they ended, so the ledger is settled before the
+// step's outcome commits.
+func (ts *turnState) end() {
+	ts.cancel()
+	done := make(chan struct{})
+	go func() { ts.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func (ts *turnState) nextSeq() int64 {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.seq++
+	return ts.seq
+}
+
+func (ts *turnState) exhaust(r store.Reason) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.exhausted == "" {
+		ts.exhausted = r
+	}
+}
+
+func (ts *turnState) exhaustedReason() store.Reason {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.exhausted
+}
+
+// depthOf resolves a parent call token of this turn: the root call has depth
+// 0 and each recursion adds one. A token this turn did not issue is refused:
+// an executor cannot pick its own depth.
+func (ts *turnState) depthOf(parent string) (int64, bool) {
+	if parent == "" {
+		return 0, true
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	d, ok := ts.calls[parent]
+	return d + 1, ok
+}
+
+func (ts *turnState) addCall(depth int64) string {
+	tok := randomToken()
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.calls == nil {
+		ts.calls = map[string]int64{}
+	}
+	ts.calls[tok] = depth
+	return tok
+}
+
+// budgetReason maps an exhausted budget to the task's failure reason.
+func budgetReason(be *store.BudgetError) store.Reason {
+	switch be.Budget {
+	case "tool_calls":
+		return store.ReasonToolBudgetExhausted
+	case "model_calls":
+		return store.ReasonModelBudgetExhausted
+	case "depth":
+		return store.ReasonDepthBudgetExhausted
+	}
+	return store.ReasonStepBudgetExhausted
+}
+
+// effectError maps a ledger refusal to the status the executor sees and
+// remembers an exhausted budget on the turn, which fails the task when the
+// step ends.
+func effectError(ts *turnState, err error) error {
+	var be *store.BudgetError
+	switch {
+	case errors.As(err, &be):
+		ts.exhaust(budgetReason(be))
+		return status.Error(codes.ResourceExhausted, be.Error())
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+		return status.Error(codes.FailedPrecondition, "the step is no longer running: "+err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Internal, "effect not recorded: "+err.Error())
+}
+
+func fingerprint(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:", len(p))
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ledgered runs one effect through the ledger: replay from an earlier
+// attempt of the same step if (seq, fingerprint) was observed there, else
+// admit (charging its budget), wait for an approval when gate says so, mark
+// dispatching, run, and record observed or failed with the bounded result.
+func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+	ts.inflight.Add(1)
+	defer ts.inflight.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ts.ctx, cancel)
+	defer stop()
+	st := s.r.store
+	e.PrincipalID, e.TaskID, e.RunID, e.Attempt = ts.principal, ts.taskID, ts.runID, ts.attempt
+	e.Seq = ts.nextSeq()
+	if prev, ok, err := st.Replayable(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, e.Fingerprint); err != nil {
+		return nil, false, effectError(ts, err)
+	} else if ok {
+		e.Replay, e.Result = true, prev.Result
+		if _, _, err := st.AdmitEffect(ctx, e); err != nil {
+			return nil, false, effectError(ts, err)
+		}
+		return prev.Result, true, nil
+	}
+	if _, _, err := st.AdmitEffect(ctx, e); err != nil {
+		return nil, false, effectError(ts, err)
+	}
+	fail := func(err error) ([]byte, bool, error) {
+		// A background context: the failure is recorded even when the
+		// step's context is what failed.
+		if _, merr := st.MarkEffect(context.WithoutCancel(ctx), ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectFailed, nil); merr != nil {
+			s.r.log.Warn("effect failure not recorded", "task", ts.taskID, "error", merr)
+		}
+		return nil, false, err
+	}
+	if gate != nil {
+		if err := gate(e.Seq); err != nil {
+			return fail(err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(status.FromContextError(err).Err())
+	}
+	if _, err := st.MarkEffect(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectDispatching, nil); err != nil {
+		return fail(effectError(ts, err))
+	}
+	out, err := run(ctx)
+	bg := context.WithoutCancel(ctx)
+	if err != nil {
+		// An effect cut off by a cancel may have done part of its work: it
+		// is indeterminate, not failed, and the next attempt is told so.
+		to := store.EffectFailed
+		if ctx.Err() != nil {
+			to = store.EffectIndeterminate
+		}
+		if _, merr := st.MarkEffect(bg, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectDispatching, to, nil); merr != nil {
+			s.r.log.Warn("effect failure not recorded", "task", ts.taskID, "error", merr)
+		}
+		return nil, false, err
+	}
+	kept := out
+	if len(kept) > store.MaxEffectResult {
+		kept = nil // too large to keep for replay; the step re-runs it
+	}
+	if _, err := st.MarkEffect(bg, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectDispatching, store.EffectObserved, kept); err != nil {
+		return nil, false, effectError(ts, err)
+	}
+	return out, false, nil
+}
+
+// CallModel admits and runs one model call. Its depth comes from the parent
+// call token, never from the executor.
+func (s *services) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
+	ts, err := s.authorizeState("CallModel", req.GetTurnToken())
+	if err != nil {
+		return nil, err
+	}
+	if s.r.svc.Model == nil {
+		return nil, status.Error(codes.Unimplemented, "no model provider is configured")
+	}
+	depth, ok := ts.depthOf(req.GetParentCallToken())
+	if !ok {
+		return nil, status.Error(codes.PermissionDenied, "parent call token is not a model call of this step")
+	}
+	mreq, err := modelRequest(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	mreq.TaskID, mreq.Depth = ts.taskID, int(depth)
+	canon, _ := json.Marshal(mreq.Messages)
+	toolsJSON, _ := json.Marshal(mreq.Tools)
+	e := store.NewEffect{Kind: store.EffectModel, Depth: depth,
+		Fingerprint: fingerprint([]byte("model"), canon, toolsJSON),
+		Summary:     fmt.Sprintf("model{messages:%d,tools:%d,depth:%d}", len(mreq.Messages), len(mreq.Tools), depth)}
+	out, replayed, err := s.ledgered(ctx, ts, e, nil, func(ctx context.Context) ([]byte, error) {
+		resp, err := s.r.svc.Model.Complete(ctx, mreq)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return nil, status.Error(codes.Aborted, "model: "+err.Error())
+		}
+		return json.Marshal(resp.Message)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var msg model.Message
+	if err := json.Unmarshal(out, &msg); err != nil {
+		return nil, status.Error(codes.Internal, "model result not readable: "+err.Error())
+	}
+	return &pb.CallModelResponse{Message: toPBMessage(msg), CallToken: ts.addCall(depth), Depth: uint32(depth), Replayed: replayed}, nil
+}
+
+// CallTool admits and runs one tool call under its policy; a tool that needs
+// approval waits for it with the task in waiting_approval.
+func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+	ts, err := s.authorizeState("CallTool", req.GetTurnToken())
+	if err != nil {
+		return nil, err
+	}
+	reg := s.r.svc.Tools
+	if reg == nil {
+		return nil, status.Error(codes.Unimplemented, "no tools are configured")
+	}
+	name, args := req.GetName(), []byte(req.GetArgumentsJson())
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	if len(args) > maxToolArgs {
+		return nil, status.Errorf(codes.InvalidArgument, "tool arguments are %d bytes, limit %d", len(args), maxToolArgs)
+	}
+	if !json.Valid(args) {
+		return nil, status.Error(codes.InvalidArgument, "tool arguments are not valid JSON")
+	}
+	pol, ok := reg.Policy(name)
+	if !ok || !pol.Enabled {
+		return nil, status.Errorf(codes.NotFound, "tool %q is unknown or disabled", truncate(name, 64))
+	}
+	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
+		IdempotencyKey: truncate(req.GetIdempotencyKey(), 128), Summary: tools.Summarize(name, args)}
+	var gate func(int64) error
+	if pol.NeedsApproval {
+		gate = func(seq int64) error {
+			return s.r.awaitApproval(ctx, ts, seq, name, "run tool "+tools.Summarize(name, args))
+		}
+	}
+	out, replayed, err := s.ledgered(ctx, ts, e, gate, func(ctx context.Context) ([]byte, error) {
+		res, err := reg.Call(ctx, tools.Env{TaskID: ts.taskID, Workspace: s.r.workspace(ts.taskID)}, name, args)
+		if err != nil {
+			var ae *tools.ArgError
+			switch {
+			case ctx.Err() != nil:
+				return nil, status.FromContextError(ctx.Err()).Err()
+			case errors.As(err, &ae):
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			return nil, status.Error(codes.Aborted, "tool: "+err.Error())
+		}
+		return json.Marshal(res)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var res tools.Result
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, status.Error(codes.Internal, "tool result not readable: "+err.Error())
+	}
+	return &pb.CallToolResponse{ResultJson: res.Output, IsError: res.IsError, Replayed: replayed}, nil
+}
+
+// RequestApproval asks the task's principal to decide; the task waits in
+// waiting_approval meanwhile. A rejection or an expiry fails the task, so an
+// answer reaching the executor is always "approved".
+func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
+	ts, err := s.authorizeState("RequestApproval", req.GetTurnToken())
+	if err != nil {
+		return nil, err
+	}
+	prompt := truncateChars(req.GetPrompt(), 500)
+	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
+	gate := func(seq int64) error { return s.r.awaitApproval(ctx, ts, seq, "", prompt) }
+	if _, _, err := s.ledgered(ctx, ts, e, gate, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {
+		return nil, err
+	}
+	return &pb.RequestApprovalResponse{Decision: "approved"}, nil
+}
+
+func modelRequest(req *pb.CallModelRequest) (model.Request, error) {
+	if n := len(req.GetMessages()); n == 0 || n > maxModelMessages {
+		return model.Request{}, fmt.Errorf("a model request needs 1..%d messages, got %d", maxModelMessages, n)
+	}
+	var r model.Request
+	size := 0
+	for _, m := range req.GetMessages() {
+		msg := model.Message{Role: m.GetRole(), Content: m.GetContent(), ToolCallID: m.GetToolCallId()}
+		for _, tc := range m.GetToolCalls() {
+			msg.ToolCalls = append(msg.ToolCalls, model.ToolCall{ID: tc.GetId(), Name: tc.GetName(), Arguments: tc.GetArgumentsJson()})
+			size += len(tc.GetArgumentsJson())
+		}
+		size += len(m.GetContent())
+		r.Messages = append(r.Messages, msg)
+	}
+	if size > maxMessageBytes {
+		return model.Request{}, fmt.Errorf("model request messages are %d bytes, limit %d", size, maxMessageBytes)
+	}
+	for _, t := range req.GetTools() {
+		r.Tools = append(r.Tools, model.ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Parameters: t.GetParametersJson()})
+	}
+	return r, nil
+}
+
+func toPBMessage(m model.Message) *pb.ChatMessage {
+	out := &pb.ChatMessage{Role: m.Role, Content: m.Content, ToolCallId: m.ToolCallID}
+	for _, tc := range m.ToolCalls {
+		out.ToolCalls = append(out.ToolCalls, &pb.ToolCall{Id: tc.ID, Name: tc.Name, ArgumentsJson: tc.Arguments})
+	}
+	return out
+}

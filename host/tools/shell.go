@@ -1,0 +1,200 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// shellPath is the minimal PATH a command gets; nothing of the host's
+// environment is passed on.
+const shellPath = "/usr/local/bin:/usr/bin:/bin"
+
+// pipeDrainGrace bounds how long shell.run keeps reading output after the
+// command's process group is gone. Only a process that left the group
+// (setsid) can still hold the pipe then, and Call must not wait for it.
+const pipeDrainGrace = time.Second
+
+func bindShell(c *call) (action, error) {
+	var command string
+	present, err := c.decode("command", "a string", &command)
+	if err = c.required("command", present, err); err != nil {
+		return nil, err
+	}
+	switch {
+	case strings.TrimSpace(command) == "":
+		return nil, c.argErr("command", "is empty")
+	case len(command) > MaxCommandBytes:
+		return nil, c.argErr("command", "is %d bytes; the limit is %d", len(command), MaxCommandBytes)
+	case strings.IndexByte(command, 0) >= 0:
+		return nil, c.argErr("command", "contains a NUL byte")
+	}
+	timeout := c.timeout
+	var secs int64
+	hasTimeout, err := c.decode("timeout_seconds", "an integer", &secs)
+	if err != nil {
+		return nil, err
+	}
+	if hasTimeout {
+		maxSecs := int64(c.timeout / time.Second)
+		if secs < 1 || secs > maxSecs {
+			return nil, c.argErr("timeout_seconds", "is %d; it must be in 1..%d (the tool's timeout)", secs, maxSecs)
+		}
+		timeout = time.Duration(secs) * time.Second
+	}
+	return func(ctx context.Context) (Result, error) {
+		root, err := c.r.openWorkspace(c.taskID)
+		if err != nil {
+			return Result{}, err
+		}
+		root.Close()
+		if timeout < c.timeout {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, timeout, &timeoutError{after: timeout})
+			defer cancel()
+		}
+		return runShell(ctx, c.ws, command)
+	}, nil
+}
+
+// runShell runs command with /bin/sh -c in dir, in a process group of its
+// own, and kills that whole group when the shell exits or ctx ends, so no
+// process of the command outlives the call.
+func runShell(ctx context.Context, dir, command string) (Result, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("pipe: %w", err)
+	}
+	defer pr.Close()
+
+	cmd := exec.Command("/bin/sh", "-c", command)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + shellPath, "HOME=" + dir, "LANG=C"}
+	// stdin stays nil, which is /dev/null. stdout and stderr share one
+	// pipe, so the output keeps its interleaving. Being an *os.File, it is
+	// handed to the child as is: Wait returns when the shell exits, not
+	// when every process holding the pipe has closed it.
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:   true, // its own group, so one kill reaches every process of the command
+		Pdeathsig: syscall.SIGKILL,
+	}
+
+	// Pdeathsig fires when the thread that forked the child exits, not the
+	// process. Keep this goroutine on its thread until the shell is reaped
+	// so the runtime cannot retire that thread under a running command.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	err = cmd.Start()
+	pw.Close() // the child has its copy; EOF must come when the command's processes are gone
+	if err != nil {
+		return Result{}, fmt.Errorf("start /bin/sh: %w", err)
+	}
+	pgid := cmd.Process.Pid
+
+	out := &tailBuffer{limit: MaxShellOutputBytes}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		// A read error (the drain deadline) ends the output; what was
+		// read is kept.
+		_, _ = io.Copy(out, pr)
+	}()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	var werr, stopped error
+	select {
+	case werr = <-waited:
+	case <-ctx.Done():
+		killGroup(pgid)
+		werr = <-waited
+		stopped = context.Cause(ctx)
+	}
+	// The shell is gone; background jobs it left in its group would hold
+	// the pipe and run on, unbounded. The group id cannot have been reused
+	// if any of them is alive (the kernel keeps a live group's id), and if
+	// none is, the kill finds nobody.
+	killGroup(pgid)
+	if err := pr.SetReadDeadline(time.Now().Add(pipeDrainGrace)); err != nil {
+		pr.Close() // no deadline support: closing also ends the read
+	}
+	<-copied
+	if stopped != nil {
+		return Result{}, stopped
+	}
+
+	res := struct {
+		ExitCode    int    `json:"exit_code"`
+		Signal      string `json:"signal,omitempty"`
+		Output      string `json:"output"`
+		Truncated   bool   `json:"truncated"`
+		OutputBytes int64  `json:"output_bytes"`
+	}{OutputBytes: out.total}
+	if werr != nil {
+		ee, ok := errors.AsType[*exec.ExitError](werr)
+		if !ok {
+			return Result{}, fmt.Errorf("wait for /bin/sh: %w", werr)
+		}
+		status, _ := ee.Sys().(syscall.WaitStatus)
+		if status.Signaled() {
+			// The shell's own convention for a command killed by a signal.
+			res.ExitCode, res.Signal = 128+int(status.Signal()), status.Signal().String()
+		} else {
+			res.ExitCode = status.ExitStatus()
+		}
+	}
+	res.Output, res.Truncated = out.text()
+	return Result{Output: mustJSON(res), IsError: res.ExitCode != 0}, nil
+}
+
+// killGroup sends SIGKILL to a process group. ESRCH (nobody left) is the
+// usual, fine outcome.
+func killGroup(pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// tailBuffer keeps the last limit bytes written to it, in memory bounded by
+// twice the limit, and counts all of them.
+type tailBuffer struct {
+	limit int
+	buf   []byte
+	total int64
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.total += int64(len(p))
+	if len(p) >= t.limit {
+		t.buf = append(t.buf[:0], p[len(p)-t.limit:]...)
+		return len(p), nil
+	}
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.limit {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.limit:]...)
+	}
+	return len(p), nil
+}
+
+// text returns the output, at most limit bytes: all of it, or a marker
+// followed by its tail, which is where a failing command's errors are.
+func (t *tailBuffer) text() (string, bool) {
+	if t.total <= int64(t.limit) {
+		return string(t.buf), false
+	}
+	marker := fmt.Sprintf("[output truncated: %d bytes in all, the last ones follow]\n", t.total)
+	tail := t.buf[len(t.buf)-max(t.limit-len(marker), 0):]
+	// Do not start in the middle of a UTF-8 sequence.
+	for i := 0; i < utf8.UTFMax && len(tail) > 0 && !utf8.RuneStart(tail[0]); i++ {
+		tail = tail[1:]
+	}
+	return marker + string(tail), true
+}
