@@ -260,3 +260,90 @@ func waitApproval(t *testing.T, h *Host, principal, taskID string) store.Approva
 	}
 	return found
 }
+
+func TestModelAndDepthBudgets(t *testing.T) {
+	h := openHost(t, "", nil)
+	cases := []struct {
+		name   string
+		te     map[string]any
+		limits Limits
+		reason store.Reason
+		check  func(t *testing.T, b store.Budgets)
+	}{
+		{"model calls", map[string]any{"steps": 5, "model_calls": 1}, Limits{ModelCalls: 2}, store.ReasonModelBudgetExhausted,
+			func(t *testing.T, b store.Budgets) {
+				if b.ModelCalls.Used != 2 {
+					t.Errorf("model calls used %d, want 2", b.ModelCalls.Used)
+				}
+			}},
+		{"depth", map[string]any{"model_calls": 3, "model_chain": true}, Limits{Depth: 1}, store.ReasonDepthBudgetExhausted,
+			func(t *testing.T, b store.Budgets) {
+				if b.Depth.Used != 1 || b.ModelCalls.Used != 2 {
+					t.Errorf("depth used %d, model calls %d; want 1 and 2 (the depth-2 call refused)", b.Depth.Used, b.ModelCalls.Used)
+				}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			task := create(t, h, alice, tc.te, tc.limits)
+			task = waitEnd(t, h, alice, task.ID)
+			wantStatus(t, task, store.StatusFailed, tc.reason)
+			tc.check(t, task.Budgets)
+		})
+	}
+}
+
+// An executor claiming a parent call token it was never given gains
+// nothing: the call is refused and no depth is charged.
+func TestLyingExecutorCannotChooseDepth(t *testing.T) {
+	h := openHost(t, "", nil)
+	task := create(t, h, alice, map[string]any{"model_calls": 1, "parent_token": "forged-token"}, Limits{Depth: 1, Steps: 1})
+	task = waitEnd(t, h, alice, task.ID)
+	// The executor carries on after the refusal and never completes.
+	wantStatus(t, task, store.StatusFailed, store.ReasonStepBudgetExhausted)
+	atts, _ := h.Runner.Attempts(context.Background(), alice, task.ID)
+	if len(atts) != 1 || atts[0].Summary != "model error: permission_denied" {
+		t.Fatalf("attempts %+v: want the forged call refused", atts)
+	}
+	if task.Budgets.Depth.Used != 0 || task.Budgets.ModelCalls.Used != 0 {
+		t.Fatalf("budgets %+v: a refused call charged something", task.Budgets)
+	}
+}
+
+// A resume continues with what is left of the tool budget.
+func TestResumeDoesNotResetToolBudget(t *testing.T) {
+	h := openHost(t, "", nil)
+	sleep0 := map[string]any{"name": "time.sleep", "args": map[string]any{"seconds": 0}}
+	task := create(t, h, alice, map[string]any{"steps": 4, "call_tool": sleep0, "kill_at_attempt": 2}, Limits{ToolCalls: 2})
+	task = waitEnd(t, h, alice, task.ID)
+	wantStatus(t, task, store.StatusInterrupted, store.ReasonExecutorCrashed)
+	if task.Budgets.ToolCalls.Used != 1 {
+		t.Fatalf("tool calls used %d before resume, want 1", task.Budgets.ToolCalls.Used)
+	}
+	if _, err := h.Runner.Resume(context.Background(), alice, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	task = waitEnd(t, h, alice, task.ID)
+	wantStatus(t, task, store.StatusFailed, store.ReasonToolBudgetExhausted)
+	if b := task.Budgets.ToolCalls; b.Used != 2 || b.Limit != 2 {
+		t.Fatalf("tool calls %d/%d after resume, want 2/2", b.Used, b.Limit)
+	}
+}
+
+// The host's environment — an API key above all — never reaches a plugin.
+func TestPluginEnvironmentIsAllowListed(t *testing.T) {
+	const canary = "sk-canary-5f0e9a"
+	t.Setenv("OPENAI_API_KEY", canary)
+	t.Setenv("TASKHOST_SECRET_TEST", canary)
+	h := openHost(t, "", nil)
+	envFile := filepath.Join(shortTempDir(t), "env")
+	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
+	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
+	env := waitFile(t, envFile)
+	if strings.Contains(env, canary) {
+		t.Fatalf("the plugin saw the canary:\n%s", env)
+	}
+	if !strings.Contains(env, "PATH=") {
+		t.Fatalf("the plugin environment lacks PATH: the check above proves nothing\n%s", env)
+	}
+}

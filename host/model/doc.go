@@ -9,9 +9,9 @@
 //   - "openai": an OpenAI-compatible chat-completions endpoint.
 //
 // Every provider returns an assistant [Message] within fixed bounds
-// ([MaxContentBytes] — longer content is cut —, [MaxToolCalls],
-// [MaxArgumentsBytes], [MaxToolNameBytes]) and fails with an [*Error] whose
-// [ErrorKind] callers branch on.
+// (content longer than [MaxContentBytes] is cut; [MaxToolCalls],
+// [MaxArgumentsBytes] and [MaxToolNameBytes] are enforced) and fails with an
+// [*Error] whose [ErrorKind] callers branch on.
 //
 // # The openai provider
 //

@@ -65,7 +65,7 @@ func NewRegistry(cfg map[string]config.Tool, workspaceRoot string) (*Registry, e
 		}
 	}
 	defaults := config.Default().Tools
-	for name := range r.tools {
+	for _, name := range slices.Sorted(maps.Keys(r.tools)) {
 		ct, ok := cfg[name]
 		if !ok {
 			if ct, ok = defaults[name]; !ok {

@@ -147,5 +147,5 @@ func (e *ArgError) Error() string {
 // timeout surfaces as ErrTimeout with the duration that was hit.
 type timeoutError struct{ after time.Duration }
 
-func (e *timeoutError) Error() string { return "tools: tool timed out after " + e.after.String() }
+func (e *timeoutError) Error() string { return "timed out after " + e.after.String() }
 func (e *timeoutError) Unwrap() error { return ErrTimeout }

@@ -122,21 +122,22 @@ func under(prefixes []string, p string) (string, bool) {
 		if p == pre {
 			return ".", true
 		}
-		if rest, ok := strings.CutPrefix(p, pre+"/"); ok && pre != "" {
+		if rest, ok := strings.CutPrefix(p, pre+"/"); ok {
 			return rest, true
 		}
 	}
 	return "", false
 }
 
-// pathArg returns a cleaned path argument; a missing optional path is ".".
+// pathArg returns a cleaned path argument; an optional path that is
+// missing or empty is the workspace itself, ".".
 func (c *call) pathArg(field string, required bool) (string, error) {
 	var p string
 	present, err := c.decode(field, "a string", &p)
 	if err = c.required(field, present || !required, err); err != nil {
 		return "", err
 	}
-	if !present {
+	if !required && p == "" {
 		return ".", nil
 	}
 	clean, err := cleanPath(p)
@@ -306,7 +307,7 @@ func bindWrite(c *call) (action, error) {
 	if p == "." {
 		return nil, c.argErr("path", "names the workspace itself, not a file")
 	}
-	return func(context.Context) (Result, error) {
+	return func(ctx context.Context) (Result, error) {
 		root, rel, err := c.openPath("path", p)
 		if err != nil {
 			return failure(p, err)
@@ -318,7 +319,7 @@ func bindWrite(c *call) (action, error) {
 		lock := c.r.writeLock(c.taskID)
 		lock.Lock()
 		defer lock.Unlock()
-		return c.writeFile(root, p, rel, content, appendMode)
+		return c.writeFile(ctx, root, p, rel, content, appendMode)
 	}, nil
 }
 
@@ -326,7 +327,7 @@ func bindWrite(c *call) (action, error) {
 // temporary file in the same directory, which is renamed over rel. A rename
 // replaces the directory entry and never writes through it, so even a
 // symlink swapped in at the last moment cannot redirect the write.
-func (c *call) writeFile(root *os.Root, p, rel, content string, appendMode bool) (Result, error) {
+func (c *call) writeFile(ctx context.Context, root *os.Root, p, rel, content string, appendMode bool) (Result, error) {
 	dir := path.Dir(rel)
 	if dir != "." {
 		if err := root.MkdirAll(dir, 0o700); err != nil {
@@ -350,7 +351,7 @@ func (c *call) writeFile(root *os.Root, p, rel, content string, appendMode bool)
 	if appendMode {
 		size += old
 	}
-	used, err := usage(root)
+	used, err := usage(ctx, root)
 	if err != nil {
 		return Result{}, fmt.Errorf("measure workspace: %w", err)
 	}
@@ -407,12 +408,17 @@ func (c *call) writeFile(root *os.Root, p, rel, content string, appendMode bool)
 }
 
 // usage returns the total size of the regular files in the workspace.
-// Symlinks are not followed, so nothing outside is counted.
-func usage(root *os.Root) (int64, error) {
+// Symlinks are not followed, so nothing outside is counted. The walk is
+// the one part of a workspace tool whose time grows with the workspace
+// (a shell may have made many files), so it stops when ctx ends.
+func usage(ctx context.Context, root *os.Root) (int64, error) {
 	var total int64
 	err := fs.WalkDir(root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx)
 		}
 		if d.Type().IsRegular() {
 			info, err := d.Info()

@@ -69,11 +69,14 @@ func TestWorkspaceRoundTrip(t *testing.T) {
 		t.Fatalf("after replace: %+v", rd)
 	}
 
-	var ls listOut
-	mustCall(t, r, ToolWorkspaceList, map[string]any{}, &ls)
-	if len(ls.Entries) != 1 || ls.Entries[0] != (listEntry{Name: "notes", Type: "dir"}) || ls.Truncated {
-		t.Fatalf("list = %+v", ls)
+	for _, a := range []map[string]any{{}, {"path": ""}, {"path": "."}} {
+		var ls listOut
+		mustCall(t, r, ToolWorkspaceList, a, &ls)
+		if len(ls.Entries) != 1 || ls.Entries[0] != (listEntry{Name: "notes", Type: "dir"}) || ls.Truncated {
+			t.Fatalf("list %v = %+v", a, ls)
+		}
 	}
+	var ls listOut
 	// No temporary file is left behind.
 	mustCall(t, r, ToolWorkspaceList, map[string]any{"path": "notes"}, &ls)
 	if len(ls.Entries) != 1 || ls.Entries[0] != (listEntry{Name: "today.txt", Type: "file", Size: 8}) {

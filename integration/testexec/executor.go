@@ -81,6 +81,11 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			}
 		}()
 	}
+	if o.EnvFile != "" {
+		if err := writeFileAtomic(o.EnvFile, strings.Join(os.Environ(), "\n")); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: env file: %w", err)
+		}
+	}
 	if o.PIDFile != "" {
 		if err := recordAttempt(o.PIDFile, req.Attempt); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("testexec: pid file: %w", err)

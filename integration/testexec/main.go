@@ -34,6 +34,7 @@
 //	model_chain       bool    make each model call a sub-call of the previous one
 //	                          (depth 0, 1, 2, ...).
 //	parent_token      string  a parent call token to claim (a lying executor).
+//	env_file          string  write the process environment to this file.
 //	request_approval  bool    call host.RequestApproval each step.
 //	call_tool         object  {"name": ..., "args": {...}}: call the tool each
 //	                          step; on an error, Continue("tool error: <kind>").

@@ -44,6 +44,7 @@ type options struct {
 	ModelCalls      int       `json:"model_calls"`
 	ModelChain      bool      `json:"model_chain"`
 	ParentToken     string    `json:"parent_token"`
+	EnvFile         string    `json:"env_file"`
 }
 
 // toolCall is a scripted tool call.
