@@ -32,7 +32,6 @@ type Services struct {
 const (
 	maxModelMessages = 256
 	maxMessageBytes  = 256 << 10
-	maxToolArgs      = 64 << 10
 )
 
 // turnState is what the host knows of one step in flight beyond its identity:
@@ -277,8 +276,9 @@ func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.C
 	if len(args) == 0 {
 		args = []byte("{}")
 	}
-	if len(args) > maxToolArgs {
-		return nil, status.Errorf(codes.InvalidArgument, "tool arguments are %d bytes, limit %d", len(args), maxToolArgs)
+	// Each tool bounds its own arguments; this is the largest any allows.
+	if len(args) > tools.MaxWriteArgsBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)
 	}
 	if !json.Valid(args) {
 		return nil, status.Error(codes.InvalidArgument, "tool arguments are not valid JSON")
