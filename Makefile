@@ -22,6 +22,7 @@ help:
 build:
 	$(GO) build -o $(BIN)/taskhost ./cmd/taskhost
 	$(GO) build -o $(BIN)/taskhost-executor-testexec ./integration/testexec
+	$(GO) build -o $(BIN)/taskhost-executor-legacy ./plugins/legacy/cmd/taskhost-executor-legacy
 
 test: build
 	$(GO) vet ./...

@@ -203,7 +203,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	ts.end()
 
 	v := ru.classify(res, stepErr, cause)
-	if reason := ts.exhaustedReason(); reason != "" && v.attempt == store.AttemptCompleted {
+	if reason := ts.exhaustedReason(); reason != "" && (v.attempt == store.AttemptCompleted || v.outcome == OutcomeFail) {
 		// An effect was refused for a spent budget: whatever the executor
 		// made of it, the task fails with that budget's reason.
 		v = verdict{attempt: store.AttemptFailed, outcome: v.outcome, taskTo: store.StatusFailed, reason: reason,

@@ -1,0 +1,88 @@
+package legacy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+const (
+	defaultMaxRounds = 8
+	minMaxRounds     = 1
+	maxMaxRounds     = 32
+)
+
+// spec is a task spec as the legacy executor reads it.
+type spec struct {
+	Goal   string
+	Legacy options
+}
+
+// options are the fields of the spec's "legacy" object.
+type options struct {
+	// MaxRounds bounds the model calls of one turn.
+	MaxRounds int
+}
+
+// optMaxRounds is the only field "legacy" may have.
+const optMaxRounds = "max_rounds"
+
+// parseSpec reads a spec. The "legacy" object is checked strictly, so that a
+// misspelt option fails the task instead of silently doing nothing; other
+// top-level fields belong to the host or to other executors. No error
+// quotes the goal.
+func parseSpec(raw []byte) (spec, error) {
+	var top struct {
+		Goal   *string         `json:"goal"`
+		Legacy json.RawMessage `json:"legacy"`
+	}
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return spec{}, fmt.Errorf("not a JSON object with a string goal: %w", err)
+	}
+	if top.Goal == nil || strings.TrimSpace(*top.Goal) == "" {
+		return spec{}, errors.New("goal is missing or empty")
+	}
+	opts, err := parseOptions(top.Legacy)
+	if err != nil {
+		return spec{}, err
+	}
+	return spec{Goal: *top.Goal, Legacy: opts}, nil
+}
+
+// parseOptions reads the "legacy" object; absent or null means defaults.
+func parseOptions(raw json.RawMessage) (options, error) {
+	opts := options{MaxRounds: defaultMaxRounds}
+	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return opts, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return options{}, errors.New("legacy: must be a JSON object")
+	}
+	// Named one by one, in a stable order, rather than through
+	// DisallowUnknownFields, whose error reports only the first.
+	var unknown []string
+	for name := range fields {
+		if name != optMaxRounds {
+			unknown = append(unknown, fmt.Sprintf("%q", "legacy."+name))
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return options{}, fmt.Errorf("unknown field %s (known: legacy.%s)", strings.Join(unknown, ", "), optMaxRounds)
+	}
+	if v, ok := fields[optMaxRounds]; ok {
+		var n int
+		if err := json.Unmarshal(v, &n); err != nil {
+			return options{}, fmt.Errorf("legacy.max_rounds: must be an integer: %w", err)
+		}
+		if n < minMaxRounds || n > maxMaxRounds {
+			return options{}, fmt.Errorf("legacy.max_rounds: is %d, must be %d..%d", n, minMaxRounds, maxMaxRounds)
+		}
+		opts.MaxRounds = n
+	}
+	return opts, nil
+}
