@@ -217,6 +217,7 @@ func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
 func settingsFrom(c config.Config) Settings {
 	s := DefaultSettings()
 	t := c.Tasks
+	s.Disabled = !t.Enabled
 	s.MaxConcurrent = t.MaxConcurrent
 	s.DefaultExecutor = t.Executor
 	s.Defaults = Limits{Steps: int64(t.MaxSteps), ToolCalls: int64(t.MaxToolCalls), ModelCalls: int64(t.MaxModelCalls), Depth: int64(t.MaxDepth), WallSeconds: int64(t.MaxWallSeconds)}

@@ -22,6 +22,9 @@ import (
 
 // Settings are the Runner's limits and defaults (DESIGN §3, §8, §9).
 type Settings struct {
+	// Disabled refuses every create and resume ([tasks] enabled = false):
+	// the host still serves reads, cancels and approvals.
+	Disabled        bool
 	MaxConcurrent   int
 	DefaultExecutor string
 	Defaults        Limits // applied when a request leaves a budget at zero
@@ -66,6 +69,7 @@ var (
 	ErrInvalid      = errors.New("invalid request")
 	ErrBusy         = errors.New("concurrency limit reached")
 	ErrShuttingDown = errors.New("host is shutting down")
+	ErrDisabled     = errors.New("tasks are disabled on this host ([tasks] enabled = false): set it to true to create or resume tasks")
 	ErrNotFound     = store.ErrNotFound
 	ErrConflict     = store.ErrConflict
 )
@@ -194,6 +198,9 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 }
 
 func (r *Runner) reserve() error {
+	if r.set.Disabled {
+		return ErrDisabled
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closing {

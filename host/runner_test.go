@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -183,5 +184,16 @@ func TestPrincipalIsolation(t *testing.T) {
 	_, errMissing := h.Runner.Get(ctx, bob, "t_doesnotexist")
 	if strings.ReplaceAll(errForeign.Error(), ids[alice][0], "ID") != strings.ReplaceAll(errMissing.Error(), "t_doesnotexist", "ID") {
 		t.Errorf("foreign task error %q differs from missing task error %q", errForeign, errMissing)
+	}
+}
+
+func TestTasksDisabledRefusesWork(t *testing.T) {
+	h := openHost(t, "", func(c *config.Config) { c.Tasks.Enabled = false })
+	_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "x", nil)})
+	if !errors.Is(err, ErrDisabled) {
+		t.Fatalf("create while disabled: %v", err)
+	}
+	if tasks, _ := h.Runner.List(context.Background(), alice, store.ListQuery{}); len(tasks) != 0 {
+		t.Fatalf("a refused create left %d rows", len(tasks))
 	}
 }
