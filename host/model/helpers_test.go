@@ -100,6 +100,3 @@ func legacyTurn(t *testing.T, p Provider, taskID string, step, maxSteps int, sum
 	t.Fatalf("step %d: no final reply after 8 rounds", step)
 	return "", nil
 }
-
-// intp returns a pointer to v, for optional script conditions.
-func intp(v int) *int { return &v }
