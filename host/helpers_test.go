@@ -26,10 +26,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, ExecutorPrefix+"testexec"), "github.com/taskhost/taskhost/integration/testexec").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build testexec: %v\n%s", err, out)
-		os.Exit(1)
+	for kind, pkg := range map[string]string{
+		"testexec": "github.com/taskhost/taskhost/integration/testexec",
+		"legacy":   "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy",
+	} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, ExecutorPrefix+kind), pkg).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", kind, err, out)
+			os.Exit(1)
+		}
 	}
 	executorDir = dir
 	code := m.Run()
