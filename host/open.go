@@ -202,8 +202,15 @@ func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
 	for kind, ex := range cfg.Executors {
 		found[kind] = PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256}
 	}
-	if !cfg.MachineSpirit.Enabled {
-		delete(found, "machinespirit")
+	if ms, ok := found[config.ExecutorMachineSpirit]; ok {
+		if !cfg.MachineSpirit.Enabled {
+			delete(found, config.ExecutorMachineSpirit)
+		} else {
+			// The pinned runtime travels as flags; the plugin's preflight
+			// checks it and reports the result in Describe.
+			ms.Args = append(ms.Args, "--swipl", cfg.MachineSpirit.SwiplPath, "--swipl-version", cfg.MachineSpirit.SwiplVersion)
+			found[config.ExecutorMachineSpirit] = ms
+		}
 	}
 	var specs []PluginSpec
 	for _, s := range found {

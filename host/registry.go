@@ -116,6 +116,11 @@ func describeChecked(ctx context.Context, kind string, e Executor) (Description,
 	case len(d.CheckpointSchemas) == 0:
 		return Description{}, &UnavailableError{Kind: kind, Check: "describe", Detail: "plugin accepts no checkpoint schema"}
 	}
+	// An executor with a runtime of its own reports its preflight; anything
+	// but "ok" keeps it unavailable (fail closed).
+	if p, ok := d.Runtime["preflight"]; ok && p != "ok" {
+		return Description{}, &UnavailableError{Kind: kind, Check: "preflight", Detail: p}
+	}
 	return d, nil
 }
 
