@@ -38,6 +38,8 @@ var executorReasons = map[string]store.Reason{
 	string(store.ReasonCheckpointIncompatible): store.ReasonCheckpointIncompatible,
 	string(store.ReasonEffectIndeterminate):    store.ReasonEffectIndeterminate,
 	string(store.ReasonApprovalRejected):       store.ReasonApprovalRejected,
+	string(store.ReasonCheckpointTooLarge):     store.ReasonCheckpointTooLarge,
+	string(store.ReasonResultTooLarge):         store.ReasonResultTooLarge,
 }
 
 // crashWait bounds how long to wait for the wait status of a plugin whose

@@ -27,8 +27,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	for kind, pkg := range map[string]string{
-		"testexec": "github.com/taskhost/taskhost/integration/testexec",
-		"legacy":   "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy",
+		"testexec":      "github.com/taskhost/taskhost/integration/testexec",
+		"legacy":        "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy",
+		"machinespirit": "github.com/taskhost/taskhost/plugins/machinespirit/cmd/taskhost-executor-machinespirit",
 	} {
 		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, ExecutorPrefix+kind), pkg).CombinedOutput()
 		if err != nil {

@@ -208,7 +208,8 @@ func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
 		} else {
 			// The pinned runtime travels as flags; the plugin's preflight
 			// checks it and reports the result in Describe.
-			ms.Args = append(ms.Args, "--swipl", cfg.MachineSpirit.SwiplPath, "--swipl-version", cfg.MachineSpirit.SwiplVersion)
+			ms.Args = append(ms.Args, "--swipl", cfg.MachineSpirit.SwiplPath, "--swipl-version", cfg.MachineSpirit.SwiplVersion,
+				"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes))
 			found[config.ExecutorMachineSpirit] = ms
 		}
 	}

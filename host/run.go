@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/taskhost/taskhost/store"
@@ -48,7 +49,14 @@ func (ru *run) loop() {
 	defer ru.r.finished(ru)
 	defer ru.cancel(nil)
 	stopBeat := ru.heartbeat()
-	defer stopBeat()
+	// The heartbeat ends with the last step, before the plugin is stopped:
+	// a plugin slow to stop must not keep charging (or logging) wall time.
+	defer func() {
+		stopBeat()
+		if ru.exe != nil {
+			ru.exe.Stop()
+		}
+	}()
 
 	exe, err := ru.r.launcher.Launch(ru.ctx, ru.task.Executor, &services{r: ru.r, taskID: ru.task.ID})
 	if err != nil {
@@ -57,7 +65,6 @@ func (ru *run) loop() {
 		return
 	}
 	ru.exe = exe
-	defer exe.Stop()
 	if ru.desc, err = describeChecked(ru.ctx, ru.task.Executor, exe); err != nil {
 		ru.endRun(store.StatusInterrupted, store.ReasonExecutorUnavailable, err.Error())
 		return
@@ -73,6 +80,7 @@ func (ru *run) loop() {
 func (ru *run) heartbeat() (stop func()) {
 	quit := make(chan struct{})
 	finished := make(chan struct{})
+	var once sync.Once
 	go func() {
 		defer close(finished)
 		t := time.NewTicker(ru.r.set.Heartbeat)
@@ -88,7 +96,7 @@ func (ru *run) heartbeat() (stop func()) {
 			}
 		}
 	}()
-	return func() { close(quit); <-finished }
+	return func() { once.Do(func() { close(quit); <-finished }) }
 }
 
 // endRun records the end of the run outside any attempt, when the task is

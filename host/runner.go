@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -146,6 +147,8 @@ type CreateRequest struct {
 	Executor string // empty: the default executor
 	Spec     []byte // JSON object with at least "goal"
 	Limits   Limits // zero fields take the defaults
+	// Files are placed in the task's workspace before its first step.
+	Files []File
 }
 
 // Create validates req, records the task and starts running it. Beyond the
@@ -161,6 +164,9 @@ func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest
 	if err != nil {
 		return store.Task{}, err
 	}
+	if err := validateFiles(req.Files); err != nil {
+		return store.Task{}, err
+	}
 	if _, err := r.launcher.Describe(req.Executor); err != nil {
 		return store.Task{}, err
 	}
@@ -169,9 +175,16 @@ func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest
 	}
 	defer r.unreserve()
 	nt := store.NewTask{ID: newTaskID(), PrincipalID: principal, Executor: req.Executor, Spec: req.Spec, Limits: limits}
+	// The workspace is seeded before the row exists: a task is never
+	// visible without the files its creator gave it.
+	if err := r.seedWorkspace(nt.ID, req.Files); err != nil {
+		os.RemoveAll(r.workspace(nt.ID))
+		return store.Task{}, err
+	}
 	t, err := r.store.CreateTask(ctx, nt, newEvent(EventTaskCreated,
 		store.Task{ID: nt.ID, Executor: nt.Executor, Status: store.StatusPending, Budgets: limits}, EventPayload{}))
 	if err != nil {
+		os.RemoveAll(r.workspace(nt.ID))
 		return store.Task{}, err
 	}
 	return r.start(ctx, t, EventTaskStarted)

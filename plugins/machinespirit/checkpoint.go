@@ -1,0 +1,89 @@
+package machinespirit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/taskhost/taskhost/sdk"
+)
+
+// CheckpointSchema is the schema of every checkpoint this executor writes
+// and the only one it accepts. The payload is the JSON snapshot the worker
+// produces (see prolog/runtime.pl):
+//
+//	{"schema": "machinespirit.graph/1", "graph": ID, "graph_hash": SHA256,
+//	 "next": NODE, "state": {...}, "visits": {...}, "executions": N,
+//	 "interrupt": null | {"node": ..., "reason": ...}}
+//
+// No transcript: what a graph needs later is in its state.
+const CheckpointSchema = "machinespirit.graph/1"
+
+// DefaultCheckpointMaxBytes is the host's default checkpoint_max_bytes.
+const DefaultCheckpointMaxBytes = 256 << 10
+
+// cpHeader is the part of a checkpoint the plugin reads itself. The worker
+// checks the whole snapshot against the compiled graph.
+type cpHeader struct {
+	Schema     string `json:"schema"`
+	Graph      string `json:"graph"`
+	Executions int64  `json:"executions"`
+}
+
+// checkpointError is a checkpoint the executor cannot continue from.
+type checkpointError struct{ msg string }
+
+func (e *checkpointError) Error() string { return e.msg }
+
+// readCheckpoint checks the host's last checkpoint (nil on a first step)
+// and returns its payload (JSON null when there is none) and the number of
+// node executions it records.
+func readCheckpoint(cp *sdk.Checkpoint, graph string, maxBytes int) (json.RawMessage, int64, error) {
+	if cp == nil {
+		return json.RawMessage("null"), 0, nil
+	}
+	if cp.Schema != CheckpointSchema {
+		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint schema %q, want %q", truncate(cp.Schema, 64), CheckpointSchema)}
+	}
+	if len(cp.Payload) > maxBytes {
+		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint of %d bytes exceeds the %d-byte bound", len(cp.Payload), maxBytes)}
+	}
+	if !isJSONObject(cp.Payload) {
+		return nil, 0, &checkpointError{"checkpoint payload is not a JSON object"}
+	}
+	var h cpHeader
+	if err := json.Unmarshal(cp.Payload, &h); err != nil {
+		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint payload: %v", err)}
+	}
+	if h.Schema != CheckpointSchema {
+		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint payload schema %q, want %q", truncate(h.Schema, 64), CheckpointSchema)}
+	}
+	if h.Graph != graph {
+		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint of graph %q, but the task runs graph %q", truncate(h.Graph, 64), graph)}
+	}
+	if h.Executions < 0 {
+		return nil, 0, &checkpointError{"checkpoint records a negative number of executions"}
+	}
+	return json.RawMessage(cp.Payload), h.Executions, nil
+}
+
+// checkpointTooLarge is a snapshot over the bound. It fails the step as
+// checkpoint_too_large; it is never truncated.
+type checkpointTooLarge struct{ size, max int }
+
+func (e *checkpointTooLarge) Error() string {
+	return fmt.Sprintf("checkpoint of %d bytes exceeds the %d-byte bound", e.size, e.max)
+}
+
+// makeCheckpoint turns the worker's snapshot into a checkpoint: compact
+// JSON, within maxBytes.
+func makeCheckpoint(snapshot json.RawMessage, maxBytes int) (*sdk.Checkpoint, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, snapshot); err != nil {
+		return nil, &protocolError{msg: "checkpoint is not JSON", err: err}
+	}
+	if b.Len() > maxBytes {
+		return nil, &checkpointTooLarge{size: b.Len(), max: maxBytes}
+	}
+	return &sdk.Checkpoint{Schema: CheckpointSchema, Payload: b.Bytes()}, nil
+}

@@ -1,0 +1,108 @@
+// Command taskhost-executor-machinespirit is the MACHINE-SPIRIT executor
+// plugin: a Prolog graph/effect runtime on a pinned SWI-Prolog. The host
+// starts it with the pinned runtime from its configuration:
+//
+//	taskhost-executor-machinespirit --swipl /usr/bin/swipl --swipl-version 9.0.4 \
+//	    [--graphs-dir DIR --graph-pin NAME=SHA256 ...] [--checkpoint-max-bytes N] \
+//	    [--start state|source]
+//
+// A failed preflight does not stop the plugin: Describe reports
+// Runtime["preflight"] = "failed: ..." and every step is refused, so the
+// host can say why it refuses the executor.
+//
+// Exit statuses: 0 when the host stops the plugin, 2 on bad flags, 4 when
+// the Prolog worker died during a step (the host records the attempt as
+// interrupted, executor_crashed), 3 when the host died (from the SDK).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/taskhost/taskhost/plugins/machinespirit"
+	"github.com/taskhost/taskhost/sdk"
+)
+
+// exitWorkerLost is the exit status after the worker died mid-step.
+const exitWorkerLost = 4
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "taskhost-executor-machinespirit:", err)
+		return 2
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "machinespirit", Level: hclog.Info, Output: stderr, JSONFormat: true})
+	cfg.Logger = logger
+
+	// The executor is created before OnWorkerLost can refer to it; the
+	// callback only runs during a step, long after.
+	var ex *machinespirit.Executor
+	cfg.OnWorkerLost = func(err error) {
+		// Exiting while the Step call is in flight is what makes the host
+		// classify the attempt as crashed (interrupted) rather than failed:
+		// a dead worker says nothing about the task, only about this run.
+		logger.Error("the Prolog worker died during a step; exiting so the host records an interrupted attempt", "error", err)
+		ex.Close()
+		os.Exit(exitWorkerLost)
+	}
+	ex = machinespirit.New(context.Background(), cfg)
+
+	// On SIGTERM the SDK cancels the running step (the worker is signalled,
+	// then killed) and ends the process; the worker dies with it
+	// (Pdeathsig), and the runtime's temp dir is swept by the next plugin
+	// that starts.
+	sdk.Serve(ex)
+	ex.Close()
+	return 0
+}
+
+// pinFlag collects repeated --graph-pin NAME=SHA256 flags.
+type pinFlag map[string]string
+
+func (p pinFlag) String() string { return fmt.Sprint(map[string]string(p)) }
+
+func (p pinFlag) Set(v string) error {
+	name, sum, ok := strings.Cut(v, "=")
+	if !ok || name == "" || sum == "" {
+		return errors.New("want NAME=SHA256")
+	}
+	if _, dup := p[name]; dup {
+		return fmt.Errorf("graph %q pinned twice", name)
+	}
+	p[name] = sum
+	return nil
+}
+
+func parseFlags(args []string, stderr io.Writer) (machinespirit.Config, error) {
+	fs := flag.NewFlagSet("taskhost-executor-machinespirit", flag.ContinueOnError)
+	fs.SetOutput(stderr) // stdout belongs to go-plugin's handshake
+	var cfg machinespirit.Config
+	pins := pinFlag{}
+	fs.StringVar(&cfg.SwiplPath, "swipl", "", "absolute path of the pinned swipl binary")
+	fs.StringVar(&cfg.SwiplVersion, "swipl-version", "", "the exact pinned SWI-Prolog version, X.Y.Z")
+	fs.StringVar(&cfg.GraphsDir, "graphs-dir", "", "directory of operator graphs NAME.pl")
+	fs.Var(pins, "graph-pin", "NAME=SHA256 of an operator graph file (repeatable)")
+	fs.IntVar(&cfg.CheckpointMaxBytes, "checkpoint-max-bytes", machinespirit.DefaultCheckpointMaxBytes, "bound of a checkpoint payload")
+	mode := fs.String("start", string(machinespirit.StartFromState), "worker start: state (saved state) or source")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.GraphPins = pins
+	cfg.StartMode = machinespirit.StartMode(*mode)
+	return cfg, nil
+}

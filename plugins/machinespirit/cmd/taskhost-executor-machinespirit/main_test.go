@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/taskhost/taskhost/plugins/machinespirit"
+)
+
+func TestParseFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, err := parseFlags([]string{
+		"--swipl", "/usr/bin/swipl", "--swipl-version", "9.0.4",
+		"--graphs-dir", "/etc/taskhost/graphs", "--graph-pin", "a=" + strings.Repeat("0", 64),
+		"--graph-pin", "b=" + strings.Repeat("1", 64), "--checkpoint-max-bytes", "1000", "--start", "source",
+	}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SwiplPath != "/usr/bin/swipl" || cfg.SwiplVersion != "9.0.4" || cfg.GraphsDir != "/etc/taskhost/graphs" ||
+		len(cfg.GraphPins) != 2 || cfg.CheckpointMaxBytes != 1000 || cfg.StartMode != machinespirit.StartFromSource {
+		t.Fatalf("config %+v", cfg)
+	}
+	for _, bad := range [][]string{
+		{"--graph-pin", "nohash"},
+		{"--graph-pin", "a=x", "--graph-pin", "a=y"},
+		{"--bogus"},
+		{"extra-argument"},
+	} {
+		if _, err := parseFlags(bad, &stderr); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+// TestRunRejectsBadFlags: bad flags end the plugin before the handshake,
+// with status 2 and nothing on stdout.
+func TestRunRejectsBadFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := run([]string{"--bogus"}, &stderr); code != 2 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(stderr.String(), "bogus") {
+		t.Fatalf("stderr %q", stderr.String())
+	}
+}

@@ -1,0 +1,614 @@
+// Package machinespirit is MACHINE-SPIRIT, taskhost's Prolog graph/effect
+// executor: a go-plugin executor built with sdk/ that drives one pinned
+// SWI-Prolog worker process per running task.
+//
+// One host step runs exactly one graph node in the worker. Every effect
+// the Prolog code makes (model, tool, approval, sub-run, progress) is a
+// request frame to this plugin, which performs it through sdk.Host: the
+// host counts, gates, records and cancels each one. The state between
+// steps is the worker's checkpoint snapshot (CheckpointSchema); the worker
+// itself keeps nothing a resume would need.
+//
+// Failure policy:
+//   - the runtime is pinned and checked at start-up (Describe reports
+//     Runtime["preflight"]); a failed preflight refuses every step, there
+//     is no fallback runtime;
+//   - a malformed frame from the worker kills it and fails the step
+//     (executor_failed): it is a bug, and a re-run would repeat it;
+//   - a worker that dies during a step (crash, out of memory, killed) is
+//     an interrupted attempt, never a completion: Config.OnWorkerLost is
+//     called, and the plugin binary exits with status 4 there, so that the
+//     host sees a plugin that died during a step and records
+//     executor_crashed / interrupted. A resume then starts a new worker
+//     from the last committed checkpoint.
+package machinespirit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/taskhost/taskhost/sdk"
+)
+
+const (
+	// Kind is the executor kind the host knows this plugin by.
+	Kind = "machinespirit"
+	// Version is the executor's own version.
+	Version = "0.1.0"
+
+	// DefaultMaxFrameBytes bounds one protocol frame, both directions.
+	DefaultMaxFrameBytes = 1 << 20
+	// DefaultCancelGrace is how long a cancelled step waits for the worker
+	// to acknowledge the cancel before it is killed.
+	DefaultCancelGrace = 500 * time.Millisecond
+	// DefaultKillGrace is the time between SIGTERM and SIGKILL.
+	DefaultKillGrace = 500 * time.Millisecond
+
+	maxSummaryChars = 2000
+	// effectDrainTimeout bounds the wait for a cancelled host call.
+	effectDrainTimeout = 2 * time.Second
+	maxFailMessage     = 1500
+)
+
+// StartMode is how a worker starts.
+type StartMode string
+
+const (
+	// StartFromState compiles the sources into a saved state once, at
+	// start-up, and starts every worker from it (~30 ms instead of ~110+).
+	StartFromState StartMode = "state"
+	// StartFromSource loads the sources at every worker start.
+	StartFromSource StartMode = "source"
+)
+
+// ErrWorkerLost is the error of a step whose worker died during it.
+var ErrWorkerLost = errors.New("the Prolog worker died during the step")
+
+// Config configures an Executor. The host passes the pinned runtime on the
+// plugin's command line (--swipl, --swipl-version).
+type Config struct {
+	SwiplPath    string // absolute path of swipl
+	SwiplVersion string // exact pinned version, e.g. "9.0.4"
+
+	// GraphsDir holds operator graphs NAME.pl; only those with a pin in
+	// GraphPins (name -> lowercase hex SHA-256 of the file) are loaded.
+	GraphsDir string
+	GraphPins map[string]string
+
+	CheckpointMaxBytes  int   // default DefaultCheckpointMaxBytes
+	MaxFrameBytes       int   // default DefaultMaxFrameBytes
+	StackLimitBytes     int64 // the worker's stack limit; default 512 MiB
+	TaskStackLimitBytes int64 // each run's thread; default 256 MiB
+
+	StartMode   StartMode     // default StartFromState
+	CancelGrace time.Duration // default DefaultCancelGrace
+	KillGrace   time.Duration // default DefaultKillGrace
+
+	// OnWorkerLost is called when the worker dies during a step, before
+	// Step returns an error wrapping ErrWorkerLost. The plugin binary
+	// exits the process there (see the package comment).
+	OnWorkerLost func(error)
+
+	Logger hclog.Logger
+
+	// extraSources are trusted Prolog files compiled into the worker
+	// besides the embedded ones. Only this package's tests set them.
+	extraSources map[string][]byte
+}
+
+func (c Config) withDefaults() Config {
+	if c.CheckpointMaxBytes <= 0 {
+		c.CheckpointMaxBytes = DefaultCheckpointMaxBytes
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.StackLimitBytes <= 0 {
+		c.StackLimitBytes = 512 << 20
+	}
+	if c.TaskStackLimitBytes <= 0 {
+		c.TaskStackLimitBytes = 256 << 20
+	}
+	if c.StartMode == "" {
+		c.StartMode = StartFromState
+	}
+	if c.CancelGrace <= 0 {
+		c.CancelGrace = DefaultCancelGrace
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = DefaultKillGrace
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// Executor is the machinespirit sdk.Executor. One plugin process serves
+// one task, so one Executor drives at most one worker; two Executors share
+// nothing.
+type Executor struct {
+	cfg     Config
+	desc    sdk.Description
+	env     *runtimeEnv // nil when the preflight failed
+	preErr  error
+	sources string // digest of the sources
+
+	mu     sync.Mutex // guards worker and closed against Close
+	worker *worker
+	closed bool
+	runSeq int64
+}
+
+var _ sdk.Executor = (*Executor)(nil)
+
+// New runs the preflight and returns the executor. It never fails: a
+// failed preflight is reported by Describe and refuses every Step, so the
+// host can tell the operator why instead of seeing a plugin that would
+// not start.
+func New(ctx context.Context, cfg Config) *Executor {
+	cfg = cfg.withDefaults()
+	e := &Executor{cfg: cfg}
+	var version string
+	var graphs []string
+	e.env, version, graphs, e.preErr = e.preflight(ctx)
+	if e.preErr != nil {
+		cfg.Logger.Error("machinespirit preflight failed", "error", e.preErr)
+	}
+	preflight := "ok"
+	if e.preErr != nil {
+		preflight = "failed: " + truncate(e.preErr.Error(), 1500)
+	}
+	if version == "" {
+		version = "unknown"
+	}
+	e.desc = sdk.Description{
+		Kind:              Kind,
+		Version:           Version,
+		CheckpointSchemas: []string{CheckpointSchema},
+		Capabilities:      []string{"graphs", "rlm", "effects", "cancel"},
+		Runtime: map[string]string{
+			"prolog_version": version,
+			"sources_sha256": e.sources,
+			"preflight":      preflight,
+			"start_mode":     string(cfg.StartMode),
+			"graphs":         strings.Join(graphs, ","),
+		},
+	}
+	return e
+}
+
+// preflight checks the pinned runtime and keeps the worker it started for
+// the first step.
+func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string, error) {
+	src, err := embeddedSources(e.cfg.extraSources)
+	if err != nil {
+		return nil, "", nil, failCheck("sources", "%w", err)
+	}
+	e.sources = src.digest()
+	if err := checkBinary(e.cfg.SwiplPath); err != nil {
+		return nil, "", nil, err
+	}
+	switch e.cfg.StartMode {
+	case StartFromState, StartFromSource:
+	default:
+		return nil, "", nil, failCheck("start_mode", "unknown start mode %q", e.cfg.StartMode)
+	}
+	sweepRuntimeDirs(e.cfg.Logger)
+	dir, err := os.MkdirTemp("", runtimeDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return nil, "", nil, failCheck("sources", "%w", err)
+	}
+	env := &runtimeEnv{dir: dir, path: e.cfg.SwiplPath, env: workerEnv(dir)}
+	fail := func(err error) (*runtimeEnv, string, []string, error) {
+		_ = os.RemoveAll(dir)
+		return nil, env.version, nil, err
+	}
+	env.version, err = checkVersion(ctx, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
+	if err != nil {
+		return fail(err)
+	}
+	if env.opGraphs, err = readOperatorGraphs(e.cfg.GraphsDir, e.cfg.GraphPins); err != nil {
+		return fail(err)
+	}
+	if err := prepareRuntime(ctx, e.cfg, src, env); err != nil {
+		return fail(err)
+	}
+	w, graphs, err := helloWorker(ctx, e.cfg, env)
+	if err != nil {
+		return fail(err)
+	}
+	env.graphs = graphs
+	e.worker = w
+	return env, env.version, graphs, nil
+}
+
+// Describe reports the executor and its runtime facts.
+func (e *Executor) Describe() sdk.Description {
+	d := e.desc
+	d.CheckpointSchemas = append([]string(nil), e.desc.CheckpointSchemas...)
+	d.Capabilities = append([]string(nil), e.desc.Capabilities...)
+	d.Runtime = make(map[string]string, len(e.desc.Runtime))
+	for k, v := range e.desc.Runtime {
+		d.Runtime[k] = v
+	}
+	return d
+}
+
+// Close stops the worker and removes the runtime's temp dir.
+func (e *Executor) Close() {
+	e.mu.Lock()
+	w := e.worker
+	e.worker = nil
+	e.closed = true
+	e.mu.Unlock()
+	if w != nil {
+		w.close(e.cfg.KillGrace)
+	}
+	if e.env != nil {
+		_ = os.RemoveAll(e.env.dir)
+	}
+}
+
+// workerPID is the pid of the current worker, 0 if none (for tests).
+func (e *Executor) workerPID() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.worker == nil {
+		return 0
+	}
+	return e.worker.pid
+}
+
+// ensureWorker returns the running worker, starting one if there is none
+// (first step after a failure, a cancel, or a worker that died idle).
+func (e *Executor) ensureWorker(ctx context.Context) (*worker, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, errors.New("machinespirit: executor closed")
+	}
+	w := e.worker
+	e.mu.Unlock()
+	if w != nil && w.alive() {
+		return w, nil
+	}
+	if w != nil {
+		e.cfg.Logger.Warn("worker died between steps; starting a new one", "pid", w.pid, "exit", w.exitDescription())
+		e.dropWorker(w)
+	}
+	w, _, err := helloWorker(ctx, e.cfg, e.env)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		go w.kill(e.cfg.KillGrace)
+		return nil, errors.New("machinespirit: executor closed")
+	}
+	e.worker = w
+	return w, nil
+}
+
+// dropWorker forgets w (if it is current) and makes sure it is gone.
+func (e *Executor) dropWorker(w *worker) {
+	e.mu.Lock()
+	if e.worker == w {
+		e.worker = nil
+	}
+	e.mu.Unlock()
+	w.kill(e.cfg.KillGrace)
+}
+
+// Step runs one node of the task's graph.
+func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest) (sdk.StepResult, error) {
+	if e.preErr != nil {
+		return sdk.Fail("executor_failed", truncate(fmt.Sprintf("machinespirit: %v: %v", errNoPreflight, e.preErr), maxFailMessage)), nil
+	}
+	sp, err := parseSpec(req.Spec)
+	if err != nil {
+		return sdk.Fail("executor_failed", truncate("machinespirit: spec: "+err.Error(), maxFailMessage)), nil
+	}
+	cp, execs, err := readCheckpoint(req.Checkpoint, sp.Graph, e.cfg.CheckpointMaxBytes)
+	if err != nil {
+		return sdk.Fail("checkpoint_incompatible", truncate("machinespirit: "+err.Error(), maxFailMessage)), nil
+	}
+	if res, stop := e.resolveIndeterminate(ctx, host, req); stop {
+		return res, nil
+	}
+	w, err := e.ensureWorker(ctx)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return sdk.StepResult{}, fmt.Errorf("machinespirit: step cancelled: %w", ctxErr)
+		}
+		return sdk.StepResult{}, fmt.Errorf("machinespirit: starting the worker: %w", err)
+	}
+
+	e.mu.Lock()
+	e.runSeq++
+	runID := e.runSeq
+	e.mu.Unlock()
+	run := runFrame{
+		Type: "run", ID: runID, Graph: sp.Graph, Input: sp.Input, Goal: sp.Goal,
+		Checkpoint: cp, CheckpointMaxBytes: e.cfg.CheckpointMaxBytes,
+	}
+	if sp.ContextFile != "" {
+		cf := sp.ContextFile
+		run.ContextFile = &cf
+	}
+	st := &stepState{
+		e: e, w: w, host: host, req: req, runID: runID,
+		execution: execs + 1, tokenDepth: map[string]int{},
+	}
+	if err := w.send(run); err != nil {
+		if errors.Is(err, errFrameTooLarge) {
+			return sdk.Fail("executor_failed", truncate("machinespirit: "+err.Error(), maxFailMessage)), nil
+		}
+		return st.lost(err)
+	}
+	return st.loop(ctx)
+}
+
+// resolveIndeterminate applies the policy for effects that were in flight
+// when an earlier attempt died. Model calls, approvals and progress notes
+// change nothing outside and may run again; a tool call may have, so
+// re-running its node needs a human's approval. Without one the task
+// fails with effect_indeterminate.
+func (e *Executor) resolveIndeterminate(ctx context.Context, host sdk.Host, req sdk.StepRequest) (sdk.StepResult, bool) {
+	var tools []string
+	for _, ef := range req.Indeterminate {
+		if ef.Kind == "tool" {
+			tools = append(tools, truncate(ef.Summary, 100))
+		}
+	}
+	if len(tools) == 0 {
+		return sdk.StepResult{}, false
+	}
+	prompt := truncate(fmt.Sprintf("machinespirit: %d tool call(s) were in flight when attempt %d died and may or may not have happened: %s. Re-run the node (its tool calls run again)?",
+		len(tools), req.Attempt-1, strings.Join(tools, "; ")), 2000)
+	d, err := host.RequestApproval(ctx, prompt)
+	switch {
+	case err != nil:
+		return sdk.Fail("effect_indeterminate", truncate("machinespirit: indeterminate tool effects and no approval to re-run them: "+err.Error(), maxFailMessage)), true
+	case d != sdk.Approved:
+		return sdk.Fail("effect_indeterminate", "machinespirit: re-running the node with indeterminate tool effects was rejected"), true
+	}
+	return sdk.StepResult{}, false
+}
+
+// stepState is one step in flight.
+type stepState struct {
+	e         *Executor
+	w         *worker
+	host      sdk.Host
+	req       sdk.StepRequest
+	runID     int64
+	execution int64
+	effectSeq int
+	// tokenDepth records the depth the host reported for each model call
+	// of this step, to admit sub-runs against the depth budget.
+	tokenDepth map[string]int
+}
+
+type effectDone struct {
+	id    int64
+	frame effectResultFrame
+}
+
+// loop serves the worker's frames until the run's result, a cancel, or
+// the worker's end.
+func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
+	effCtx, cancelEffects := context.WithCancel(ctx)
+	done := make(chan effectDone, 1)
+	inFlight := false
+	// No host call of this step may outlive it: on the way out, cancel the
+	// one in flight and wait for it (bounded: host calls honour their
+	// context, but a step must return even if one did not).
+	defer func() {
+		cancelEffects()
+		if inFlight {
+			select {
+			case <-done:
+			case <-time.After(effectDrainTimeout):
+				st.e.cfg.Logger.Warn("a host call did not end after its step was over")
+			}
+		}
+	}()
+	exited := st.w.exited
+	var exitTimer <-chan time.Time
+
+	for {
+		select {
+		case m, ok := <-st.w.frames:
+			if !ok {
+				return st.lost(errors.New("the worker closed its output"))
+			}
+			if m.err != nil {
+				var pe *protocolError
+				if errors.As(m.err, &pe) {
+					return st.malformed(m.err)
+				}
+				return st.lost(m.err)
+			}
+			f := m.f
+			switch f.Type {
+			case "effect":
+				if inFlight {
+					return st.malformed(errors.New("a second effect while one is in flight"))
+				}
+				inFlight = true
+				st.effectSeq++
+				go func(f *inFrame, seq int) {
+					done <- effectDone{id: *f.ID, frame: st.perform(effCtx, f, seq)}
+				}(f, st.effectSeq)
+			case "error":
+				// The worker reports why it is about to exit.
+				return st.lost(fmt.Errorf("the worker reported %s: %s", truncate(f.Code, 64), truncate(f.Message, 500)))
+			case "result":
+				if *f.ID != st.runID {
+					return st.malformed(fmt.Errorf("result for run %d during run %d", *f.ID, st.runID))
+				}
+				return st.result(f)
+			default:
+				return st.malformed(fmt.Errorf("unexpected %s frame during a run", f.Type))
+			}
+		case d := <-done:
+			inFlight = false
+			if ctx.Err() != nil {
+				continue // the cancel case below answers
+			}
+			d.frame.Type, d.frame.ID = "effect_result", d.id
+			if err := st.w.send(d.frame); err != nil {
+				if errors.Is(err, errFrameTooLarge) {
+					err2 := st.w.send(effectResultFrame{Type: "effect_result", ID: d.id, Error: &effectError{Kind: "too_large", Message: truncate(err.Error(), 500)}})
+					if err2 == nil {
+						continue
+					}
+					err = err2
+				}
+				return st.lost(err)
+			}
+		case <-exited:
+			// Frames it sent before dying may still be in the pipe: keep
+			// reading until the stream ends, but not for ever.
+			exited = nil
+			exitTimer = time.After(time.Second)
+		case <-exitTimer:
+			return st.lost(errors.New("the worker exited"))
+		case <-ctx.Done():
+			return st.cancel(ctx)
+		}
+	}
+}
+
+// cancel asks the worker to abandon the run (thread_signal in its task
+// thread) and kills it when it does not answer within the grace.
+func (st *stepState) cancel(ctx context.Context) (sdk.StepResult, error) {
+	cause := fmt.Errorf("machinespirit: step cancelled: %w", ctx.Err())
+	e, w := st.e, st.w
+	if err := w.send(cancelFrame{Type: "cancel", ID: st.runID}); err != nil {
+		e.dropWorker(w)
+		return sdk.StepResult{}, cause
+	}
+	grace := time.NewTimer(e.cfg.CancelGrace)
+	defer grace.Stop()
+	for {
+		select {
+		case m, ok := <-w.frames:
+			if !ok || m.err != nil {
+				e.cfg.Logger.Warn("the worker's output ended while cancelling", "error", m.err)
+				e.dropWorker(w)
+				return sdk.StepResult{}, cause
+			}
+			switch f := m.f; {
+			case f.Type == "result" && *f.ID == st.runID:
+				// Acknowledged: the worker is idle again and may serve the
+				// next step of this task.
+				return sdk.StepResult{}, cause
+			case f.Type == "effect":
+				// The run is being cancelled; do not leave its thread
+				// waiting for an answer that would never come.
+				if err := w.send(effectResultFrame{Type: "effect_result", ID: *f.ID, Error: &effectError{Kind: "cancelled", Message: "the step was cancelled"}}); err != nil {
+					e.dropWorker(w)
+					return sdk.StepResult{}, cause
+				}
+			default:
+				e.cfg.Logger.Warn("unexpected frame while cancelling; killing the worker", "type", f.Type, "id", f.ID, "run", st.runID)
+				e.dropWorker(w)
+				return sdk.StepResult{}, cause
+			}
+		case <-w.exited:
+			e.dropWorker(w)
+			return sdk.StepResult{}, cause
+		case <-grace.C:
+			e.cfg.Logger.Warn("worker ignored the cancel; killing it", "pid", w.pid)
+			e.dropWorker(w)
+			return sdk.StepResult{}, cause
+		}
+	}
+}
+
+// malformed kills the worker over a protocol violation and fails the step.
+func (st *stepState) malformed(err error) (sdk.StepResult, error) {
+	st.e.dropWorker(st.w)
+	st.e.cfg.Logger.Error("worker broke the protocol; killed it", "pid", st.w.pid, "error", err)
+	return sdk.Fail("executor_failed", truncate("machinespirit: "+err.Error(), maxFailMessage)), nil
+}
+
+// lost reports a worker that died during the step: never a completion.
+func (st *stepState) lost(cause error) (sdk.StepResult, error) {
+	e, w := st.e, st.w
+	e.dropWorker(w)
+	err := fmt.Errorf("%w: %v (worker %s)", ErrWorkerLost, cause, w.exitDescription())
+	if tail := w.stderr.String(); tail != "" {
+		err = fmt.Errorf("%w; stderr: %s", err, truncate(tail, 1000))
+	}
+	e.mu.Lock()
+	closing := e.closed
+	e.mu.Unlock()
+	if closing {
+		// Close killed it: the plugin is being stopped, not crashing.
+		return sdk.StepResult{}, fmt.Errorf("machinespirit: the executor was closed during the step: %w", err)
+	}
+	e.cfg.Logger.Error("worker lost during a step", "pid", w.pid, "error", err)
+	if e.cfg.OnWorkerLost != nil {
+		e.cfg.OnWorkerLost(err)
+	}
+	return sdk.StepResult{}, err
+}
+
+// result turns the worker's result frame into the step's result.
+func (st *stepState) result(f *inFrame) (sdk.StepResult, error) {
+	max := st.e.cfg.CheckpointMaxBytes
+	summary := []rune(f.Summary)
+	if len(summary) > maxSummaryChars {
+		summary = summary[:maxSummaryChars]
+	}
+	switch f.Outcome {
+	case "continue", "interrupt", "complete":
+		cp, err := makeCheckpoint(f.Checkpoint, max)
+		if err != nil {
+			var tooLarge *checkpointTooLarge
+			if errors.As(err, &tooLarge) {
+				return sdk.Fail("checkpoint_too_large", "machinespirit: "+err.Error()), nil
+			}
+			return st.malformed(err)
+		}
+		if f.Outcome != "complete" {
+			return sdk.Continue(string(summary), cp), nil
+		}
+		res, err := compactJSON(f.Result)
+		if err != nil {
+			return st.malformed(err)
+		}
+		return sdk.Complete(string(summary), res, cp), nil
+	case "fail":
+		reason := "executor_failed"
+		switch f.Code {
+		case "checkpoint_incompatible", "checkpoint_too_large":
+			reason = f.Code
+		}
+		return sdk.Fail(reason, truncate(fmt.Sprintf("machinespirit: %s: %s", f.Code, f.Message), maxFailMessage)), nil
+	}
+	// "cancelled" without a cancel.
+	return st.malformed(fmt.Errorf("outcome %q without a cancel", f.Outcome))
+}
+
+func compactJSON(raw json.RawMessage) ([]byte, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, &protocolError{msg: "result is not JSON", err: err}
+	}
+	return b.Bytes(), nil
+}

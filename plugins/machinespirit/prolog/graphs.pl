@@ -1,0 +1,67 @@
+/*  MACHINE-SPIRIT: the graphs shipped with the plugin.
+
+    rlm              the recursive-language-model loop (see rlm.pl);
+    plan_act_review  plan -> act -> review with a conditional router and a
+                     bounded retry loop; it calls no model at all, which
+                     shows the runtime does not depend on one.
+*/
+:- module(ms_graphs, []).
+:- use_module(registry).
+
+ms_registry:graph_spec(
+    graph(rlm,
+          [ description("Recursive language model: the root model explores a large context it never sees whole, through sandboxed Prolog goals and sub-model calls."),
+            state([ field(context_length, integer, 0, replace),
+                    field(prefix, string, "", replace),
+                    field(iteration, integer, 0, sum),
+                    field(recent, list(string), [], replace),
+                    field(answer, optional(string), null, replace)
+                  ]),
+            nodes([ node(probe, rlm_probe),
+                    node(iterate, rlm_iterate, [max_visits(30)]),
+                    node(give_up, fail_graph(rlm_iterations_exhausted))
+                  ]),
+            edges([ edge(start, probe),
+                    edge(probe, iterate),
+                    conditional(iterate, rlm_router,
+                                [ route(continue, iterate),
+                                  route(done, end),
+                                  route(exhausted, give_up)
+                                ]),
+                    edge(give_up, end)
+                  ]),
+            limits([ max_node_executions(40),
+                     max_visits(30),
+                     node_seconds(300),
+                     node_inferences(200_000_000)
+                   ]),
+            output([answer])
+          ])).
+
+ms_registry:graph_spec(
+    graph(plan_act_review,
+          [ description("Plan, act, review with a bounded retry loop. No model: tools only."),
+            state([ field(plan, list(string), [], replace),
+                    field(attempt, integer, 0, sum),
+                    field(log, list(string), [], append),
+                    field(verdict, atom, pending, replace)
+                  ]),
+            nodes([ node(plan, par_plan),
+                    node(act, par_act, [max_visits(5)]),
+                    node(review, par_review, [max_visits(5)])
+                  ]),
+            edges([ edge(start, plan),
+                    edge(plan, act),
+                    edge(act, review),
+                    conditional(review, by_field(verdict),
+                                [ route(retry, act),
+                                  route(accepted, end),
+                                  route(rejected, end)
+                                ])
+                  ]),
+            limits([ max_node_executions(20),
+                     node_seconds(30),
+                     node_inferences(10_000_000)
+                   ]),
+            output([verdict, attempt, plan, log])
+          ])).

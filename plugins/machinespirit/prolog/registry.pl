@@ -1,0 +1,103 @@
+/*  MACHINE-SPIRIT: the trusted registry of node handlers and routers.
+
+    A graph spec can only name handlers and routers declared here (or in
+    another trusted source file compiled into the worker). Spec data is
+    passed to them as arguments, never called.
+
+    A handler is declared with handler_decl(Pattern) and implemented as
+
+        handler(+Handler, +Env, +State, -Out)
+
+    Env is a dict: graph, node, input (the task's input object), goal,
+    context_file (string or null), execution (the 1-based node execution
+    number). State is a dict of the graph's fields. Out is one of
+
+        patch(Patch)             Patch: a dict or a list of Field=Value
+        patch(Patch, Note)       Note: a short text for the step summary
+        interrupt(Patch, Reason) commit Patch and hand control back to the
+                                 host; the next step continues at the next
+                                 node, so the effects of this one are never
+                                 repeated
+
+    A handler may throw graph_failure(Code, Message) to fail the task with
+    a typed code. A router is declared with router_decl(Pattern) and
+    implemented as router(+Router, +Env, +State, -Key).
+
+    Handlers must be deterministic functions of (Env, State) and of the
+    results of their effects: time and randomness are not available to
+    them except as effects. A node re-run after a crash then computes the
+    same thing, and the host replays the effects it already observed.
+*/
+:- module(ms_registry,
+          [ handler_known/1,
+            router_known/1,
+            run_handler/4,          % +Handler, +Env, +State, -Out
+            run_router/4            % +Router, +Env, +State, -Key
+          ]).
+
+:- use_module(effects, []).
+
+:- multifile
+    handler_decl/1,
+    handler/4,
+    router_decl/1,
+    router/4,
+    graph_spec/1.                   % trusted graph specs shipped with the worker
+
+handler_known(H) :- ground(H), handler_decl(P), subsumes_term(P, H), !.
+router_known(R) :- ground(R), router_decl(P), subsumes_term(P, R), !.
+
+run_handler(H, Env, State, Out) :-
+    (   handler(H, Env, State, Out0)
+    ->  Out = Out0
+    ;   format(string(Msg), "handler ~q failed", [H]),
+        throw(graph_failure(handler_failed, Msg))
+    ).
+
+run_router(R, Env, State, Key) :-
+    (   router(R, Env, State, Key0), atom(Key0)
+    ->  Key = Key0
+    ;   format(string(Msg), "router ~q gave no route key", [R]),
+        throw(graph_failure(router_failed, Msg))
+    ).
+
+%   ---- generic handlers: data in, patch out ----
+
+%   noop: changes nothing.
+handler_decl(noop).
+handler(noop, _Env, _State, patch([])).
+
+%   patch(Pairs): applies a constant patch given in the spec.
+handler_decl(patch(_)).
+handler(patch(Pairs), _Env, _State, patch(Pairs)).
+
+%   tool(Name, Args): calls the host's tool Name with Args, a dict written
+%   in the spec (e.g. tool('time.sleep', json{seconds: 1})).
+handler_decl(tool(_, _)).
+handler(tool(Name, Args), _Env, _State, patch([])) :-
+    ms_effects:tool(Name, Args, _).
+
+%   tool(Name, Args, Field): the same, keeping the tool's result in Field
+%   (a field of type json).
+handler_decl(tool(_, _, _)).
+handler(tool(Name, Args, Field), _Env, _State, patch([Field=Result])) :-
+    ms_effects:tool(Name, Args, Result).
+
+%   fail_graph(Code): fails the task with Code (an atom).
+handler_decl(fail_graph(_)).
+handler(fail_graph(Code), Env, _State, _) :-
+    get_dict(node, Env, Node),
+    format(string(Msg), "node ~q failed the graph with ~q", [Node, Code]),
+    throw(graph_failure(Code, Msg)).
+
+%   ---- generic routers ----
+
+%   always(Key): always takes the route Key.
+router_decl(always(_)).
+router(always(Key), _Env, _State, Key).
+
+%   by_field(Field): takes the route named by an atom-typed field.
+router_decl(by_field(_)).
+router(by_field(Field), _Env, State, Key) :-
+    get_dict(Field, State, Key),
+    atom(Key).

@@ -1,0 +1,113 @@
+/*  Trusted handlers for the machinespirit package's tests only. The tests
+    compile this file into the worker next to the embedded sources; the
+    plugin binary never does.
+*/
+:- module(ms_test_registry, []).
+:- use_module(library(lists)).
+:- use_module(library(apply)).
+:- use_module(registry).
+:- use_module(effects).
+:- use_module(protocol).
+:- use_module(runtime, []).
+
+%   spin: loops forever without an inference-limited call in sight.
+ms_registry:handler_decl(spin).
+ms_registry:handler(spin, _, _, patch([])) :-
+    repeat,
+    fail.
+
+%   stubborn: swallows every exception, the cancel signal included, and
+%   ignores SIGTERM, so only SIGKILL ends it.
+ms_registry:handler_decl(stubborn).
+ms_registry:handler(stubborn, _, _, patch([])) :-
+    on_signal(term, _, ms_test_registry:ignore_signal),
+    repeat,
+    catch(busy, _, true),
+    fail.
+
+:- public ignore_signal/1.
+ignore_signal(_).
+
+busy :-
+    between(1, 100000, _),
+    fail.
+busy.
+
+%   garbage: writes a line that is not a frame, then waits.
+ms_registry:handler_decl(garbage(_)).
+ms_registry:handler(garbage(Text), _, _, patch([])) :-
+    with_mutex(ms_protocol_out,
+               ( write(protocol_out, Text), nl(protocol_out), flush_output(protocol_out) )),
+    thread_get_message(never_sent).
+
+%   garbage_bytes(N): writes a line of N bytes that is not a frame.
+ms_registry:handler_decl(garbage_bytes(_)).
+ms_registry:handler(garbage_bytes(N), _, _, patch([])) :-
+    length(Cs, N),
+    maplist(=(0'x), Cs),
+    with_mutex(ms_protocol_out,
+               ( format(protocol_out, "~s~n", [Cs]), flush_output(protocol_out) )),
+    thread_get_message(never_sent).
+
+%   die: the worker process exits at once, mid-node.
+ms_registry:handler_decl(die).
+ms_registry:handler(die, _, _, patch([])) :-
+    halt(9).
+
+%   grow(N): appends a string of N bytes to the list field blobs.
+ms_registry:handler_decl(grow(_)).
+ms_registry:handler(grow(N), _, _, patch([blobs=[S]])) :-
+    length(Cs, N),
+    maplist(=(0'x), Cs),
+    string_codes(S, Cs).
+
+%   burn: runs until the inference limit stops it.
+ms_registry:handler_decl(burn).
+ms_registry:handler(burn, _, _, patch([])) :-
+    between(1, inf, X),
+    X < 0.
+
+%   write_file(Path): one tool effect.
+ms_registry:handler_decl(write_file(_)).
+ms_registry:handler(write_file(Path), Env, _, patch([count=1])) :-
+    get_dict(execution, Env, X),
+    format(string(C), "execution ~d", [X]),
+    tool('workspace.write', _{path: Path, content: C}, _).
+
+%   sub(Graph): a sub-run of Graph with the task's input; its answer goes
+%   to the string field answer.
+ms_registry:handler_decl(sub(_)).
+ms_registry:handler(sub(Graph), Env, _, patch([answer=A])) :-
+    get_dict(input, Env, In),
+    ms_runtime:spirit(Graph, In, A0),
+    (   string(A0) -> A = A0 ; format(string(A), "~q", [A0]) ).
+
+%   catch_effect: a tool call whose refusal the handler catches.
+ms_registry:handler_decl(catch_effect).
+ms_registry:handler(catch_effect, _, _, patch([answer=A])) :-
+    catch(( tool('nope.tool', _{}, _), A = "no error" ),
+          effect_error(K, E, _),
+          format(string(A), "caught ~w ~w", [K, E])).
+
+%   effect_then_spin: waits 1.5 s on a time.sleep effect (the wait does not
+%   count against the node's time limit), then spins.
+ms_registry:handler_decl(effect_then_spin).
+ms_registry:handler(effect_then_spin, _, _, patch([])) :-
+    tool('time.sleep', _{seconds: 1.5}, _),
+    repeat,
+    fail.
+
+ms_registry:router_decl(by_count(_)).
+ms_registry:router(by_count(N), _, State, Key) :-
+    get_dict(count, State, C),
+    (   C >= N -> Key = done ; Key = again ).
+
+%   pause(Reason): commits a patch and hands control back to the host.
+ms_registry:handler_decl(pause(_)).
+ms_registry:handler(pause(Reason), _, _, interrupt([count=1], Reason)).
+
+%   ask(Prompt): an approval effect; the decision goes to field answer.
+ms_registry:handler_decl(ask(_)).
+ms_registry:handler(ask(Prompt), _, _, patch([answer=D])) :-
+    approval(Prompt, Decision),
+    atom_string(Decision, D).

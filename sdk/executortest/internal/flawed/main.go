@@ -1,0 +1,176 @@
+// Command flawed is the conformance kit's own test executor. By default it
+// conforms: it counts steps in its checkpoint and completes after
+// flawed.steps of them. Each flaw switched on in the spec breaks one rule
+// that a check of the kit must catch, so that the kit's tests can show the
+// check failing:
+//
+//	{"goal": "...", "flawed": {
+//	  "steps": 3,          // complete after this many steps (default 3)
+//	  "slow_step": 2,      // this step waits slow_ms first, honouring ctx
+//	  "slow_ms": 3000,
+//	  "result_bytes": 0,   // pad the result to this size
+//	  "ignore_ctx": false, // flaw: the slow wait ignores ctx
+//	  "forget": false      // flaw: the position lives in memory, not in the checkpoint
+//	}}
+//
+// Two variables set with -ldflags -X make an "older release" for the
+// schema-upgrade check: schemaVersion "1" writes and accepts only the old
+// schema flawed/1 ({"steps_done": n}); acceptOld "no" builds a current
+// release that forgot how to read it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/taskhost/taskhost/sdk"
+)
+
+// Set by -ldflags "-X main.schemaVersion=1 -X main.acceptOld=no".
+var (
+	schemaVersion = "2"
+	acceptOld     = "yes"
+)
+
+const (
+	kind     = "flawed"
+	schemaV1 = "flawed/1" // {"steps_done": n}
+	schemaV2 = "flawed/2" // {"done": n}
+)
+
+type options struct {
+	Steps       int  `json:"steps"`
+	SlowStep    int  `json:"slow_step"`
+	SlowMS      int  `json:"slow_ms"`
+	ResultBytes int  `json:"result_bytes"`
+	IgnoreCtx   bool `json:"ignore_ctx"`
+	Forget      bool `json:"forget"`
+}
+
+type executor struct {
+	// memory is where the "forget" flaw keeps its position: it does not
+	// survive the process, which is the point.
+	memory int
+}
+
+func main() { sdk.Serve(&executor{}) }
+
+func (e *executor) Describe() sdk.Description {
+	schemas := []string{schemaV2}
+	switch {
+	case schemaVersion == "1":
+		schemas = []string{schemaV1}
+	case acceptOld == "yes":
+		schemas = append(schemas, schemaV1)
+	}
+	return sdk.Description{Kind: kind, Version: "0.0." + schemaVersion, CheckpointSchemas: schemas}
+}
+
+func (e *executor) Step(ctx context.Context, _ sdk.Host, req sdk.StepRequest) (sdk.StepResult, error) {
+	o, err := parseSpec(req.Spec)
+	if err != nil {
+		return sdk.Fail("executor_failed", "flawed: spec: "+err.Error()), nil
+	}
+	done, err := e.load(req.Checkpoint)
+	if err != nil {
+		return sdk.Fail("checkpoint_incompatible", "flawed: "+err.Error()), nil
+	}
+	if o.Forget {
+		done = e.memory
+	}
+	n := done + 1
+	if n == o.SlowStep {
+		if err := wait(ctx, time.Duration(o.SlowMS)*time.Millisecond, o.IgnoreCtx); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("flawed: step %d: %w", n, err)
+		}
+	}
+	e.memory = n
+	cp, err := checkpoint(n)
+	if err != nil {
+		return sdk.StepResult{}, err
+	}
+	if n < o.Steps {
+		return sdk.Continue(fmt.Sprintf("step %d", n), cp), nil
+	}
+	result := []byte(fmt.Sprintf(`{"steps":%d}`, n))
+	if pad := o.ResultBytes - len(result); pad > 0 {
+		result = []byte(fmt.Sprintf(`{"steps":%d,"pad":"%s"}`, n, strings.Repeat("x", pad)))
+	}
+	return sdk.Complete(fmt.Sprintf("done after %d steps", n), result, cp), nil
+}
+
+func (e *executor) load(cp *sdk.Checkpoint) (int, error) {
+	if cp == nil {
+		return 0, nil
+	}
+	accepted := false
+	for _, s := range e.Describe().CheckpointSchemas {
+		accepted = accepted || s == cp.Schema
+	}
+	if !accepted {
+		return 0, fmt.Errorf("checkpoint schema %q is not accepted", cp.Schema)
+	}
+	var p struct {
+		Done      *int `json:"done"`
+		StepsDone *int `json:"steps_done"`
+	}
+	if err := json.Unmarshal(cp.Payload, &p); err != nil {
+		return 0, fmt.Errorf("checkpoint payload: %w", err)
+	}
+	switch {
+	case cp.Schema == schemaV2 && p.Done != nil:
+		return *p.Done, nil
+	case cp.Schema == schemaV1 && p.StepsDone != nil:
+		return *p.StepsDone, nil // the upgrade: v1's count is v2's
+	}
+	return 0, fmt.Errorf("checkpoint payload of schema %q lacks its count", cp.Schema)
+}
+
+func checkpoint(n int) (*sdk.Checkpoint, error) {
+	if schemaVersion == "1" {
+		b, err := json.Marshal(map[string]int{"steps_done": n})
+		return &sdk.Checkpoint{Schema: schemaV1, Payload: b}, err
+	}
+	b, err := json.Marshal(map[string]int{"done": n})
+	return &sdk.Checkpoint{Schema: schemaV2, Payload: b}, err
+}
+
+func wait(ctx context.Context, d time.Duration, ignoreCtx bool) error {
+	if ignoreCtx {
+		time.Sleep(d)
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func parseSpec(raw []byte) (options, error) {
+	var s struct {
+		Goal   string  `json:"goal"`
+		Flawed options `json:"flawed"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return options{}, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return options{}, errors.New("trailing data after the spec")
+	}
+	if s.Flawed.Steps <= 0 {
+		s.Flawed.Steps = 3
+	}
+	return s.Flawed, nil
+}

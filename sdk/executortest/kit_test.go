@@ -1,0 +1,322 @@
+package executortest_test
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/taskhost/taskhost/sdk/executortest"
+)
+
+// binDirEnv passes the binaries TestMain built to the re-executed test
+// binary of TestKitCatchesFlaws, which then need not build them again.
+const binDirEnv = "EXECUTORTEST_BIN_DIR"
+
+// helperEnv names the flaw case a re-executed test binary runs.
+const helperEnv = "EXECUTORTEST_HELPER_CASE"
+
+// binDir holds taskhost and the executors under test, built by TestMain.
+// It is written once, before any test runs.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if dir := os.Getenv(binDirEnv); dir != "" {
+		binDir = dir
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "thkbin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	builds := [][]string{
+		{"-o", dir + "/", "github.com/taskhost/taskhost/cmd/taskhost", "github.com/taskhost/taskhost/integration/testexec",
+			"github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy", "github.com/taskhost/taskhost/sdk/executortest/internal/flawed"},
+		// An "older release" of flawed that writes the schema flawed/1, and
+		// a current one that no longer reads it.
+		{"-o", filepath.Join(dir, "flawed-old"), "-ldflags", "-X main.schemaVersion=1", "github.com/taskhost/taskhost/sdk/executortest/internal/flawed"},
+		{"-o", filepath.Join(dir, "flawed-noold"), "-ldflags", "-X main.acceptOld=no", "github.com/taskhost/taskhost/sdk/executortest/internal/flawed"},
+	}
+	for _, args := range builds {
+		out, err := exec.Command("go", append([]string{"build"}, args...)...).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", strings.Join(args, " "), err, out)
+			return 1
+		}
+	}
+	binDir = dir
+	return m.Run()
+}
+
+func bin(name string) string { return filepath.Join(binDir, name) }
+
+func TestTestexec(t *testing.T) {
+	executortest.Run(t, executortest.Options{
+		Binary:      bin("testexec"),
+		Kind:        "testexec",
+		TaskhostBin: bin("taskhost"),
+		Spec: func(scenario string) map[string]any {
+			var o map[string]any
+			switch scenario {
+			case executortest.ScenarioComplete, executortest.ScenarioDeterministic:
+				o = map[string]any{"steps": 3}
+			case executortest.ScenarioLong:
+				o = map[string]any{"steps": 1000}
+			case executortest.ScenarioSlow:
+				o = map[string]any{"steps": 1, "sleep_ms": 60000}
+			case executortest.ScenarioCrash:
+				// Attempt 2 is slow; after the resume the attempts are
+				// numbered on and run fast.
+				o = map[string]any{"steps": 3, "sleep_at_attempt": 2, "long_sleep_ms": 3000}
+			case executortest.ScenarioOversized:
+				o = map[string]any{"steps": 1, "result_bytes": 70000}
+			default:
+				return nil
+			}
+			return map[string]any{"goal": "executortest: " + scenario, "testexec": o}
+		},
+	})
+}
+
+// legacyScript drives the legacy executor through the kit's scenarios with
+// the host's scripted model. A scenario is told by a marker in its goal,
+// which legacy sends in the system message. A goal without a marker gets
+// the embedded default script's 3-step task.
+const legacyScript = `{
+  "version": 1,
+  "description": "executortest scenarios for the legacy executor",
+  "rules": [
+    {"name": "long: step 1", "when": {"system_contains": "[kit:long]", "last_role": "user", "contains": " step 1/"}, "reply": {"content": "long task: part 1 done, more to do"}},
+    {"name": "long: step 2", "when": {"system_contains": "[kit:long]", "last_role": "user", "contains": " step 2/"}, "reply": {"content": "long task: part 2 done, more to do"}},
+    {"name": "long: step 3", "when": {"system_contains": "[kit:long]", "last_role": "user", "contains": " step 3/"}, "reply": {"content": "long task: part 3 done, more to do"}},
+    {"name": "long: step 4", "when": {"system_contains": "[kit:long]", "last_role": "user", "contains": " step 4/"}, "reply": {"content": "long task: part 4 done, more to do"}},
+    {"name": "long: later", "when": {"system_contains": "[kit:long]"}, "reply": {"content": "long task: still more to do"}},
+
+    {"name": "slow: sleep", "when": {"system_contains": "[kit:slow]", "last_role": "user"}, "reply": {"tool_calls": [{"name": "time.sleep", "arguments": {"seconds": 3}}]}},
+    {"name": "slow: done", "when": {"system_contains": "[kit:slow]", "tool": "time.sleep"}, "reply": {"content": "TASK_COMPLETE: slept"}},
+
+    {"name": "crash: step 1", "when": {"system_contains": "[kit:crash]", "last_role": "user", "contains": " step 1/"}, "reply": {"content": "crash task: part 1 done"}},
+    {"name": "crash: step 2 sleeps", "when": {"system_contains": "[kit:crash]", "last_role": "user", "contains": " step 2/"}, "reply": {"tool_calls": [{"name": "time.sleep", "arguments": {"seconds": 3}}]}},
+    {"name": "crash: step 2 done", "when": {"system_contains": "[kit:crash]", "tool": "time.sleep"}, "reply": {"content": "crash task: part 2 done"}},
+    {"name": "crash: step 3", "when": {"system_contains": "[kit:crash]", "last_role": "user"}, "reply": {"content": "TASK_COMPLETE: crash task done"}},
+
+    {"name": "default: step 1, write notes", "when": {"last_role": "user", "contains": " step 1/"}, "reply": {"tool_calls": [{"name": "workspace.write", "arguments": {"path": "notes.md", "content": "# Notes\n"}}]}},
+    {"name": "default: step 1, after the write", "when": {"tool": "workspace.write"}, "reply": {"content": "wrote notes"}},
+    {"name": "default: step 2, run a command", "when": {"last_role": "user", "contains": " step 2/"}, "reply": {"tool_calls": [{"name": "shell.run", "arguments": {"command": "echo hello"}}]}},
+    {"name": "default: step 2, after the command", "when": {"tool": "shell.run"}, "reply": {"content": "ran the command"}},
+    {"name": "default: step 3, complete", "when": {"last_role": "user", "contains": " step 3/"}, "reply": {"content": "TASK_COMPLETE: report ready"}},
+    {"name": "default", "when": {}, "reply": {"content": "TASK_COMPLETE: scripted default reply"}}
+  ]
+}`
+
+func TestLegacy(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "kit-script.json")
+	if err := os.WriteFile(script, []byte(legacyScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	executortest.Run(t, executortest.Options{
+		Binary:      bin("taskhost-executor-legacy"),
+		Kind:        "legacy",
+		TaskhostBin: bin("taskhost"),
+		Config:      "[model]\nscript = " + strconv.Quote(script) + "\n",
+		Spec: func(scenario string) map[string]any {
+			switch scenario {
+			case executortest.ScenarioComplete, executortest.ScenarioDeterministic:
+				return map[string]any{"goal": "write notes, run a command, report"}
+			case executortest.ScenarioLong, executortest.ScenarioSlow, executortest.ScenarioCrash:
+				return map[string]any{"goal": "[kit:" + scenario + "] a task of the conformance kit"}
+			}
+			return nil
+		},
+		Skip: []string{executortest.CheckResultTooLarge},
+		SkipReasons: map[string]string{
+			executortest.CheckResultTooLarge: "legacy's result is its final summary, at most 2000 characters: it cannot exceed 64 KiB",
+		},
+	})
+}
+
+// flawedSpec returns the specs of the flawed executor, with flaws added
+// to the options of some scenarios.
+func flawedSpec(flaws map[string]map[string]any) func(string) map[string]any {
+	return func(scenario string) map[string]any {
+		var o map[string]any
+		switch scenario {
+		case executortest.ScenarioComplete, executortest.ScenarioDeterministic:
+			o = map[string]any{"steps": 3}
+		case executortest.ScenarioLong:
+			o = map[string]any{"steps": 1000}
+		case executortest.ScenarioSlow:
+			o = map[string]any{"steps": 1, "slow_step": 1, "slow_ms": 60000}
+		case executortest.ScenarioCrash:
+			o = map[string]any{"steps": 3, "slow_step": 2, "slow_ms": 2500}
+		case executortest.ScenarioOversized:
+			o = map[string]any{"steps": 1, "result_bytes": 70000}
+		default:
+			return nil
+		}
+		for k, v := range flaws[scenario] {
+			o[k] = v
+		}
+		for k, v := range flaws["*"] {
+			o[k] = v
+		}
+		return map[string]any{"goal": "executortest: " + scenario, "flawed": o}
+	}
+}
+
+func TestFlawedWithoutFlaws(t *testing.T) {
+	executortest.Run(t, executortest.Options{
+		Binary:      bin("flawed"),
+		OldBinary:   bin("flawed-old"),
+		Kind:        "flawed",
+		TaskhostBin: bin("taskhost"),
+		Spec:        flawedSpec(nil),
+	})
+}
+
+// flawCase is an executor that breaks one rule, and what the kit must say.
+type flawCase struct {
+	opts      func() executortest.Options
+	check     string // the check that must fail
+	subtest   string // under check, if any
+	wantInLog string
+}
+
+func flawCases() map[string]flawCase {
+	flawed := func(flaws map[string]map[string]any) executortest.Options {
+		return executortest.Options{Binary: bin("flawed"), Kind: "flawed", TaskhostBin: bin("taskhost"), Spec: flawedSpec(flaws)}
+	}
+	return map[string]flawCase{
+		"kind_mismatch": {
+			opts: func() executortest.Options {
+				o := flawed(nil)
+				o.Kind = "flawd"
+				return o
+			},
+			check: executortest.CheckDescribe, wantInLog: `Describe().Kind is "flawed" but Options.Kind is "flawd"`,
+		},
+		"one_step": {
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioComplete: {"steps": 1}})
+			},
+			check: executortest.CheckComplete, wantInLog: "completed in 1 step",
+		},
+		"ignores_ctx": {
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioSlow: {"ignore_ctx": true}})
+			},
+			check: executortest.CheckCancel, subtest: "SIGINT", wantInLog: "Step did not return after its context was cancelled",
+		},
+		"ignores_ctx_and_sigterm": {
+			opts: func() executortest.Options {
+				return executortest.Options{
+					Binary: bin("testexec"), Kind: "testexec", TaskhostBin: bin("taskhost"),
+					Spec: func(string) map[string]any {
+						return map[string]any{"goal": "g", "testexec": map[string]any{"sleep_ms": 60000, "ignore_ctx": true}}
+					},
+				}
+			},
+			check: executortest.CheckCancel, subtest: "SIGTERM", wantInLog: "the executor process lived",
+		},
+		"small_result": {
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioOversized: {"result_bytes": 0}})
+			},
+			check: executortest.CheckResultTooLarge, wantInLog: "must complete with a result over 64 KiB",
+		},
+		"short_long": {
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioLong: {"steps": 2}})
+			},
+			check: executortest.CheckStepBudget, wantInLog: "task completed in 2 steps",
+		},
+		"forgets": {
+			opts:  func() executortest.Options { return flawed(map[string]map[string]any{"*": {"forget": true}}) },
+			check: executortest.CheckCheckpointRoundTrip, wantInLog: "takes 3 steps when it runs uninterrupted, but 4 when",
+		},
+		"drops_old_schema": {
+			opts: func() executortest.Options {
+				o := flawed(nil)
+				o.Binary, o.OldBinary = bin("flawed-noold"), bin("flawed-old")
+				return o
+			},
+			check: executortest.CheckSchemaUpgrade, wantInLog: `the old build writes checkpoints of schema "flawed/1"`,
+		},
+	}
+}
+
+// TestKitCatchesFlaws runs the kit against executors that each break one
+// rule, in a re-executed test binary, and checks that the right check
+// fails with the right advice.
+func TestKitCatchesFlaws(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("running as a helper")
+	}
+	cases := flawCases()
+	for _, name := range slices.Sorted(maps.Keys(cases)) {
+		c := cases[name]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestKitHelper$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), helperEnv+"="+name, binDirEnv+"="+binDir)
+			out, err := cmd.CombinedOutput()
+			log := string(out)
+			if err == nil {
+				t.Fatalf("the kit passed an executor with the flaw %q:\n%s", name, log)
+			}
+			failed := "--- FAIL: TestKitHelper/" + c.check
+			if c.subtest != "" {
+				failed += "/" + c.subtest
+			}
+			if !strings.Contains(log, failed) {
+				t.Errorf("want %q in the output:\n%s", failed, log)
+			}
+			if !strings.Contains(log, c.wantInLog) {
+				t.Errorf("want %q in the output:\n%s", c.wantInLog, log)
+			}
+			if c.check != executortest.CheckDescribe && strings.Contains(log, "--- FAIL: TestKitHelper/"+executortest.CheckDescribe) {
+				t.Errorf("the describe check failed too:\n%s", log)
+			}
+		})
+	}
+}
+
+// TestKitHelper runs one flaw case of TestKitCatchesFlaws: the check under
+// test and describe, every other check skipped.
+func TestKitHelper(t *testing.T) {
+	name := os.Getenv(helperEnv)
+	if name == "" {
+		t.Skip("runs only as a helper of TestKitCatchesFlaws")
+	}
+	c, ok := flawCases()[name]
+	if !ok {
+		t.Fatalf("unknown case %q", name)
+	}
+	opts := c.opts()
+	opts.SkipReasons = map[string]string{}
+	for _, check := range []string{
+		executortest.CheckDescribe, executortest.CheckComplete, executortest.CheckCancel, executortest.CheckResultTooLarge,
+		executortest.CheckStepBudget, executortest.CheckCrashResume, executortest.CheckCheckpointRoundTrip,
+		executortest.CheckSchemaUpgrade, executortest.CheckDeterminism,
+	} {
+		// checkpoint_round_trip needs crash_resume's outcome.
+		keep := check == c.check || check == executortest.CheckDescribe ||
+			(c.check == executortest.CheckCheckpointRoundTrip && check == executortest.CheckCrashResume)
+		if !keep {
+			opts.Skip = append(opts.Skip, check)
+			opts.SkipReasons[check] = "not under test in this flaw case"
+		}
+	}
+	executortest.Run(t, opts)
+}

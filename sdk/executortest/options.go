@@ -1,0 +1,189 @@
+package executortest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scenarios are the tasks the kit asks Options.Spec for. Each is a task
+// spec (goal and executor options) that makes the executor behave a certain
+// way; the kit never looks inside it except to add a goal when it has none.
+const (
+	// ScenarioComplete completes in a few steps, at least 2, so that one
+	// step runs without a checkpoint and later ones with one.
+	ScenarioComplete = "complete"
+	// ScenarioLong keeps returning Continue for at least 3 steps.
+	ScenarioLong = "long"
+	// ScenarioSlow has a first step that takes at least 2 s and returns
+	// promptly when its context is cancelled.
+	ScenarioSlow = "slow"
+	// ScenarioCrash completes in at least 3 steps, and its second step
+	// takes at least 2 s: the kit SIGKILLs the plugin during that step. Run
+	// uninterrupted it must take the same number of steps every time.
+	ScenarioCrash = "crash"
+	// ScenarioOversized completes with a result over 64 KiB.
+	ScenarioOversized = "oversized"
+	// ScenarioDeterministic (optional) completes, with the same steps and
+	// result every time it runs.
+	ScenarioDeterministic = "deterministic"
+)
+
+// Checks are the names of the kit's subtests, for Options.Skip.
+const (
+	CheckDescribe            = "describe"
+	CheckComplete            = "complete"
+	CheckCancel              = "cancel"
+	CheckResultTooLarge      = "result_too_large"
+	CheckStepBudget          = "step_budget"
+	CheckCrashResume         = "crash_resume"
+	CheckCheckpointRoundTrip = "checkpoint_round_trip"
+	CheckSchemaUpgrade       = "schema_upgrade"
+	CheckDeterminism         = "determinism"
+)
+
+// allChecks lists the checks in the order Run runs them.
+func allChecks() []string {
+	return []string{
+		CheckDescribe, CheckComplete, CheckCancel, CheckResultTooLarge, CheckStepBudget,
+		CheckCrashResume, CheckCheckpointRoundTrip, CheckSchemaUpgrade, CheckDeterminism,
+	}
+}
+
+// Options say what to test and how.
+type Options struct {
+	// Binary is the executor binary under test, as built (required).
+	Binary string
+	// Kind is the executor's kind as its Describe reports it (required).
+	// The kit registers Binary under this name.
+	Kind string
+	// TaskhostBin is the taskhost binary that hosts the runs. Empty: the
+	// TASKHOST_BIN environment variable, else "taskhost" on PATH.
+	TaskhostBin string
+	// Spec returns the task spec of a scenario (see the Scenario
+	// constants), or nil when the executor has none. A spec without a
+	// "goal" gets one.
+	Spec func(scenario string) map[string]any
+	// Config is TOML appended to the config the kit generates, e.g. a
+	// [model] section with a script. It must not define [limits] or this
+	// kind's [executors.KIND]: the kit writes those.
+	Config string
+	// OldBinary, when set, is a build of an earlier release of the
+	// executor. The schema_upgrade check interrupts a task run by it and
+	// resumes the task with Binary, which must accept the old checkpoint.
+	OldBinary string
+	// Skip lists checks (the Check constants) the executor opts out of;
+	// each needs a reason in SkipReasons, which the test log shows.
+	Skip        []string
+	SkipReasons map[string]string
+	// Timeout bounds each check, all the taskhost commands it runs
+	// included; default 2 min.
+	Timeout time.Duration
+}
+
+var kindRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// validate checks the options and fills in defaults. It returns the
+// taskhost binary to use.
+func (o *Options) validate() (string, error) {
+	var errs []error
+	if o.Binary == "" {
+		errs = append(errs, errors.New("Options.Binary is empty: set it to your executor binary, built by the test (go build -o DIR/NAME ./cmd/...)"))
+	} else if abs, err := filepath.Abs(o.Binary); err != nil {
+		errs = append(errs, fmt.Errorf("Options.Binary: %w", err))
+	} else {
+		o.Binary = abs
+		if err := checkExecutable(abs); err != nil {
+			errs = append(errs, fmt.Errorf("Options.Binary: %w", err))
+		}
+	}
+	if o.OldBinary != "" {
+		if abs, err := filepath.Abs(o.OldBinary); err != nil {
+			errs = append(errs, fmt.Errorf("Options.OldBinary: %w", err))
+		} else {
+			o.OldBinary = abs
+			if err := checkExecutable(abs); err != nil {
+				errs = append(errs, fmt.Errorf("Options.OldBinary: %w", err))
+			}
+		}
+	}
+	if !kindRE.MatchString(o.Kind) {
+		errs = append(errs, fmt.Errorf("Options.Kind = %q: set it to the kind your Describe reports (1 to 32 characters: a lowercase letter, then lowercase letters, digits, '_' or '-')", o.Kind))
+	}
+	if o.Spec == nil {
+		errs = append(errs, errors.New("Options.Spec is nil: give a function that returns the task spec of each scenario"))
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	for _, name := range o.Skip {
+		if !slices.Contains(allChecks(), name) {
+			errs = append(errs, fmt.Errorf("Options.Skip: unknown check %q (the checks are %s)", name, strings.Join(allChecks(), ", ")))
+		} else if strings.TrimSpace(o.SkipReasons[name]) == "" {
+			errs = append(errs, fmt.Errorf("Options.Skip: check %q has no reason in Options.SkipReasons: say why it does not apply", name))
+		}
+	}
+	for _, table := range []string{"limits", "executors." + o.Kind} {
+		re := regexp.MustCompile(`(?m)^\s*\[\s*` + regexp.QuoteMeta(table) + `\s*\]`)
+		if re.MatchString(o.Config) {
+			errs = append(errs, fmt.Errorf("Options.Config defines [%s]: the kit writes that table itself; remove it", table))
+		}
+	}
+	bin, err := o.taskhostBin()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return bin, errors.Join(errs...)
+}
+
+func (o *Options) taskhostBin() (string, error) {
+	bin := o.TaskhostBin
+	if bin == "" {
+		bin = os.Getenv("TASKHOST_BIN")
+	}
+	if bin == "" {
+		p, err := exec.LookPath("taskhost")
+		if err != nil {
+			return "", errors.New("no taskhost binary: set Options.TaskhostBin, or the TASKHOST_BIN environment variable, or put taskhost on PATH " +
+				"(build it with: go build -o DIR/taskhost github.com/taskhost/taskhost/cmd/taskhost)")
+		}
+		bin = p
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return "", fmt.Errorf("taskhost binary %s: %w", bin, err)
+	}
+	if err := checkExecutable(abs); err != nil {
+		return "", fmt.Errorf("taskhost binary (Options.TaskhostBin, TASKHOST_BIN or PATH): %w", err)
+	}
+	return abs, nil
+}
+
+func (o *Options) skipReason(check string) (string, bool) {
+	if !slices.Contains(o.Skip, check) {
+		return "", false
+	}
+	return o.SkipReasons[check], true
+}
+
+// builtin reports whether Kind is one the host ships. Those cannot be
+// registered under [executors.NAME]: the host finds them beside its own
+// binary as taskhost-executor-KIND.
+func (o *Options) builtin() bool { return o.Kind == "legacy" || o.Kind == "machinespirit" }
+
+func checkExecutable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file (mode %s)", path, fi.Mode())
+	}
+	return nil
+}
