@@ -291,7 +291,10 @@ func TestPluginIgnoresCtxAndSIGTERM(t *testing.T) {
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
-	if d := ended.ModTime().Sub(started.ModTime()); d < 300*time.Millisecond {
+	// File times are as coarse as the kernel's clock tick (up to 10 ms):
+	// compare against the sleep with that much slack. A step cut short by
+	// the cancel ends within a few ms of it, far below this.
+	if d := ended.ModTime().Sub(started.ModTime()); d < 250*time.Millisecond {
 		t.Errorf("step ended %v after it started: it did not sleep through the cancellation", d)
 	}
 	if _, err := l.exec.Describe(testContext(t), &executorpb.DescribeRequest{}); err != nil {
