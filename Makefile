@@ -56,3 +56,19 @@ lint:
 
 clean:
 	rm -rf $(BIN)
+
+# fuzz runs every fuzz target for FUZZTIME each (seed corpora run in `make test`).
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	./host/config:FuzzParse \
+	./host:FuzzOpenEnvelope \
+	./host/model:FuzzScript \
+	./host/tools:FuzzWorkspacePath \
+	./plugins/machinespirit:FuzzDecodeFrame
+.PHONY: fuzz
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run XXX -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
