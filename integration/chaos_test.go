@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -20,10 +21,10 @@ import (
 // The chaos suite: a seeded, randomized workload of tasks on several
 // executors, with the plugin and the host SIGKILLed (or stopped) at random
 // points, restarts and resumes, checking the store's promises after every
-// round. TASKHOST_CHAOS_ROUNDS sets the number of rounds (default 24),
+// round. TASKHOST_CHAOS_ROUNDS sets the number of rounds (default 16),
 // TASKHOST_CHAOS_SEED replays a run.
 func TestChaos(t *testing.T) {
-	rounds := envInt(t, "TASKHOST_CHAOS_ROUNDS", 24)
+	rounds := envInt(t, "TASKHOST_CHAOS_ROUNDS", 16)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("TASKHOST_CHAOS_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -35,6 +36,10 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos seed %d (replay: TASKHOST_CHAOS_SEED=%d TASKHOST_CHAOS_ROUNDS=%d)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	c := &chaos{t: t, rng: rng, data: shortTempDir(t), work: shortTempDir(t), seen: map[string]taskView{}, faults: map[string]int{}}
+	c.config = filepath.Join(c.work, "taskhost.toml")
+	if err := os.WriteFile(c.config, []byte("[machine_spirit]\nenabled = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for i := range rounds {
 		c.round(i)
 		c.check(i)
@@ -57,6 +62,7 @@ type chaos struct {
 	t          *testing.T
 	rng        *rand.Rand
 	data, work string
+	config     string
 	seen       map[string]taskView // by id, as of the last check
 	created    int
 	faults     map[string]int
@@ -78,7 +84,7 @@ func envInt(t *testing.T, name string, def int) int {
 // random moment, and waits for the host to end.
 func (c *chaos) round(i int) {
 	t := c.t
-	args := []string{"run", "--data-dir", c.data, "--approve-all", "--json"}
+	args := []string{"run", "--data-dir", c.data, "--config", c.config, "--approve-all", "--json"}
 	var resumable []string
 	for id, v := range c.seen {
 		if v.Status == "interrupted" {
@@ -94,14 +100,38 @@ func (c *chaos) round(i int) {
 		c.created++
 	}
 	cmd := exec.Command(filepath.Join(binDir, "taskhost"), args...)
-	cmd.Stdout, cmd.Stderr = nil, nil
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Faults land after the task is running (its first line is out) at a
+	// random moment of its run; a host that ends first takes none.
+	running := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		once := false
+		for sc.Scan() {
+			if !once && strings.Contains(sc.Text(), `"kind":"task"`) {
+				close(running)
+				once = true
+			}
+		}
+		if !once {
+			close(running)
+		}
+	}()
 	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	delay := time.Duration(c.rng.IntN(400)) * time.Millisecond
-	fault := []string{"none", "kill-plugin", "kill-plugin", "kill-host", "kill-host", "stop-host"}[c.rng.IntN(6)]
+	go func() { <-running; cmd.Wait(); close(exited) }()
+	select {
+	case <-running:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("round %d: no task after 60 s", i)
+	}
+	delay := time.Duration(c.rng.IntN(600)) * time.Millisecond
+	fault := []string{"none", "kill-plugin", "kill-plugin", "kill-worker", "kill-host", "kill-host", "stop-host"}[c.rng.IntN(7)]
 	select {
 	case <-exited:
 		fault = "none (ended first)"
@@ -110,6 +140,18 @@ func (c *chaos) round(i int) {
 		case "kill-plugin":
 			if pid := childPlugin(cmd.Process.Pid); pid > 0 {
 				syscall.Kill(pid, syscall.SIGKILL)
+			} else {
+				fault = "none (no plugin yet)"
+			}
+		case "kill-worker":
+			// A machinespirit plugin's swipl worker; other executors
+			// have none, and then the plugin itself goes.
+			plugin := childPlugin(cmd.Process.Pid)
+			if w := childNamed(plugin, "swipl"); w > 0 {
+				syscall.Kill(w, syscall.SIGKILL)
+			} else if plugin > 0 {
+				syscall.Kill(plugin, syscall.SIGKILL)
+				fault = "kill-plugin"
 			} else {
 				fault = "none (no plugin yet)"
 			}
@@ -130,8 +172,15 @@ func (c *chaos) round(i int) {
 
 // newTask picks an executor and a spec for a new task.
 func (c *chaos) newTask(i int) []string {
-	if c.rng.IntN(3) == 0 {
+	switch c.rng.IntN(4) {
+	case 0:
 		return []string{"--executor", "legacy", "--goal", fmt.Sprintf("chaos task %d", i)}
+	case 1:
+		spec, err := filepath.Abs("../examples/machinespirit/plan-act-review.json")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		return []string{"--executor", "machinespirit", "--spec-file", spec}
 	}
 	te := map[string]any{"steps": 2 + c.rng.IntN(4), "sleep_ms": 20 + c.rng.IntN(150)}
 	spec, _ := json.Marshal(map[string]any{"goal": fmt.Sprintf("chaos task %d", i), "testexec": te})
@@ -140,6 +189,25 @@ func (c *chaos) newTask(i int) []string {
 		c.t.Fatal(err)
 	}
 	return []string{"--executor", "testexec", "--spec-file", path, "--max-steps", strconv.Itoa(3 + c.rng.IntN(6))}
+}
+
+// childNamed finds a child of parent whose command line contains name.
+func childNamed(parent int, name string) int {
+	if parent <= 0 {
+		return 0
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), name) && ppidOK(pid) == parent {
+			return pid
+		}
+	}
+	return 0
 }
 
 // childPlugin finds an executor plugin whose parent is host.
@@ -283,7 +351,7 @@ func (c *chaos) report() {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%-22s %6s\n", "fault", "count")
-	for _, k := range []string{"kill-plugin", "kill-host", "stop-host", "none", "none (ended first)", "none (no plugin yet)", "resumes"} {
+	for _, k := range []string{"kill-plugin", "kill-worker", "kill-host", "stop-host", "none", "none (ended first)", "none (no plugin yet)", "resumes"} {
 		fmt.Fprintf(&b, "%-22s %6d\n", k, c.faults[k])
 	}
 	fmt.Fprintf(&b, "tasks: %d created, by status %v\n", c.created, statuses)

@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 		{"taskhost", "github.com/taskhost/taskhost/cmd/taskhost"},
 		{"taskhost-executor-testexec", "github.com/taskhost/taskhost/integration/testexec"},
 		{"taskhost-executor-legacy", "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy"},
+		{"taskhost-executor-machinespirit", "github.com/taskhost/taskhost/plugins/machinespirit/cmd/taskhost-executor-machinespirit"},
 	}
 	for _, b := range builds {
 		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b[0]), b[1]).CombinedOutput()
