@@ -7,7 +7,7 @@ PROTOC  ?= protoc
 # as tool dependencies.
 PROTOC_VERSION := 3.21.12
 
-.PHONY: all build test demo proto proto-check lint help clean
+.PHONY: all build test demo deps proto proto-check lint help clean
 
 all: build
 
@@ -25,12 +25,21 @@ build:
 	$(GO) build -o $(BIN)/taskhost-executor-legacy ./plugins/legacy/cmd/taskhost-executor-legacy
 	$(GO) build -o $(BIN)/taskhost-executor-machinespirit ./plugins/machinespirit/cmd/taskhost-executor-machinespirit
 
-test: build
+# deps installs what the tests and the demo need beyond Go: SWI-Prolog.
+deps:
+	@command -v swipl >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends swi-prolog-nox; \
+		else \
+			echo "swipl not found: install SWI-Prolog 9.0.4 (Debian: sudo apt-get install swi-prolog-nox)"; exit 1; \
+		fi; }
+
+test: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
 
-demo: build
-	bash scripts/demo.sh
+demo: deps build
+	$(BIN)/taskhost demo
 
 proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 	@$(PROTOC) --version | grep -qx 'libprotoc $(PROTOC_VERSION)' || \
@@ -41,6 +50,12 @@ proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 		--go_out=shared/proto/executorpb --go_opt=paths=source_relative \
 		--go-grpc_out=shared/proto/executorpb --go-grpc_opt=paths=source_relative \
 		shared/proto/executor.proto
+	$(PROTOC) -I shared/proto \
+		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go \
+		--plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
+		--go_out=shared/proto/apipb --go_opt=paths=source_relative \
+		--go-grpc_out=shared/proto/apipb --go-grpc_opt=paths=source_relative \
+		shared/proto/api.proto
 
 proto-check: proto
 	@git diff --exit-code -- shared/proto || \
@@ -64,7 +79,8 @@ FUZZ_TARGETS := \
 	./host:FuzzOpenEnvelope \
 	./host/model:FuzzScript \
 	./host/tools:FuzzWorkspacePath \
-	./plugins/machinespirit:FuzzDecodeFrame
+	./plugins/machinespirit:FuzzDecodeFrame \
+	./host/api:FuzzRequestValidation
 .PHONY: fuzz
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

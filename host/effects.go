@@ -49,6 +49,27 @@ type turnState struct {
 	seq       int64
 	calls     map[string]int64 // call token → depth
 	exhausted store.Reason
+	// charged is the task's budgets after the step's last admitted
+	// effect, so the step's events show what it spent.
+	charged *store.Budgets
+}
+
+func (ts *turnState) noteCharge(b store.Budgets) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.charged == nil || b.ToolCalls.Used+b.ModelCalls.Used >= ts.charged.ToolCalls.Used+ts.charged.ModelCalls.Used {
+		ts.charged = &b
+	}
+}
+
+// chargedBudgets returns what the step's effects left of the budgets.
+func (ts *turnState) chargedBudgets() (store.Budgets, bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.charged == nil {
+		return store.Budgets{}, false
+	}
+	return *ts.charged, true
 }
 
 // end cuts off the step's effects still in flight and waits, bounded, until
@@ -171,9 +192,11 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		}
 		return prev.Result, true, nil
 	}
-	if _, _, err := st.AdmitEffect(ctx, e); err != nil {
+	_, charged, err := st.AdmitEffect(ctx, e)
+	if err != nil {
 		return nil, false, effectError(ts, err)
 	}
+	ts.noteCharge(charged.Budgets)
 	fail := func(err error) ([]byte, bool, error) {
 		// A background context: the failure is recorded even when the
 		// step's context is what failed.

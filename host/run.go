@@ -209,6 +209,9 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	cancelStep()
 	r.turns.revoke(tok)
 	ts.end()
+	if b, ok := ts.chargedBudgets(); ok {
+		ru.task.Budgets.ToolCalls, ru.task.Budgets.ModelCalls, ru.task.Budgets.Depth = b.ToolCalls, b.ModelCalls, b.Depth
+	}
 
 	v := ru.classify(res, stepErr, cause)
 	if reason := ts.exhaustedReason(); reason != "" && (v.attempt == store.AttemptCompleted || v.outcome == OutcomeFail) {

@@ -90,25 +90,7 @@ func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id 
 		p.emit(map[string]any{"task": taskJSON(t), "attempts": views})
 		return exitOK
 	}
-	b := t.Budgets
-	fmt.Fprintf(e.stdout, "task      %s\nexecutor  %s\nstatus    %s", t.ID, t.Executor, t.Status)
-	if t.Reason != "" {
-		fmt.Fprintf(e.stdout, " (%s)", t.Reason)
-	}
-	fmt.Fprintf(e.stdout, "\nmessage   %s\nrun       %d\n", t.Message, t.RunID)
-	fmt.Fprintf(e.stdout, "budgets   steps %d/%d  tools %d/%d  models %d/%d  depth %d/%d  wall %.1fs/%ds\n",
-		b.Steps.Used, b.Steps.Limit, b.ToolCalls.Used, b.ToolCalls.Limit, b.ModelCalls.Used, b.ModelCalls.Limit,
-		b.Depth.Used, b.Depth.Limit, float64(b.WallMillis.Used)/1000, b.WallMillis.Limit/1000)
-	if len(t.Result) > 0 {
-		fmt.Fprintf(e.stdout, "result    %s\n", t.Result)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nATTEMPT\tRUN\tSTATUS\tOUTCOME\tREASON\tEXIT\tDURATION\tSUMMARY")
-	for _, a := range atts {
-		av := attemptJSON(a)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.RunID, a.Status, a.Outcome, a.Reason, av.Exit, av.Duration, truncateLine(a.Summary, 60))
-	}
-	tw.Flush()
+	writeTaskDetail(e.stdout, t, atts, 0)
 	return exitOK
 }
 

@@ -1,13 +1,26 @@
-// Command taskhost runs persistent, resumable, bounded agent tasks.
+// Command taskhost runs persistent, resumable, bounded agent tasks: as a
+// daemon (serve) driven by the same binary over its API, or in the
+// foreground for one task (run).
 //
 // Usage:
 //
-//	taskhost run --goal TEXT [--executor NAME] [flags]   run one task in the foreground
-//	taskhost run --resume ID [flags]                     resume an interrupted task
-//	taskhost inspect [ID] [--json]                       read tasks from the store
+//	taskhost serve [--config FILE] [--log-format json|text]   run the daemon
+//	taskhost task create --goal TEXT [--executor NAME] [--watch]
+//	taskhost task list [--status S,...]
+//	taskhost task status|cancel|resume|watch ID
+//	taskhost approvals list [--status S]
+//	taskhost approve ID | taskhost reject ID
+//	taskhost executors
+//	taskhost demo [--interactive]                          the guided demo
+//	taskhost run --goal TEXT [--executor NAME] [flags]     one task in the foreground
+//	taskhost run --resume ID [flags]                       resume an interrupted task
+//	taskhost inspect [ID] [--json]                         read tasks from the store
+//	taskhost backup FILE                                   copy the store while it runs
+//	taskhost token hash < TOKEN-FILE                       the SHA-256 for [api.tokens]
 //	taskhost version
 //
-// Run 'taskhost COMMAND --help' for a command's flags.
+// Every client command takes --json. Run 'taskhost COMMAND --help' for a
+// command's flags; docs/cli.md documents each with its JSON shape.
 package main
 
 import (
@@ -29,6 +42,8 @@ const (
 	exitConflict    = 4 // the task is not in a state that allows this
 	exitUnavailable = 5 // executor or store unavailable, data dir locked
 	exitInterrupted = 6 // the task was interrupted; resume it with --resume
+	exitDenied      = 7 // the daemon refused the caller (unknown uid, bad token)
+	exitSignal      = 130
 )
 
 // command is one subcommand.
@@ -46,8 +61,17 @@ type env struct {
 
 func commands() []command {
 	return []command{
+		{"serve", "run the daemon: the API on DATA-DIR/taskhost.sock", serveCmd},
+		{"task", "create, list, show, cancel, resume or watch tasks (through the daemon)", taskCmd},
+		{"approvals", "list approvals (through the daemon)", approvalsCmd},
+		{"approve", "approve a pending approval", approveCmd},
+		{"reject", "reject a pending approval", rejectCmd},
+		{"executors", "list executors: version, pin, preflight", executorsCmd},
+		{"demo", "run the demo on a temporary data dir", demoCmd},
 		{"run", "run one task in the foreground (or --resume one)", runCmd},
 		{"inspect", "print tasks, or one task with its attempts, from the store (read-only)", inspectCmd},
+		{"backup", "write a consistent copy of the store (safe while the daemon runs)", backupCmd},
+		{"token", "token hash: print the SHA-256 of a token read from stdin, for [api.tokens]", tokenCmd},
 		{"version", "print the version", versionCmd},
 	}
 }
@@ -85,7 +109,8 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'taskhost COMMAND --help' for a command's flags.")
-	fmt.Fprintln(w, "Exit codes: 0 ok, 1 task failed or cancelled, 2 usage, 3 not found, 4 conflict, 5 unavailable, 6 interrupted.")
+	fmt.Fprintln(w, "Exit codes: 0 ok, 1 task failed or cancelled, 2 usage, 3 not found, 4 conflict, 5 unavailable,")
+	fmt.Fprintln(w, "6 interrupted, 7 refused (unknown principal or bad token), 130 stopped by Ctrl-C.")
 }
 
 func versionCmd(_ context.Context, e *env, _ []string) int {

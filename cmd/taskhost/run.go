@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -56,6 +57,9 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: hf.dataDir, Config: cfg, Logger: hf.logger(e)})
 	if err != nil {
 		errorf(e, "%v", err)
+		if errors.Is(err, host.ErrDataDirLocked) {
+			fmt.Fprintf(e.stderr, "a daemon serving this data dir runs tasks too: taskhost task create --data-dir %s --goal ... --watch\n", hf.dataDir)
+		}
 		return exitUnavailable
 	}
 	defer func() {

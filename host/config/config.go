@@ -54,6 +54,8 @@ type Config struct {
 	Model         Model               `toml:"model"`
 	Tools         map[string]Tool     `toml:"tools"` // [tools."NAME"]: built-in tools only
 	Approvals     Approvals           `toml:"approvals"`
+	Principals    Principals          `toml:"principals"` // [principals] "UID" = "NAME"
+	API           API                 `toml:"api"`
 }
 
 // Tasks is the [tasks] section: whether tasks run at all, the default
@@ -154,9 +156,11 @@ func Default() Config {
 			PluginStopGraceSeconds: 2,
 			GRPCMessageBytes:       4 << 20,
 		},
-		Model:     defaultModel(),
-		Tools:     defaultTools(),
-		Approvals: Approvals{TimeoutSeconds: 3600},
+		Model:      defaultModel(),
+		Tools:      defaultTools(),
+		Approvals:  Approvals{TimeoutSeconds: 3600},
+		Principals: Principals{},
+		API:        API{Tokens: map[string]string{}},
 	}
 }
 

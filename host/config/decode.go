@@ -228,6 +228,9 @@ var schemaDepth = keyDepth(reflect.TypeFor[Config]())
 
 // keyDepth returns how many levels of keys the table type t holds.
 func keyDepth(t reflect.Type) int {
+	if t.Kind() != reflect.Struct { // a map of values, like [principals]
+		return 0
+	}
 	depth := 0
 	for _, f := range tomlFields(t) {
 		d := 1

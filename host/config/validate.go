@@ -49,6 +49,8 @@ func (c Config) validate() problems {
 	c.Model.validate(&ps)
 	validateTools(c.Tools, &ps)
 	c.Approvals.validate(&ps)
+	c.Principals.validate(&ps)
+	c.API.validate(&ps)
 	c.validateDefaultExecutor(&ps)
 	c.validateMessageSize(&ps)
 	return ps

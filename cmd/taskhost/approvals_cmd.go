@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskhost/taskhost/shared/proto/apipb"
+)
+
+func approvalsCmd(ctx context.Context, e *env, args []string) int {
+	subs := []command{{"list", "list your approvals (pending by default)", approvalsListCmd}}
+	return subcommand(e, "approvals", subs, args, func(c command, rest []string) int { return c.run(ctx, e, rest) })
+}
+
+func approvalsListCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("approvals list", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	st := fs.String("status", "pending", "pending, approved, rejected, expired, cancelled, or all")
+	fs.Usage = usageFunc(fs, "taskhost approvals list [--status S] [flags]",
+		"Lists your approvals, oldest first. Answer one with 'taskhost approve ID' or\n'taskhost reject ID'.")
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
+	}
+	filter := *st
+	if filter == "all" {
+		filter = ""
+	}
+	conn, err := cf.dial()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := apipb.NewApprovalServiceClient(conn).ListApprovals(cctx, &apipb.ListApprovalsRequest{Status: filter})
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	if cf.json {
+		views := make([]approvalView, 0, len(resp.Approvals))
+		for _, a := range resp.Approvals {
+			views = append(views, approvalJSON(a))
+		}
+		newPrinter(e, true).emit(map[string]any{"approvals": views, "truncated": resp.Truncated})
+		return exitOK
+	}
+	if len(resp.Approvals) == 0 {
+		fmt.Fprintf(e.stderr, "no %s approvals\n", *st)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTASK\tATTEMPT\tSTATUS\tTOOL\tPROMPT\tEXPIRES")
+	for _, a := range resp.Approvals {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", a.Id, a.TaskId, a.Attempt, a.Status, a.Tool,
+			truncateLine(a.Prompt, 60), fromNanos(a.ExpiresUnixNano).Local().Format(time.DateTime))
+	}
+	tw.Flush()
+	if resp.Truncated {
+		fmt.Fprintln(e.stderr, "(more approvals not shown)")
+	}
+	return exitOK
+}
+
+func approveCmd(ctx context.Context, e *env, args []string) int {
+	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.")
+}
+
+func rejectCmd(ctx context.Context, e *env, args []string) int {
+	return resolveCmd(ctx, e, args, "reject", "Rejects a pending approval: the gated effect never runs and the task fails\n(approval_rejected).")
+}
+
+func resolveCmd(ctx context.Context, e *env, args []string, verb, description string) int {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	fs.Usage = usageFunc(fs, "taskhost "+verb+" ID [flags]", description+"\nAn approval already resolved, or of a cancelled task, is a conflict (exit 4).")
+	pos, code, ok := parseArgs(e, fs, args, 1, 1)
+	if !ok {
+		return code
+	}
+	conn, err := cf.dial()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer conn.Close()
+	ac := apipb.NewApprovalServiceClient(conn)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	req := &apipb.ResolveApprovalRequest{ApprovalId: pos[0]}
+	var resp *apipb.ResolveApprovalResponse
+	if verb == "approve" {
+		resp, err = ac.Approve(cctx, req)
+	} else {
+		resp, err = ac.Reject(cctx, req)
+	}
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	if cf.json {
+		newPrinter(e, true).emit(map[string]any{"approval": approvalJSON(resp.Approval)})
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "approval %s %s (task %s)\n", resp.Approval.Id, resp.Approval.Status, resp.Approval.TaskId)
+	return exitOK
+}

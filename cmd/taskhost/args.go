@@ -1,0 +1,82 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// parseArgs parses args with fs, allowing flags before and after the
+// positional arguments ("task status ID --json"), and checks their count.
+// ok is false when the command must exit with code (2 after a usage error
+// printed to stderr, 0 after --help).
+func parseArgs(e *env, fs *flag.FlagSet, args []string, minArgs, maxArgs int) (pos []string, code int, ok bool) {
+	fs.SetOutput(e.stderr)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) < minArgs || len(pos) > maxArgs {
+		switch {
+		case maxArgs == 0:
+			fmt.Fprintf(e.stderr, "taskhost %s: unexpected argument %q\n", fs.Name(), pos[0])
+		case len(pos) < minArgs:
+			fmt.Fprintf(e.stderr, "taskhost %s: missing argument\n", fs.Name())
+		default:
+			fmt.Fprintf(e.stderr, "taskhost %s: too many arguments: %s\n", fs.Name(), strings.Join(pos, " "))
+		}
+		fs.Usage()
+		return nil, exitUsage, false
+	}
+	return pos, exitOK, true
+}
+
+// usageFunc prints a command's usage line, description and flags.
+func usageFunc(fs *flag.FlagSet, synopsis, description string) func() {
+	return func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", synopsis, description)
+		fs.PrintDefaults()
+	}
+}
+
+// subcommand dispatches "taskhost GROUP SUB ..." to one of subs.
+func subcommand(e *env, group string, subs []command, args []string, run func(c command, args []string) int) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		w := e.stderr
+		code := exitUsage
+		if len(args) > 0 {
+			w, code = e.stdout, exitOK
+		}
+		subUsage(w, group, subs)
+		return code
+	}
+	for _, c := range subs {
+		if c.name == args[0] {
+			return run(c, args[1:])
+		}
+	}
+	fmt.Fprintf(e.stderr, "taskhost %s: unknown command %q\n\n", group, args[0])
+	subUsage(e.stderr, group, subs)
+	return exitUsage
+}
+
+func subUsage(w io.Writer, group string, subs []command) {
+	fmt.Fprintf(w, "Usage: taskhost %s COMMAND [flags]\n\nCommands:\n", group)
+	for _, c := range subs {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'taskhost %s COMMAND --help' for a command's flags.\n", group)
+}

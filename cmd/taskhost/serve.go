@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	stdlog "log"
+	"net"
+	"os"
+	"os/user"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/api"
+	"github.com/taskhost/taskhost/host/config"
+)
+
+// stopTimeout bounds a graceful stop: tasks interrupted, plugins stopped,
+// calls in flight finished.
+const stopTimeout = 15 * time.Second
+
+func serveCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var hf hostFlags
+	hf.register(fs)
+	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
+	fs.Lookup("log-level").DefValue = "info"
+	_ = fs.Set("log-level", "info")
+	fs.Usage = usageFunc(fs, "taskhost serve [--data-dir DIR] [--config FILE] [--log-format text|json] [--log-level LEVEL]",
+		"Runs the taskhost daemon: opens the data dir (one daemon per data dir), serves\nthe API on DATA-DIR/"+api.SocketName+" and, when [api] tcp_listen is set, on a\nloopback token listener. SIGTERM or SIGINT stops it gracefully: running tasks\nbecome interrupted (host_shutdown), plugins are stopped, the store is closed.\nLogs go to stderr.")
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
+	}
+	if *logFormat != "text" && *logFormat != "json" {
+		errorf(e, "serve: --log-format must be text or json, not %q", *logFormat)
+		return exitUsage
+	}
+	if hclog.LevelFromString(hf.logLevel) == hclog.NoLevel {
+		errorf(e, "serve: --log-level must be trace, debug, info, warn, error or off, not %q", hf.logLevel)
+		return exitUsage
+	}
+	cfg, err := hf.loadConfig()
+	if err != nil {
+		errorf(e, "%v", err)
+		return exitUsage
+	}
+	log := hclog.New(&hclog.LoggerOptions{
+		Name: "taskhost", Output: e.stderr, Level: hclog.LevelFromString(hf.logLevel),
+		JSONFormat: *logFormat == "json", TimeFormat: time.RFC3339Nano,
+	})
+	// Libraries that log through the standard logger (go-plugin's broker)
+	// go through hclog too, so the log stays one format.
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(log.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true}))
+	return runDaemon(ctx, e, log, daemonOptions{dataDir: hf.dataDir, cfg: cfg}, nil)
+}
+
+type daemonOptions struct {
+	dataDir string
+	cfg     config.Config
+	// executorDir is where the executor binaries are (default: beside
+	// this binary).
+	executorDir string
+}
+
+// runDaemon serves until ctx ends. ready, when set, receives the socket path
+// once the API is up.
+func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, ready chan<- string) int {
+	cfg := o.cfg
+	principals, err := resolvePrincipals(cfg.Principals)
+	if err != nil {
+		errorf(e, "%v", err)
+		return exitUsage
+	}
+	gid := -1
+	if cfg.API.SocketGroup != "" {
+		if gid, err = lookupGroup(cfg.API.SocketGroup); err != nil {
+			errorf(e, "api.socket_group: %v", err)
+			return exitUsage
+		}
+	}
+
+	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: cfg, Logger: log, ExecutorDir: o.executorDir})
+	if err != nil {
+		if errors.Is(err, host.ErrDataDirLocked) {
+			errorf(e, "%v; a second daemon on the same data dir is refused", err)
+		} else {
+			errorf(e, "%v", err)
+		}
+		return exitUnavailable
+	}
+	stopCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	}
+	closeHost := func() {
+		sctx, cancel := stopCtx()
+		defer cancel()
+		if err := h.Close(sctx); err != nil {
+			log.Error("stop", "error", err)
+		}
+	}
+	for _, id := range h.Recovery.Interrupted {
+		log.Info("recovered task: it was running when the previous daemon stopped; it is interrupted until resumed", "task", id)
+	}
+	for _, kind := range h.Registry.Kinds() {
+		if _, err := h.Registry.Describe(kind); err != nil {
+			log.Warn("executor unavailable", "kind", kind, "error", err)
+		}
+	}
+
+	srv, err := api.New(api.Options{
+		Tasks: h.Runner, Events: h.Store, Executors: h.Registry,
+		Principals: principals, Tokens: cfg.API.Tokens,
+		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
+	})
+	if err != nil {
+		closeHost()
+		errorf(e, "%v", err)
+		return exitUnavailable
+	}
+	unixLn, err := api.ListenUnix(h.DataDir, gid)
+	if err != nil {
+		closeHost()
+		errorf(e, "%v", err)
+		return exitUnavailable
+	}
+	var tcpLn net.Listener
+	if cfg.API.TCPListen != "" {
+		if tcpLn, err = api.ListenTCP(cfg.API.TCPListen); err != nil {
+			unixLn.Close()
+			closeHost()
+			errorf(e, "%v", err)
+			return exitUnavailable
+		}
+	}
+	srv.Serve(unixLn)
+	tcpAddr := ""
+	if tcpLn != nil {
+		srv.Serve(tcpLn)
+		tcpAddr = tcpLn.Addr().String()
+	}
+	log.Info("serving", "data_dir", h.DataDir, "socket", unixLn.Addr().String(), "tcp", tcpAddr,
+		"principals", len(principals), "tokens", len(cfg.API.Tokens), "pid", os.Getpid(), "version", version)
+	if ready != nil {
+		ready <- unixLn.Addr().String()
+	}
+
+	<-ctx.Done()
+	log.Info("stopping: running tasks become interrupted (host_shutdown)")
+	sctx, cancel := stopCtx()
+	defer cancel()
+	// Tasks first, so their watchers see them interrupted; then the API;
+	// then the data dir.
+	if err := h.Runner.Shutdown(sctx); err != nil {
+		log.Error("stop tasks", "error", err)
+	}
+	srv.Stop(sctx)
+	closeHost()
+	log.Info("stopped")
+	return exitOK
+}
+
+// resolvePrincipals maps the config's [principals] to uids, adding the
+// daemon's own uid as its user name unless listed.
+func resolvePrincipals(cfg config.Principals) (map[uint32]string, error) {
+	m := make(map[uint32]string, len(cfg)+1)
+	for k, name := range cfg {
+		uid, err := strconv.ParseUint(k, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("principals: %q is not a uid", k)
+		}
+		m[uint32(uid)] = name
+	}
+	self := uint32(os.Getuid())
+	if _, ok := m[self]; !ok {
+		m[self] = localPrincipal()
+	}
+	return m, nil
+}
+
+// lookupGroup resolves a group name or numeric gid.
+func lookupGroup(g string) (int, error) {
+	if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+		return int(n), nil
+	}
+	grp, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(grp.Gid)
+	if err != nil {
+		return 0, fmt.Errorf("group %s has gid %q", g, grp.Gid)
+	}
+	return n, nil
+}

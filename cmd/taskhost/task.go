@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/taskhost/taskhost/shared/proto/apipb"
+	"github.com/taskhost/taskhost/store"
+)
+
+func taskCommands() []command {
+	return []command{
+		{"create", "create a task and start it", taskCreateCmd},
+		{"list", "list your tasks", taskListCmd},
+		{"status", "show a task: budgets, reason, attempt log", taskStatusCmd},
+		{"cancel", "cancel a task", taskCancelCmd},
+		{"resume", "resume an interrupted task", taskResumeCmd},
+		{"watch", "stream a task's events until it stops running", taskWatchCmd},
+	}
+}
+
+func taskCmd(ctx context.Context, e *env, args []string) int {
+	return subcommand(e, "task", taskCommands(), args, func(c command, rest []string) int { return c.run(ctx, e, rest) })
+}
+
+// tasks dials the daemon and returns its task service and a func that
+// closes the connection.
+func (c *clientFlags) tasks() (apipb.TaskServiceClient, func(), error) {
+	conn, err := c.dial()
+	if err != nil {
+		return nil, nil, err
+	}
+	return apipb.NewTaskServiceClient(conn), func() { conn.Close() }, nil
+}
+
+func taskCreateCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("task create", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	executor := fs.String("executor", "", "executor kind (default: the daemon's tasks.executor)")
+	goal := fs.String("goal", "", "the task's goal (sets spec.goal)")
+	specFile := fs.String("spec-file", "", "JSON task spec file: goal and executor options")
+	var lim apipb.Limits
+	fs.Int64Var(&lim.MaxSteps, "max-steps", 0, "step budget (default: the daemon's tasks.max_steps)")
+	fs.Int64Var(&lim.MaxToolCalls, "max-tool-calls", 0, "tool-call budget (default: tasks.max_tool_calls)")
+	fs.Int64Var(&lim.MaxModelCalls, "max-model-calls", 0, "model-call budget (default: tasks.max_model_calls)")
+	fs.Int64Var(&lim.MaxDepth, "max-depth", 0, "recursion depth budget (default: tasks.max_depth)")
+	fs.Int64Var(&lim.MaxWallSeconds, "max-wall-seconds", 0, "active wall-clock budget in seconds (default: tasks.max_wall_seconds)")
+	watch := fs.Bool("watch", false, "then watch it until it stops running (as 'task watch')")
+	fs.Usage = usageFunc(fs, "taskhost task create --goal TEXT [--executor NAME] [--spec-file FILE] [--max-steps N] [--watch] [flags]",
+		"Creates a task for you in the running daemon and starts it. Prints its id;\nwith --watch, follows it like 'task watch'.")
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
+	}
+	if *goal == "" && *specFile == "" {
+		errorf(e, "task create: give --goal TEXT or --spec-file FILE")
+		fs.Usage()
+		return exitUsage
+	}
+	for _, v := range []struct {
+		name string
+		v    int64
+	}{{"max-steps", lim.MaxSteps}, {"max-tool-calls", lim.MaxToolCalls}, {"max-model-calls", lim.MaxModelCalls}, {"max-depth", lim.MaxDepth}, {"max-wall-seconds", lim.MaxWallSeconds}} {
+		if v.v < 0 {
+			return cf.fail(e, usageError(fmt.Sprintf("task create: --%s must not be negative", v.name)))
+		}
+	}
+	spec, err := buildSpec(*goal, *specFile)
+	if err != nil {
+		return cf.fail(e, usageError("task create: "+err.Error()))
+	}
+	tc, closeConn, err := cf.tasks()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	resp, err := tc.CreateTask(cctx, &apipb.CreateTaskRequest{Executor: *executor, Spec: spec, Limits: &lim})
+	cancel()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	t := taskFromPB(resp.Task)
+	if *watch {
+		if !cf.json {
+			fmt.Fprintf(e.stderr, "created task %s (executor %s)\n", t.ID, t.Executor)
+		}
+		return watchTask(ctx, e, &cf, tc, t.ID, watchOptions{})
+	}
+	if cf.json {
+		newPrinter(e, true).emit(map[string]any{"task": taskJSON(t)})
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "%s\n", t.ID)
+	fmt.Fprintf(e.stderr, "created task %s (executor %s, %s); follow it with: taskhost task watch %s\n", t.ID, t.Executor, t.Status, t.ID)
+	return exitOK
+}
+
+func taskListCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("task list", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	statuses := fs.String("status", "", "only tasks in these statuses, comma-separated (pending, running, waiting_approval, completed, failed, cancelled, interrupted)")
+	limit := fs.Int("limit", 1000, "list at most this many tasks (1..100000)")
+	fs.Usage = usageFunc(fs, "taskhost task list [--status S[,S...]] [--limit N] [flags]", "Lists your tasks in creation order.")
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
+	}
+	if *limit < 1 || *limit > 100000 {
+		return cf.fail(e, usageError("task list: --limit must be 1..100000"))
+	}
+	var filter []string
+	if *statuses != "" {
+		for _, s := range strings.Split(*statuses, ",") {
+			filter = append(filter, strings.TrimSpace(s))
+		}
+	}
+	tc, closeConn, err := cf.tasks()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer closeConn()
+	var all []store.Task
+	token := ""
+	for len(all) < *limit {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: filter, PageSize: int32(min(*limit-len(all), 500)), PageToken: token})
+		cancel()
+		if err != nil {
+			return cf.fail(e, err)
+		}
+		for _, t := range resp.Tasks {
+			all = append(all, taskFromPB(t))
+		}
+		if token = resp.NextPageToken; token == "" {
+			break
+		}
+	}
+	if len(all) > *limit {
+		all = all[:*limit]
+	}
+	if cf.json {
+		views := make([]taskView, 0, len(all))
+		for _, t := range all {
+			views = append(views, taskJSON(t))
+		}
+		newPrinter(e, true).emit(map[string]any{"tasks": views})
+		return exitOK
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(e.stderr, "no tasks (create one with: taskhost task create --goal TEXT)")
+		return exitOK
+	}
+	writeTaskTable(e.stdout, all)
+	return exitOK
+}
+
+func taskStatusCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("task status", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	attempts := fs.Int("attempts", 50, "show this many of the most recent attempts (1..500)")
+	fs.Usage = usageFunc(fs, "taskhost task status ID [flags]", "Shows a task: status and reason, budgets as used/limit meters, and its attempt log.")
+	pos, code, ok := parseArgs(e, fs, args, 1, 1)
+	if !ok {
+		return code
+	}
+	if *attempts < 1 || *attempts > 500 {
+		return cf.fail(e, usageError("task status: --attempts must be 1..500"))
+	}
+	tc, closeConn, err := cf.tasks()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := tc.GetTask(cctx, &apipb.GetTaskRequest{TaskId: pos[0], AttemptsLimit: int32(*attempts)})
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	t := taskFromPB(resp.Task)
+	atts := make([]store.Attempt, 0, len(resp.Attempts))
+	for _, a := range resp.Attempts {
+		atts = append(atts, attemptFromPB(a))
+	}
+	if cf.json {
+		views := make([]attemptView, 0, len(atts))
+		for _, a := range atts {
+			views = append(views, attemptJSON(a))
+		}
+		newPrinter(e, true).emit(map[string]any{"task": taskJSON(t), "attempts": views, "attempts_omitted": resp.AttemptsOmitted})
+		return exitOK
+	}
+	writeTaskDetail(e.stdout, t, atts, resp.AttemptsOmitted)
+	if t.Status == store.StatusInterrupted {
+		fmt.Fprintf(e.stdout, "\nresume it with: taskhost task resume %s\n", t.ID)
+	}
+	return exitOK
+}
+
+func taskCancelCmd(ctx context.Context, e *env, args []string) int {
+	return taskChange(ctx, e, args, "cancel", "Cancels a task. Cancelling a cancelled task is a no-op; a completed or failed\ntask cannot be cancelled (exit 4).",
+		func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
+			resp, err := tc.CancelTask(ctx, &apipb.CancelTaskRequest{TaskId: id})
+			return resp.GetTask(), err
+		})
+}
+
+func taskResumeCmd(ctx context.Context, e *env, args []string) int {
+	return taskChange(ctx, e, args, "resume", "Resumes an interrupted task: same id, run id + 1, the last checkpoint and what\nis left of its budgets. A finished task cannot be resumed (exit 4).",
+		func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
+			resp, err := tc.ResumeTask(ctx, &apipb.ResumeTaskRequest{TaskId: id})
+			return resp.GetTask(), err
+		})
+}
+
+// taskChange is cancel or resume: one call on one task, optionally watched.
+func taskChange(ctx context.Context, e *env, args []string, verb, description string,
+	call func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error)) int {
+	fs := flag.NewFlagSet("task "+verb, flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	watch := fs.Bool("watch", false, "then watch the task until it stops running")
+	fs.Usage = usageFunc(fs, "taskhost task "+verb+" ID [--watch] [flags]", description)
+	pos, code, ok := parseArgs(e, fs, args, 1, 1)
+	if !ok {
+		return code
+	}
+	tc, closeConn, err := cf.tasks()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	pt, err := call(cctx, tc, pos[0])
+	cancel()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	t := taskFromPB(pt)
+	if *watch {
+		// Only this run's events: the earlier ones are history.
+		return watchTask(ctx, e, &cf, tc, t.ID, watchOptions{minRun: t.RunID})
+	}
+	if cf.json {
+		newPrinter(e, true).emit(map[string]any{"task": taskJSON(t)})
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "task %s %s (run %d)\n", t.ID, t.Status, t.RunID)
+	return exitOK
+}
+
+func taskWatchCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("task watch", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	var o watchOptions
+	fs.DurationVar(&o.reconnect, "reconnect-timeout", 2*time.Minute, "how long to keep reconnecting when the daemon goes away")
+	fs.BoolVar(&o.noProgress, "no-progress", false, "no live progress line, even on a terminal")
+	fs.Usage = usageFunc(fs, "taskhost task watch ID [flags]",
+		"Streams a task's events as they happen, with a one-line progress display on a\nterminal, until the task stops running. If the daemon restarts meanwhile, it\nreconnects and continues where it left off.\nExits 0 when the task completed, 1 failed or cancelled, 6 interrupted.")
+	pos, code, ok := parseArgs(e, fs, args, 1, 1)
+	if !ok {
+		return code
+	}
+	if o.reconnect < 0 {
+		return cf.fail(e, usageError("task watch: --reconnect-timeout must not be negative"))
+	}
+	tc, closeConn, err := cf.tasks()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer closeConn()
+	return watchTask(ctx, e, &cf, tc, pos[0], o)
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskhost/taskhost/shared/proto/apipb"
+	"github.com/taskhost/taskhost/store"
+)
+
+// The client shows the API's messages in the same shapes as `taskhost
+// inspect` and `taskhost run`: they are converted to the store's types and
+// printed by the same code.
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+func budgetFromPB(m *apipb.Meter) store.Budget {
+	return store.Budget{Used: m.GetUsed(), Limit: m.GetLimit()}
+}
+
+func taskFromPB(t *apipb.Task) store.Task {
+	b := t.GetBudgets()
+	return store.Task{
+		ID: t.GetId(), PrincipalID: t.GetPrincipal(), Executor: t.GetExecutor(), Spec: t.GetSpec(),
+		Status: store.Status(t.GetStatus()), Reason: store.Reason(t.GetReason()), Message: t.GetMessage(), RunID: t.GetRunId(),
+		Budgets: store.Budgets{
+			Steps: budgetFromPB(b.GetSteps()), ToolCalls: budgetFromPB(b.GetToolCalls()), ModelCalls: budgetFromPB(b.GetModelCalls()),
+			Depth: budgetFromPB(b.GetDepth()), WallMillis: budgetFromPB(b.GetWallMs()),
+		},
+		Result: t.GetResult(), CreatedAt: fromNanos(t.GetCreatedUnixNano()), UpdatedAt: fromNanos(t.GetUpdatedUnixNano()),
+	}
+}
+
+func attemptFromPB(a *apipb.Attempt) store.Attempt {
+	return store.Attempt{
+		Number: a.GetNumber(), RunID: a.GetRunId(), Status: store.AttemptStatus(a.GetStatus()), Outcome: a.GetOutcome(),
+		Summary: a.GetSummary(), Reason: store.Reason(a.GetReason()), Message: a.GetMessage(),
+		StartedAt: fromNanos(a.GetStartedUnixNano()), EndedAt: fromNanos(a.GetEndedUnixNano()),
+		ExitCode: int(a.GetExitCode()), ExitSignal: a.GetExitSignal(), StderrTail: a.GetStderrTail(),
+	}
+}
+
+func eventFromPB(ev *apipb.Event) store.Event {
+	return store.Event{Seq: ev.GetSeq(), TaskID: ev.GetTaskId(), RunID: ev.GetRunId(), Type: ev.GetType(),
+		Time: fromNanos(ev.GetTimeUnixNano()), Payload: ev.GetPayload()}
+}
+
+func rfc3339(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return time.Unix(0, n).UTC().Format(time.RFC3339Nano)
+}
+
+// approvalView is the stable JSON shape of an approval.
+type approvalView struct {
+	ID         string `json:"id"`
+	TaskID     string `json:"task_id"`
+	RunID      int64  `json:"run_id"`
+	Attempt    int64  `json:"attempt"`
+	Tool       string `json:"tool,omitempty"`
+	Prompt     string `json:"prompt"`
+	Status     string `json:"status"`
+	CreatedAt  string `json:"created_at"`
+	ExpiresAt  string `json:"expires_at"`
+	ResolvedAt string `json:"resolved_at,omitempty"`
+}
+
+func approvalJSON(a *apipb.Approval) approvalView {
+	return approvalView{
+		ID: a.GetId(), TaskID: a.GetTaskId(), RunID: a.GetRunId(), Attempt: a.GetAttempt(), Tool: a.GetTool(),
+		Prompt: a.GetPrompt(), Status: a.GetStatus(), CreatedAt: rfc3339(a.GetCreatedUnixNano()),
+		ExpiresAt: rfc3339(a.GetExpiresUnixNano()), ResolvedAt: rfc3339(a.GetResolvedUnixNano()),
+	}
+}
+
+// executorView is the stable JSON shape of an executor.
+type executorView struct {
+	Kind              string            `json:"kind"`
+	Default           bool              `json:"default"`
+	Version           string            `json:"version,omitempty"`
+	ProtocolVersion   int32             `json:"protocol_version,omitempty"`
+	CheckpointSchemas []string          `json:"checkpoint_schemas"`
+	Capabilities      []string          `json:"capabilities"`
+	Runtime           map[string]string `json:"runtime"`
+	Path              string            `json:"path,omitempty"`
+	Pinned            bool              `json:"pinned"`
+	SHA256            string            `json:"sha256,omitempty"`
+	Preflight         preflightView     `json:"preflight"`
+}
+
+type preflightView struct {
+	OK     bool   `json:"ok"`
+	Check  string `json:"check,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func executorJSON(x *apipb.Executor) executorView {
+	v := executorView{
+		Kind: x.GetKind(), Default: x.GetDefault(), Version: x.GetVersion(), ProtocolVersion: x.GetProtocolVersion(),
+		CheckpointSchemas: nonNil(x.GetCheckpointSchemas()), Capabilities: nonNil(x.GetCapabilities()),
+		Runtime: x.GetRuntime(), Path: x.GetPath(), Pinned: x.GetSha256() != "", SHA256: x.GetSha256(),
+		Preflight: preflightOf(x),
+	}
+	if v.Runtime == nil {
+		v.Runtime = map[string]string{}
+	}
+	return v
+}
+
+// preflightOf is an executor's preflight result: unavailable in the
+// daemon's registry, or described by the executor as a failed runtime
+// preflight (Runtime["preflight"] = "failed: ...", e.g. a wrong
+// SWI-Prolog), which refuses every step.
+func preflightOf(x *apipb.Executor) preflightView {
+	if !x.GetAvailable() {
+		return preflightView{OK: false, Check: x.GetUnavailableCheck(), Detail: x.GetUnavailableDetail()}
+	}
+	if p := x.GetRuntime()["preflight"]; strings.HasPrefix(p, "failed") {
+		return preflightView{OK: false, Check: "runtime", Detail: p}
+	}
+	return preflightView{OK: true}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// meters renders a task's budgets as used/limit meters.
+func meters(b store.Budgets) string {
+	return fmt.Sprintf("steps %d/%d  tools %d/%d  models %d/%d  depth %d/%d  wall %.1fs/%ds",
+		b.Steps.Used, b.Steps.Limit, b.ToolCalls.Used, b.ToolCalls.Limit, b.ModelCalls.Used, b.ModelCalls.Limit,
+		b.Depth.Used, b.Depth.Limit, float64(b.WallMillis.Used)/1000, b.WallMillis.Limit/1000)
+}
+
+// writeTaskDetail prints one task with its budgets and attempt log.
+func writeTaskDetail(w io.Writer, t store.Task, atts []store.Attempt, omitted int64) {
+	fmt.Fprintf(w, "task      %s\nexecutor  %s\nstatus    %s", t.ID, t.Executor, t.Status)
+	if t.Reason != "" {
+		fmt.Fprintf(w, " (%s)", t.Reason)
+	}
+	fmt.Fprintln(w)
+	if t.Message != "" {
+		fmt.Fprintf(w, "message   %s\n", t.Message)
+	}
+	fmt.Fprintf(w, "run       %d\nbudgets   %s\n", t.RunID, meters(t.Budgets))
+	if !t.CreatedAt.IsZero() {
+		fmt.Fprintf(w, "created   %s\n", t.CreatedAt.Local().Format(time.DateTime))
+	}
+	if len(t.Result) > 0 {
+		fmt.Fprintf(w, "result    %s\n", t.Result)
+	}
+	if len(atts) == 0 {
+		fmt.Fprintln(w, "\n(no attempts yet)")
+		return
+	}
+	if omitted > 0 {
+		fmt.Fprintf(w, "\n(%d older attempts not shown)", omitted)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nATTEMPT\tRUN\tSTATUS\tOUTCOME\tREASON\tEXIT\tDURATION\tSUMMARY")
+	for _, a := range atts {
+		av := attemptJSON(a)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.RunID, a.Status, a.Outcome, a.Reason, av.Exit, av.Duration, truncateLine(a.Summary, 60))
+	}
+	tw.Flush()
+}
+
+// writeTaskTable prints tasks one per line.
+func writeTaskTable(w io.Writer, tasks []store.Task) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
+	for _, t := range tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, t.Executor, t.Status, t.Reason, t.RunID,
+			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
+	}
+	tw.Flush()
+}

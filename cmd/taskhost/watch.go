@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
+	"github.com/taskhost/taskhost/store"
+)
+
+const defaultReconnect = 2 * time.Minute
+
+type watchOptions struct {
+	reconnect  time.Duration // 0: the default
+	noProgress bool
+	// minRun hides the events of earlier runs (a resumed task's history).
+	minRun int64
+	// onEvent, when set, is called for each event after it is printed (the
+	// demo answers approvals from it).
+	onEvent func(ev store.Event)
+}
+
+// watchTask follows task id until it stops running and returns the exit code
+// for its final status. A stream lost to a daemon restart is resumed from the
+// last event seen.
+func watchTask(ctx context.Context, e *env, cf *clientFlags, tc apipb.TaskServiceClient, id string, o watchOptions) int {
+	if o.reconnect == 0 {
+		o.reconnect = defaultReconnect
+	}
+	w := &watchView{e: e, json: cf.json}
+	if !cf.json && !o.noProgress {
+		w.width, w.progress = terminalWidth(e.stdout)
+	}
+	if w.progress {
+		stopTick := make(chan struct{})
+		defer close(stopTick)
+		go w.tick(stopTick)
+	}
+	var after int64
+	connected := false
+	var lostAt time.Time
+	delay := 50 * time.Millisecond
+	for {
+		stream, err := tc.WatchTask(ctx, &apipb.WatchTaskRequest{TaskId: id, AfterSeq: after})
+		for err == nil {
+			var msg *apipb.WatchTaskResponse
+			if msg, err = stream.Recv(); err != nil {
+				break
+			}
+			if !lostAt.IsZero() {
+				fmt.Fprintf(e.stderr, "taskhost: reconnected to the daemon; continuing after event %d\n", after)
+				lostAt, delay = time.Time{}, 50*time.Millisecond
+			}
+			connected = true
+			switch it := msg.Item.(type) {
+			case *apipb.WatchTaskResponse_Snapshot:
+				w.snapshot(taskFromPB(it.Snapshot))
+			case *apipb.WatchTaskResponse_Event:
+				ev := eventFromPB(it.Event)
+				after = ev.Seq
+				if ev.RunID < o.minRun {
+					continue
+				}
+				w.event(ev)
+				if o.onEvent != nil {
+					o.onEvent(ev)
+				}
+			case *apipb.WatchTaskResponse_Final:
+				return w.final(taskFromPB(it.Final))
+			}
+		}
+		w.lost()
+		switch {
+		case ctx.Err() != nil:
+			fmt.Fprintf(e.stderr, "taskhost: stopped watching; the task keeps running in the daemon (taskhost task watch %s to follow it again)\n", id)
+			return exitSignal
+		case !connected || !reconnectable(err):
+			return cf.fail(e, err)
+		}
+		now := time.Now()
+		if lostAt.IsZero() {
+			lostAt = now
+			fmt.Fprintf(e.stderr, "taskhost: lost the daemon (%s); reconnecting for up to %s...\n", status.Convert(err).Message(), o.reconnect)
+		} else if now.Sub(lostAt) > o.reconnect {
+			errorf(e, "the daemon did not come back within %s (--reconnect-timeout); the task's state is unknown: check it with 'taskhost task status %s'", o.reconnect, id)
+			return exitUnavailable
+		}
+		if !sleepCtx(ctx, delay) {
+			fmt.Fprintf(e.stderr, "taskhost: stopped watching while reconnecting\n")
+			return exitSignal
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+// reconnectable reports whether a watch stream broke because the daemon
+// went away (or is stopping), rather than refusing the watch.
+func reconnectable(err error) bool {
+	if errors.Is(err, io.EOF) {
+		return true // the stream ended without its final message
+	}
+	return status.Code(err) == codes.Unavailable
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// watchView prints what a watch sees: one line per event and, on a
+// terminal, a progress line kept at the bottom.
+type watchView struct {
+	mu       sync.Mutex // the ticker redraws the progress line too
+	e        *env
+	json     bool
+	progress bool
+	width    int  // the terminal's columns
+	shown    bool // the progress line is on screen
+	seenTask bool
+
+	id, status, attempt, steps, tools, models, wall string
+	start                                           time.Time
+	asOf                                            time.Time // the snapshot's time
+}
+
+// tick redraws the progress line every second until stop is closed, so its
+// clock moves while the task is quiet (waiting for an approval, say).
+func (w *watchView) tick(stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			w.mu.Lock()
+			if w.shown {
+				w.drawProgress()
+			}
+			w.mu.Unlock()
+		case <-stop:
+			return
+		}
+	}
+}
+
+// lost clears the progress line before a message about the connection.
+func (w *watchView) lost() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.clearProgress()
+}
+
+func (w *watchView) snapshot(t store.Task) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.id, w.status, w.asOf = t.ID, string(t.Status), t.UpdatedAt
+	b := t.Budgets
+	w.steps = fmt.Sprintf("%d/%d", b.Steps.Used, b.Steps.Limit)
+	w.tools = fmt.Sprintf("%d/%d", b.ToolCalls.Used, b.ToolCalls.Limit)
+	w.models = fmt.Sprintf("%d/%d", b.ModelCalls.Used, b.ModelCalls.Limit)
+	w.wall = fmt.Sprintf("%d/%d", b.WallMillis.Used/1000, b.WallMillis.Limit/1000)
+	if w.seenTask { // a snapshot after a reconnect: nothing new to print
+		w.drawProgress()
+		return
+	}
+	w.seenTask, w.start = true, time.Now()
+	switch {
+	case w.json:
+		newPrinter(w.e, true).emit(map[string]any{"kind": "task", "task": taskJSON(t)})
+	default:
+		fmt.Fprintf(w.e.stdout, "task %s (executor %s, run %d, %s)\n", t.ID, t.Executor, t.RunID, t.Status)
+	}
+	w.drawProgress()
+}
+
+func (w *watchView) event(ev store.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var f host.EventPayload
+	_ = json.Unmarshal(ev.Payload, &f)
+	if ev.Time.Before(w.asOf) {
+		// History older than the snapshot: print it, keep the display.
+		f = host.EventPayload{}
+	}
+	for _, kv := range []struct {
+		dst *string
+		v   string
+	}{{&w.status, f.Status}, {&w.steps, f.Steps}, {&w.tools, f.Tools}, {&w.models, f.Models}, {&w.wall, f.WallSecs}} {
+		if kv.v != "" {
+			*kv.dst = kv.v
+		}
+	}
+	if f.Attempt > 0 {
+		w.attempt = fmt.Sprint(f.Attempt)
+	}
+	w.clearProgress()
+	newPrinter(w.e, w.json).event(ev)
+	if !w.json && ev.Type == host.EventTaskWaitingApproval && f.Note != "" {
+		fmt.Fprintf(w.e.stdout, "          approval %s is pending: taskhost approve %s (or reject)\n", f.Note, f.Note)
+	}
+	w.drawProgress()
+}
+
+func (w *watchView) final(t store.Task) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.progress = false
+	w.clearProgress()
+	switch {
+	case w.json:
+		newPrinter(w.e, true).emit(map[string]any{"kind": "result", "task": taskJSON(t)})
+	case t.Status == store.StatusCompleted:
+		fmt.Fprintf(w.e.stdout, "task %s completed: %s\n", t.ID, meters(t.Budgets))
+		if len(t.Result) > 0 {
+			fmt.Fprintf(w.e.stdout, "result: %s\n", t.Result)
+		}
+	case t.Status == store.StatusInterrupted:
+		fmt.Fprintf(w.e.stdout, "task %s interrupted (%s)%s\nresume it with: taskhost task resume %s\n", t.ID, t.Reason, detail(t.Message), t.ID)
+	default:
+		fmt.Fprintf(w.e.stdout, "task %s %s (%s)%s\n", t.ID, t.Status, t.Reason, detail(t.Message))
+	}
+	switch t.Status {
+	case store.StatusCompleted:
+		return exitOK
+	case store.StatusInterrupted:
+		return exitInterrupted
+	default:
+		return exitFailed
+	}
+}
+
+// progressLine is the one-line display of the task's state.
+func (w *watchView) progressLine() string {
+	parts := []string{w.id, w.status}
+	if w.attempt != "" {
+		parts = append(parts, "attempt "+w.attempt)
+	}
+	parts = append(parts, "steps "+w.steps, "tools "+w.tools, "models "+w.models, "wall "+w.wall+"s",
+		fmt.Sprintf("watching %.0fs", time.Since(w.start).Seconds()))
+	line := strings.Join(parts, " | ")
+	// A line that wraps could not be redrawn in place.
+	if w.width > 1 && len(line) >= w.width {
+		line = line[:w.width-1]
+	}
+	return line
+}
+
+func (w *watchView) drawProgress() {
+	if !w.progress {
+		return
+	}
+	fmt.Fprintf(w.e.stdout, "\r\033[2K%s", w.progressLine())
+	w.shown = true
+}
+
+func (w *watchView) clearProgress() {
+	if w.shown {
+		fmt.Fprint(w.e.stdout, "\r\033[2K")
+		w.shown = false
+	}
+}
+
+// terminalWidth reports whether w is a terminal and its width in columns
+// (0 when unknown).
+func terminalWidth(w io.Writer) (int, bool) {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0, false
+	}
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
+		return 0, false
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0, true
+	}
+	return int(ws.Col), true
+}

@@ -1,0 +1,100 @@
+package api
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/taskhost/taskhost/shared/proto/apipb"
+	"github.com/taskhost/taskhost/store"
+)
+
+var (
+	idRE       = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	executorRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+)
+
+// checkID validates an id field: present, bounded, no odd characters.
+func checkID(field, id string) error {
+	switch {
+	case id == "":
+		return invalid(field, "is required")
+	case len(id) > maxIDBytes:
+		return invalid(field, fmt.Sprintf("is %d bytes, at most %d", len(id), maxIDBytes))
+	case !idRE.MatchString(id):
+		return invalid(field, "may hold only letters, digits, '_' and '-'")
+	}
+	return nil
+}
+
+var taskStatuses = map[string]store.Status{
+	"pending": store.StatusPending, "running": store.StatusRunning, "waiting_approval": store.StatusWaitingApproval,
+	"completed": store.StatusCompleted, "failed": store.StatusFailed, "cancelled": store.StatusCancelled,
+	"interrupted": store.StatusInterrupted,
+}
+
+var approvalStatuses = map[string]store.ApprovalStatus{
+	"pending": store.ApprovalPending, "approved": store.ApprovalApproved, "rejected": store.ApprovalRejected,
+	"expired": store.ApprovalExpired, "cancelled": store.ApprovalCancelled,
+}
+
+// pageToken reads a ListTasks page token: the seq of the previous page's
+// last task.
+func pageToken(tok string) (int64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(tok, 10, 64)
+	if err != nil || n <= 0 || len(tok) > 20 {
+		return 0, invalid("page_token", "is not a token this server issued: pass next_page_token unchanged")
+	}
+	return n, nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func meter(b store.Budget) *apipb.Meter { return &apipb.Meter{Used: b.Used, Limit: b.Limit} }
+
+// taskPB converts a task; full adds the spec and the result.
+func taskPB(t store.Task, full bool) *apipb.Task {
+	b := t.Budgets
+	v := &apipb.Task{
+		Id: t.ID, Principal: t.PrincipalID, Executor: t.Executor, Status: string(t.Status),
+		Reason: string(t.Reason), Message: t.Message, RunId: t.RunID,
+		Budgets: &apipb.Budgets{
+			Steps: meter(b.Steps), ToolCalls: meter(b.ToolCalls), ModelCalls: meter(b.ModelCalls),
+			Depth: meter(b.Depth), WallMs: meter(b.WallMillis),
+		},
+		CreatedUnixNano: nanos(t.CreatedAt), UpdatedUnixNano: nanos(t.UpdatedAt),
+	}
+	if full {
+		v.Spec, v.Result = t.Spec, t.Result
+	}
+	return v
+}
+
+func attemptPB(a store.Attempt) *apipb.Attempt {
+	return &apipb.Attempt{
+		Number: a.Number, RunId: a.RunID, Status: string(a.Status), Outcome: a.Outcome, Summary: a.Summary,
+		Reason: string(a.Reason), Message: a.Message, StartedUnixNano: nanos(a.StartedAt), EndedUnixNano: nanos(a.EndedAt),
+		ExitCode: int32(a.ExitCode), ExitSignal: a.ExitSignal, StderrTail: a.StderrTail,
+	}
+}
+
+func eventPB(e store.Event) *apipb.Event {
+	return &apipb.Event{Seq: e.Seq, TaskId: e.TaskID, RunId: e.RunID, Type: e.Type, TimeUnixNano: nanos(e.Time), Payload: e.Payload}
+}
+
+func approvalPB(a store.Approval) *apipb.Approval {
+	return &apipb.Approval{
+		Id: a.ID, TaskId: a.TaskID, RunId: a.RunID, Attempt: a.Attempt, Tool: a.Tool, Prompt: a.Prompt,
+		Status: string(a.Status), CreatedUnixNano: nanos(a.CreatedAt), ExpiresUnixNano: nanos(a.ExpiresAt),
+		ResolvedUnixNano: nanos(a.ResolvedAt),
+	}
+}

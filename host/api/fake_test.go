@@ -1,0 +1,195 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/store"
+)
+
+// fakeTasks is an in-memory Tasks + EventLog + Executors scoped by
+// principal like the real Runner: enough to test the API's own logic.
+type fakeTasks struct {
+	mu      sync.Mutex
+	tasks   map[string]store.Task // by id
+	events  map[string][]store.Event
+	seq     int64
+	changed chan struct{}
+	calls   int
+	// err, when set, is returned by every call.
+	err       error
+	lastQuery store.ListQuery
+}
+
+func newFake() *fakeTasks {
+	return &fakeTasks{tasks: map[string]store.Task{}, events: map[string][]store.Event{}, changed: make(chan struct{})}
+}
+
+func (f *fakeTasks) add(principal, id string, st store.Status) store.Task {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	t := store.Task{Seq: f.seq, ID: id, PrincipalID: principal, Executor: "testexec", Status: st, Spec: []byte(`{"goal":"g"}`),
+		Budgets: store.Budgets{Steps: store.Budget{Limit: 20}}, CreatedAt: time.Unix(1700000000, 0), UpdatedAt: time.Unix(1700000000, 0)}
+	f.tasks[id] = t
+	return t
+}
+
+// emit appends an event and optionally moves the task to st.
+func (f *fakeTasks) emit(id, typ string, st store.Status) {
+	f.mu.Lock()
+	t := f.tasks[id]
+	if st != "" {
+		t.Status = st
+		f.tasks[id] = t
+	}
+	f.seq++
+	f.events[id] = append(f.events[id], store.Event{Seq: f.seq, TaskID: id, Type: typ, Time: time.Now(), Payload: []byte(`{"status":"` + string(t.Status) + `"}`)})
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *fakeTasks) get(principal, id string) (store.Task, error) {
+	f.calls++
+	if f.err != nil {
+		return store.Task{}, f.err
+	}
+	t, ok := f.tasks[id]
+	if !ok || t.PrincipalID != principal {
+		return store.Task{}, fmt.Errorf("task %s: %w", id, store.ErrNotFound)
+	}
+	return t, nil
+}
+
+func (f *fakeTasks) Create(_ context.Context, principal string, req host.CreateRequest) (store.Task, error) {
+	f.mu.Lock()
+	f.calls++
+	err := f.err
+	f.mu.Unlock()
+	if err != nil {
+		return store.Task{}, err
+	}
+	return f.add(principal, fmt.Sprintf("t_%d", time.Now().UnixNano()), store.StatusRunning), nil
+}
+
+func (f *fakeTasks) Resume(_ context.Context, principal, id string) (store.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.get(principal, id)
+}
+
+func (f *fakeTasks) Cancel(_ context.Context, principal, id string) (store.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.get(principal, id)
+}
+
+func (f *fakeTasks) Get(_ context.Context, principal, id string) (store.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.get(principal, id)
+}
+
+func (f *fakeTasks) List(_ context.Context, principal string, q store.ListQuery) ([]store.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	f.lastQuery = q
+	var out []store.Task
+	for seq := q.AfterSeq + 1; seq <= f.seq && len(out) < q.Limit; seq++ {
+		for _, t := range f.tasks {
+			if t.Seq == seq && t.PrincipalID == principal {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeTasks) Attempts(_ context.Context, principal, id string) ([]store.Attempt, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.get(principal, id); err != nil {
+		return nil, err
+	}
+	var out []store.Attempt
+	for i := int64(1); i <= 60; i++ {
+		out = append(out, store.Attempt{TaskID: id, Number: i, RunID: 1, Status: store.AttemptCompleted})
+	}
+	return out, nil
+}
+
+func (f *fakeTasks) Events(ctx context.Context, principal, id string, after int64) ([]store.Event, error) {
+	for {
+		f.mu.Lock()
+		changed := f.changed
+		f.mu.Unlock()
+		evs, err := f.eventsNow(principal, id, after, 100)
+		if err != nil || len(evs) > 0 {
+			return evs, err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (f *fakeTasks) eventsNow(principal, id string, after int64, limit int) ([]store.Event, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.get(principal, id); err != nil {
+		return nil, err
+	}
+	var out []store.Event
+	for _, e := range f.events[id] {
+		if e.Seq > after && len(out) < limit {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeTasks) Approvals(context.Context, string, store.ApprovalStatus) ([]store.Approval, error) {
+	return nil, nil
+}
+
+func (f *fakeTasks) Approve(_ context.Context, principal, id string) (store.Approval, error) {
+	return store.Approval{}, fmt.Errorf("approval %s: %w", id, store.ErrNotFound)
+}
+
+func (f *fakeTasks) Reject(_ context.Context, principal, id string) (store.Approval, error) {
+	return store.Approval{}, fmt.Errorf("approval %s: %w", id, store.ErrNotFound)
+}
+
+// fakeEvents is the fake's non-blocking EventLog.
+type fakeEvents struct{ f *fakeTasks }
+
+func (e fakeEvents) Events(_ context.Context, principal, id string, after int64, limit int) ([]store.Event, error) {
+	return e.f.eventsNow(principal, id, after, limit)
+}
+
+// fakeExecutors knows "testexec" (available, pinned) and "machinespirit"
+// (disabled).
+type fakeExecutors struct{}
+
+func (fakeExecutors) Kinds() []string { return []string{"machinespirit", "testexec"} }
+
+func (fakeExecutors) Describe(kind string) (host.Description, error) {
+	if kind == "testexec" {
+		return host.Description{Kind: kind, Version: "1.0.0", ProtocolVersion: 1, CheckpointSchemas: []string{"testexec/1"}}, nil
+	}
+	return host.Description{}, &host.UnavailableError{Kind: kind, Check: "disabled", Detail: "machinespirit is disabled"}
+}
+
+func (fakeExecutors) Spec(kind string) (host.PluginSpec, bool) {
+	if kind == "testexec" {
+		return host.PluginSpec{Kind: kind, Path: "/bin/testexec", SHA256: "ab"}, true
+	}
+	return host.PluginSpec{}, false
+}

@@ -1,0 +1,183 @@
+// Package api is the taskhost daemon's gRPC API (shared/proto/api.proto,
+// package taskhost.api.v1): the task, approval and host services a client
+// such as the taskhost CLI calls over the daemon's unix socket or its
+// optional loopback token listener.
+//
+// Every call is authenticated in one place (the interceptors of auth.go): on
+// the unix socket the caller's uid comes from the socket's peer credentials
+// (SO_PEERCRED) and is mapped to a principal name; on the TCP listener a
+// bearer token is hashed and matched. A caller that maps to no principal is
+// refused before its request is looked at. Each handler then acts for that
+// principal only; a task of another principal is indistinguishable from one
+// that does not exist.
+package api
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
+	"github.com/taskhost/taskhost/store"
+)
+
+// APIVersion is the version of the API package this server speaks.
+const APIVersion = "v1"
+
+// Bounds of requests and responses.
+const (
+	maxRequestBytes    = 1 << 20 // a spec is at most limits.spec_bytes (16 KiB)
+	defaultPageSize    = 100
+	maxPageSize        = 500
+	defaultAttempts    = 50
+	maxAttempts        = 500
+	maxApprovals       = 500
+	eventBatch         = 100
+	defaultMaxWatchers = 256
+	maxSpecBytes       = 64 << 10
+	maxIDBytes         = 64
+	maxStatusFilters   = 7
+)
+
+// Tasks is what the API needs of the Runner; *host.Runner implements it.
+type Tasks interface {
+	Create(ctx context.Context, principal string, req host.CreateRequest) (store.Task, error)
+	Resume(ctx context.Context, principal, id string) (store.Task, error)
+	Cancel(ctx context.Context, principal, id string) (store.Task, error)
+	Get(ctx context.Context, principal, id string) (store.Task, error)
+	List(ctx context.Context, principal string, q store.ListQuery) ([]store.Task, error)
+	Attempts(ctx context.Context, principal, id string) ([]store.Attempt, error)
+	// Events blocks until there is at least one event after after, or ctx
+	// ends.
+	Events(ctx context.Context, principal, id string, after int64) ([]store.Event, error)
+	Approvals(ctx context.Context, principal string, st store.ApprovalStatus) ([]store.Approval, error)
+	Approve(ctx context.Context, principal, id string) (store.Approval, error)
+	Reject(ctx context.Context, principal, id string) (store.Approval, error)
+}
+
+// EventLog reads events without waiting; *store.Store implements it.
+type EventLog interface {
+	Events(ctx context.Context, principal, id string, afterSeq int64, limit int) ([]store.Event, error)
+}
+
+// Executors is what the API shows of the executor registry;
+// *host.Registry implements it.
+type Executors interface {
+	Kinds() []string
+	Describe(kind string) (host.Description, error)
+	Spec(kind string) (host.PluginSpec, bool)
+}
+
+// Options configure a Server.
+type Options struct {
+	Tasks     Tasks
+	Events    EventLog
+	Executors Executors
+
+	// Principals maps a unix uid to its principal name.
+	Principals map[uint32]string
+	// Tokens maps a principal name to the SHA-256 (lowercase hex) of its
+	// bearer token, for the TCP listener.
+	Tokens map[string]string
+
+	DefaultExecutor string
+	Version         string // the daemon's version, reported by GetInfo
+	// MaxWatchers bounds concurrent WatchTask streams (default 256).
+	MaxWatchers int
+	Logger      hclog.Logger
+}
+
+// Server serves the API. Create it with New, start it with Serve, stop it
+// with Stop.
+type Server struct {
+	opts     Options
+	log      hclog.Logger
+	auth     *authenticator
+	grpc     *grpc.Server
+	watchers chan struct{} // a slot per running watch stream
+
+	closing   chan struct{} // closed when Stop begins
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New returns a Server over opts.
+func New(opts Options) (*Server, error) {
+	if opts.Tasks == nil || opts.Events == nil || opts.Executors == nil {
+		return nil, errors.New("api: Tasks, Events and Executors are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.MaxWatchers <= 0 {
+		opts.MaxWatchers = defaultMaxWatchers
+	}
+	auth, err := newAuthenticator(opts.Principals, opts.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts: opts, log: opts.Logger, auth: auth,
+		watchers: make(chan struct{}, opts.MaxWatchers),
+		closing:  make(chan struct{}),
+	}
+	s.grpc = grpc.NewServer(
+		grpc.Creds(transportCredentials{}),
+		grpc.MaxRecvMsgSize(maxRequestBytes),
+		grpc.MaxSendMsgSize(16<<20),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	)
+	apipb.RegisterTaskServiceServer(s.grpc, &taskService{s: s})
+	apipb.RegisterApprovalServiceServer(s.grpc, &approvalService{s: s})
+	apipb.RegisterHostServiceServer(s.grpc, &hostService{s: s})
+	return s, nil
+}
+
+// Serve serves ln until Stop. Serve as many listeners as needed; each is
+// closed by Stop.
+func (s *Server) Serve(ln net.Listener) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("api listener stopped", "addr", ln.Addr().String(), "error", err)
+		}
+	}()
+}
+
+// Stop stops the server: the listeners close, watch streams of tasks that
+// are still running end with Unavailable (their clients reconnect), calls
+// in flight may finish until ctx ends, and then every connection is closed.
+func (s *Server) Stop(ctx context.Context) {
+	s.closeOnce.Do(func() { close(s.closing) })
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+	s.wg.Wait()
+}
+
+// errClosing is the status a call gets while the daemon stops.
+func errClosing() error {
+	return statusError(codes.Unavailable, ReasonShuttingDown, "the taskhost daemon is shutting down; retry when it is back")
+}
+
+func (s *Server) stopping() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,161 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
+	"github.com/taskhost/taskhost/store"
+)
+
+type taskService struct {
+	apipb.UnimplementedTaskServiceServer
+	s *Server
+}
+
+func (ts *taskService) CreateTask(ctx context.Context, req *apipb.CreateTaskRequest) (*apipb.CreateTaskResponse, error) {
+	p, err := principalOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.Executor != "" && !executorRE.MatchString(req.Executor) {
+		return nil, invalid("executor", "must be 1 to 32 characters: a lowercase letter, then lowercase letters, digits, '_' or '-'")
+	}
+	switch {
+	case len(req.Spec) == 0:
+		return nil, invalid("spec", `is required: a JSON object with at least a "goal"`)
+	case len(req.Spec) > maxSpecBytes:
+		return nil, invalid("spec", fmt.Sprintf("is %d bytes, at most %d", len(req.Spec), maxSpecBytes))
+	}
+	var lim host.Limits
+	if l := req.Limits; l != nil {
+		lim = host.Limits{Steps: l.MaxSteps, ToolCalls: l.MaxToolCalls, ModelCalls: l.MaxModelCalls, Depth: l.MaxDepth, WallSeconds: l.MaxWallSeconds}
+	}
+	t, err := ts.s.opts.Tasks.Create(ctx, p, host.CreateRequest{Executor: req.Executor, Spec: req.Spec, Limits: lim})
+	if err != nil {
+		return nil, ts.s.toStatus(ctx, err, "executor", req.Executor)
+	}
+	ts.s.log.Info("task created", "principal", p, "task", t.ID, "executor", t.Executor)
+	return &apipb.CreateTaskResponse{Task: taskPB(t, true)}, nil
+}
+
+func (ts *taskService) GetTask(ctx context.Context, req *apipb.GetTaskRequest) (*apipb.GetTaskResponse, error) {
+	p, err := principalOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("task_id", req.TaskId); err != nil {
+		return nil, err
+	}
+	limit := int(req.AttemptsLimit)
+	switch {
+	case limit < 0:
+		return nil, invalid("attempts_limit", "must not be negative")
+	case limit == 0:
+		limit = defaultAttempts
+	case limit > maxAttempts:
+		limit = maxAttempts
+	}
+	t, err := ts.s.opts.Tasks.Get(ctx, p, req.TaskId)
+	if err != nil {
+		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
+	}
+	atts, err := ts.s.opts.Tasks.Attempts(ctx, p, req.TaskId)
+	if err != nil {
+		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
+	}
+	resp := &apipb.GetTaskResponse{Task: taskPB(t, true)}
+	if len(atts) > limit {
+		resp.AttemptsOmitted = int64(len(atts) - limit)
+		atts = atts[len(atts)-limit:]
+	}
+	for _, a := range atts {
+		resp.Attempts = append(resp.Attempts, attemptPB(a))
+	}
+	return resp, nil
+}
+
+func (ts *taskService) ListTasks(ctx context.Context, req *apipb.ListTasksRequest) (*apipb.ListTasksResponse, error) {
+	p, err := principalOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.PageSize)
+	switch {
+	case size < 0:
+		return nil, invalid("page_size", "must not be negative")
+	case size == 0:
+		size = defaultPageSize
+	case size > maxPageSize:
+		size = maxPageSize
+	}
+	if len(req.Status) > maxStatusFilters {
+		return nil, invalid("status", fmt.Sprintf("has %d entries, at most %d", len(req.Status), maxStatusFilters))
+	}
+	q := store.ListQuery{Limit: size + 1} // one more, to know whether a next page exists
+	for i, s := range req.Status {
+		st, ok := taskStatuses[s]
+		if !ok {
+			return nil, invalid(fmt.Sprintf("status[%d]", i), fmt.Sprintf("%q is not a task status: use pending, running, waiting_approval, completed, failed, cancelled or interrupted", truncate(s, 40)))
+		}
+		q.Status = append(q.Status, st)
+	}
+	if q.AfterSeq, err = pageToken(req.PageToken); err != nil {
+		return nil, err
+	}
+	tasks, err := ts.s.opts.Tasks.List(ctx, p, q)
+	if err != nil {
+		return nil, ts.s.toStatus(ctx, err, "task", "")
+	}
+	resp := &apipb.ListTasksResponse{}
+	if len(tasks) > size {
+		tasks = tasks[:size]
+		resp.NextPageToken = strconv.FormatInt(tasks[size-1].Seq, 10)
+	}
+	for _, t := range tasks {
+		resp.Tasks = append(resp.Tasks, taskPB(t, false))
+	}
+	return resp, nil
+}
+
+func (ts *taskService) CancelTask(ctx context.Context, req *apipb.CancelTaskRequest) (*apipb.CancelTaskResponse, error) {
+	p, err := principalOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("task_id", req.TaskId); err != nil {
+		return nil, err
+	}
+	t, err := ts.s.opts.Tasks.Cancel(ctx, p, req.TaskId)
+	if err != nil {
+		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
+	}
+	ts.s.log.Info("task cancelled", "principal", p, "task", t.ID)
+	return &apipb.CancelTaskResponse{Task: taskPB(t, true)}, nil
+}
+
+func (ts *taskService) ResumeTask(ctx context.Context, req *apipb.ResumeTaskRequest) (*apipb.ResumeTaskResponse, error) {
+	p, err := principalOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("task_id", req.TaskId); err != nil {
+		return nil, err
+	}
+	t, err := ts.s.opts.Tasks.Resume(ctx, p, req.TaskId)
+	if err != nil {
+		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
+	}
+	ts.s.log.Info("task resumed", "principal", p, "task", t.ID, "run", t.RunID)
+	return &apipb.ResumeTaskResponse{Task: taskPB(t, true)}, nil
+}
+
+// truncate cuts s to at most n bytes for an error message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
