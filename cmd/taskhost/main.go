@@ -71,6 +71,7 @@ func commands() []command {
 		{"run", "run one task in the foreground (or --resume one)", runCmd},
 		{"inspect", "print tasks, or one task with its attempts, from the store (read-only)", inspectCmd},
 		{"backup", "write a consistent copy of the store (safe while the daemon runs)", backupCmd},
+		{"bench", "measure step overhead, crash and cancel latency, plugin start, recovery", benchCmd},
 		{"token", "token hash: print the SHA-256 of a token read from stdin, for [api.tokens]", tokenCmd},
 		{"version", "print the version", versionCmd},
 	}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskhost/taskhost/host/bench"
+)
+
+func benchCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	steps := fs.Int("steps", 200, "steps timed for the durable step overhead")
+	reps := fs.Int("reps", 10, "repetitions of the crash, cancel and start measurements")
+	sizes := fs.String("recovery-sizes", "10000,100000", "store sizes (tasks) for start-up recovery, comma-separated; empty skips it")
+	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: taskhost bench [flags]\n\nMeasures, on a temporary data dir with the test executor: the durable step\noverhead against a floor measured in the same run (one go-plugin round trip\nplus one store commit), plugin SIGKILL → interrupted, cancel latency, plugin\nstart, a machinespirit node step and start-up recovery. Medians and p95s.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(e, fs, args); err != nil {
+		return exitUsage
+	}
+	var recSizes []int
+	for _, f := range strings.Split(*sizes, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 1_000_000 {
+			errorf(e, "bench: --recovery-sizes: %q is not a size from 1 to 1000000", f)
+			return exitUsage
+		}
+		recSizes = append(recSizes, n)
+	}
+	if recSizes == nil {
+		recSizes = []int{}
+	}
+	if *steps < 10 || *steps > 100000 || *reps < 1 || *reps > 1000 {
+		errorf(e, "bench: --steps must be 10..100000 and --reps 1..1000")
+		return exitUsage
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		errorf(e, "bench: %v", err)
+		return exitUnavailable
+	}
+	r, err := bench.Run(ctx, bench.Options{
+		ExecutorDir: filepath.Dir(exe), Steps: *steps, Reps: *reps, RecoverySizes: recSizes,
+		Progress: func(s string) { fmt.Fprintln(e.stderr, "bench:", s) },
+	})
+	if err != nil {
+		errorf(e, "bench: %v", err)
+		return exitUnavailable
+	}
+	if *jsonOut {
+		data, _ := json.MarshalIndent(r, "", "  ")
+		fmt.Fprintln(e.stdout, string(data))
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEASUREMENT\tN\tMEDIAN\tP95\tNOTE")
+	for _, f := range r.Figures {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, f.N, round(f.Median), round(f.P95), f.Note)
+	}
+	tw.Flush()
+	fmt.Fprintf(e.stdout, "\ndurable step / floor = %.2f (target ≤ 2)\n", r.StepRatio)
+	return exitOK
+}
+
+func round(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	default:
+		return d.Round(10 * time.Microsecond).String()
+	}
+}

@@ -1,0 +1,347 @@
+// Package bench measures what taskhost promises about speed, each figure
+// against a baseline taken in the same run: the durable step overhead
+// against a floor of one go-plugin round trip plus one store commit, crash
+// and cancel latencies, plugin start, a machinespirit node step, and
+// start-up recovery of a large store.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/config"
+	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
+	"github.com/taskhost/taskhost/store"
+)
+
+// Options configure a run.
+type Options struct {
+	ExecutorDir   string // where taskhost-executor-* binaries are
+	Steps         int    // steps timed for the step overhead (default 200)
+	Reps          int    // repetitions of the slower measurements (default 10)
+	RecoverySizes []int  // store sizes for start-up recovery (default 10k, 100k)
+	Progress      func(string)
+}
+
+// Figure is one measurement: a median and a 95th percentile of N samples.
+type Figure struct {
+	Name   string        `json:"name"`
+	N      int           `json:"n"`
+	Median time.Duration `json:"median_ns"`
+	P95    time.Duration `json:"p95_ns"`
+	Note   string        `json:"note,omitempty"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Figures []Figure `json:"figures"`
+	// StepRatio is the median durable step over the median floor.
+	StepRatio float64 `json:"step_ratio"`
+}
+
+func figure(name string, samples []time.Duration, note string) Figure {
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	f := Figure{Name: name, N: len(s), Note: note}
+	if len(s) > 0 {
+		f.Median = s[len(s)/2]
+		f.P95 = s[min(len(s)-1, len(s)*95/100)]
+	}
+	return f
+}
+
+// Run measures everything. A measurement whose executor is missing is
+// reported with a note instead of failing the run.
+func Run(ctx context.Context, o Options) (Report, error) {
+	if o.Steps <= 0 {
+		o.Steps = 200
+	}
+	if o.Reps <= 0 {
+		o.Reps = 10
+	}
+	if o.RecoverySizes == nil {
+		o.RecoverySizes = []int{10_000, 100_000}
+	}
+	say := func(format string, args ...any) {
+		if o.Progress != nil {
+			o.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	var r Report
+	dir, err := os.MkdirTemp("", "thbench")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := config.Default()
+	cfg.Tasks.MaxConcurrent = 4
+	cfg.Tasks.MaxStepsCap = 100000
+	cfg.MachineSpirit.Enabled = true
+	h, err := host.Open(ctx, host.Options{DataDir: filepath.Join(dir, "d"), Config: cfg, ExecutorDir: o.ExecutorDir})
+	if err != nil {
+		return r, err
+	}
+	defer h.Close(context.WithoutCancel(ctx))
+	const who = "bench"
+
+	say("floor: go-plugin round trip + one store commit")
+	exe, err := h.Registry.Launch(ctx, "testexec", pb.UnimplementedHostServicesServer{})
+	if err != nil {
+		return r, fmt.Errorf("the bench needs the test executor (taskhost-executor-testexec beside taskhost): %w", err)
+	}
+	parked, err := create(ctx, h, who, `{"goal":"park","testexec":{"sleep_ms":600000}}`, 0)
+	if err != nil {
+		return r, err
+	}
+	var floor []time.Duration
+	for i := range o.Steps {
+		start := time.Now()
+		if _, err := exe.Describe(ctx); err != nil {
+			return r, err
+		}
+		if err := h.Store.Heartbeat(ctx, who, parked.ID, parked.RunID, int64(i)); err != nil {
+			return r, err
+		}
+		floor = append(floor, time.Since(start))
+	}
+	exe.Stop()
+	if _, err := h.Runner.Cancel(ctx, who, parked.ID); err != nil {
+		return r, err
+	}
+
+	say("durable step: %d no-op steps of the test executor", o.Steps)
+	steps, err := stepIntervals(ctx, h, who, fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d}}`, o.Steps+1), o.Steps+1)
+	if err != nil {
+		return r, err
+	}
+	ff, sf := figure("floor: plugin RPC + store commit", floor, ""), figure("durable step (testexec no-op)", steps, "")
+	r.Figures = append(r.Figures, ff, sf)
+	if ff.Median > 0 {
+		r.StepRatio = float64(sf.Median) / float64(ff.Median)
+	}
+
+	say("plugin start, %d times", o.Reps)
+	var starts []time.Duration
+	for range o.Reps {
+		start := time.Now()
+		e, err := h.Registry.Launch(ctx, "testexec", pb.UnimplementedHostServicesServer{})
+		if err != nil {
+			return r, err
+		}
+		if _, err := e.Describe(ctx); err != nil {
+			return r, err
+		}
+		starts = append(starts, time.Since(start))
+		e.Stop()
+	}
+	r.Figures = append(r.Figures, figure("plugin start to first reply", starts, ""))
+
+	say("plugin SIGKILL → interrupted, %d times", o.Reps)
+	crash, err := crashLatency(ctx, h, who, dir, o.Reps)
+	if err != nil {
+		return r, err
+	}
+	r.Figures = append(r.Figures, figure("plugin SIGKILL → interrupted persisted", crash, ""))
+
+	say("cancel latency, %d times", o.Reps)
+	toCtx, toTerminal, err := cancelLatency(ctx, h, who, dir, o.Reps)
+	if err != nil {
+		return r, err
+	}
+	r.Figures = append(r.Figures,
+		figure("cancel → task terminal (committed)", toTerminal, ""),
+		figure("cancel → executor ctx cancelled", toCtx, "seen by the plugin: its cancel marker appears"))
+
+	say("machinespirit node step")
+	if _, err := h.Registry.Describe("machinespirit"); err != nil {
+		r.Figures = append(r.Figures, Figure{Name: "machinespirit node step", Note: "skipped: " + err.Error()})
+	} else {
+		ms, err := stepIntervals(ctx, h, who, `{"goal":"plan","machinespirit":{"graph":"plan_act_review","input":{"tasks":["a","b","c","d","e","f"],"pass_on_attempt":1,"max_attempts":1}}}`, 0)
+		if err != nil {
+			return r, err
+		}
+		r.Figures = append(r.Figures, figure("machinespirit node step (plan_act_review)", ms, ""))
+	}
+
+	for _, n := range o.RecoverySizes {
+		say("start-up recovery with %d tasks in the store", n)
+		d, err := recovery(ctx, dir, o.ExecutorDir, n)
+		if err != nil {
+			return r, err
+		}
+		r.Figures = append(r.Figures, figure(fmt.Sprintf("start-up recovery, %d tasks (1%% live)", n), d, "host open: integrity check, migrations, recovery, executor registration"))
+	}
+	return r, nil
+}
+
+func create(ctx context.Context, h *host.Host, who, spec string, steps int64) (store.Task, error) {
+	var kind struct {
+		MS json.RawMessage `json:"machinespirit"`
+	}
+	_ = json.Unmarshal([]byte(spec), &kind)
+	executor := "testexec"
+	if kind.MS != nil {
+		executor = "machinespirit"
+	}
+	return h.Runner.Create(ctx, who, host.CreateRequest{Executor: executor, Spec: []byte(spec), Limits: host.Limits{Steps: steps}})
+}
+
+// stepIntervals runs one task and returns the intervals between its
+// attempts' starts: each is one whole durable step.
+func stepIntervals(ctx context.Context, h *host.Host, who, spec string, steps int) ([]time.Duration, error) {
+	t, err := create(ctx, h, who, spec, int64(steps))
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Runner.Wait(ctx, t.ID); err != nil {
+		return nil, err
+	}
+	if t, err = h.Runner.Get(ctx, who, t.ID); err != nil {
+		return nil, err
+	}
+	if t.Status != store.StatusCompleted {
+		return nil, fmt.Errorf("bench task %s ended %s (%s: %s)", t.ID, t.Status, t.Reason, t.Message)
+	}
+	atts, err := h.Runner.Attempts(ctx, who, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for i := 1; i < len(atts); i++ {
+		out = append(out, atts[i].StartedAt.Sub(atts[i-1].StartedAt))
+	}
+	return out, nil
+}
+
+func waitFile(ctx context.Context, path string) ([]byte, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		data, err := os.ReadFile(path)
+		if err == nil && len(data) > 0 {
+			return data, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("timed out waiting for %s", path)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func crashLatency(ctx context.Context, h *host.Host, who, dir string, reps int) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := range reps {
+		pidFile := filepath.Join(dir, "crash"+strconv.Itoa(i))
+		t, err := create(ctx, h, who, fmt.Sprintf(`{"goal":"crash","testexec":{"sleep_ms":600000,"pid_file":%q}}`, pidFile), 0)
+		if err != nil {
+			return nil, err
+		}
+		data, err := waitFile(ctx, pidFile)
+		if err != nil {
+			return nil, err
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		start := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return nil, err
+		}
+		for {
+			got, err := h.Runner.Get(ctx, who, t.ID)
+			if err != nil {
+				return nil, err
+			}
+			if got.Status == store.StatusInterrupted {
+				out = append(out, time.Since(start))
+				break
+			}
+			if time.Since(start) > 30*time.Second {
+				return nil, fmt.Errorf("task %s not interrupted 30 s after its plugin's SIGKILL", t.ID)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		if err := h.Runner.Wait(ctx, t.ID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func cancelLatency(ctx context.Context, h *host.Host, who, dir string, reps int) (toCtx, toTerminal []time.Duration, err error) {
+	for i := range reps {
+		pidFile := filepath.Join(dir, "cancel"+strconv.Itoa(i))
+		marker := pidFile + ".cancelled"
+		t, err := create(ctx, h, who, fmt.Sprintf(`{"goal":"cancel","testexec":{"sleep_ms":600000,"pid_file":%q,"cancel_marker":%q}}`, pidFile, marker), 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := waitFile(ctx, pidFile); err != nil {
+			return nil, nil, err
+		}
+		start := time.Now()
+		done := make(chan time.Duration, 1)
+		go func() {
+			for {
+				if _, err := os.Stat(marker); err == nil {
+					done <- time.Since(start)
+					return
+				}
+				if time.Since(start) > 30*time.Second {
+					done <- -1
+					return
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+		}()
+		if _, err := h.Store.Cancel(ctx, who, t.ID); err != nil { // the commit alone
+			return nil, nil, err
+		}
+		toTerminal = append(toTerminal, time.Since(start))
+		if _, err := h.Runner.Cancel(ctx, who, t.ID); err != nil { // reaches the run
+			return nil, nil, err
+		}
+		d := <-done
+		if d < 0 {
+			return nil, nil, fmt.Errorf("task %s: the plugin never saw its cancel", t.ID)
+		}
+		toCtx = append(toCtx, d)
+	}
+	return toCtx, toTerminal, nil
+}
+
+// recovery fills a store with n tasks, 1% of them left running as a killed
+// host leaves them, and times opening a host on it (3 times).
+func recovery(ctx context.Context, dir, executorDir string, n int) ([]time.Duration, error) {
+	data := filepath.Join(dir, "rec"+strconv.Itoa(n))
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, filepath.Join(data, host.StoreFile), store.Options{Synchronous: "NORMAL"})
+	if err != nil {
+		return nil, err
+	}
+	lim := store.Budgets{Steps: store.Budget{Limit: 20}, WallMillis: store.Budget{Limit: 1800_000}}
+	if err := st.Fill(ctx, "bench", n, n/100, lim); err != nil {
+		st.Close()
+		return nil, err
+	}
+	st.Close()
+	var out []time.Duration
+	for range 3 {
+		start := time.Now()
+		h, err := host.Open(ctx, host.Options{DataDir: data, Config: config.Default(), ExecutorDir: executorDir})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+		h.Close(ctx)
+	}
+	return out, nil
+}

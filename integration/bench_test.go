@@ -1,0 +1,38 @@
+package integration
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// taskhost bench runs end to end and reports every figure it promises.
+func TestBenchCommand(t *testing.T) {
+	out, errOut, code := taskhost(t, "bench", "--steps", "20", "--reps", "2", "--recovery-sizes", "200", "--json")
+	if code != 0 {
+		t.Fatalf("bench exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Figures []struct {
+			Name   string `json:"name"`
+			N      int    `json:"n"`
+			Median int64  `json:"median_ns"`
+		} `json:"figures"`
+		StepRatio float64 `json:"step_ratio"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+	if len(r.Figures) < 7 || r.StepRatio <= 0 {
+		t.Fatalf("report %+v", r)
+	}
+	for _, f := range r.Figures {
+		if f.N > 0 && f.Median <= 0 {
+			t.Errorf("figure %q has %d samples and no median", f.Name, f.N)
+		}
+	}
+	for _, args := range [][]string{{"bench", "--steps", "1"}, {"bench", "--recovery-sizes", "x"}} {
+		if _, _, code := taskhost(t, args...); code != 2 {
+			t.Errorf("taskhost %v: exit %d, want 2", args, code)
+		}
+	}
+}
