@@ -21,6 +21,8 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	goal := fs.String("goal", "", "the task's goal (sets spec.goal)")
 	specFile := fs.String("spec-file", "", "JSON task spec file: goal and executor options")
 	maxSteps := fs.Int64("max-steps", 0, "step budget (default: the config's tasks.max_steps)")
+	var files fileFlags
+	fs.Var(&files, "file", "copy a file into the task's workspace before its first step: PATH or PATH=NAME (repeatable)")
 	maxWall := fs.Int64("max-wall-seconds", 0, "active wall-clock budget in seconds (default: the config's tasks.max_wall_seconds)")
 	resume := fs.String("resume", "", "resume the interrupted task with this id instead of creating one")
 	jsonOut := fs.Bool("json", false, "print events and the final task as JSON lines")
@@ -80,6 +82,7 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	} else {
 		t, err = h.Runner.Create(ctx, principal, host.CreateRequest{
 			Executor: *executor, Spec: spec, Limits: host.Limits{Steps: *maxSteps, WallSeconds: *maxWall},
+			Files: files.files,
 		})
 	}
 	if err != nil {
