@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -195,5 +197,47 @@ func TestTasksDisabledRefusesWork(t *testing.T) {
 	}
 	if tasks, _ := h.Runner.List(context.Background(), alice, store.ListQuery{}); len(tasks) != 0 {
 		t.Fatalf("a refused create left %d rows", len(tasks))
+	}
+}
+
+func TestCreateSeedsWorkspace(t *testing.T) {
+	h := openHost(t, "", nil)
+	ok := []File{{Name: "ctx.txt", Data: []byte("hello")}, {Name: "sub/dir/x.json", Data: []byte("{}")}}
+	task, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "seed", nil), Files: ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitEnd(t, h, alice, task.ID)
+	got, err := os.ReadFile(filepath.Join(h.DataDir, WorkspaceDirName, task.ID, "sub/dir/x.json"))
+	if err != nil || string(got) != "{}" {
+		t.Fatalf("seeded file: %q %v", got, err)
+	}
+	big := make([]byte, maxSeedBytes)
+	for _, tc := range []struct {
+		name  string
+		files []File
+		field string
+	}{
+		{"escape", []File{{Name: "../x"}}, "files[0].name"},
+		{"absolute", []File{{Name: "/etc/passwd"}}, "files[0].name"},
+		{"unclean", []File{{Name: "a//b"}}, "files[0].name"},
+		{"twice", []File{{Name: "a"}, {Name: "a"}}, "files[1].name"},
+		{"past the size", []File{{Name: "a", Data: big}, {Name: "b", Data: []byte("x")}}, "files"},
+		{"too many", make([]File, maxSeedFiles+1), "files"},
+	} {
+		_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "x", nil), Files: tc.files})
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%s: err = %v, want a FieldError on %s", tc.name, err, tc.field)
+		}
+	}
+	// At the size limit: accepted.
+	atLimit, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "x", nil), Files: []File{{Name: "a", Data: big}}})
+	if err != nil {
+		t.Fatalf("files at the limit: %v", err)
+	}
+	waitEnd(t, h, alice, atLimit.ID)
+	if tasks, _ := h.Runner.List(context.Background(), alice, store.ListQuery{}); len(tasks) != 2 {
+		t.Fatalf("%d rows, want 2: refused creates must leave none", len(tasks))
 	}
 }

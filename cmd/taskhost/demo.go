@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	stdlog "log"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,11 +40,8 @@ type demoTask struct {
 	// kill: SIGKILL the task's plugin once its first step has started,
 	// then resume the task.
 	kill bool
-	// files are written into the task's workspace as soon as it is
-	// created (the demo owns its data dir). The rlm graph reads its
-	// context from the workspace; the API has no way to seed one yet, and
-	// the first step starts only after the plugin's runtime preflight
-	// (hundreds of milliseconds), long after this write.
+	// files are placed in the task's workspace before its first step: the
+	// rlm graph reads its context from there.
 	files map[string]string
 }
 
@@ -251,17 +250,17 @@ func (d *demoRun) checkExecutors(hc apipb.HostServiceClient, kinds []string) int
 // if asked) and resumes it after the kill.
 func (d *demoRun) runTask(t demoTask) int {
 	start := time.Now()
+	req := &apipb.CreateTaskRequest{Executor: t.executor, Spec: []byte(t.spec)}
+	for _, name := range slices.Sorted(maps.Keys(t.files)) {
+		req.Files = append(req.Files, &apipb.WorkspaceFile{Name: name, Data: []byte(t.files[name])})
+	}
 	cctx, cancel := context.WithTimeout(d.ctx, callTimeout)
-	resp, err := d.tc.CreateTask(cctx, &apipb.CreateTaskRequest{Executor: t.executor, Spec: []byte(t.spec)})
+	resp, err := d.tc.CreateTask(cctx, req)
 	cancel()
 	if err != nil {
 		return d.cf.fail(d.e, err)
 	}
 	id := resp.Task.Id
-	if err := d.seed(id, t.files); err != nil {
-		errorf(d.e, "demo: %v", err)
-		return exitUnavailable
-	}
 	row := demoRow{Killed: t.kill}
 	var hunt chan int
 	onEvent := func(ev store.Event) {
@@ -308,23 +307,6 @@ func (d *demoRun) runTask(t demoTask) int {
 	row.Seconds = time.Since(start).Seconds()
 	d.rows = append(d.rows, row)
 	return exitOK
-}
-
-// seed writes files into task id's workspace.
-func (d *demoRun) seed(id string, files map[string]string) error {
-	if len(files) == 0 {
-		return nil
-	}
-	dir := filepath.Join(d.dataDir, host.WorkspaceDirName, id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (d *demoRun) get(id string) (*apipb.Task, error) {

@@ -50,6 +50,8 @@ func taskCreateCmd(ctx context.Context, e *env, args []string) int {
 	fs.Int64Var(&lim.MaxDepth, "max-depth", 0, "recursion depth budget (default: tasks.max_depth)")
 	fs.Int64Var(&lim.MaxWallSeconds, "max-wall-seconds", 0, "active wall-clock budget in seconds (default: tasks.max_wall_seconds)")
 	watch := fs.Bool("watch", false, "then watch it until it stops running (as 'task watch')")
+	var files fileFlags
+	fs.Var(&files, "file", "copy a file into the task's workspace before its first step: PATH or PATH=NAME (repeatable)")
 	fs.Usage = usageFunc(fs, "taskhost task create --goal TEXT [--executor NAME] [--spec-file FILE] [--max-steps N] [--watch] [flags]",
 		"Creates a task for you in the running daemon and starts it. Prints its id;\nwith --watch, follows it like 'task watch'.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
@@ -78,7 +80,11 @@ func taskCreateCmd(ctx context.Context, e *env, args []string) int {
 	}
 	defer closeConn()
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	resp, err := tc.CreateTask(cctx, &apipb.CreateTaskRequest{Executor: *executor, Spec: spec, Limits: &lim})
+	req := &apipb.CreateTaskRequest{Executor: *executor, Spec: spec, Limits: &lim}
+	for _, f := range files.files {
+		req.Files = append(req.Files, &apipb.WorkspaceFile{Name: f.Name, Data: f.Data})
+	}
+	resp, err := tc.CreateTask(cctx, req)
 	cancel()
 	if err != nil {
 		return cf.fail(e, err)

@@ -22,6 +22,7 @@ type fakeTasks struct {
 	// err, when set, is returned by every call.
 	err       error
 	lastQuery store.ListQuery
+	lastFiles []host.File
 }
 
 func newFake() *fakeTasks {
@@ -69,6 +70,7 @@ func (f *fakeTasks) Create(_ context.Context, principal string, req host.CreateR
 	f.mu.Lock()
 	f.calls++
 	err := f.err
+	f.lastFiles = req.Files
 	f.mu.Unlock()
 	if err != nil {
 		return store.Task{}, err

@@ -578,3 +578,20 @@ func TestListenTCPLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+// Workspace files given at create reach the Runner as they were sent.
+func TestCreateTaskPassesFiles(t *testing.T) {
+	ts := startServer(t)
+	tc := apipb.NewTaskServiceClient(ts.unixConn(t))
+	_, err := tc.CreateTask(ctxT(t), &apipb.CreateTaskRequest{Spec: []byte(`{"goal":"g"}`),
+		Files: []*apipb.WorkspaceFile{{Name: "ctx.txt", Data: []byte("context")}, {Name: "dir/b.bin", Data: []byte{0, 1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.fake.mu.Lock()
+	defer ts.fake.mu.Unlock()
+	got := ts.fake.lastFiles
+	if len(got) != 2 || got[0].Name != "ctx.txt" || string(got[0].Data) != "context" || got[1].Name != "dir/b.bin" {
+		t.Fatalf("files reaching the runner: %+v", got)
+	}
+}

@@ -33,7 +33,11 @@ func (ts *taskService) CreateTask(ctx context.Context, req *apipb.CreateTaskRequ
 	if l := req.Limits; l != nil {
 		lim = host.Limits{Steps: l.MaxSteps, ToolCalls: l.MaxToolCalls, ModelCalls: l.MaxModelCalls, Depth: l.MaxDepth, WallSeconds: l.MaxWallSeconds}
 	}
-	t, err := ts.s.opts.Tasks.Create(ctx, p, host.CreateRequest{Executor: req.Executor, Spec: req.Spec, Limits: lim})
+	var files []host.File
+	for _, f := range req.GetFiles() {
+		files = append(files, host.File{Name: f.GetName(), Data: f.GetData()})
+	}
+	t, err := ts.s.opts.Tasks.Create(ctx, p, host.CreateRequest{Executor: req.Executor, Spec: req.Spec, Limits: lim, Files: files})
 	if err != nil {
 		return nil, ts.s.toStatus(ctx, err, "executor", req.Executor)
 	}
