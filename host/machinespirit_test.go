@@ -171,3 +171,64 @@ func pluginPid(t *testing.T, bin string) int {
 	}
 	return found[0]
 }
+
+// Host stop during a graph run: the task is interrupted (host_shutdown);
+// a new host resumes it from the next node, and the committed node's
+// effects are not repeated.
+func TestMachineSpiritHostStopThenResume(t *testing.T) {
+	m := &blockingModel{held: make(chan struct{}), release: make(chan struct{})}
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	mut := func(c *config.Config) {
+		machineSpiritOn(c)
+		c.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 60}
+	}
+	dir := shortTempDir(t)
+	cfg := testConfig()
+	mut(&cfg)
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "machinespirit", Spec: rlmSpec(t), Files: []File{rlmContext(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.held: // a later node is in its model call: the first has committed
+	case <-time.After(30 * time.Second):
+		t.Fatal("the model was never called")
+	}
+	before, err := h.Store.ListEffects(context.Background(), alice, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committedTools := 0
+	for _, e := range before {
+		if e.Kind == store.EffectTool && e.Status == store.EffectObserved {
+			committedTools++
+		}
+	}
+	if err := h.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(m.release)
+	h2 := openHost(t, dir, mut)
+	got, _ := h2.Runner.Get(context.Background(), alice, task.ID)
+	wantStatus(t, got, store.StatusInterrupted, store.ReasonHostShutdown)
+	if _, err := h2.Runner.Resume(context.Background(), alice, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	got = waitEnd(t, h2, alice, task.ID)
+	wantStatus(t, got, store.StatusCompleted, "")
+	after, _ := h2.Store.ListEffects(context.Background(), alice, task.ID)
+	tools := 0
+	for _, e := range after {
+		if e.Kind == store.EffectTool && e.Status == store.EffectObserved && !e.Replayed {
+			tools++
+		}
+	}
+	if committedTools == 0 || tools != committedTools {
+		t.Fatalf("tool effects run: %d before the stop, %d in all; the committed node's effects must not run again", committedTools, tools)
+	}
+}
