@@ -347,3 +347,24 @@ func TestPluginEnvironmentIsAllowListed(t *testing.T) {
 		t.Fatalf("the plugin environment lacks PATH: the check above proves nothing\n%s", env)
 	}
 }
+
+// A plugin that dies while its step waits for an approval: the task is
+// interrupted and the approval cancelled — never approvable for a step
+// that is gone.
+func TestPluginCrashWhileWaitingCancelsApproval(t *testing.T) {
+	h := openHost(t, "", nil)
+	pidFile := filepath.Join(shortTempDir(t), "pid")
+	task := create(t, h, alice, map[string]any{"request_approval": true, "pid_file": pidFile}, Limits{})
+	a := waitApproval(t, h, alice, task.ID)
+	if err := syscallKill(readPid(t, pidFile)); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusInterrupted, store.ReasonExecutorCrashed)
+	got, err := h.Store.GetApproval(context.Background(), alice, a.ID)
+	if err != nil || got.Status != store.ApprovalCancelled {
+		t.Fatalf("approval after the crash: %s %v, want cancelled", got.Status, err)
+	}
+	if _, err := h.Runner.Approve(context.Background(), alice, a.ID); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("approve after the crash: %v, want a conflict", err)
+	}
+}

@@ -283,6 +283,9 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 				return err
 			}
 		}
+		if err := s.settleApprovals(ctx, tx, t); err != nil {
+			return err
+		}
 		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, f.Events)
 		return err
 	}()

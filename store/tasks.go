@@ -203,7 +203,21 @@ func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, f
 		}
 		return Task{}, &TransitionError{TaskID: id, Current: cur, To: to}
 	}
+	if err == nil {
+		err = s.settleApprovals(ctx, tx, t)
+	}
 	return t, err
+}
+
+// settleApprovals cancels the pending approvals of a task that has left
+// running and waiting_approval: nothing is left to wait for them, and an
+// approval must never be approvable for a step that is gone.
+func (s *Store) settleApprovals(ctx context.Context, tx *txn, t Task) error {
+	if t.Status == StatusRunning || t.Status == StatusWaitingApproval || t.Status == StatusPending {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, qCancelApprovals, nanos(s.now()), t.ID)
+	return err
 }
 
 // cancellable are the statuses Cancel moves to cancelled.
