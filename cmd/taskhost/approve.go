@@ -53,14 +53,20 @@ func (d *decider) decide(ctx context.Context, h *host.Host, principal, taskID st
 	}
 }
 
-func (d *decider) ask(prompt string) bool {
-	if d.in == nil {
-		d.in = bufio.NewReader(d.e.stdin)
+func (d *decider) ask(prompt string) bool { return askYesNo(d.e, &d.in, prompt) }
+
+// askYesNo asks prompt on stderr and reads the answer from stdin: "y" or
+// "yes" approves; anything else, or the end of input, rejects. *in is
+// created on first use and kept, so buffered input is not lost between
+// questions.
+func askYesNo(e *env, in **bufio.Reader, prompt string) bool {
+	if *in == nil {
+		*in = bufio.NewReader(e.stdin)
 	}
-	fmt.Fprint(d.e.stderr, prompt)
-	line, err := d.in.ReadString('\n')
+	fmt.Fprint(e.stderr, prompt)
+	line, err := (*in).ReadString('\n')
 	if err != nil && line == "" {
-		fmt.Fprintln(d.e.stderr, "(no answer: rejected)")
+		fmt.Fprintln(e.stderr, "(no answer: rejected)")
 		return false
 	}
 	ans := strings.ToLower(strings.TrimSpace(line))

@@ -356,19 +356,7 @@ func (d *demoRun) answerApprovals(taskID string) int {
 	return approved
 }
 
-func (d *demoRun) ask(prompt string) bool {
-	if d.in == nil {
-		d.in = bufio.NewReader(d.e.stdin)
-	}
-	fmt.Fprint(d.e.stderr, prompt)
-	line, err := d.in.ReadString('\n')
-	if err != nil && line == "" {
-		fmt.Fprintln(d.e.stderr, "(no answer: rejected)")
-		return false
-	}
-	ans := strings.ToLower(strings.TrimSpace(line))
-	return ans == "y" || ans == "yes"
-}
+func (d *demoRun) ask(prompt string) bool { return askYesNo(d.e, &d.in, prompt) }
 
 // huntPlugin looks for the plugin process of kind that is starting: a
 // child of this process (the demo's daemon runs in it) running the
