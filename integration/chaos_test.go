@@ -130,8 +130,9 @@ func (c *chaos) round(i int) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("round %d: no task after 60 s", i)
 	}
-	delay := time.Duration(c.rng.IntN(600)) * time.Millisecond
-	fault := []string{"none", "kill-plugin", "kill-plugin", "kill-worker", "kill-host", "kill-host", "stop-host"}[c.rng.IntN(7)]
+	delay := time.Duration(c.rng.IntN(500)) * time.Millisecond
+	faults := []string{"none", "kill-plugin", "kill-plugin", "kill-plugin", "kill-worker", "kill-host", "kill-host", "stop-host"}
+	fault := faults[c.rng.IntN(len(faults))]
 	select {
 	case <-exited:
 		fault = "none (ended first)"
@@ -182,7 +183,7 @@ func (c *chaos) newTask(i int) []string {
 		}
 		return []string{"--executor", "machinespirit", "--spec-file", spec}
 	}
-	te := map[string]any{"steps": 2 + c.rng.IntN(4), "sleep_ms": 20 + c.rng.IntN(150)}
+	te := map[string]any{"steps": 3 + c.rng.IntN(5), "sleep_ms": 40 + c.rng.IntN(200)}
 	spec, _ := json.Marshal(map[string]any{"goal": fmt.Sprintf("chaos task %d", i), "testexec": te})
 	path := filepath.Join(c.work, fmt.Sprintf("spec%d.json", i))
 	if err := os.WriteFile(path, spec, 0o600); err != nil {
