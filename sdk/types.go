@@ -221,3 +221,26 @@ type HostError struct {
 func (e *HostError) Error() string { return fmt.Sprintf("%v: %s", e.Kind, e.Message) }
 
 func (e *HostError) Unwrap() error { return e.Kind }
+
+// HostErrorKind names which of the Err values above err matches —
+// "unimplemented", "permission_denied", "budget_exhausted",
+// "invalid_argument" or "host_unavailable" — or "" for none. It is a stable
+// code an executor may log or hand to its own runtime, where the error's
+// message must not go.
+func HostErrorKind(err error) string {
+	for _, k := range []struct {
+		err  error
+		name string
+	}{
+		{ErrUnimplemented, "unimplemented"},
+		{ErrPermissionDenied, "permission_denied"},
+		{ErrBudgetExhausted, "budget_exhausted"},
+		{ErrInvalidArgument, "invalid_argument"},
+		{ErrHostUnavailable, "host_unavailable"},
+	} {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return ""
+}

@@ -262,19 +262,8 @@ func padJSON(size int, v any, setPad func(string)) ([]byte, error) {
 
 // hostErrorKind names the sdk error an error matches.
 func hostErrorKind(err error) string {
-	for _, k := range []struct {
-		err  error
-		name string
-	}{
-		{sdk.ErrUnimplemented, "unimplemented"},
-		{sdk.ErrPermissionDenied, "permission_denied"},
-		{sdk.ErrBudgetExhausted, "budget_exhausted"},
-		{sdk.ErrInvalidArgument, "invalid_argument"},
-		{sdk.ErrHostUnavailable, "host_unavailable"},
-	} {
-		if errors.Is(err, k.err) {
-			return k.name
-		}
+	if k := sdk.HostErrorKind(err); k != "" {
+		return k
 	}
 	return "other"
 }

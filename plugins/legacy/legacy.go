@@ -219,16 +219,9 @@ func errorClass(err error) string {
 		return "canceled"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "deadline_exceeded"
-	case errors.Is(err, sdk.ErrBudgetExhausted):
-		return "budget_exhausted"
-	case errors.Is(err, sdk.ErrPermissionDenied):
-		return "permission_denied"
-	case errors.Is(err, sdk.ErrInvalidArgument):
-		return "invalid_argument"
-	case errors.Is(err, sdk.ErrUnimplemented):
-		return "unimplemented"
-	case errors.Is(err, sdk.ErrHostUnavailable):
-		return "host_unavailable"
+	}
+	if k := sdk.HostErrorKind(err); k != "" {
+		return k
 	}
 	return "other"
 }

@@ -113,16 +113,9 @@ func errorKind(err error) string {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "cancelled"
-	case errors.Is(err, sdk.ErrBudgetExhausted):
-		return "budget_exhausted"
-	case errors.Is(err, sdk.ErrPermissionDenied):
-		return "permission_denied"
-	case errors.Is(err, sdk.ErrInvalidArgument):
-		return "invalid_argument"
-	case errors.Is(err, sdk.ErrUnimplemented):
-		return "unimplemented"
-	case errors.Is(err, sdk.ErrHostUnavailable):
-		return "host_unavailable"
+	}
+	if k := sdk.HostErrorKind(err); k != "" {
+		return k
 	}
 	return "other"
 }
