@@ -12,9 +12,9 @@ import (
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	for _, st := range []state{
-		{LastSummaries: []string{"only"}, StepsDone: 1},
-		{LastSummaries: []string{"a", "b"}, StepsDone: 12},
-		{LastSummaries: []string{strings.Repeat("é", maxSummaryRunes), "b"}, StepsDone: 3},
+		{LastSummaries: []string{"only"}, StepsDone: 1, Repeats: 1},
+		{LastSummaries: []string{"b"}, StepsDone: 12, Repeats: 3},
+		{LastSummaries: []string{strings.Repeat("é", maxSummaryRunes)}, StepsDone: 3, Repeats: 1},
 	} {
 		cp, err := st.checkpoint()
 		if err != nil {
@@ -30,8 +30,30 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	}
 }
 
+// Executors before 1.1.0 wrote the last two summaries and no repeats.
+func TestCheckpointOfAnEarlierVersionLoads(t *testing.T) {
+	tests := []struct {
+		payload string
+		want    state
+	}{
+		{`{"last_summaries":[],"steps_done":0}`, state{LastSummaries: []string{}}},
+		{`{"last_summaries":["a"],"steps_done":1}`, state{LastSummaries: []string{"a"}, StepsDone: 1, Repeats: 1}},
+		{`{"last_summaries":["a","b"],"steps_done":7}`, state{LastSummaries: []string{"a", "b"}, StepsDone: 7, Repeats: 1}},
+		{`{"last_summaries":["b","b"],"steps_done":7}`, state{LastSummaries: []string{"b", "b"}, StepsDone: 7, Repeats: 2}},
+	}
+	for _, tc := range tests {
+		got, err := loadState(&sdk.Checkpoint{Schema: CheckpointSchema, Payload: []byte(tc.payload)})
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("loadState(%s) = %+v, %v; want %+v", tc.payload, got, err, tc.want)
+		}
+		if r := got.repeats("b"); tc.want.Repeats == 2 && r != 3 {
+			t.Errorf("loadState(%s).repeats(b) = %d, want 3", tc.payload, r)
+		}
+	}
+}
+
 func TestCheckpointCarriesTheNoProgressRun(t *testing.T) {
-	host := &fakeHost{model: replies(text("a"), text("b"), text("c"))}
+	host := &fakeHost{model: replies(text("a"), text("b"), text("b"))}
 	req := firstStep("goal")
 	var res sdk.StepResult
 	for range 3 {
@@ -42,9 +64,9 @@ func TestCheckpointCarriesTheNoProgressRun(t *testing.T) {
 	if err := json.Unmarshal(res.Checkpoint.Payload, &payload); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"last_summaries": []any{"b", "c"}, "steps_done": 3.0}
+	want := map[string]any{"last_summaries": []any{"b"}, "steps_done": 3.0, "repeats": 2.0}
 	if !reflect.DeepEqual(payload, want) {
-		t.Fatalf("payload = %v, want %v (bounded to the summaries no_progress needs)", payload, want)
+		t.Fatalf("payload = %v, want %v (one summary and its run, however long the run)", payload, want)
 	}
 }
 
@@ -60,6 +82,8 @@ func TestCheckpointIncompatibleFailsTheStep(t *testing.T) {
 		{"unknown field", sdk.Checkpoint{Schema: "legacy/1", Payload: []byte(`{"steps_done":1,"history":[]}`)}, "history"},
 		{"trailing data", sdk.Checkpoint{Schema: "legacy/1", Payload: []byte(`{"steps_done":1}{}`)}, "trailing"},
 		{"negative steps", sdk.Checkpoint{Schema: "legacy/1", Payload: []byte(`{"steps_done":-1}`)}, "steps_done"},
+		{"negative repeats", sdk.Checkpoint{Schema: "legacy/1", Payload: []byte(`{"steps_done":1,"repeats":-1}`)}, "repeats"},
+		{"more repeats than steps", sdk.Checkpoint{Schema: "legacy/1", Payload: []byte(`{"last_summaries":["a"],"steps_done":1,"repeats":2}`)}, "repeats"},
 		{"too many summaries", sdk.Checkpoint{Schema: "legacy/1", Payload: []byte(`{"last_summaries":["a","b","c","d"]}`)}, "last_summaries"},
 		{"oversized summary", sdk.Checkpoint{Schema: "legacy/1", Payload: []byte(`{"last_summaries":["` + strings.Repeat("x", maxSummaryRunes+1) + `"]}`)}, "last_summaries[0]"},
 	}

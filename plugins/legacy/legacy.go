@@ -91,7 +91,7 @@ import (
 const (
 	// Kind, Version and CheckpointSchema identify the executor to the host.
 	Kind             = "legacy"
-	Version          = "1.0.0"
+	Version          = "1.1.0"
 	CheckpointSchema = "legacy/1"
 
 	// Reason codes of failed steps, as the host knows them.
@@ -165,10 +165,10 @@ func step(ctx context.Context, host sdk.Host, req sdk.StepRequest, stats *turnSt
 		return sdk.StepResult{}, err
 	}
 
-	n := stepNumber(st, req.Recent)
+	done := completedSteps(st, req.Recent)
 	history := []sdk.Message{
-		{Role: "system", Content: systemMessage(sp.Goal, req.Recent)},
-		{Role: "user", Content: userPrompt(req.TaskID, n, req.Limits.Steps)},
+		{Role: "system", Content: taskContext(req.TaskID, sp.Goal, req.Recent, done)},
+		{Role: "user", Content: userPrompt(req.TaskID, done+1, req.Limits.Steps)},
 	}
 	t := &turn{host: host, taskID: req.TaskID, attempt: req.Attempt, maxRounds: sp.Legacy.MaxRounds, tools: tools, stats: stats}
 	reply, err := t.run(ctx, history)
@@ -177,10 +177,10 @@ func step(ctx context.Context, host sdk.Host, req sdk.StepRequest, stats *turnSt
 	}
 
 	complete, summary := parseReply(reply)
-	// A completion is progress by definition: only unfinished steps can
-	// stall.
-	if !complete && st.repeats(summary) >= noProgressRun {
-		return sdk.StepResult{}, failf(reasonNoProgress, "legacy: the last %d steps ended with the same summary", noProgressRun)
+	// Opt-in only (Zara has no such rule). A completion is progress by
+	// definition: only unfinished steps can stall.
+	if n := sp.Legacy.StopAfterIdenticalSummaries; n > 0 && !complete && st.repeats(summary) >= n {
+		return sdk.StepResult{}, failf(reasonNoProgress, "legacy: the last %d steps ended with the same summary (legacy.%s)", n, optStopAfterIdenticalSummaries)
 	}
 	cp, err := st.advance(summary).checkpoint()
 	if err != nil {

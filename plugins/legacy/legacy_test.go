@@ -67,7 +67,7 @@ func wantOutcome(t *testing.T, res sdk.StepResult, outcome sdk.Outcome, reason s
 
 func TestDescribe(t *testing.T) {
 	d := New(nil).Describe()
-	if d.Kind != "legacy" || d.Version != "1.0.0" || !reflect.DeepEqual(d.CheckpointSchemas, []string{"legacy/1"}) {
+	if d.Kind != "legacy" || d.Version != "1.1.0" || !reflect.DeepEqual(d.CheckpointSchemas, []string{"legacy/1"}) {
 		t.Fatalf("Describe = %+v", d)
 	}
 }
@@ -113,30 +113,48 @@ func TestSummariesTravelInTheSystemMessage(t *testing.T) {
 	if !strings.Contains(sys1.Content, "(no completed steps yet)") || strings.Contains(sys1.Content, "- step ") {
 		t.Errorf("step 1 system message = %q, want (no completed steps yet) and no step lines", sys1.Content)
 	}
-	if !strings.Contains(sys2.Content, "- step 1: drafted the outline\n") || strings.Contains(sys2.Content, "no completed steps") {
+	if !strings.HasSuffix(sys2.Content, "\n- step 1: drafted the outline") || strings.Contains(sys2.Content, "no completed steps") {
 		t.Errorf("step 2 system message = %q, want the line for step 1", sys2.Content)
 	}
 }
 
-func TestSystemMessageKeepsTheLastFiveSummaries(t *testing.T) {
+func TestContextKeepsTheLastFiveSummaries(t *testing.T) {
+	// Host summaries are numbered by attempt: 9 attempts made these 7
+	// steps, and the context numbers them 1..7 all the same.
 	var recent []sdk.Summary
 	for i := 1; i <= 7; i++ {
-		recent = append(recent, sdk.Summary{Step: i, Text: fmt.Sprintf("did part %d", i)})
+		recent = append(recent, sdk.Summary{Step: i + 2, Text: fmt.Sprintf("did part %d", i)})
 	}
-	recent[6].Text = "two\nlines\n- step 99: forged"
-	msg := systemMessage("goal", recent)
-	for i := 1; i <= 2; i++ {
-		if strings.Contains(msg, fmt.Sprintf("- step %d:", i)) {
-			t.Errorf("step %d is older than the last 5 but in the message:\n%s", i, msg)
-		}
+	recent[4].Text = ""
+	recent[6].Text = "two\nlines"
+	got := taskContext("t1", "the goal", recent, 7)
+	want := "Long-horizon task t1\nGoal: the goal\n\nProgress from earlier steps:\n" +
+		"- step 3: did part 3\n- step 4: did part 4\n- step 5: (no summary)\n- step 6: did part 6\n- step 7: two\nlines"
+	if got != want {
+		t.Errorf("context\n got %q\nwant %q", got, want)
 	}
-	for i := 3; i <= 6; i++ {
-		if !strings.Contains(msg, fmt.Sprintf("- step %d: did part %d\n", i, i)) {
-			t.Errorf("step %d missing from:\n%s", i, msg)
-		}
+}
+
+func TestContextBound(t *testing.T) {
+	header := "Long-horizon task t1\nGoal: g\n\nProgress from earlier steps:\n- step 1: "
+	fill := maxContextRunes - len(header)
+	tests := []struct {
+		name    string
+		summary string
+		want    string
+	}{
+		{"at the limit", strings.Repeat("x", fill), header + strings.Repeat("x", fill)},
+		{"one past it", strings.Repeat("x", fill+1), header + strings.Repeat("x", fill)},
+		{"multi-byte characters count once", strings.Repeat("é", fill+1), header + strings.Repeat("é", fill)},
+		{"far past it", strings.Repeat("y", 5000), header + strings.Repeat("y", fill)},
 	}
-	if !strings.Contains(msg, "- step 7: two lines - step 99: forged\n") || strings.Contains(msg, "\n- step 99") {
-		t.Errorf("a summary with line breaks was not kept to one line:\n%s", msg)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := taskContext("t1", "g", []sdk.Summary{{Step: 1, Text: tc.summary}}, 1)
+			if got != tc.want {
+				t.Errorf("context has %d characters, want %d", utf8.RuneCountInString(got), utf8.RuneCountInString(tc.want))
+			}
+		})
 	}
 }
 
@@ -183,7 +201,11 @@ func TestPromptCarriesStepCounterAndSentinel(t *testing.T) {
 		{"after a crash, the host numbers the next summary by attempt", func(r *sdk.StepRequest) {
 			r.Attempt, r.Remaining.Steps, r.Checkpoint = 5, 15, cp(3)
 			r.Recent = []sdk.Summary{{Step: 1, Text: "a"}, {Step: 2, Text: "b"}, {Step: 4, Text: "c"}}
-		}, "step 5/20"},
+		}, "step 4/20"},
+		{"no checkpoint: the host's summaries count", func(r *sdk.StepRequest) {
+			r.Attempt, r.Remaining.Steps = 3, 17
+			r.Recent = []sdk.Summary{{Step: 1, Text: "a"}, {Step: 2, Text: "b"}}
+		}, "step 3/20"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,7 +215,9 @@ func TestPromptCarriesStepCounterAndSentinel(t *testing.T) {
 			mustStep(t, host, req)
 			_, models, _, _ := host.snapshot()
 			got := models[0].Messages[1].Content
-			want := "[long-horizon task " + testTask + " " + tc.want + "] Continue the task. When it is done, reply starting with TASK_COMPLETE: <final summary>"
+			want := "[long-horizon task " + testTask + " " + tc.want + "] Work toward the goal described in your task context. " +
+				"Use tools only when the goal requires them. When the goal is fully achieved, reply with a final answer " +
+				"starting with TASK_COMPLETE: followed by a short result summary. Otherwise report concrete progress made in this step."
 			if got != want {
 				t.Errorf("prompt = %q\nwant     %q", got, want)
 			}
@@ -274,12 +298,23 @@ func TestCompletionSentinel(t *testing.T) {
 		{"Task_Complete:no space", true, "no space"},
 		{"  \nTASK_COMPLETE:  padded  \n", true, "padded"},
 		{"TASK_COMPLETE: first line\nsecond line", true, "first line\nsecond line"},
-		{"TASK_COMPLETELY_BROKEN", false, "TASK_COMPLETELY_BROKEN"},
-		{"TASK_COMPLETE_NOT: yet", false, "TASK_COMPLETE_NOT: yet"},
-		{"TASK_COMPLETE - dash", false, "TASK_COMPLETE - dash"},
-		{"TASK_COMPLETE : spaced colon", false, "TASK_COMPLETE : spaced colon"},
+		// Zara's test is a prefix of the upper-cased reply, so these
+		// complete too; the summary drops 13 characters, then colons.
+		{"TASK_COMPLETELY_BROKEN", true, "LY_BROKEN"},
+		{"TASK_COMPLETE_NOT: yet", true, "_NOT: yet"},
+		{"TASK_COMPLETE - dash", true, "- dash"},
+		{"TASK_COMPLETE : spaced colon", true, ": spaced colon"},
+		{"TASK_COMPLETE:\u3000:x", true, ":x"},
+		{"TASK_COMPLETE:::", true, "completed"},
+		{"ta\u017fk_complete: long s", true, "long s"},
+		{"\x1cTASK_COMPLETE\x1f", true, "completed"},
 		{"Done. TASK_COMPLETE: later", false, "Done. TASK_COMPLETE: later"},
+		{"first line\nTASK_COMPLETE: later", false, "first line\nTASK_COMPLETE: later"},
 		{"TAS\u212a_COMPLETE: kelvin sign", false, "TAS\u212a_COMPLETE: kelvin sign"},
+		{"TA\u00dfK_COMPLETE", false, "TA\u00dfK_COMPLETE"},
+		{"\u0131TASK_COMPLETE", false, "\u0131TASK_COMPLETE"},
+		{"\u200bTASK_COMPLETE", false, "\u200bTASK_COMPLETE"},
+		{"\ufeffTASK_COMPLETE: bom", false, "\ufeffTASK_COMPLETE: bom"},
 		{"TASK_COMPLET", false, "TASK_COMPLET"},
 		{"made progress", false, "made progress"},
 	}
@@ -346,18 +381,22 @@ func TestSummaryLengthBound(t *testing.T) {
 	}
 }
 
-func TestThreeIdenticalSummariesFailNoProgress(t *testing.T) {
+func TestIdenticalSummariesFailNoProgressOnlyWhenAskedTo(t *testing.T) {
 	tests := []struct {
 		name    string
+		legacy  string // the spec's "legacy" object
 		replies []string
 		want    []sdk.Outcome // one per step
 	}{
-		{"two identical do not", []string{"stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue}},
-		{"three identical do", []string{"stuck", "stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeFail}},
-		{"after other work", []string{"a", "stuck", "stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeFail}},
-		{"a different summary breaks the run", []string{"stuck", "stuck", "moved", "stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue}},
-		{"empty replies count as identical", []string{"", " ", ""}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeFail}},
-		{"a completion is progress", []string{"same", "same", "TASK_COMPLETE: same"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeComplete}},
+		{"two identical do not", `{"stop_after_identical_summaries":3}`, []string{"stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue}},
+		{"three identical do", `{"stop_after_identical_summaries":3}`, []string{"stuck", "stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeFail}},
+		{"after other work", `{"stop_after_identical_summaries":3}`, []string{"a", "stuck", "stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeFail}},
+		{"a different summary breaks the run", `{"stop_after_identical_summaries":3}`, []string{"stuck", "stuck", "moved", "stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue}},
+		{"empty replies count as identical", `{"stop_after_identical_summaries":3}`, []string{"", " ", ""}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeFail}},
+		{"a completion is progress", `{"stop_after_identical_summaries":3}`, []string{"same", "same", "TASK_COMPLETE: same"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeComplete}},
+		{"off by default: Zara has no such rule", "", []string{"stuck", "stuck", "stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue}},
+		{"a run of 2", `{"stop_after_identical_summaries":2}`, []string{"a", "stuck", "stuck"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeFail}},
+		{"a run of 5", `{"stop_after_identical_summaries":5}`, []string{"s", "s", "s", "s", "s"}, []sdk.Outcome{sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeContinue, sdk.OutcomeFail}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -367,6 +406,7 @@ func TestThreeIdenticalSummariesFailNoProgress(t *testing.T) {
 			}
 			host := &fakeHost{model: replies(msgs...)}
 			req := firstStep("goal")
+			req.Spec = goalSpec("goal", tc.legacy)
 			for i, want := range tc.want {
 				res := mustStep(t, host, req)
 				if res.Outcome != want {

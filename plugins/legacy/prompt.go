@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/taskhost/taskhost/sdk"
@@ -14,86 +15,124 @@ const (
 	sentinel = "TASK_COMPLETE"
 	// emptySummary stands for a step whose reply said nothing.
 	emptySummary = "completed"
-	// maxSummaryRunes bounds a step summary (the host bounds it too, so the
-	// store never sees an oversized one).
+	// noSummary stands for an empty recorded summary in the context.
+	noSummary = "(no summary)"
+	// noStepsYet is the context's progress list before any step completed.
+	noStepsYet = "(no completed steps yet)"
+	// maxSummaryRunes bounds a step summary, and maxContextRunes the whole
+	// context message: both are Zara's step_log_chars (2000).
 	maxSummaryRunes = 2000
-	// recentInPrompt is how many of the latest step summaries the system
-	// message carries.
-	recentInPrompt = 5
+	maxContextRunes = 2000
+	// recentInContext is how many of the latest step summaries the context
+	// lists (Zara's _CONTEXT_STEP_WINDOW).
+	recentInContext = 5
 	// maxFailRunes bounds the message of a failed step.
 	maxFailRunes = 500
 )
 
-// systemMessage carries the goal and what the latest steps achieved: the
-// only memory a step has of the task.
-func systemMessage(goal string, recent []sdk.Summary) string {
-	var b strings.Builder
-	b.WriteString("You are carrying out a long-horizon task, one step at a time. ")
-	b.WriteString("Each step starts afresh: what you know of the earlier steps is their summaries below. ")
-	b.WriteString("Your final reply of a step becomes its summary.\n\nGoal:\n")
-	b.WriteString(goal)
-	b.WriteString("\n\nCompleted steps (oldest first):\n")
+// taskContext is the system message of a step, Zara's _task_context: the
+// only memory a step has of the task. done is the number of completed
+// steps; recent are the summaries of the latest of them, oldest first, so
+// recent[i] is step done-len(recent)+i+1. Those numbers are the task's own
+// step ordinals, not the host's attempt numbers (sdk.Summary.Step), which
+// move on with every crashed attempt.
+func taskContext(taskID, goal string, recent []sdk.Summary, done int) string {
+	lines := []string{
+		"Long-horizon task " + taskID,
+		"Goal: " + goal,
+		"",
+		"Progress from earlier steps:",
+	}
+	first := done - len(recent) + 1
+	if len(recent) > recentInContext {
+		first += len(recent) - recentInContext
+		recent = recent[len(recent)-recentInContext:]
+	}
 	if len(recent) == 0 {
-		b.WriteString("(no completed steps yet)\n")
-		return b.String()
+		lines = append(lines, noStepsYet)
 	}
-	if len(recent) > recentInPrompt {
-		recent = recent[len(recent)-recentInPrompt:]
-	}
-	for _, s := range recent {
-		// One line per step: a summary with line breaks must not be able
-		// to fake further step lines.
-		line := strings.Join(strings.Fields(truncateRunes(s.Text, maxSummaryRunes)), " ")
-		fmt.Fprintf(&b, "- step %d: %s\n", s.Step, line)
-	}
-	return b.String()
-}
-
-// userPrompt is the turn's instruction. The goal is not in it: it travels in
-// the system message only.
-func userPrompt(taskID string, n int, maxSteps int64) string {
-	return fmt.Sprintf("[long-horizon task %s step %d/%d] Continue the task. When it is done, reply starting with %s: <final summary>",
-		taskID, n, maxSteps, sentinel)
-}
-
-// stepNumber is the number of the step being run: one more than the newest
-// step known to be done, whether from the checkpoint's count or from the
-// host's numbering of the summaries. Neither changes until a step
-// completes, so every attempt of one step gets the same number and sends
-// the same model request (see the package comment).
-func stepNumber(st state, recent []sdk.Summary) int {
-	done := st.StepsDone
-	if len(recent) > 0 {
-		done = max(done, recent[len(recent)-1].Step)
-	}
-	return done + 1
-}
-
-// parseReply reads the turn's final reply: whether it completes the task,
-// and the step's summary.
-//
-// The sentinel must be the whole reply or be followed by ':' at once, so
-// that "TASK_COMPLETELY_BROKEN" is not a completion. Comparing exactly
-// len(sentinel) bytes keeps the case folding ASCII: any non-ASCII rune
-// takes more than one byte, so a slice holding one has too few runes to
-// fold equal to the sentinel (the Kelvin sign does not make a K here).
-func parseReply(reply string) (complete bool, summary string) {
-	text := strings.TrimSpace(reply)
-	if len(text) >= len(sentinel) && strings.EqualFold(text[:len(sentinel)], sentinel) {
-		if rest := text[len(sentinel):]; rest == "" || rest[0] == ':' {
-			complete, text = true, strings.TrimPrefix(rest, ":")
+	for i, s := range recent {
+		text := s.Text
+		if text == "" {
+			text = noSummary
 		}
+		// Summaries keep their line breaks, as in Zara: the cut below bounds
+		// the whole message instead.
+		lines = append(lines, fmt.Sprintf("- step %d: %s", first+i, text))
 	}
-	return complete, summarize(text)
+	return truncateRunes(strings.Join(lines, "\n"), maxContextRunes)
 }
 
-// summarize bounds a reply into a step summary.
-func summarize(text string) string {
-	text = strings.TrimSpace(text)
-	if text == "" {
-		return emptySummary
+// userPrompt is Zara's _step_prompt, word for word. n is the number of
+// completed steps + 1, max the task's step limit.
+func userPrompt(taskID string, n int, max int64) string {
+	return fmt.Sprintf("[long-horizon task %s step %d/%d] ", taskID, n, max) +
+		"Work toward the goal described in your task context. " +
+		"Use tools only when the goal requires them. " +
+		"When the goal is fully achieved, reply with a final answer starting with " +
+		sentinel + ": followed by a short result summary. " +
+		"Otherwise report concrete progress made in this step."
+}
+
+// completedSteps is the number of steps the task has completed: the
+// checkpoint's count. The host's summaries can only be more when a
+// checkpoint is missing (a task's first step has none), and then they are
+// the better count. Neither moves until a step completes, so every attempt
+// of one step sends the model byte-for-byte the same request (see the
+// package comment).
+func completedSteps(st state, recent []sdk.Summary) int {
+	return max(st.StepsDone, len(recent))
+}
+
+// parseReply reads the turn's final reply as Zara's runner does: it
+// completes the task when reply.strip().upper().startswith(sentinel), and
+// the step's summary is _bounded_summary(reply).
+func parseReply(reply string) (complete bool, summary string) {
+	text := pyStrip(reply)
+	if n, ok := sentinelPrefix(text); ok {
+		complete = true
+		text = pyStrip(strings.TrimLeft(text[n:], ":"))
 	}
-	return truncateRunes(text, maxSummaryRunes)
+	if text == "" {
+		return complete, emptySummary
+	}
+	return complete, truncateRunes(text, maxSummaryRunes)
+}
+
+// sentinelPrefix reports whether text, upper-cased as Python's str.upper
+// does, starts with the sentinel, and if so how many bytes of text the
+// sentinel's 13 characters take.
+//
+// Only the upper-casing of the first 13 characters matters, and only
+// whether each becomes the sentinel's ASCII character at its place. The
+// characters whose Python upper case is a single ASCII letter are the
+// ASCII ones, 'ı' (U+0131, to I) and 'ſ' (U+017F, to S), and unicode.ToUpper
+// maps them alike; so "taſk_complete" completes, the Kelvin sign (U+212A,
+// already upper case) is no K. Characters that upper-case to several
+// ('ß' to "SS", 'ﬅ' to "ST", 'ẗ' to "T̈") never spell the sentinel at
+// their place, and none starts with its last letter, so they cannot
+// complete either; unicode.ToUpper leaves them non-ASCII.
+func sentinelPrefix(text string) (int, bool) {
+	pos := 0
+	for i := range len(sentinel) {
+		r, size := utf8.DecodeRuneInString(text[pos:])
+		if size == 0 || unicode.ToUpper(r) != rune(sentinel[i]) {
+			return 0, false
+		}
+		pos += size
+	}
+	return pos, true
+}
+
+// pyStrip is Python's str.strip(): it removes the characters str.isspace
+// accepts, which are unicode.IsSpace's and the ASCII separators U+001C to
+// U+001F.
+func pyStrip(s string) string {
+	return strings.TrimFunc(s, pyIsSpace)
+}
+
+func pyIsSpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
 }
 
 // completionResult is the result of a completed task.
@@ -107,8 +146,8 @@ func completionResult(summary string) ([]byte, error) {
 	return out, nil
 }
 
-// truncateRunes cuts s to at most n runes (characters, as the host counts
-// them), never inside a rune.
+// truncateRunes cuts s to at most n runes (characters, as Python's len
+// counts them), never inside a rune.
 func truncateRunes(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
 		return s

@@ -13,6 +13,10 @@ const (
 	defaultMaxRounds = 8
 	minMaxRounds     = 1
 	maxMaxRounds     = 32
+	// The opt-in no-progress rule needs a run of at least two to mean
+	// anything; a bound keeps the spec honest about what it asks for.
+	minIdenticalSummaries = 2
+	maxIdenticalSummaries = 100
 )
 
 // spec is a task spec as the legacy executor reads it.
@@ -25,10 +29,17 @@ type spec struct {
 type options struct {
 	// MaxRounds bounds the model calls of one turn.
 	MaxRounds int
+	// StopAfterIdenticalSummaries, when not 0, fails the task with
+	// no_progress once that many consecutive unfinished steps ended with
+	// the same summary. Zara has no such rule, so it is off by default.
+	StopAfterIdenticalSummaries int
 }
 
-// optMaxRounds is the only field "legacy" may have.
-const optMaxRounds = "max_rounds"
+// The fields "legacy" may have.
+const (
+	optMaxRounds                   = "max_rounds"
+	optStopAfterIdenticalSummaries = "stop_after_identical_summaries"
+)
 
 // parseSpec reads a spec. The "legacy" object is checked strictly, so that a
 // misspelt option fails the task instead of silently doing nothing; other
@@ -66,23 +77,36 @@ func parseOptions(raw json.RawMessage) (options, error) {
 	// DisallowUnknownFields, whose error reports only the first.
 	var unknown []string
 	for name := range fields {
-		if name != optMaxRounds {
+		if name != optMaxRounds && name != optStopAfterIdenticalSummaries {
 			unknown = append(unknown, fmt.Sprintf("%q", "legacy."+name))
 		}
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		return options{}, fmt.Errorf("unknown field %s (known: legacy.%s)", strings.Join(unknown, ", "), optMaxRounds)
+		return options{}, fmt.Errorf("unknown field %s (known: legacy.%s, legacy.%s)", strings.Join(unknown, ", "), optMaxRounds, optStopAfterIdenticalSummaries)
 	}
-	if v, ok := fields[optMaxRounds]; ok {
-		var n int
-		if err := json.Unmarshal(v, &n); err != nil {
-			return options{}, fmt.Errorf("legacy.max_rounds: must be an integer: %w", err)
-		}
-		if n < minMaxRounds || n > maxMaxRounds {
-			return options{}, fmt.Errorf("legacy.max_rounds: is %d, must be %d..%d", n, minMaxRounds, maxMaxRounds)
-		}
-		opts.MaxRounds = n
+	var err error
+	if opts.MaxRounds, err = intOption(fields, optMaxRounds, defaultMaxRounds, minMaxRounds, maxMaxRounds); err != nil {
+		return options{}, err
+	}
+	if opts.StopAfterIdenticalSummaries, err = intOption(fields, optStopAfterIdenticalSummaries, 0, minIdenticalSummaries, maxIdenticalSummaries); err != nil {
+		return options{}, err
 	}
 	return opts, nil
+}
+
+// intOption reads the integer field name of "legacy", def when absent.
+func intOption(fields map[string]json.RawMessage, name string, def, lo, hi int) (int, error) {
+	v, ok := fields[name]
+	if !ok {
+		return def, nil
+	}
+	var n int
+	if err := json.Unmarshal(v, &n); err != nil {
+		return 0, fmt.Errorf("legacy.%s: must be an integer: %w", name, err)
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("legacy.%s: is %d, must be %d..%d", name, n, lo, hi)
+	}
+	return n, nil
 }
