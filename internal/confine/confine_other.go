@@ -1,0 +1,19 @@
+//go:build !linux
+
+package confine
+
+import (
+	"errors"
+	"os"
+)
+
+// Main returns at once: confinement exists only on Linux.
+func Main() {}
+
+func landlockABI() int       { return 0 }
+func seccompSupported() bool { return false }
+func cgroup2Mount() string   { return "" }
+
+func fileID(*os.File) (uint64, uint64, error) {
+	return 0, 0, errors.New("confinement needs Linux")
+}
