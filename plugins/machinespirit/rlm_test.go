@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,67 +172,6 @@ func TestRLMEndToEnd(t *testing.T) {
 	}
 	if len(subRootPrompts) != 2 || !strings.Contains(subRootPrompts[1], "budget_exhausted") {
 		t.Fatalf("sub-run root prompts: %q", subRootPrompts)
-	}
-}
-
-// TestRLMSandbox: goals the root model must not run are refused before
-// they run; the refusal is fed back, and the loop goes on.
-func TestRLMSandbox(t *testing.T) {
-	probe := t.TempDir() + "/shell-ran"
-	tests := []struct {
-		name, goal, want string
-	}{
-		{"shell", fmt.Sprintf("shell('touch %s')", probe), "sandbox refuses"},
-		{"open", "open('/etc/passwd', read, S)", "sandbox refuses"},
-		{"assert into user", "assertz(user:pwned)", "rejected"},
-		{"assert", "assertz(pwned)", "assertz/1 is not allowed"},
-		{"thread_create", "thread_create(true, T, [])", "sandbox refuses"},
-		{"set_prolog_flag", "set_prolog_flag(double_quotes, codes)", "set_prolog_flag/2 is not allowed"},
-		{"get_time", "get_time(T)", "get_time/1 is not allowed"},
-		{"random_between", "random_between(1, 6, X)", "random_between/3 is not allowed"},
-		{"random in arithmetic", "X is random(6)", "random/1 is not allowed"},
-		{"sleep", "sleep(1)", "sleep/1 is not allowed"},
-		{"catch swallows cancellation", "catch(true, _, true)", "catch/3 is not allowed"},
-		{"output", `format("hello")`, "format/1 is not allowed"},
-		{"module-qualified", "system:get_time(T)", "module qualification"},
-		{"meta-call of data", "G = shell(ls), call(G)", "rejected"},
-		{"nb_setval", "nb_setval(k, 1)", "nb_setval/2 is not allowed"},
-		{"two goals", "true. true.", "exactly one goal"},
-		{"syntax error", "foo(", "not a goal"},
-		{"inference limit", "between(1, inf, X), X < 0", "inference limit exceeded"},
-		{"failure", "member(x, [a, b])", "false"},
-		{"runtime error", "atom_length(X, _)", "error:"},
-		{"allowed", "X = 7, Y is X * 6", "X = 7, Y = 42"},
-		{"unknown predicate", "no_such_predicate(1)", "rejected"},
-	}
-	e := newExecutor(t, testConfig(t, nil))
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newFakeHost(1)
-			h.workspace["ctx.txt"] = "a small context"
-			model := &scriptedModel{root: []string{tc.goal, `final("done")`}, sub: func(string) string { return "" }}
-			h.model = model.answer
-			results, _ := runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 5)
-			if last := results[len(results)-1]; last.Outcome != sdk.OutcomeComplete {
-				for _, c := range h.Calls() {
-					if i := strings.Index(c.Prompt, "Results so far"); i >= 0 {
-						t.Log(c.Prompt[i:], c.Err)
-					}
-				}
-				t.Fatalf("last step: %+v", last)
-			}
-			prompts := rootPrompts(h)
-			if len(prompts) != 2 {
-				t.Fatalf("%d root prompts", len(prompts))
-			}
-			fb := prompts[1][strings.Index(prompts[1], "Results so far"):]
-			if !strings.Contains(fb, tc.want) {
-				t.Fatalf("feedback lacks %q:\n%s", tc.want, fb)
-			}
-		})
-	}
-	if _, err := os.Stat(probe); err == nil {
-		t.Fatal("the shell goal ran")
 	}
 }
 

@@ -35,7 +35,6 @@
 :- use_module(library(pairs)).
 :- use_module(library(aggregate)).
 :- use_module(library(readutil)).
-:- use_module(library(sandbox)).
 :- use_module(library(http/json)).
 :- use_module(library(time)).
 :- use_module(library(sha)).
@@ -56,7 +55,6 @@
 % Libraries the worker cannot do without, as library path - module. The
 % hello frame reports those that are not loaded; the plugin's preflight
 % refuses such a worker.
-required_library('sandbox', sandbox).
 required_library('http/json', json).
 required_library('time', time).
 required_library('sha', crypto_hash).

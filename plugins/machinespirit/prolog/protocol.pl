@@ -189,13 +189,12 @@ utf8_bytes(Text, Bytes) :-
 %   Text (any atomic or string) cut to at most Max characters, with a note
 %   of how much was cut so a reader (or a model) knows it saw a part.
 truncate_text(Text, Max, String) :-
-    (   string(Text) -> S0 = Text
-    ;   atomic(Text) -> atom_string(Text, S0)
-    ;   format(string(S0), "~q", [Text])
+    (   string(Text) -> S0 = Text, string_length(S0, Len)
+    ;   atomic(Text) -> S0 = Text, atom_length(S0, Len)   % no copy of a long atom
+    ;   format(string(S0), "~q", [Text]), string_length(S0, Len)
     ),
-    string_length(S0, Len),
     (   Len =< Max
-    ->  String = S0
+    ->  atom_string(S0, String)
     ;   Max < 60
     ->  sub_string(S0, 0, Max, _, String)
     ;   Keep is Max - 40,

@@ -4,24 +4,22 @@
                  host's workspace.read tool (never the whole context);
     rlm_iterate  one root-model turn: the prompt carries only metadata of
                  the context and the last few results; the reply is one
-                 Prolog goal, checked (our own denials, then
-                 library(sandbox) safe_goal/1) and run under an inference
-                 limit in module ms_rlm_goals; its bindings, failure or
-                 error become the next turn's feedback; final(Answer)
-                 ends the loop;
+                 Prolog goal, checked against an allow-list (rlm_check.pl)
+                 and run, rewritten with its checked wrappers, under an
+                 inference limit in module ms_rlm_goals; its bindings,
+                 failure or error become the next turn's feedback;
+                 final(Answer) ends the loop;
     rlm_router   done once there is an answer, exhausted after the
                  iteration bound, else continue.
 
-    Denied on top of library(sandbox), because a node re-run after a
-    crash must compute the same thing and a cancel must reach it: time
-    (get_time/1, sleep/1, statistics), randomness (random*), global or
-    database state that the checkpoint would not hold (assert, retract,
-    nb_setval, ...), catching exceptions (catch/3 and cleanup handlers
-    could swallow cancellation), output (it has nowhere to go) and
-    module-qualified goals (they would reach around the goal module).
+    The goal runs in the task thread. Whatever it throws ends the goal,
+    not the node: only the cancel (ms_cancelled) and the node's time limit
+    pass through; an exception model code could not have thrown by itself
+    ('$aborted', unwind(_), a time limit of library(time)) is reported to
+    the model as an error like any other. An exhausted process resource
+    (memory) ends the step as resource_exhausted: the worker is replaced.
 */
-:- module(ms_rlm, [check_goal/1, run_model_code/2]).
-:- use_module(library(sandbox)).
+:- module(ms_rlm, [run_model_code/2, shown_term/2]).
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(protocol).
@@ -29,6 +27,7 @@
 :- use_module(registry).
 :- use_module(rlm_api).
 :- use_module(rlm_goals, []).
+:- use_module(rlm_check).
 
 max_reply_chars(8192).
 goal_inference_limit(5_000_000).
@@ -171,10 +170,10 @@ run_model_code(Text0, goal(Echo, Result)) :-
     ;   catch(parse_goal(Text, Goal, Bindings), E, true),
         (   nonvar(E)
         ->  error_text(E, M), Result = syntax(M)
-        ;   catch(check_goal(Goal), rejected(Why), true),
+        ;   catch(check_model_goal(Goal, Runnable), rejected(Why), true),
             (   nonvar(Why)
             ->  Result = rejected(Why)
-            ;   run_checked(Goal, Bindings, Result)
+            ;   run_checked(Runnable, Bindings, Result)
             )
         )
     ).
@@ -186,13 +185,13 @@ run_checked(Goal, Bindings, Result) :-
     goal_inference_limit(Inf),
     (   nb_current(ms_rlm_final, Saved) -> true ; Saved = none ),
     setup_call_cleanup(
-        nb_setval(ms_rlm_final, none),
+        ( nb_setval(ms_rlm_final, none), reset_text_budget ),
         ( catch(( call_with_inference_limit(ms_rlm_goals:Goal, Inf, R)
                 -> ( R == inference_limit_exceeded -> Out = inference_limit ; Out = true )
                 ;  Out = false
                 ),
                 E,
-                ( control_exception(E) -> throw(E) ; error_text(E, M), Out = error(M) )),
+                goal_exception(E, Out)),
           (   nb_current(ms_rlm_final, answer(A)) -> Final = answer(A) ; Final = none )
         ),
         nb_setval(ms_rlm_final, Saved)),
@@ -203,11 +202,25 @@ run_checked(Goal, Bindings, Result) :-
     ;   Result = Out
     ).
 
-control_exception(ms_cancelled).
-control_exception(machinespirit_time_limit).
-control_exception('$aborted').
-control_exception(unwind(_)).
-control_exception(time_limit_exceeded).
+%   The cancel and the node's time limit end the node; a worker out of
+%   memory ends the step (resource_exhausted); anything else, whatever
+%   its form, is the goal's error. The term is shrunk before it is put
+%   into words: it may hold a huge atom of the goal's.
+goal_exception(E, _) :-
+    node_exception(E), !,
+    throw(E).
+goal_exception(E, _) :-
+    E = error(resource_error(memory), _), !,
+    throw(graph_failure(resource_exhausted, "the worker ran out of memory running the model's goal")).
+goal_exception(E, error(M)) :-
+    shown_term(E, S),
+    (   S = error(_, _) -> error_text(S, M)
+    ;   format(string(M0), "exception ~W", [S, [quoted(true), max_depth(20), portray(false)]]),
+        truncate_text(M0, 500, M)
+    ).
+
+node_exception(ms_cancelled).
+node_exception(machinespirit_time_limit).
 
 strip_fences(Text0, Text) :-
     (   sub_string(Text0, B, _, _, "```")
@@ -245,108 +258,6 @@ parse_goal(Text, Goal, Bindings) :-
     ;   true
     ).
 
-%!  check_goal(+Goal) is det.
-%
-%   Throws rejected(Message) unless Goal is acceptable.
-check_goal(Goal) :-
-    (   var(Goal) -> throw(rejected("the goal is a variable")) ; true ),
-    (   denied_in(Goal, What)
-    ->  format(string(M), "~w is not allowed here (no time, randomness, global state, exception handling or output in task code)", [What]),
-        throw(rejected(M))
-    ;   true
-    ),
-    catch(safe_goal(ms_rlm_goals:Goal), E,
-          ( error_text(E, M0),
-            format(string(M), "the sandbox refuses it: ~s", [M0]),
-            throw(rejected(M)) )).
-
-denied_in(T, What) :-
-    (   is_dict(T)
-    ->  dict_pairs(T, _, Pairs),
-        member(_-V, Pairs),
-        denied_in(V, What)
-    ;   compound(T)
-    ->  (   T = _:_
-        ->  What = "module qualification (:)"
-        ;   compound_name_arity(T, N, A),
-            denied(N, A)
-        ->  What = N/A
-        ;   arg(_, T, Sub),
-            denied_in(Sub, What)
-        )
-    ;   atom(T), denied(T, 0)
-    ->  What = T
-    ).
-
-denied(N, _) :- sub_atom(N, 0, _, _, random), !.
-denied(N, A) :- denied_pi(N/A), !.
-
-denied_pi(get_time/1).
-denied_pi(sleep/1).
-denied_pi(statistics/0).
-denied_pi(statistics/1).
-denied_pi(statistics/2).
-denied_pi(cputime/0).
-denied_pi(realtime/0).
-denied_pi(set_random/1).
-denied_pi(setrand/1).
-denied_pi(getrand/1).
-denied_pi(garbage_collect/0).
-denied_pi(abort/0).
-denied_pi(halt/0).
-denied_pi(halt/1).
-denied_pi(assert/1).
-denied_pi(asserta/1).
-denied_pi(assertz/1).
-denied_pi(assert/2).
-denied_pi(asserta/2).
-denied_pi(assertz/2).
-denied_pi(retract/1).
-denied_pi(retractall/1).
-denied_pi(abolish/1).
-denied_pi(abolish/2).
-denied_pi(erase/1).
-denied_pi(abolish_all_tables/0).
-denied_pi(nb_setval/2).
-denied_pi(b_setval/2).
-denied_pi(nb_getval/2).
-denied_pi(b_getval/2).
-denied_pi(nb_current/2).
-denied_pi(catch/3).
-denied_pi(catch_with_backtrace/3).
-denied_pi(call_cleanup/2).
-denied_pi(setup_call_cleanup/3).
-denied_pi(setup_call_catcher_cleanup/4).
-denied_pi(call_with_time_limit/2).
-denied_pi(call_with_time_limit/3).
-denied_pi(alarm/3).
-denied_pi(alarm/4).
-denied_pi(with_output_to/2).
-denied_pi(format/1).
-denied_pi(format/2).
-denied_pi(format/3).
-denied_pi(print_message/2).
-denied_pi(write/1).
-denied_pi(writeln/1).
-denied_pi(print/1).
-denied_pi(writeq/1).
-denied_pi(write_canonical/1).
-denied_pi(write_term/2).
-denied_pi(nl/0).
-denied_pi(put_char/1).
-denied_pi(tab/1).
-denied_pi(portray_clause/1).
-% Flags, operators and declarations change the goal module for every
-% later goal of the worker: state the checkpoint would not hold.
-denied_pi(set_prolog_flag/2).
-denied_pi(create_prolog_flag/3).
-denied_pi(op/3).
-denied_pi(style_check/1).
-denied_pi((dynamic)/1).
-denied_pi((discontiguous)/1).
-denied_pi((table)/1).
-denied_pi(set_stream/2).
-
 %   ---- feedback for the next turn ----
 
 observation(I, goal(Echo, Result), Obs) :-
@@ -376,5 +287,79 @@ result_text(syntax(M), Text) :- format(string(Text), "not a goal: ~s", [M]).
 shown_binding(Name=_) :- \+ sub_atom(Name, 0, _, _, '_').
 
 binding_text(Name=Value, Text) :-
-    format(string(T0), "~w = ~W", [Name, Value, [quoted(true), max_depth(20), portray(false)]]),
+    shown_term(Value, Shown),
+    format(string(T0), "~w = ~W", [Name, Shown, [quoted(true), max_depth(20), portray(false)]]),
     truncate_text(T0, 300, Text).
+
+%!  shown_term(@Term, -Shown) is det.
+%
+%   A copy of Term that is cheap to print whatever Term is: texts longer
+%   than 200 characters and integers of more than 4096 bits are replaced by
+%   a note of their size, at most 64 arguments or list elements per level,
+%   20 levels and 400 subterms in all are kept (a cyclic term ends at the
+%   bounds). Sizes are asked for before anything is copied or printed, so
+%   a binding of a 400,000,000-character atom costs a few hundred bytes.
+shown_term(T, S) :-
+    shown(T, 0, S, 400, _).
+
+shown(_, _, '...', B, B) :- B =< 0, !.
+shown(T, _, T, B0, B) :- var(T), !, B is B0 - 1.
+shown(T, _, S, B0, B) :- atom(T), !, B is B0 - 1, shown_text(atom, T, S).
+shown(T, _, S, B0, B) :- string(T), !, B is B0 - 1, shown_text(string, T, S).
+shown(T, _, S, B0, B) :- integer(T), !,
+    B is B0 - 1,
+    (   T \== 0, msb(abs(T)) > 4096
+    ->  Bits is msb(abs(T)) + 1,
+        format(atom(S), "<integer of ~d bits>", [Bits])
+    ;   S = T
+    ).
+shown(T, _, T, B0, B) :- \+ compound(T), !, B is B0 - 1.
+shown(_, D, '...', B0, B) :- D >= 20, !, B is B0 - 1.
+shown(T, D, S, B0, B) :- is_dict(T), !,
+    dict_pairs(T, Tag, Pairs),
+    shown(Pairs, D, SP, B0, B1),
+    shown(Tag, D, ST, B1, B),
+    S = dict(ST, SP).
+shown(T, D, S, B0, B) :- T = [_|_], !,
+    D1 is D + 1,
+    shown_list(T, 0, D1, S, B0, B).
+shown(T, D, S, B0, B) :-
+    compound_name_arity(T, N, A),
+    shown_text(atom, N, SN),
+    D1 is D + 1,
+    Keep is min(A, 64),
+    numlist_(1, Keep, Is),
+    B1 is B0 - 1,
+    foldl(shown_arg(T, D1), Is, Args, B1, B),
+    (   A > Keep -> append(Args, ['...'], Args1) ; Args1 = Args ),
+    (   atom(SN) -> compound_name_arguments(S, SN, Args1) ; S = SN ).
+
+shown_arg(T, D, I, S, B0, B) :-
+    arg(I, T, A),
+    shown(A, D, S, B0, B).
+
+shown_list(L, _, _, L, B, B) :- L == [], !.
+shown_list(_, _, _, '...', B, B) :- B =< 0, !.
+shown_list(L, N, D, S, B0, B) :-
+    (   var(L) -> S = L, B = B0
+    ;   L = [H|T]
+    ->  (   N >= 64
+        ->  S = ['...'], B = B0
+        ;   shown(H, D, SH, B0, B1),
+            N1 is N + 1,
+            shown_list(T, N1, D, ST, B1, B),
+            S = [SH|ST]
+        )
+    ;   shown(L, D, S, B0, B)
+    ).
+
+shown_text(Kind, T, S) :-
+    (   Kind == atom -> atom_length(T, L) ; string_length(T, L) ),
+    (   L =< 200
+    ->  S = T
+    ;   sub_string(T, 0, 100, _, Head),
+        format(atom(S), "<~w of ~D characters starting ~q>", [Kind, L, Head])
+    ).
+
+numlist_(L, H, []) :- L > H, !.
+numlist_(L, H, [L|T]) :- L1 is L + 1, numlist_(L1, H, T).

@@ -2,8 +2,8 @@
 
     In the recursive-language-model graph the root model never sees the
     task's context; it replies with one Prolog goal that the worker runs
-    sandboxed. That goal may call the pure built-ins library(sandbox)
-    accepts and these predicates, declared safe for library(sandbox):
+    checked: it may call the pure built-ins of the allow-list in
+    rlm_check.pl and these predicates:
 
         context_length(-Bytes)          size of the context
         context_prefix(-Text)           its first bytes (what the prompt shows)
@@ -26,7 +26,6 @@
             spirit/3,
             final/1
           ]).
-:- use_module(library(sandbox)).
 :- use_module(library(base64)).
 :- use_module(library(utf8)).
 :- use_module(library(lists)).
@@ -141,20 +140,10 @@ spirit(Graph, Input, Answer) :-
     ms_runtime:spirit(Graph, Input, Answer).
 
 final(Answer) :-
-    (   string(Answer) -> S = Answer
-    ;   atomic(Answer) -> atom_string(Answer, S)
-    ;   format(string(S), "~W", [Answer, [quoted(true), max_depth(50)]])
+    (   atomic(Answer) -> S = Answer          % truncate_text/3 cuts it without a copy
+    ;   ms_rlm:shown_term(Answer, Shown),
+        format(string(S), "~W", [Shown, [quoted(true), max_depth(50), portray(false)]])
     ),
     max_final_chars(Max),
     truncate_text(S, Max, Short),
     nb_setval(ms_rlm_final, answer(Short)).
-
-% The API is safe by construction: each predicate validates its arguments
-% and reaches the outside only through effects.
-:- multifile sandbox:safe_primitive/1.
-sandbox:safe_primitive(ms_rlm_api:context_length(_)).
-sandbox:safe_primitive(ms_rlm_api:context_prefix(_)).
-sandbox:safe_primitive(ms_rlm_api:context_slice(_, _, _)).
-sandbox:safe_primitive(ms_rlm_api:llm_query(_, _)).
-sandbox:safe_primitive(ms_rlm_api:spirit(_, _, _)).
-sandbox:safe_primitive(ms_rlm_api:final(_)).
