@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/taskhost/taskhost/store"
 )
 
 // envelopeMagic starts every sealed checkpoint so a foreign blob is refused
@@ -120,6 +122,29 @@ func (s sealer) open(o owner, env []byte) (Checkpoint, int64, error) {
 		return fail("payload digest does not match")
 	}
 	return Checkpoint{Schema: h.Schema, Payload: bytes.Clone(payload)}, h.Attempt, nil
+}
+
+// openStored opens t's stored checkpoint, nil when it has none. Besides the
+// envelope's own checks, the envelope must be the task's latest checkpoint:
+// the attempt it was sealed at must be the one the task row records, so an
+// older envelope of the same task written back into the row (a rollback) is
+// refused, as is a checkpoint removed from a task that had one.
+func (s sealer) openStored(t store.Task) (*Checkpoint, error) {
+	if t.Checkpoint == nil {
+		if t.CheckpointAttempt != 0 {
+			return nil, fmt.Errorf("%w: the task's checkpoint of attempt %d is missing from its row", ErrCheckpointIncompatible, t.CheckpointAttempt)
+		}
+		return nil, nil
+	}
+	cp, attempt, err := s.open(owner{TaskID: t.ID, PrincipalID: t.PrincipalID, Executor: t.Executor}, t.Checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	if attempt != t.CheckpointAttempt {
+		return nil, fmt.Errorf("%w: envelope was sealed at attempt %d, the task's latest checkpoint is from attempt %d (an older checkpoint written back?)",
+			ErrCheckpointIncompatible, attempt, t.CheckpointAttempt)
+	}
+	return &cp, nil
 }
 
 // loadOrCreateKey returns the data dir's host key, creating it (0600) on

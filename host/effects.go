@@ -315,7 +315,10 @@ func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.C
 	var gate func(int64) error
 	if pol.NeedsApproval {
 		gate = func(seq int64) error {
-			return s.r.awaitApproval(ctx, ts, seq, name, "run tool "+tools.Summarize(name, args))
+			// The approver sees what would run; the approval record is
+			// the owner's, unlike the ledger and events, which keep no
+			// argument values.
+			return s.r.awaitApproval(ctx, ts, seq, name, tools.Describe(name, args))
 		}
 	}
 	out, replayed, err := s.ledgered(ctx, ts, e, gate, func(ctx context.Context) ([]byte, error) {
@@ -350,7 +353,9 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 	if err != nil {
 		return nil, err
 	}
-	prompt := truncateChars(req.GetPrompt(), 500)
+	// An executor's prompt is shown on terminals: no control characters.
+	// Escaping can grow it; the store takes 2000 bytes.
+	prompt := tools.Printable(truncateChars(req.GetPrompt(), 500), 1900)
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
 	gate := func(seq int64) error { return s.r.awaitApproval(ctx, ts, seq, "", prompt) }
 	if _, _, err := s.ledgered(ctx, ts, e, gate, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {

@@ -238,19 +238,15 @@ func (ru *run) endForCause(cause error) {
 
 // loadCheckpoint opens and checks the task's stored checkpoint, if any.
 func (ru *run) loadCheckpoint() (*Checkpoint, error) {
-	t := ru.task
-	if t.Checkpoint == nil {
-		return nil, nil
-	}
-	cp, _, err := ru.r.seal.open(owner{TaskID: t.ID, PrincipalID: t.PrincipalID, Executor: t.Executor}, t.Checkpoint)
-	if err != nil {
+	cp, err := ru.r.seal.openStored(ru.task)
+	if cp == nil || err != nil {
 		return nil, err
 	}
 	if !ru.desc.accepts(cp.Schema) {
 		return nil, fmt.Errorf("%w: executor %s %s does not accept checkpoint schema %q (it accepts %v)",
 			ErrCheckpointIncompatible, ru.desc.Kind, ru.desc.Version, cp.Schema, ru.desc.CheckpointSchemas)
 	}
-	return &cp, nil
+	return cp, nil
 }
 
 // request builds what the executor may see of the task (DESIGN §4).

@@ -91,19 +91,43 @@ func TestApprovalGatedTool(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := openHost(t, "", nil)
-			marker := filepath.Join(shortTempDir(t), "ran")
-			te := map[string]any{"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": "touch " + marker}}}
+			// The command runs in the task's workspace; the canary marks
+			// where its text may go (the approval) and where not (events,
+			// the ledger).
+			const canary = "ran-canary-7d3f0b"
+			command := "touch " + canary + "\necho \x1b[2K"
+			te := map[string]any{"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": command}}}
 			task := create(t, h, alice, te, Limits{})
 			a := waitApproval(t, h, alice, task.ID)
-			if a.Tool != "shell.run" || strings.Contains(a.Prompt, marker) {
-				t.Errorf("approval %+v: want the tool named and its arguments redacted", a)
+			if want := `touch ` + canary + `\necho \x1b[2K`; a.Tool != "shell.run" || a.Prompt != want {
+				t.Errorf("approval tool %q prompt %q: want shell.run and the command escaped, %q", a.Tool, a.Prompt, want)
 			}
 			if err := tc.decide(h.Runner, alice, a.ID); err != nil {
 				t.Fatal(err)
 			}
 			wantStatus(t, waitEnd(t, h, alice, task.ID), tc.want, tc.reason)
-			if _, err := os.Stat(marker); (err == nil) != tc.ran {
+			if _, err := os.Stat(filepath.Join(h.Runner.workspace(task.ID), canary)); (err == nil) != tc.ran {
 				t.Errorf("tool ran = %v, want %v", err == nil, tc.ran)
+			}
+			// DESIGN §7: events never carry tool arguments; the ledger keeps
+			// only a redacted summary.
+			evs, err := h.Store.Events(context.Background(), alice, task.ID, 0, 1000)
+			if err != nil || len(evs) == 0 {
+				t.Fatalf("events: %d, %v", len(evs), err)
+			}
+			for _, ev := range evs {
+				if strings.Contains(string(ev.Payload), "canary") || strings.Contains(string(ev.Payload), "touch") {
+					t.Errorf("event %s carries the command: %s", ev.Type, ev.Payload)
+				}
+			}
+			effs, err := h.Store.ListEffects(context.Background(), alice, task.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range effs {
+				if strings.Contains(e.Summary, "canary") {
+					t.Errorf("ledger row %+v carries the command", e)
+				}
 			}
 			// Resolved exactly once.
 			if _, err := h.Runner.Approve(context.Background(), alice, a.ID); !errors.Is(err, store.ErrConflict) {

@@ -104,7 +104,7 @@ type FinishAttempt struct {
 	ExitSignal string
 	StderrTail string
 
-	Checkpoint     []byte // nil (or empty) keeps the stored checkpoint
+	Checkpoint     []byte // nil (or empty) keeps the stored checkpoint; else sealed at attempt Number
 	Result         []byte // only with TaskTo completed
 	WallMillisUsed int64  // absolute; stored as max(stored, this)
 
@@ -252,7 +252,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		if f.Result != nil {
 			result = f.Result
 		}
-		args := []any{f.WallMillisUsed, checkpoint, result, now, f.TaskID, f.PrincipalID, f.RunID}
+		args := []any{f.WallMillisUsed, checkpoint, result, now, f.TaskID, f.PrincipalID, f.RunID, f.Number}
 		if f.TaskTo != "" {
 			args = append(args, string(f.TaskTo), string(f.TaskReason), f.TaskMessage)
 		}
@@ -293,14 +293,17 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 }
 
 // finishTaskSQL is the task side of FinishAttempt: wall time only grows, a
-// nil checkpoint or result keeps the stored one, and the status changes only
-// when setStatus — all under the same compare-and-set on run and status.
+// nil checkpoint or result keeps the stored one, a new checkpoint records the
+// finishing attempt (?8) as the one that wrote it, and the status
+// changes only when setStatus — all under the same compare-and-set on run and
+// status.
 func finishTaskSQL(setStatus bool, n int) string {
-	set, first := "", 8
+	set, first := "", 9
 	if setStatus {
-		set, first = `, status = ?8, reason = ?9, message = ?10`, 11
+		set, first = `, status = ?9, reason = ?10, message = ?11`, 12
 	}
 	return `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?1), checkpoint = coalesce(?2, checkpoint),
+			checkpoint_attempt = CASE WHEN ?2 IS NULL THEN checkpoint_attempt ELSE ?8 END,
 			result = coalesce(?3, result), updated_ns = ?4` + set + `
 		WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN (` + numbered(first, n) + `)
 		RETURNING ` + taskCols

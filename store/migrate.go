@@ -19,6 +19,9 @@ type migration struct {
 	version int
 	name    string
 	stmts   []string
+	// fill, if set, runs after stmts in the same transaction: a back-fill
+	// that needs Go code rather than SQL.
+	fill func(ctx context.Context, tx *sql.Tx) error
 }
 
 // migrations is the whole schema history, oldest first.
@@ -129,6 +132,14 @@ var migrations = []migration{
 		`CREATE INDEX approvals_task ON approvals (task_id, status)`,
 		`CREATE INDEX approvals_pending ON approvals (status) WHERE status = 'pending'`,
 	}},
+	{version: 3, name: "checkpoint attempt", stmts: []string{
+		// The attempt that wrote the task's current checkpoint, set in the
+		// same statement that stores the checkpoint. The host refuses an
+		// envelope sealed at any other attempt: an older envelope of the same
+		// task written back into the row (a rollback) no longer verifies.
+		// 0 means no checkpoint was ever written.
+		`ALTER TABLE tasks ADD COLUMN checkpoint_attempt INTEGER NOT NULL DEFAULT 0 CHECK (checkpoint_attempt >= 0)`,
+	}, fill: fillCheckpointAttempts},
 }
 
 // schemaVersion is the schema version this binary writes and reads.
@@ -170,6 +181,11 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration) error {
 	}
 	for _, stmt := range m.stmts {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	if m.fill != nil {
+		if err := m.fill(ctx, tx); err != nil {
 			return err
 		}
 	}

@@ -120,6 +120,10 @@ type Task struct {
 	Result      []byte // nil until completed
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+
+	// CheckpointAttempt is the attempt that wrote Checkpoint, 0 when none:
+	// the host refuses an envelope sealed at any other attempt.
+	CheckpointAttempt int64
 }
 
 // AttemptStatus is the state of one step attempt.

@@ -53,10 +53,12 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTASK\tATTEMPT\tSTATUS\tTOOL\tPROMPT\tEXPIRES")
+	// What would run comes last and whole (the host bounds it): an
+	// approver must not decide on a cut command.
+	fmt.Fprintln(tw, "ID\tTASK\tATTEMPT\tSTATUS\tEXPIRES\tWHAT")
 	for _, a := range resp.Approvals {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", a.Id, a.TaskId, a.Attempt, a.Status, a.Tool,
-			truncateLine(a.Prompt, 60), fromNanos(a.ExpiresUnixNano).Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", a.Id, a.TaskId, a.Attempt, a.Status,
+			fromNanos(a.ExpiresUnixNano).Local().Format(time.DateTime), approvalText(a.Tool, a.Prompt))
 	}
 	tw.Flush()
 	if resp.Truncated {

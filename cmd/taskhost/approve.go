@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -29,10 +30,7 @@ func (d *decider) decide(ctx context.Context, h *host.Host, principal, taskID st
 		if a.TaskID != taskID {
 			continue
 		}
-		what := a.Prompt
-		if a.Tool != "" {
-			what = "tool " + a.Tool + ": " + a.Prompt
-		}
+		what := approvalText(a.Tool, a.Prompt)
 		approve := d.approveAll
 		switch {
 		case d.approveAll:
@@ -54,6 +52,23 @@ func (d *decider) decide(ctx context.Context, h *host.Host, principal, taskID st
 }
 
 func (d *decider) ask(prompt string) bool { return askYesNo(d.e, &d.in, prompt) }
+
+// maxApprovalText bounds an approval's prompt as a terminal shows it; the
+// host keeps a tool's arguments shorter (tools.MaxDescribeBytes) and an
+// executor's prompt at 500 characters.
+const maxApprovalText = 2000
+
+// approvalText is what an approver reads: the tool and what it would do
+// (for shell.run, the command), or an executor's own prompt. The host
+// escapes both; escaping again here keeps a terminal safe from an older or
+// foreign daemon.
+func approvalText(tool, prompt string) string {
+	what := tools.Printable(prompt, maxApprovalText)
+	if tool == "" {
+		return what
+	}
+	return tools.Printable(tool, 64) + ": " + what
+}
 
 // askYesNo asks prompt on stderr and reads the answer from stdin: "y" or
 // "yes" approves; anything else, or the end of input, rejects. *in is

@@ -332,10 +332,7 @@ func (d *demoRun) answerApprovals(taskID string) int {
 		if a.TaskId != taskID {
 			continue
 		}
-		what := a.Prompt
-		if a.Tool != "" {
-			what = "tool " + a.Tool + ": " + a.Prompt
-		}
+		what := approvalText(a.Tool, a.Prompt)
 		ok := true
 		if d.o.interactive {
 			ok = d.ask(fmt.Sprintf("approval %s: %s\nApprove? [y/N] ", a.Id, what))

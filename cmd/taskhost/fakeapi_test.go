@@ -118,7 +118,8 @@ func (fakeAPI) WatchTask(req *apipb.WatchTaskRequest, s apipb.TaskService_WatchT
 
 func fixedApproval(status string) *apipb.Approval {
 	a := &apipb.Approval{Id: "a_cccccccccccccccccccccccccc", TaskId: "t_aaaaaaaaaaaaaaaaaaaaaaaaaa", RunId: 1, Attempt: 2, Tool: "shell.run",
-		Prompt: "run tool shell.run{command:10B}", Status: status, CreatedUnixNano: fixedTime, ExpiresUnixNano: fixedTime + 3600e9}
+		// The escape stands for a foreign daemon's: the CLI must not print it raw.
+		Prompt: "make test\x1b[2K", Status: status, CreatedUnixNano: fixedTime, ExpiresUnixNano: fixedTime + 3600e9}
 	if status != "pending" {
 		a.ResolvedUnixNano = fixedTime + 2e9
 	}
