@@ -58,6 +58,10 @@ const (
 	// effectDrainTimeout bounds the wait for a cancelled host call.
 	effectDrainTimeout = 2 * time.Second
 	maxFailMessage     = 1500
+
+	// codeResourceExhausted starts the message of a step that failed
+	// because the worker hit one of its resource limits.
+	codeResourceExhausted = "resource_exhausted"
 )
 
 // StartMode is how a worker starts.
@@ -598,6 +602,12 @@ func (st *stepState) result(f *inFrame) (sdk.StepResult, error) {
 		switch f.Code {
 		case "checkpoint_incompatible", "checkpoint_too_large":
 			reason = f.Code
+		case codeResourceExhausted:
+			// The worker survived running out of memory, but its heap may
+			// be fragmented or full of what the goal left behind: the next
+			// step gets a fresh one. The host has no reason of its own for
+			// this; the message starts with the code.
+			st.e.dropWorker(st.w)
 		}
 		return sdk.Fail(reason, truncate(fmt.Sprintf("machinespirit: %s: %s", f.Code, f.Message), maxFailMessage)), nil
 	}

@@ -165,9 +165,7 @@ dispatch(run, F) :-
                throw(protocol(malformed, M))
            )),
     previous_run_done,
-    (   thread_property(ms_task, status(running)) -> true
-    ;   throw(protocol(internal, "the task thread is gone"))
-    ),
+    ensure_task_thread,
     nb_setval(ms_task, task(Id)),
     thread_send_message(ms_task, ms_run(F)).
 dispatch(effect_result, F) :-
@@ -202,7 +200,23 @@ previous_run_done :-
 %   nowhere to print to), its input is empty, and its stack is bounded.
 start_task_thread :-
     current_prolog_flag(ms_task_stack_limit, Stack),
-    thread_create(task_loop, _, [alias(ms_task), stack_limit(Stack), detached(true)]).
+    flag(ms_task_dying, _, 0),
+    thread_create(task_loop, _, [alias(ms_task), stack_limit(Stack)]).
+
+%   '$aborted' cannot be caught for good: catch/3 runs its recovery and
+%   throws it again, and the thread ends. A task thread that got one
+%   answers its run first (loop_error/2) and raises ms_task_dying; the
+%   next run waits for it to be gone and starts a new one, so no run is
+%   ever queued to a thread that is about to end.
+ensure_task_thread :-
+    (   flag(ms_task_dying, 1, 1)
+    ->  thread_join(ms_task, _),
+        start_task_thread
+    ;   thread_property(ms_task, status(running))
+    ->  true
+    ;   catch(thread_join(ms_task, _), _, true),
+        start_task_thread
+    ).
 
 task_loop :-
     open_null_stream(Null),
@@ -211,8 +225,24 @@ task_loop :-
     set_input(In),
     repeat,
     thread_get_message(ms_run(Run)),
-    run_one(Run),
+    catch(run_one(Run), E, loop_error(Run, E)),
     fail.
+
+%   run_one/1 answers every run itself; an exception that escapes it
+%   anyway (a cancel signal landing between two of its goals, a result
+%   frame that cannot be written) must not end the task thread: the run
+%   gets a typed failure if it has not been answered, and the loop goes on.
+loop_error(Run, E) :-
+    get_dict(id, Run, Id),
+    nb_setval(ms_in_run, none),
+    (   E == '$aborted' -> flag(ms_task_dying, _, 1) ; true ),
+    (   flag(ms_done_run, Id, Id)
+    ->  true
+    ;   catch(ms_runtime:failure_reply(E, Reply0), _,
+              Reply0 = _{outcome: fail, code: task_loop, message: "the run ended with an exception"}),
+        put_dict(_{type: result, id: Id}, Reply0, Reply),
+        catch(finish(Id, Reply), _, true)
+    ).
 
 %   Cancellation. The main thread runs cancel_signal(Id) in this thread
 %   (thread_signal/2). It throws only while run Id is inside its handler

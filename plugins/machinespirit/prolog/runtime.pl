@@ -52,14 +52,8 @@ fail_step(Code, Fmt, Args) :-
 %   crash of the process itself produces none.
 run_step(Run, Reply) :-
     get_dict(id, Run, Id),
-    catch(step(Run, Reply0), E,
-          (   halting(E) -> throw(E) ; failure_reply(E, Reply0) )),
+    catch(step(Run, Reply0), E, failure_reply(E, Reply0)),
     put_dict(_{type: result, id: Id}, Reply0, Reply).
-
-%   The process is halting: not a failure of the node, and not to be
-%   answered as one.
-halting('$aborted').
-halting(unwind(_)).
 
 step(Run, Reply) :-
     get_dict(graph, Run, GS),
@@ -353,8 +347,16 @@ failure(graph_failure(Code, Msg), Code, Msg) :- atom(Code), !.
 failure(machinespirit_time_limit, node_time_limit, "the node exceeded its time limit (node_seconds)") :- !.
 failure(effect_error(Kind, Err, Msg0), effect_error, Msg) :- !,
     format(string(Msg), "~w effect: ~w: ~w", [Kind, Err, Msg0]).
+failure(error(resource_error(memory), _), resource_exhausted, "the worker ran out of memory") :- !.
 failure(error(resource_error(R), _), resource_error, Msg) :- !,
     format(string(Msg), "the node ran out of ~w", [R]).
+%   Nothing a node runs may throw these on purpose (model goals cannot
+%   throw at all); if one arrives anyway it ends the node, typed, and the
+%   task thread lives on.
+failure('$aborted', aborted, "the node was aborted ('$aborted')") :- !.
+failure(unwind(U), aborted, Msg) :- !,
+    format(string(Msg), "the node was unwound (~q)", [U]).
+failure(time_limit_exceeded, node_time_limit, "a time limit of the node's own code expired") :- !.
 failure(E, handler_error, Msg) :-
     error_text(E, Msg).
 

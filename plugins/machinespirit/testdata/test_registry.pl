@@ -111,3 +111,9 @@ ms_registry:handler_decl(ask(_)).
 ms_registry:handler(ask(Prompt), _, _, patch([answer=D])) :-
     approval(Prompt, Decision),
     atom_string(Decision, D).
+
+%   throw_ball(Ball): the node throws Ball, whatever it is ('$aborted',
+%   unwind(halt(0)), ...), to prove the task thread survives it.
+ms_registry:handler_decl(throw_ball(_)).
+ms_registry:handler(throw_ball(Ball), _, _, patch([])) :-
+    throw(Ball).
