@@ -35,8 +35,12 @@ type PeerCred struct {
 func (PeerCred) AuthType() string { return "peercred" }
 
 // tokenConn is the AuthInfo of a loopback TCP connection: its calls must
-// each carry a bearer token.
-type tokenConn struct{ credentials.CommonAuthInfo }
+// each carry a bearer token. conn is nil for a connection that did not come
+// through a guardListener.
+type tokenConn struct {
+	credentials.CommonAuthInfo
+	conn *guardConn
+}
 
 func (tokenConn) AuthType() string { return "bearer" }
 
@@ -53,8 +57,10 @@ func (transportCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.A
 			return nil, nil, err
 		}
 		return c, pc, nil
+	case *guardConn:
+		return c, tokenConn{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}, conn: conn}, nil
 	case *net.TCPConn:
-		return c, tokenConn{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
+		return c, tokenConn{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
 	}
 	return nil, nil, fmt.Errorf("api: unsupported connection type %T", c)
 }
@@ -97,6 +103,9 @@ func peerCred(conn *net.UnixConn) (PeerCred, error) {
 type authenticator struct {
 	uids   map[uint32]string
 	tokens []tokenEntry
+	// peers throttles TCP peers that send wrong tokens and rate-limits
+	// the refusal log of every peer.
+	peers *peerTable
 }
 
 type tokenEntry struct {
@@ -104,8 +113,8 @@ type tokenEntry struct {
 	sum       []byte // SHA-256 of the token
 }
 
-func newAuthenticator(uids map[uint32]string, tokens map[string]string) (*authenticator, error) {
-	a := &authenticator{uids: map[uint32]string{}}
+func newAuthenticator(uids map[uint32]string, tokens map[string]string, peers *peerTable) (*authenticator, error) {
+	a := &authenticator{uids: map[uint32]string{}, peers: peers}
 	for uid, name := range uids {
 		if name == "" {
 			return nil, fmt.Errorf("api: uid %d maps to an empty principal", uid)
@@ -131,33 +140,48 @@ func Principal(ctx context.Context) (string, bool) {
 	return p, ok && p != ""
 }
 
+// caller is who is calling, for logs: who names the connection, key is
+// what refusals are counted under (a uid, or a TCP peer's IP).
+type caller struct{ who, key string }
+
 // authenticate returns the principal of the call in ctx, or the refusal.
 // It is the only place the API decides who a caller is.
-func (a *authenticator) authenticate(ctx context.Context) (principal string, who string, err error) {
+func (a *authenticator) authenticate(ctx context.Context) (string, caller, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", "unknown", statusError(codes.Unauthenticated, ReasonBadToken, "no peer information")
+		return "", caller{"unknown", "unknown"}, statusError(codes.Unauthenticated, ReasonBadToken, "no peer information")
 	}
 	switch info := p.AuthInfo.(type) {
 	case PeerCred:
-		who = fmt.Sprintf("uid %d (pid %d)", info.UID, info.PID)
+		c := caller{who: fmt.Sprintf("uid %d (pid %d)", info.UID, info.PID), key: fmt.Sprintf("uid %d", info.UID)}
 		name, ok := a.uids[info.UID]
 		if !ok {
-			return "", who, statusError(codes.PermissionDenied, ReasonUnknownPeer, fmt.Sprintf(
+			return "", c, statusError(codes.PermissionDenied, ReasonUnknownPeer, fmt.Sprintf(
 				"uid %d is not a taskhost principal of this daemon: add `\"%d\" = \"NAME\"` to the [principals] section of the daemon's config and restart it",
 				info.UID, info.UID))
 		}
-		return name, who, nil
+		return name, c, nil
 	case tokenConn:
-		who = "tcp " + p.Addr.String()
+		c := caller{who: "tcp " + p.Addr.String(), key: peerKey(p.Addr)}
+		now := a.peers.now()
+		// A throttled peer is refused before its token is looked at.
+		if until, blocked := a.peers.blocked(c.key, now); blocked {
+			return "", c, statusError(codes.ResourceExhausted, ReasonThrottled, fmt.Sprintf(
+				"too many wrong tokens from %s: refused without a check for another %s", c.key, until.Sub(now).Round(time.Millisecond)))
+		}
 		name, ok := a.token(ctx)
 		if !ok {
-			return "", who, statusError(codes.Unauthenticated, ReasonBadToken,
+			a.peers.failed(c.key, now)
+			return "", c, statusError(codes.Unauthenticated, ReasonBadToken,
 				"missing or invalid bearer token: send `authorization: Bearer <token>` with a token whose SHA-256 is in the daemon's [api.tokens]")
 		}
-		return name, who, nil
+		a.peers.succeeded(c.key)
+		if info.conn != nil {
+			info.conn.authenticated.Store(true)
+		}
+		return name, c, nil
 	}
-	return "", "unknown", statusError(codes.Unauthenticated, ReasonBadToken, "unsupported transport")
+	return "", caller{"unknown", "unknown"}, statusError(codes.Unauthenticated, ReasonBadToken, "unsupported transport")
 }
 
 // token matches the call's bearer token against every configured hash, in
@@ -184,9 +208,9 @@ func (a *authenticator) token(ctx context.Context) (string, bool) {
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	principal, who, err := s.auth.authenticate(ctx)
+	principal, c, err := s.auth.authenticate(ctx)
 	if err != nil {
-		s.log.Warn("api call refused", "method", info.FullMethod, "peer", who, "code", status.Code(err))
+		s.auth.peers.refused(c.key, "api call refused", "method", info.FullMethod, "caller", c.who, "code", status.Code(err))
 		return nil, err
 	}
 	if s.stopping() {
@@ -199,9 +223,9 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 
 func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	start := time.Now()
-	principal, who, err := s.auth.authenticate(ss.Context())
+	principal, c, err := s.auth.authenticate(ss.Context())
 	if err != nil {
-		s.log.Warn("api call refused", "method", info.FullMethod, "peer", who, "code", status.Code(err))
+		s.auth.peers.refused(c.key, "api call refused", "method", info.FullMethod, "caller", c.who, "code", status.Code(err))
 		return err
 	}
 	if s.stopping() {

@@ -3,7 +3,6 @@ package api
 import (
 	"fmt"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/taskhost/taskhost/shared/proto/apipb"
@@ -37,19 +36,6 @@ var taskStatuses = map[string]store.Status{
 var approvalStatuses = map[string]store.ApprovalStatus{
 	"pending": store.ApprovalPending, "approved": store.ApprovalApproved, "rejected": store.ApprovalRejected,
 	"expired": store.ApprovalExpired, "cancelled": store.ApprovalCancelled,
-}
-
-// pageToken reads a ListTasks page token: the seq of the previous page's
-// last task.
-func pageToken(tok string) (int64, error) {
-	if tok == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(tok, 10, 64)
-	if err != nil || n <= 0 || len(tok) > 20 {
-		return 0, invalid("page_token", "is not a token this server issued: pass next_page_token unchanged")
-	}
-	return n, nil
 }
 
 func nanos(t time.Time) int64 {

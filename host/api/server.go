@@ -15,6 +15,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 
@@ -40,6 +41,7 @@ const (
 	maxApprovals       = 500
 	eventBatch         = 100
 	defaultMaxWatchers = 256
+	defaultMaxWatches  = 32
 	maxSpecBytes       = 64 << 10
 	maxIDBytes         = 64
 	maxStatusFilters   = 7
@@ -90,7 +92,18 @@ type Options struct {
 	Version         string // the daemon's version, reported by GetInfo
 	// MaxWatchers bounds concurrent WatchTask streams (default 256).
 	MaxWatchers int
-	Logger      hclog.Logger
+	// MaxWatchesPerPrincipal bounds one principal's concurrent WatchTask
+	// streams (default 32, at most MaxWatchers), so that no principal can
+	// hold every slot.
+	MaxWatchesPerPrincipal int
+	// MaxRunningPerPrincipal bounds one principal's tasks that are pending,
+	// running or waiting for an approval: a create or resume beyond it is
+	// refused. 0 means no bound of its own (the Runner's max_concurrent
+	// still holds).
+	MaxRunningPerPrincipal int
+	// Listener bounds the TCP token listener (zero fields: defaults).
+	Listener ListenerLimits
+	Logger   hclog.Logger
 }
 
 // Server serves the API. Create it with New, start it with Serve, stop it
@@ -101,6 +114,8 @@ type Server struct {
 	auth     *authenticator
 	grpc     *grpc.Server
 	watchers chan struct{} // a slot per running watch stream
+	quotas   *quotas
+	pages    *pageCipher
 
 	closing   chan struct{} // closed when Stop begins
 	closeOnce sync.Once
@@ -118,17 +133,34 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxWatchers <= 0 {
 		opts.MaxWatchers = defaultMaxWatchers
 	}
-	auth, err := newAuthenticator(opts.Principals, opts.Tokens)
+	if opts.MaxWatchesPerPrincipal <= 0 {
+		opts.MaxWatchesPerPrincipal = min(defaultMaxWatches, opts.MaxWatchers)
+	}
+	if opts.MaxRunningPerPrincipal < 0 {
+		return nil, fmt.Errorf("api: MaxRunningPerPrincipal is %d: want 0 (no bound) or more", opts.MaxRunningPerPrincipal)
+	}
+	opts.Listener = opts.Listener.withDefaults()
+	auth, err := newAuthenticator(opts.Principals, opts.Tokens, newPeerTable(opts.Listener, opts.Logger))
+	if err != nil {
+		return nil, err
+	}
+	pages, err := newPageCipher()
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
 		opts: opts, log: opts.Logger, auth: auth,
 		watchers: make(chan struct{}, opts.MaxWatchers),
+		quotas:   newQuotas(),
+		pages:    pages,
 		closing:  make(chan struct{}),
 	}
 	s.grpc = grpc.NewServer(
 		grpc.Creds(transportCredentials{}),
+		// An oversized header list is reset by the HTTP/2 layer; the
+		// authenticator never sees it.
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.ConnectionTimeout(opts.Listener.FirstRequestTimeout),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 		grpc.MaxSendMsgSize(16<<20),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
@@ -141,8 +173,12 @@ func New(opts Options) (*Server, error) {
 }
 
 // Serve serves ln until Stop. Serve as many listeners as needed; each is
-// closed by Stop.
+// closed by Stop. A TCP listener is served through the ListenerLimits.
 func (s *Server) Serve(ln net.Listener) {
+	switch ln.Addr().Network() {
+	case "tcp", "tcp4", "tcp6":
+		ln = newGuardListener(ln, s.opts.Listener, s.auth.peers)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

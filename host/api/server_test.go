@@ -174,7 +174,9 @@ func TestUnknownPeerRefusedBeforeTheRequest(t *testing.T) {
 }
 
 func TestTokens(t *testing.T) {
-	ts := startServer(t)
+	// More wrong tokens than the default backoff allows: this test is about
+	// the answer to each, TestWrongTokensAreThrottled about their number.
+	ts := startServer(t, func(o *Options) { o.Listener.FailuresBeforeBackoff = 100 })
 	ts.fake.add(tokenUser, "t_mine", store.StatusRunning)
 	ts.fake.add(self, "t_other", store.StatusRunning)
 

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
@@ -37,7 +36,12 @@ func (ts *taskService) CreateTask(ctx context.Context, req *apipb.CreateTaskRequ
 	for _, f := range req.GetFiles() {
 		files = append(files, host.File{Name: f.GetName(), Data: f.GetData()})
 	}
-	t, err := ts.s.opts.Tasks.Create(ctx, p, host.CreateRequest{Executor: req.Executor, Spec: req.Spec, Limits: lim, Files: files})
+	var t store.Task
+	err = ts.s.startWithin(ctx, p, func() error {
+		var err error
+		t, err = ts.s.opts.Tasks.Create(ctx, p, host.CreateRequest{Executor: req.Executor, Spec: req.Spec, Limits: lim, Files: files})
+		return err
+	})
 	if err != nil {
 		return nil, ts.s.toStatus(ctx, err, "executor", req.Executor)
 	}
@@ -106,7 +110,7 @@ func (ts *taskService) ListTasks(ctx context.Context, req *apipb.ListTasksReques
 		}
 		q.Status = append(q.Status, st)
 	}
-	if q.AfterSeq, err = pageToken(req.PageToken); err != nil {
+	if q.AfterSeq, err = ts.s.pages.open(p, req.PageToken); err != nil {
 		return nil, err
 	}
 	tasks, err := ts.s.opts.Tasks.List(ctx, p, q)
@@ -116,7 +120,7 @@ func (ts *taskService) ListTasks(ctx context.Context, req *apipb.ListTasksReques
 	resp := &apipb.ListTasksResponse{}
 	if len(tasks) > size {
 		tasks = tasks[:size]
-		resp.NextPageToken = strconv.FormatInt(tasks[size-1].Seq, 10)
+		resp.NextPageToken = ts.s.pages.seal(p, tasks[size-1].Seq)
 	}
 	for _, t := range tasks {
 		resp.Tasks = append(resp.Tasks, taskPB(t, false))
@@ -148,7 +152,12 @@ func (ts *taskService) ResumeTask(ctx context.Context, req *apipb.ResumeTaskRequ
 	if err := checkID("task_id", req.TaskId); err != nil {
 		return nil, err
 	}
-	t, err := ts.s.opts.Tasks.Resume(ctx, p, req.TaskId)
+	var t store.Task
+	err = ts.s.startWithin(ctx, p, func() error {
+		var err error
+		t, err = ts.s.opts.Tasks.Resume(ctx, p, req.TaskId)
+		return err
+	})
 	if err != nil {
 		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
 	}

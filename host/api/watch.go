@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,7 +18,8 @@ func active(st store.Status) bool {
 }
 
 // WatchTask streams a task's events until it stops running. The stream is
-// bounded: at most MaxWatchers run at once, each message carries one event
+// bounded: at most MaxWatchers run at once (MaxWatchesPerPrincipal of one
+// principal), each message carries one event
 // (at most limits.event_bytes of payload) or one task.
 func (ts *taskService) WatchTask(req *apipb.WatchTaskRequest, stream apipb.TaskService_WatchTaskServer) error {
 	ctx := stream.Context()
@@ -35,8 +37,12 @@ func (ts *taskService) WatchTask(req *apipb.WatchTaskRequest, stream apipb.TaskS
 	case ts.s.watchers <- struct{}{}:
 		defer func() { <-ts.s.watchers }()
 	default:
-		return statusError(codes.ResourceExhausted, ReasonWatchLimit, "too many watch streams are open on this daemon; retry later")
+		return statusError(codes.ResourceExhausted, ReasonWatchLimit, fmt.Sprintf("all %d watch streams of this daemon are open; retry later", ts.s.opts.MaxWatchers))
 	}
+	if err := ts.s.quotas.acquireWatch(p, ts.s.opts.MaxWatchesPerPrincipal); err != nil {
+		return err
+	}
+	defer ts.s.quotas.releaseWatch(p)
 	w := &watcher{s: ts.s, stream: stream, principal: p, id: req.TaskId, after: req.AfterSeq}
 	return w.run(ctx)
 }
