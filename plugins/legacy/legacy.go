@@ -1,19 +1,34 @@
 // Package legacy is taskhost's default executor: every step of a task is one
 // ordinary agent turn (a model call, the tool calls it asks for, and the
-// model again) run through the host.
+// model again) run through the host. It reproduces the task runner it
+// replaces, Zara's zara/tasks/runner.py, rule for rule; the rules below are
+// that runner's, and testdata/zara_compat.json is the table that proves
+// them, in-process and through the real binaries.
 //
 // # One step
 //
 // Each step starts from a fresh, empty history: nothing of an earlier
 // conversation is carried over. What the model learns of the task travels in
-// two messages:
+// two messages. The system message (Zara's task context) is, line by line:
 //
-//   - a system message with the goal, then the summaries of up to the last 5
-//     completed steps as lines "- step N: <summary>", or "(no completed steps
-//     yet)";
-//   - the user prompt "[long-horizon task <id> step <n>/<max>] Continue the
-//     task. When it is done, reply starting with TASK_COMPLETE: <final
-//     summary>".
+//	Long-horizon task <id>
+//	Goal: <goal>
+//
+//	Progress from earlier steps:
+//	- step <k>: <summary>          (the last 5 completed steps, oldest first)
+//
+// with "(no completed steps yet)" in place of the step lines before any
+// step completed, and "(no summary)" for an empty summary. Summaries keep
+// their line breaks. The whole message is then cut to 2000 characters
+// (Unicode code points, as Python counts them). The user message is
+//
+//	[long-horizon task <id> step <n>/<max>] Work toward the goal described
+//	in your task context. Use tools only when the goal requires them. When
+//	the goal is fully achieved, reply with a final answer starting with
+//	TASK_COMPLETE: followed by a short result summary. Otherwise report
+//	concrete progress made in this step.
+//
+// (one line), where max is the task's step limit.
 //
 // The model is offered the tools the host lists for the task. While its reply
 // asks for tool calls, each runs through the host (which counts, gates and
@@ -23,24 +38,54 @@
 // still asks for tools at the last round fails the step without running them,
 // since no model call would ever read their results.
 //
-// The final reply (no tool calls) completes the task when it is exactly
-// TASK_COMPLETE or starts with TASK_COMPLETE: (case-insensitive); otherwise
-// the task continues. Either way the reply, without the sentinel and its ':',
-// trimmed, is the step's summary ("completed" when empty, at most 2000
-// characters). Three identical consecutive summaries of unfinished steps fail
-// the task with no_progress.
+// # Completion and the summary
+//
+// The final reply (no tool calls) completes the task when
+// reply.strip().upper().startswith("TASK_COMPLETE") in Python: after
+// stripping white space (Python's str.isspace, which is unicode.IsSpace and
+// U+001C..U+001F), the first 13 characters upper-case to the sentinel. So
+// "TASK_COMPLETE done", "task_complete: x", "taſk_complete" (long s) and even
+// "TASK_COMPLETELY_BROKEN" complete; the sentinel mid-sentence or on a later
+// line does not, and neither does a Kelvin sign for the K. Otherwise the task
+// continues.
+//
+// The step's summary is the stripped reply; when it completes, the first 13
+// characters are dropped, then every leading ':', then the result is
+// stripped again ("TASK_COMPLETELY_BROKEN" gives "LY_BROKEN",
+// "TASK_COMPLETE:: x" gives "x"). An empty summary becomes "completed"; a
+// summary is cut to 2000 characters. A completed task's result is
+// {"summary": <summary>}.
 //
 // # The step number
 //
-// n in "step n/max" is max(steps completed, per the checkpoint; the number
-// of the newest summary the host sent) + 1, and max is the task's step
-// limit. Without crashes this equals limit − remaining, the host's own
-// count, as the host charges a step before sending it. After a crashed
-// attempt the host's count moves on while the step does not, and this is on
-// purpose: a re-run of the same step then sends the model byte-for-byte the
+// k in the context and n in the prompt are the task's own step ordinals: n
+// is the number of completed steps (the checkpoint's steps_done) + 1, and
+// the context numbers the summaries it lists up to n-1. After a crashed
+// attempt the same n is asked again: prompts go 1, 2, 2, 3. The host's own
+// count (and sdk.Summary.Step) numbers attempts instead, which move on with
+// every crash; they are not used. This is on purpose twice over: it is
+// Zara's numbering, and a re-run of a step sends the model byte-for-byte the
 // request the crashed attempt sent, so the host's effect ledger replays the
 // observed model replies and tool results by (seq, fingerprint) instead of
 // repeating the tool effects the model would otherwise ask for again.
+//
+// # Where this differs from Zara, on purpose
+//
+//   - The step budget is charged per claimed attempt, not per completed
+//     step: an attempt that crashes still uses a step, so a crash loop
+//     cannot run forever. (Zara charges completed steps only.)
+//   - Wall time accumulates across runs of a task (stop and resume do not
+//     reset it); Zara's wall clock restarts with each run.
+//   - Reasons are the host's closed enum (step_budget_exhausted,
+//     executor_failed, approval_rejected, ...), not free strings.
+//   - An interrupted tool effect asks an approval before a retry (below);
+//     Zara simply runs the step again.
+//   - Cancel is idempotent: cancelling a finished or cancelled task is not
+//     an error.
+//   - Zara has no no-progress rule, and neither has this executor unless a
+//     task asks for one: with legacy.stop_after_identical_summaries = N
+//     (2..100; absent or 0: off), N consecutive unfinished steps with the
+//     same summary fail the task with no_progress. A completion is progress.
 //
 // # Interrupted effects
 //
@@ -65,13 +110,20 @@
 //
 // # Spec and checkpoint
 //
-// The spec is {"goal": "...", "legacy": {"max_rounds": 8}}. Fields of
-// "legacy" are checked strictly and an unknown one fails the step naming it;
-// other top-level fields belong to the host or other executors and are
-// ignored. The checkpoint (schema "legacy/1") is
-// {"last_summaries": [...], "steps_done": n}, holding only the summaries the
-// no-progress rule needs; any other schema or a malformed payload fails the
-// step with checkpoint_incompatible, never a silent restart from zero.
+// The spec is {"goal": "...", "legacy": {"max_rounds": 8,
+// "stop_after_identical_summaries": 0}}. Fields of "legacy" are checked
+// strictly and an unknown one fails the step naming it; other top-level
+// fields belong to the host or other executors and are ignored. The
+// checkpoint (schema "legacy/1") is {"last_summaries": [latest],
+// "steps_done": n, "repeats": r}: the step count and what the opt-in
+// no-progress rule needs, bounded however long the task. Checkpoints of
+// versions before 1.1.0 (up to 3 last_summaries, no repeats) load; any
+// other schema or a malformed payload fails the step with
+// checkpoint_incompatible, never a silent restart from zero.
+//
+// The context lists the summaries the host sends (StepRequest.Recent), which
+// are the task's last completed steps; the host sends 5 by default
+// (limits.recent_summaries), and a host configured to send fewer shows fewer.
 //
 // The executor never logs the goal, prompts, replies, tool arguments,
 // results or host error messages (which may quote them): only counts, the

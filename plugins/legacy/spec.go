@@ -89,8 +89,13 @@ func parseOptions(raw json.RawMessage) (options, error) {
 	if opts.MaxRounds, err = intOption(fields, optMaxRounds, defaultMaxRounds, minMaxRounds, maxMaxRounds); err != nil {
 		return options{}, err
 	}
-	if opts.StopAfterIdenticalSummaries, err = intOption(fields, optStopAfterIdenticalSummaries, 0, minIdenticalSummaries, maxIdenticalSummaries); err != nil {
+	// 0 says "off" as absence does; 1 would fail every task at its first
+	// unfinished step, so it is refused with the range.
+	if opts.StopAfterIdenticalSummaries, err = intOption(fields, optStopAfterIdenticalSummaries, 0, 0, maxIdenticalSummaries); err != nil {
 		return options{}, err
+	}
+	if n := opts.StopAfterIdenticalSummaries; n != 0 && n < minIdenticalSummaries {
+		return options{}, fmt.Errorf("legacy.%s: is %d, must be 0 (off) or %d..%d", optStopAfterIdenticalSummaries, n, minIdenticalSummaries, maxIdenticalSummaries)
 	}
 	return opts, nil
 }

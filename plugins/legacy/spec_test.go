@@ -23,7 +23,7 @@ func TestParseSpec(t *testing.T) {
 		{"max_rounds 1", `{"goal":"g","legacy":{"max_rounds":1}}`, spec{Goal: "g", Legacy: options{MaxRounds: 1}}, nil},
 		{"max_rounds 32", `{"goal":"g","legacy":{"max_rounds":32}}`, spec{Goal: "g", Legacy: options{MaxRounds: 32}}, nil},
 		{"other executors' fields ignored", `{"goal":"g","testexec":{"steps":2}}`, spec{Goal: "g", Legacy: options{MaxRounds: 8}}, nil},
-		{"unknown field", `{"goal":"g","legacy":{"max_round":4}}`, spec{}, []string{`unknown field "legacy.max_round"`, "legacy.max_rounds"}},
+		{"unknown field", `{"goal":"g","legacy":{"max_round":4}}`, spec{}, []string{`unknown field "legacy.max_round"`, "legacy.max_rounds", "legacy.stop_after_identical_summaries"}},
 		{"unknown fields, all named", `{"goal":"g","legacy":{"zeta":1,"alpha":2,"max_rounds":3}}`, spec{}, []string{`"legacy.alpha", "legacy.zeta"`}},
 		{"max_rounds 0", `{"goal":"g","legacy":{"max_rounds":0}}`, spec{}, []string{"legacy.max_rounds", "1..32"}},
 		{"max_rounds 33", `{"goal":"g","legacy":{"max_rounds":33}}`, spec{}, []string{"legacy.max_rounds", "1..32"}},
@@ -34,6 +34,13 @@ func TestParseSpec(t *testing.T) {
 		{"blank goal", `{"goal":"  "}`, spec{}, []string{"goal"}},
 		{"goal not a string", `{"goal":7}`, spec{}, []string{"goal"}},
 		{"not JSON", `goal: g`, spec{}, []string{"JSON"}},
+		{"stop_after_identical_summaries 2", `{"goal":"g","legacy":{"stop_after_identical_summaries":2}}`, spec{Goal: "g", Legacy: options{MaxRounds: 8, StopAfterIdenticalSummaries: 2}}, nil},
+		{"stop_after_identical_summaries 100", `{"goal":"g","legacy":{"stop_after_identical_summaries":100}}`, spec{Goal: "g", Legacy: options{MaxRounds: 8, StopAfterIdenticalSummaries: 100}}, nil},
+		{"stop_after_identical_summaries 1", `{"goal":"g","legacy":{"stop_after_identical_summaries":1}}`, spec{}, []string{"legacy.stop_after_identical_summaries", "is 1", "0 (off) or 2..100"}},
+		{"stop_after_identical_summaries 0 is off", `{"goal":"g","legacy":{"stop_after_identical_summaries":0}}`, spec{Goal: "g", Legacy: options{MaxRounds: 8}}, nil},
+		{"stop_after_identical_summaries -1", `{"goal":"g","legacy":{"stop_after_identical_summaries":-1}}`, spec{}, []string{"legacy.stop_after_identical_summaries", "is -1"}},
+		{"stop_after_identical_summaries 101", `{"goal":"g","legacy":{"stop_after_identical_summaries":101}}`, spec{}, []string{"legacy.stop_after_identical_summaries", "is 101", "0..100"}},
+		{"stop_after_identical_summaries a string", `{"goal":"g","legacy":{"stop_after_identical_summaries":"3"}}`, spec{}, []string{"legacy.stop_after_identical_summaries", "integer"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
