@@ -17,7 +17,8 @@
 //	Progress from earlier steps:
 //	- step <k>: <summary>          (the last 5 completed steps, oldest first)
 //
-// with "(no completed steps yet)" in place of the step lines before any
+// with the goal stripped of surrounding white space (Zara's store keeps it
+// so), "(no completed steps yet)" in place of the step lines before any
 // step completed, and "(no summary)" for an empty summary. Summaries keep
 // their line breaks. The whole message is then cut to 2000 characters
 // (Unicode code points, as Python counts them). The user message is
@@ -80,8 +81,8 @@
 //     executor_failed, approval_rejected, ...), not free strings.
 //   - An interrupted tool effect asks an approval before a retry (below);
 //     Zara simply runs the step again.
-//   - Cancel is idempotent: cancelling a finished or cancelled task is not
-//     an error.
+//   - Cancel is idempotent: cancelling a cancelled task is not an error
+//     (Zara's store refuses the transition).
 //   - Zara has no no-progress rule, and neither has this executor unless a
 //     task asks for one: with legacy.stop_after_identical_summaries = N
 //     (2..100; absent or 0: off), N consecutive unfinished steps with the

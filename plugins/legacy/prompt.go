@@ -39,7 +39,8 @@ const (
 func taskContext(taskID, goal string, recent []sdk.Summary, done int) string {
 	lines := []string{
 		"Long-horizon task " + taskID,
-		"Goal: " + goal,
+		// Zara's store keeps the goal stripped.
+		"Goal: " + pyStrip(goal),
 		"",
 		"Progress from earlier steps:",
 	}
