@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/taskhost/taskhost/store"
 )
@@ -148,48 +150,66 @@ func (s sealer) openStored(t store.Task) (*Checkpoint, error) {
 }
 
 // loadOrCreateKey returns the data dir's host key, creating it (0600) on
-// first use. A key file with wider permissions is refused: anyone who can read
-// it can forge checkpoints.
+// first use. Anyone who can read or replace the key can forge checkpoints,
+// so the file is opened without following a symlink and checked on the open
+// descriptor (no window between check and read): a regular file of the
+// daemon's uid, mode 0600 or stricter, 32 bytes.
 func loadOrCreateKey(path string) ([]byte, error) {
-	key, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		key = make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return nil, fmt.Errorf("host key: %w", err)
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("host key: create %s: %w", path, err)
-		}
-		if _, err := f.Write(key); err != nil {
-			f.Close()
-			os.Remove(path)
-			return nil, fmt.Errorf("host key: write %s: %w", path, err)
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			os.Remove(path)
-			return nil, fmt.Errorf("host key: sync %s: %w", path, err)
-		}
-		if err := f.Close(); err != nil {
-			return nil, fmt.Errorf("host key: close %s: %w", path, err)
-		}
-		return key, syncDir(filepath.Dir(path))
+		return createKey(path)
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		target, _ := os.Readlink(path)
+		return nil, &UntrustedPathError{Path: path, Found: "is a symlink to " + target,
+			Fix: "remove the link and put the key file itself there"}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
-	fi, err := os.Stat(path)
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("host key %s has mode %04o: it must be 0600 (run: chmod 600 %s)", path, fi.Mode().Perm(), path)
+	if err := checkEntry(path, fi, kindSecret, os.Geteuid()); err != nil {
+		return nil, err
+	}
+	key, err := io.ReadAll(io.LimitReader(f, 33))
+	if err != nil {
+		return nil, fmt.Errorf("host key: read %s: %w", path, err)
 	}
 	if len(key) != 32 {
-		return nil, fmt.Errorf("host key %s is %d bytes, want 32: the file is damaged; restore it from backup (checkpoints sealed with it cannot be opened without it)", path, len(key))
+		return nil, fmt.Errorf("host key %s is %d bytes, want 32: the file is damaged; restore it from backup (checkpoints sealed with it cannot be opened without it)", path, fi.Size())
 	}
 	return key, nil
+}
+
+// createKey writes a new random key to path, which must not exist (O_EXCL
+// also refuses a dangling symlink).
+func createKey(path string) ([]byte, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("host key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("host key: create %s: %w", path, err)
+	}
+	if _, err := f.Write(key); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("host key: write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("host key: sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("host key: close %s: %w", path, err)
+	}
+	return key, syncDir(filepath.Dir(path))
 }
 
 func syncDir(dir string) error {

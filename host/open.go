@@ -78,8 +78,10 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	// Before the first write — the lock file — so that a data dir refused
+	// here is left exactly as it was.
+	if err := checkDataDir(dir); err != nil {
+		return nil, err
 	}
 	lock, err := lockDataDir(dir)
 	if err != nil {
@@ -165,9 +167,18 @@ func (h *Host) close() {
 // lockDataDir takes an exclusive lock on the data dir for this process.
 func lockDataDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: lock: %w", dir, err)
+	}
+	// checkDataDir saw the path; this is the file actually opened.
+	fi, err := f.Stat()
+	if err == nil {
+		err = checkEntry(path, fi, kindFile, os.Geteuid())
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		pid, _ := os.ReadFile(path)

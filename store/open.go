@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -157,9 +158,21 @@ func dsn(path string, opts Options, extra ...string) string {
 // a writable store) has no owner-write bit. The mode bits are checked by hand
 // because the host may run as root, for whom the kernel ignores them: a
 // directory an operator made read-only must still be treated as read-only.
+//
+// A writable store's directory must also be the daemon's own: not a
+// symlink and owned by the effective uid (see checkOwned).
 func checkDir(path string, readOnly bool) error {
 	dir := filepath.Dir(path)
-	fi, err := os.Stat(dir)
+	stat := os.Stat
+	if !readOnly {
+		stat = os.Lstat
+	}
+	fi, err := stat(dir)
+	if err == nil && !readOnly {
+		if err := checkOwned(path, "data directory", dir, fi); err != nil {
+			return err
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return &OpenError{Path: path, Op: "data dir",
@@ -186,8 +199,42 @@ func checkDir(path string, readOnly bool) error {
 // missing file is created empty with mode 0600 — the store holds every
 // principal's tasks — unless readOnly, where it is an error. created reports
 // whether this call created it.
+//
+// The store file is never followed through a symlink, and a writable
+// store's file and its SQLite companions (WAL, shared memory, rollback
+// journal) must be regular files of the effective uid: SQLite writes to
+// them, and a link or another user's file there would take those writes
+// elsewhere or feed the store forged pages.
 func checkFile(path string, readOnly bool) (created bool, err error) {
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
+	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		return false, symlinkErr(path, "store file", path)
+	}
+	if err == nil && !readOnly {
+		if err := checkOwned(path, "store file", path, fi); err != nil {
+			return false, err
+		}
+	}
+	if !readOnly {
+		for _, suffix := range []string{"-wal", "-shm", "-journal"} {
+			side := path + suffix
+			sfi, err := os.Lstat(side)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err == nil {
+				err = checkOwned(path, "store file", side, sfi)
+			}
+			if err == nil && !sfi.Mode().IsRegular() {
+				err = &OpenError{Path: path, Op: "file",
+					Err:  fmt.Errorf("store file %s is not a regular file (%s)", side, sfi.Mode().Type()),
+					Hint: "move it aside"}
+			}
+			if err != nil {
+				return false, err
+			}
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && readOnly:
 		return false, &OpenError{Path: path, Op: "file",
@@ -241,6 +288,37 @@ func checkFile(path string, readOnly bool) (created bool, err error) {
 		return false, notAStore(path, "no SQLite header")
 	}
 	return false, nil
+}
+
+// checkOwned refuses entry (the store's directory, its file or a companion
+// file of it, as fi from Lstat) if it is a symlink or is not owned by the
+// process's effective uid.
+func checkOwned(path, what, entry string, fi fs.FileInfo) error {
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return symlinkErr(path, what, entry)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return &OpenError{Path: path, Op: "file", Err: fmt.Errorf("%s %s has no owner information", what, entry),
+			Hint: "put the data dir on a local POSIX file system"}
+	}
+	if euid := os.Geteuid(); int(st.Uid) != euid {
+		return &OpenError{Path: path, Op: "file",
+			Err:  fmt.Errorf("%s %s is owned by uid %d, not by this process's uid %d: refusing", what, entry, st.Uid, euid),
+			Hint: fmt.Sprintf("run taskhost as uid %d, or use a data dir created by uid %d", st.Uid, euid)}
+	}
+	return nil
+}
+
+// symlinkErr refuses entry, a symlink: what names it for the operator.
+func symlinkErr(path, what, entry string) error {
+	target, err := os.Readlink(entry)
+	if err != nil {
+		target = "(unreadable)"
+	}
+	return &OpenError{Path: path, Op: "file",
+		Err:  fmt.Errorf("%s %s is a symlink to %s: refusing", what, entry, target),
+		Hint: "remove the link and use the real path instead (the store follows no link)"}
 }
 
 func notAStore(path, why string) error {
