@@ -168,13 +168,17 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	var next *store.Attempt
 	var exhausted *store.BudgetError
 	var err error
-	if v.taskTo == "" {
-		after := t
-		after.Budgets.Steps.Used = att.Number // the next claim follows this attempt
-		nt, next, exhausted, err = r.store.FinishAndClaim(ctx, f, ru.startedEvent(after))
-	} else {
-		nt, err = r.store.FinishAttempt(ctx, f)
-	}
+	err = ru.retryWrite(func() error {
+		var err error
+		if v.taskTo == "" {
+			after := t
+			after.Budgets.Steps.Used = att.Number // the next claim follows this attempt
+			nt, next, exhausted, err = r.store.FinishAndClaim(ctx, f, ru.startedEvent(after))
+		} else {
+			nt, err = r.store.FinishAttempt(ctx, f)
+		}
+		return err
+	})
 	r.notify()
 	if errors.Is(err, store.ErrConflict) {
 		// The task moved first (a cancel committed before this outcome):
@@ -183,10 +187,13 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		return store.Attempt{}, false
 	}
 	if err != nil {
-		ru.log("step outcome not recorded", "attempt", att.Number, "error", err)
+		ru.storeFailed(&att, err)
 		return store.Attempt{}, false
 	}
 	ru.task = nt
+	if v.reason == store.ReasonStoreError {
+		ru.settleEffects()
+	}
 	if v.crashed {
 		ru.log("executor crashed", "attempt", att.Number, "exit", v.exit.String())
 	}
@@ -253,8 +260,11 @@ func (ru *run) abandon(att store.Attempt, v verdict) {
 	case cur.Status == store.StatusFailed:
 		status, reason = store.AttemptFailed, cur.Reason
 	}
-	if err := r.store.AbandonAttempt(ctx, t.PrincipalID, t.ID, att.Number, status, reason, "", ru.wall.used()); err != nil {
-		ru.log("attempt not closed", "attempt", att.Number, "error", err)
+	if err := ru.retryWrite(func() error {
+		return r.store.AbandonAttempt(ctx, t.PrincipalID, t.ID, att.Number, status, reason, "", ru.wall.used())
+	}); err != nil {
+		// The task has already ended; start-up recovery closes the attempt.
+		r.log.Error("attempt not closed", "task", ru.id, "attempt", att.Number, "error", err)
 	}
 	r.notify()
 }

@@ -49,6 +49,9 @@ type turnState struct {
 	seq       int64
 	calls     map[string]int64 // call token → depth
 	exhausted store.Reason
+	// storeErr is the first effect write the store refused: the attempt's
+	// ledger is incomplete and the attempt ends interrupted (store_error).
+	storeErr error
 	// charged is the task's budgets after the step's last admitted
 	// effect, so the step's events show what it spent.
 	charged *store.Budgets
@@ -98,6 +101,27 @@ func (ts *turnState) exhaust(r store.Reason) {
 	if ts.exhausted == "" {
 		ts.exhausted = r
 	}
+}
+
+func (ts *turnState) storeFailed(err error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.storeErr == nil {
+		ts.storeErr = err
+	}
+}
+
+// noteWriteErr records a failed effect write that no answer reports.
+func (ts *turnState) noteWriteErr(err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		ts.storeFailed(err)
+	}
+}
+
+func (ts *turnState) storeError() error {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.storeErr
 }
 
 func (ts *turnState) exhaustedReason() store.Reason {
@@ -156,8 +180,14 @@ func effectError(ts *turnState, err error) error {
 		return status.Error(codes.FailedPrecondition, "the step is no longer running: "+err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
+	case errors.Is(err, store.ErrInvalid):
+		return status.Error(codes.Internal, "effect not recorded: "+err.Error())
 	}
-	return status.Error(codes.Internal, "effect not recorded: "+err.Error())
+	// The store refused the write: the step cannot go on recording its
+	// effects, so it ends interrupted (store_error) whatever the executor
+	// does with this answer.
+	ts.storeFailed(err)
+	return status.Error(codes.Unavailable, "effect not recorded: "+err.Error())
 }
 
 func fingerprint(parts ...[]byte) string {
@@ -202,6 +232,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		// step's context is what failed.
 		if _, merr := st.MarkEffect(context.WithoutCancel(ctx), ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectFailed, nil); merr != nil {
 			s.r.log.Warn("effect failure not recorded", "task", ts.taskID, "error", merr)
+			ts.noteWriteErr(merr)
 		}
 		return nil, false, err
 	}
@@ -227,6 +258,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		}
 		if _, merr := st.MarkEffect(bg, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectDispatching, to, nil); merr != nil {
 			s.r.log.Warn("effect failure not recorded", "task", ts.taskID, "error", merr)
+			ts.noteWriteErr(merr)
 		}
 		return nil, false, err
 	}

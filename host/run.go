@@ -30,6 +30,8 @@ type run struct {
 	cancel        context.CancelCauseFunc
 	done          chan struct{}
 	wall          *wallClock
+	// stopBeat stops the heartbeat; the run goroutine only.
+	stopBeat func()
 
 	exe    Executor
 	desc   Description
@@ -48,11 +50,11 @@ func (ru *run) log(msg string, args ...any) {
 func (ru *run) loop() {
 	defer ru.r.finished(ru)
 	defer ru.cancel(nil)
-	stopBeat := ru.heartbeat()
+	ru.stopBeat = ru.heartbeat()
 	// The heartbeat ends with the last step, before the plugin is stopped:
 	// a plugin slow to stop must not keep charging (or logging) wall time.
 	defer func() {
-		stopBeat()
+		ru.stopBeat()
 		if ru.exe != nil {
 			ru.exe.Stop()
 		}
@@ -102,6 +104,15 @@ func (ru *run) heartbeat() (stop func()) {
 // endRun records the end of the run outside any attempt, when the task is
 // still running: to is interrupted or failed.
 func (ru *run) endRun(to store.Status, reason store.Reason, msg string) {
+	err := ru.retryWrite(func() error { return ru.recordEnd(to, reason, msg) })
+	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+		ru.storeFailed(nil, err)
+	}
+}
+
+// recordEnd is endRun's one write. A conflict means the task left running
+// first (a cancel): nothing more is ours to record.
+func (ru *run) recordEnd(to store.Status, reason store.Reason, msg string) error {
 	ev := EventTaskInterrupted
 	if to == store.StatusFailed {
 		ev = EventTaskFailed
@@ -117,12 +128,11 @@ func (ru *run) endRun(to store.Status, reason store.Reason, msg string) {
 		newEvent(ev, next, EventPayload{Reason: string(reason)}))
 	ru.r.notify()
 	if err != nil {
-		// Cancelled first, or the store is failing: either way nothing
-		// more is ours to record.
 		ru.log("run end not recorded", "to", to, "error", err)
-		return
+		return err
 	}
 	ru.task = t
+	return nil
 }
 
 // first loads what a run needs from the store and claims its first
@@ -161,7 +171,12 @@ func (ru *run) first() (store.Attempt, bool) {
 		ru.indeterminate = append(ru.indeterminate, Effect{Attempt: e.Attempt, Seq: e.Seq, Kind: string(e.Kind),
 			Fingerprint: e.Fingerprint, IdempotencyKey: e.IdempotencyKey, Status: string(e.Status), Summary: e.Summary})
 	}
-	att, t, err := r.store.ClaimAttempt(ru.ctx, t.PrincipalID, t.ID, t.RunID, ru.startedEvent(t))
+	var att store.Attempt
+	err = ru.retryWrite(func() error {
+		var err error
+		att, t, err = r.store.ClaimAttempt(ru.ctx, t.PrincipalID, t.ID, t.RunID, ru.startedEvent(t))
+		return err
+	})
 	r.notify()
 	var be *store.BudgetError
 	switch {
@@ -171,6 +186,8 @@ func (ru *run) first() (store.Attempt, bool) {
 	case err != nil:
 		if c := context.Cause(ru.ctx); c != nil {
 			ru.endForCause(c)
+		} else if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+			ru.storeFailed(nil, err)
 		} else {
 			ru.log("attempt not claimed", "error", err)
 		}
@@ -219,6 +236,12 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// made of it, the task fails with that budget's reason.
 		v = verdict{attempt: store.AttemptFailed, outcome: v.outcome, taskTo: store.StatusFailed, reason: reason,
 			message: "an effect was refused: " + string(reason)}
+	}
+	if err := ts.storeError(); err != nil && !v.abandoned && v.attempt != store.AttemptCancelled {
+		// An effect's write failed: whatever the executor made of the
+		// error it got, the ledger of this attempt is incomplete, so the
+		// attempt is interrupted and its effects settled like a crash's.
+		v = storeVerdict(err)
 	}
 	return ru.finish(v, att)
 }

@@ -110,6 +110,12 @@ type Runner struct {
 	closing  bool
 	changed  chan struct{}      // closed and replaced whenever events are appended
 	waiters  map[string]*waiter // by approval id: steps blocked on an approval
+	// degraded holds, by task id, the ends runs decided but the store has
+	// not recorded yet (it refused the write); readers see them.
+	degraded map[string]degradedTask
+	// stopped is closed when Shutdown starts: writes stop being retried.
+	stopped  chan struct{}
+	stopOnce sync.Once
 	wg       sync.WaitGroup
 }
 
@@ -125,6 +131,7 @@ func New(st *store.Store, l Launcher, key []byte, set Settings, svc Services, wo
 		store: st, launcher: l, set: set, seal: sealer{key: key}, log: log,
 		turns: newTurns(), runs: map[string]*run{}, changed: make(chan struct{}),
 		svc: svc, workspaceRoot: workspaceRoot, waiters: map[string]*waiter{},
+		degraded: map[string]degradedTask{}, stopped: make(chan struct{}),
 	}
 }
 
@@ -195,6 +202,9 @@ func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest
 func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, error) {
 	t, err := r.store.GetTask(ctx, principal, id)
 	if err != nil {
+		return store.Task{}, err
+	}
+	if err := r.degradedErr(principal, id); err != nil {
 		return store.Task{}, err
 	}
 	if t.Status != store.StatusInterrupted && t.Status != store.StatusPending {
@@ -315,12 +325,20 @@ func (r *Runner) Wait(ctx context.Context, id string) error {
 
 // Get returns one task of principal.
 func (r *Runner) Get(ctx context.Context, principal, id string) (store.Task, error) {
-	return r.store.GetTask(ctx, principal, id)
+	t, err := r.store.GetTask(ctx, principal, id)
+	if err != nil {
+		return t, err
+	}
+	return r.overlay(t), nil
 }
 
 // List pages through principal's tasks in creation order.
 func (r *Runner) List(ctx context.Context, principal string, q store.ListQuery) ([]store.Task, error) {
-	return r.store.ListTasks(ctx, principal, q)
+	ts, err := r.store.ListTasks(ctx, principal, q)
+	for i := range ts {
+		ts[i] = r.overlay(ts[i])
+	}
+	return ts, err
 }
 
 // Attempts lists a task's step attempts.
@@ -329,14 +347,17 @@ func (r *Runner) Attempts(ctx context.Context, principal, id string) ([]store.At
 }
 
 // Events returns a task's events after seq, waiting until there is at least
-// one or ctx ends.
+// one or ctx ends — or until the task's run has ended without the store
+// taking the record of it (store_error), which no event can report yet:
+// then it returns none, and Get shows the run's decision.
 func (r *Runner) Events(ctx context.Context, principal, id string, after int64) ([]store.Event, error) {
 	for {
 		r.mu.Lock()
 		changed := r.changed
+		_, degraded := r.degraded[id]
 		r.mu.Unlock()
 		evs, err := r.store.Events(ctx, principal, id, after, 100)
-		if err != nil || len(evs) > 0 {
+		if err != nil || len(evs) > 0 || degraded {
 			return evs, err
 		}
 		select {
@@ -358,6 +379,7 @@ func (r *Runner) notify() {
 // task become interrupted (host_shutdown) and the plugins are stopped. New
 // work is refused from the first moment.
 func (r *Runner) Shutdown(ctx context.Context) error {
+	r.stopOnce.Do(func() { close(r.stopped) })
 	r.mu.Lock()
 	r.closing = true
 	for _, ru := range r.runs {

@@ -21,6 +21,8 @@ const (
 	sqliteNotADB     = sqlite3.SQLITE_NOTADB
 	sqliteCantOpen   = sqlite3.SQLITE_CANTOPEN
 	sqliteConstraint = sqlite3.SQLITE_CONSTRAINT
+	sqliteFull       = sqlite3.SQLITE_FULL
+	sqliteIOErr      = sqlite3.SQLITE_IOERR
 )
 
 // sqliteCode is the primary result code of a SQLite error in err's chain, or
@@ -182,11 +184,21 @@ func (c *stmtCache) close() error {
 }
 
 // dbErr makes a SQLite read-only refusal recognisable (errors.Is
-// ErrReadOnly) and names the file; other errors pass unchanged.
+// ErrReadOnly) and names the file, and makes a full disk or an I/O error an
+// *UnavailableError (errors.Is ErrUnavailable), which the runner retries;
+// other errors pass unchanged.
 func (s *Store) dbErr(err error) error {
-	if err != nil && sqliteCode(err) == sqliteReadOnly && !errors.Is(err, ErrReadOnly) {
+	if err == nil || errors.Is(err, ErrReadOnly) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	switch sqliteCode(err) {
+	case sqliteReadOnly:
 		return fmt.Errorf("store file %s is read-only (check the file's and the data dir's permissions): %w: %w",
 			s.path, ErrReadOnly, err)
+	case sqliteFull:
+		return &UnavailableError{Class: "disk full", Err: fmt.Errorf("store file %s: %w", s.path, err)}
+	case sqliteIOErr:
+		return &UnavailableError{Class: "I/O error", Err: fmt.Errorf("store file %s: %w", s.path, err)}
 	}
 	return err
 }

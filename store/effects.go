@@ -113,11 +113,15 @@ const (
 	qDropEffectResults = `UPDATE effects SET result = NULL WHERE task_id = ? AND result IS NOT NULL`
 	qSettleEffects     = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
 			updated_ns = ? WHERE status IN ('admitted','dispatching')`
+	qSettleTaskEffects = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
+			updated_ns = ?1 WHERE task_id = ?2 AND status IN ('admitted','dispatching')
+			AND NOT EXISTS (SELECT 1 FROM attempts WHERE task_id = ?2 AND status = 'running')
+			AND EXISTS (SELECT 1 FROM tasks WHERE id = ?2 AND principal_id = ?3)`
 )
 
 // effectQueries are the effect write statements, prepared at Open.
 func effectQueries() []string {
-	return []string{qChargeTool, qChargeModel, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleEffects}
+	return []string{qChargeTool, qChargeModel, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleEffects, qSettleTaskEffects}
 }
 
 func (s *Store) checkEffect(e NewEffect) error {
@@ -244,6 +248,23 @@ func (s *Store) MarkEffect(ctx context.Context, principal, taskID string, attemp
 		return err
 	})
 	return out, err
+}
+
+// SettleEffects does for one task what start-up recovery does for all: once
+// no attempt of the task is running, an effect left dispatching becomes
+// indeterminate and one left admitted failed. The runner calls it after an
+// attempt ended without its effects' last writes (the store was failing).
+func (s *Store) SettleEffects(ctx context.Context, principal, taskID string) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, qSettleTaskEffects, nanos(s.now()), taskID, principal)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
 }
 
 // Replayable finds the observed result of effect (seq, fingerprint) from an

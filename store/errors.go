@@ -13,7 +13,24 @@ var (
 	// ErrReadOnly: a write was asked of a store opened with
 	// Options.ReadOnly, or SQLite refused to write to the file.
 	ErrReadOnly = errors.New("store is read-only")
+	// ErrUnavailable: SQLite could not write (the disk is full, an I/O
+	// error). Nothing was written; the same write may succeed later. It is
+	// always an *UnavailableError, which names the class of the cause.
+	ErrUnavailable = errors.New("store unavailable")
 )
+
+// UnavailableError is a write the store could not make for a cause outside
+// the request: Class is "disk full" or "I/O error", for clients and logs.
+type UnavailableError struct {
+	Class string
+	Err   error
+}
+
+func (e *UnavailableError) Error() string {
+	return "store unavailable: " + e.Class + ": " + e.Err.Error()
+}
+
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
 
 // OpenError is a refusal to open a store file. Open fails closed: any doubt
 // about the file (location, permissions, format, integrity, schema version)

@@ -116,6 +116,12 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		Tasks: h.Runner, Events: h.Store, Executors: h.Registry,
 		Principals: principals, Tokens: cfg.API.Tokens,
 		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
+		MaxWatchesPerPrincipal: cfg.API.MaxWatchesPerPrincipal,
+		MaxRunningPerPrincipal: cfg.Tasks.MaxRunningPerPrincipal,
+		Listener: api.ListenerLimits{
+			MaxConns:            cfg.API.MaxConnections,
+			FirstRequestTimeout: time.Duration(cfg.API.FirstRequestTimeoutSeconds) * time.Second,
+		},
 	})
 	if err != nil {
 		closeHost()

@@ -30,6 +30,16 @@ type API struct {
 	// bearer token: [api.tokens] NAME = "<sha256 hex>". The token itself
 	// never appears in the config; `taskhost token hash` prints the hash.
 	Tokens map[string]string `toml:"tokens"`
+	// MaxConnections bounds concurrent connections to the TCP listener:
+	// 1..4096, default 64. Beyond it connections wait in the kernel's
+	// backlog, holding no descriptor of the daemon.
+	MaxConnections int `toml:"max_connections"`
+	// FirstRequestTimeoutSeconds closes a TCP connection that has made no
+	// authenticated call this long after it was accepted: 1..60, default 5.
+	FirstRequestTimeoutSeconds int `toml:"first_request_timeout_seconds"`
+	// MaxWatchesPerPrincipal bounds one principal's open watch streams, of
+	// the daemon's 256: 1..256, default 32.
+	MaxWatchesPerPrincipal int `toml:"max_watches_per_principal"`
 }
 
 // Principals is the [principals] section: unix uid (a decimal string key) →
@@ -46,6 +56,9 @@ var (
 const maxPrincipals = 1000
 
 func (a API) validate(ps *problems) {
+	ps.intRange("api.max_connections", a.MaxConnections, 1, 4096)
+	ps.intRange("api.first_request_timeout_seconds", a.FirstRequestTimeoutSeconds, 1, 60)
+	ps.intRange("api.max_watches_per_principal", a.MaxWatchesPerPrincipal, 1, 256)
 	if a.SocketGroup != "" && !groupNameRE.MatchString(a.SocketGroup) {
 		if _, err := strconv.ParseUint(a.SocketGroup, 10, 32); err != nil {
 			ps.add("api.socket_group", "api.socket_group = %s: must be a group name or a numeric gid", quote(a.SocketGroup))

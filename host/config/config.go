@@ -68,6 +68,9 @@ type Tasks struct {
 	Executor      string `toml:"executor"`       // default "legacy"; "legacy", "machinespirit" (if enabled) or a key of [executors]
 	MaxConcurrent int    `toml:"max_concurrent"` // 1..64, default 2; beyond it create/resume is refused
 
+	// MaxRunningPerPrincipal bounds one principal's pending, running and
+	// waiting tasks: 0..MaxConcurrent, default 0 (no bound of its own).
+	MaxRunningPerPrincipal int `toml:"max_running_per_principal"`
 	MaxSteps    int `toml:"max_steps"`     // 1..MaxStepsCap, default 20
 	MaxStepsCap int `toml:"max_steps_cap"` // 1..100000, default 200
 
@@ -160,7 +163,7 @@ func Default() Config {
 		Tools:      defaultTools(),
 		Approvals:  Approvals{TimeoutSeconds: 3600},
 		Principals: Principals{},
-		API:        API{Tokens: map[string]string{}},
+		API:        API{Tokens: map[string]string{}, MaxConnections: 64, FirstRequestTimeoutSeconds: 5, MaxWatchesPerPrincipal: 32},
 	}
 }
 

@@ -18,6 +18,10 @@ var intKeys = []struct {
 	minWith  string // extra lines in the same section that make min reachable
 }{
 	{key: "tasks.max_concurrent", def: 2, min: 1, max: 64},
+	{key: "tasks.max_running_per_principal", def: 0, min: 0, max: 2},
+	{key: "api.max_connections", def: 64, min: 1, max: 4096},
+	{key: "api.first_request_timeout_seconds", def: 5, min: 1, max: 60},
+	{key: "api.max_watches_per_principal", def: 32, min: 1, max: 256},
 	{key: "tasks.max_steps", def: 20, min: 1, max: 200},
 	{key: "tasks.max_steps_cap", def: 200, min: 1, max: 100000, minWith: "max_steps = 1"},
 	{key: "tasks.max_tool_calls", def: 50, min: 0, max: 1000},

@@ -155,6 +155,11 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.Continue("tool reported an error", nil), nil
 		}
 	}
+	if o.WaitFile != "" {
+		if err := waitFile(ctx, o.WaitFile); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: wait_file: %w", err)
+		}
+	}
 	sleepMS := o.SleepMS
 	if o.SleepAtAttempt == req.Attempt {
 		sleepMS = o.LongSleepMS
@@ -266,6 +271,22 @@ func hostErrorKind(err error) string {
 		return k
 	}
 	return "other"
+}
+
+// waitFile polls for path until it exists or ctx ends.
+func waitFile(ctx context.Context, path string) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // sleep waits for d or until ctx ends, whichever is first.

@@ -35,6 +35,8 @@
 //	                          (depth 0, 1, 2, ...).
 //	parent_token      string  a parent call token to claim (a lying executor).
 //	env_file          string  write the process environment to this file.
+//	wait_file         string  before a step ends, wait (honouring ctx) until this
+//	                          file exists.
 //	request_approval  bool    call host.RequestApproval each step.
 //	call_tool         object  {"name": ..., "args": {...}}: call the tool each
 //	                          step; on an error, Continue("tool error: <kind>").

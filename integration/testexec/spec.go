@@ -45,6 +45,10 @@ type options struct {
 	ModelChain      bool      `json:"model_chain"`
 	ParentToken     string    `json:"parent_token"`
 	EnvFile         string    `json:"env_file"`
+	// WaitFile makes every step wait, before it ends, until this file
+	// exists: a test does something at a known moment of the step, then
+	// creates it.
+	WaitFile string `json:"wait_file"`
 }
 
 // toolCall is a scripted tool call.

@@ -1,0 +1,159 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes on a fresh short directory, so a
+// test can fill a real disk under the store. It skips where mounting is
+// not allowed.
+func mountTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := shortTempDir(t)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(size)+",mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): %v", err)
+	}
+	// Registered after shortTempDir's removal, so it runs before it.
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fillDisk writes a file in dir until its filesystem is full and returns
+// the file's path; removing it gives the space back.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling %s: %v", dir, err)
+			}
+			break
+		}
+	}
+	// The last partial page: SQLite's next write must find no room at all.
+	for {
+		if _, err := f.Write(buf[:512]); err != nil {
+			return path
+		}
+	}
+}
+
+// The disk under the store fills while a step runs: the outcome cannot be
+// written. The run retries, then decides: the plugin is stopped, readers
+// and watchers see the task interrupted (store_error) at once, creates are
+// refused naming the cause, and the decision lands in the store as soon as
+// space is back; the task then resumes to completion.
+func TestStoreFullDiskInterruptsAndRecordsWhenSpaceReturns(t *testing.T) {
+	dir := mountTmpfs(t, 32<<20)
+	h := openHost(t, dir, nil)
+	ctl := shortTempDir(t) // off the full disk
+	release, pidFile := filepath.Join(ctl, "release"), filepath.Join(ctl, "pid")
+	task := create(t, h, alice, map[string]any{"steps": 2, "wait_file": release, "pid_file": pidFile}, Limits{})
+	pid := readPid(t, pidFile)
+	ctx := context.Background()
+	evs, err := h.Store.Events(ctx, alice, task.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := make(chan error, 1)
+	go func() {
+		_, err := h.Runner.Events(ctx, alice, task.ID, evs[len(evs)-1].Seq)
+		watched <- err
+	}()
+
+	filler := fillDisk(t, dir)
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var seen store.Task
+	eventually(t, 15*time.Second, "the task to show interrupted (store_error)", func() bool {
+		seen, err = h.Runner.Get(ctx, alice, task.ID)
+		return err == nil && seen.Status == store.StatusInterrupted
+	})
+	wantStatus(t, seen, store.StatusInterrupted, store.ReasonStoreError)
+	if !strings.Contains(seen.Message, "store_degraded") || !strings.Contains(seen.Message, "disk full") {
+		t.Errorf("message = %q, want store_degraded and the cause class", seen.Message)
+	}
+	if raw, err := h.Store.GetTask(ctx, alice, task.ID); err != nil || raw.Status != store.StatusRunning {
+		t.Fatalf("stored task = %s, %v; want still running while the disk is full", raw.Status, err)
+	}
+	select {
+	case err := <-watched:
+		if err != nil {
+			t.Fatalf("a watcher waiting for events got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a watcher waiting for events was not woken by the store failure")
+	}
+	waitGone(t, pid, 10*time.Second)
+
+	_, err = h.Runner.Create(ctx, alice, CreateRequest{Executor: "testexec", Spec: spec(t, "more", nil)})
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "store unavailable: disk full") {
+		t.Fatalf("create on a full disk: err = %v, want store unavailable: disk full", err)
+	}
+	if _, err := h.Runner.Resume(ctx, alice, task.ID); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("resume before the end is recorded: err = %v, want store unavailable", err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := h.Runner.Wait(wctx, task.ID); err != nil {
+		t.Fatalf("the run did not end once space came back: %v", err)
+	}
+	stored, err := h.Store.GetTask(ctx, alice, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, stored, store.StatusInterrupted, store.ReasonStoreError)
+	if strings.Contains(stored.Message, "store_degraded") {
+		t.Errorf("recorded message %q still says degraded", stored.Message)
+	}
+	atts, err := h.Store.ListAttempts(ctx, alice, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(atts) != 1 || atts[0].Status != store.AttemptInterrupted || atts[0].Reason != store.ReasonStoreError {
+		t.Fatalf("attempts = %+v, want one interrupted (store_error)", atts)
+	}
+	all, err := h.Store.Events(ctx, alice, task.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := all[len(all)-1]; last.Type != EventTaskInterrupted || !strings.Contains(string(last.Payload), `"reason":"store_error"`) {
+		t.Fatalf("last event = %s %s, want task.interrupted (store_error)", last.Type, last.Payload)
+	}
+
+	if _, err := h.Runner.Resume(ctx, alice, task.ID); err != nil {
+		t.Fatalf("resume after space came back: %v", err)
+	}
+	done := waitEnd(t, h, alice, task.ID)
+	wantStatus(t, done, store.StatusCompleted, "")
+	if done.Budgets.Steps.Used != 3 {
+		t.Errorf("steps used = %d, want 3 (the unrecorded attempt still costs)", done.Budgets.Steps.Used)
+	}
+}
