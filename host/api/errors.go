@@ -60,6 +60,10 @@ func notFound(what, id string) error {
 	return statusError(codes.NotFound, ReasonNotFound, what+" "+id+" not found")
 }
 
+// ReasonStoreUnavailable: the daemon's store refused a write (a full disk,
+// an I/O error); the message names the cause. Retry once it is fixed.
+const ReasonStoreUnavailable = "STORE_UNAVAILABLE"
+
 // toStatus maps an error of the Runner or store to a gRPC status. what and id
 // name the object the call was about, for NotFound. Unexpected errors are
 // logged and reported without detail.
@@ -108,6 +112,9 @@ func (s *Server) toStatus(ctx context.Context, err error, what, id string) error
 		return statusError(codes.FailedPrecondition, ReasonTasksDisabled, err.Error())
 	case errors.Is(err, host.ErrShuttingDown):
 		return errClosing()
+	case errors.Is(err, store.ErrUnavailable):
+		s.log.Error("api call failed: the store is unavailable", "object", what, "id", id, "error", err)
+		return statusError(codes.Unavailable, ReasonStoreUnavailable, err.Error())
 	case errors.As(err, &le):
 		return invalid(le.Field, le.Error())
 	case errors.Is(err, store.ErrInvalid):
