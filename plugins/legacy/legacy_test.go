@@ -364,6 +364,7 @@ func TestSummaryLengthBound(t *testing.T) {
 	}{
 		{"900 characters kept", strings.Repeat("a", 900), strings.Repeat("a", 900)},
 		{"2000 characters kept", strings.Repeat("b", 2000), strings.Repeat("b", 2000)},
+		{"2001 characters cut to 2000", strings.Repeat("c", 2001), strings.Repeat("c", 2000)},
 		{"2500 characters cut to 2000", strings.Repeat("c", 2500), strings.Repeat("c", 2000)},
 		{"2500 multi-byte characters cut to 2000 characters", strings.Repeat("é", 2500), strings.Repeat("é", 2000)},
 		{"the sentinel is not counted", "TASK_COMPLETE: " + strings.Repeat("d", 2000), strings.Repeat("d", 2000)},
