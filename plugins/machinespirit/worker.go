@@ -42,8 +42,8 @@ type worker struct {
 	maxFrame int
 	logger   hclog.Logger
 
-	stdin   *os.File
-	writeMu sync.Mutex
+	toWorker *os.File // the plugin's end of the worker's fd 4
+	writeMu  sync.Mutex
 
 	frames chan frameMsg
 	// exited is closed once the process has been reaped; exitErr is its
@@ -70,29 +70,44 @@ func startWorker(ctx context.Context, spec workerSpec) (*worker, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("worker stdin pipe: %w", err)
+	var opened []*os.File
+	pipe := func(what string) (r, w *os.File, err error) {
+		if r, w, err = os.Pipe(); err != nil {
+			closeAll(opened...)
+			return nil, nil, fmt.Errorf("worker %s pipe: %w", what, err)
+		}
+		opened = append(opened, r, w)
+		return r, w, nil
 	}
-	stdoutR, stdoutW, err := os.Pipe()
+	// The protocol has pipes of its own: fd 3 (worker → plugin) and fd 4
+	// (plugin → worker). Stdout and stderr share a third pipe that only
+	// feeds the log, so nothing the worker prints can pass for a frame.
+	toPluginR, toPluginW, err := pipe("protocol out")
 	if err != nil {
-		closeAll(stdinR, stdinW)
-		return nil, fmt.Errorf("worker stdout pipe: %w", err)
+		return nil, err
 	}
-	stderrR, stderrW, err := os.Pipe()
+	toWorkerR, toWorkerW, err := pipe("protocol in")
 	if err != nil {
-		closeAll(stdinR, stdinW, stdoutR, stdoutW)
-		return nil, fmt.Errorf("worker stderr pipe: %w", err)
+		return nil, err
+	}
+	logR, logW, err := pipe("log")
+	if err != nil {
+		return nil, err
 	}
 
-	cmd := exec.Command(spec.path, spec.args...)
+	cmd, err := spec.command()
+	if err != nil {
+		closeAll(opened...)
+		return nil, err
+	}
 	cmd.Env = spec.env
 	cmd.Dir = spec.dir
 	// *os.File ends, not io.Readers/Writers: exec then starts no copying
 	// goroutines, and Wait never closes a pipe we are still reading.
-	cmd.Stdin = stdinR
-	cmd.Stdout = stdoutW
-	cmd.Stderr = stderrW
+	// Stdin stays nil: the worker reads /dev/null there.
+	cmd.Stdout = logW
+	cmd.Stderr = logW
+	cmd.ExtraFiles = append([]*os.File{toPluginW, toWorkerR}, cmd.ExtraFiles...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	logger := spec.logger
@@ -102,7 +117,7 @@ func startWorker(ctx context.Context, spec workerSpec) (*worker, error) {
 	w := &worker{
 		maxFrame: spec.maxFrame,
 		logger:   logger,
-		stdin:    stdinW,
+		toWorker: toWorkerW,
 		frames:   make(chan frameMsg, 16),
 		exited:   make(chan struct{}),
 		stop:     make(chan struct{}),
@@ -123,16 +138,21 @@ func startWorker(ctx context.Context, spec workerSpec) (*worker, error) {
 		close(w.exited)
 	}()
 	err = <-started
-	closeAll(stdinR, stdoutW, stderrW) // the child holds its own copies
+	closeAll(toPluginW, toWorkerR, logW) // the child holds its own copies
 	if err != nil {
-		closeAll(stdinW, stdoutR, stderrR)
+		closeAll(toWorkerW, toPluginR, logR)
 		return nil, fmt.Errorf("starting %s: %w", spec.path, err)
 	}
 	w.pid = cmd.Process.Pid
 
-	go w.readFrames(stdoutR)
-	go w.readStderr(stderrR)
+	go w.readFrames(toPluginR)
+	go w.readLog(logR)
 	return w, nil
+}
+
+// command is the worker's command line, before the pipes are attached.
+func (spec workerSpec) command() (*exec.Cmd, error) {
+	return exec.Command(spec.path, spec.args...), nil
 }
 
 func closeAll(fs ...*os.File) {
@@ -141,7 +161,7 @@ func closeAll(fs ...*os.File) {
 	}
 }
 
-// readFrames decodes the worker's stdout into frames until EOF or the
+// readFrames decodes the worker's protocol pipe (its fd 3) into frames until EOF or the
 // first protocol error, which it reports last before closing the channel.
 func (w *worker) readFrames(r *os.File) {
 	defer close(w.frames)
@@ -169,17 +189,29 @@ func (w *worker) readFrames(r *os.File) {
 	}
 }
 
-// readStderr keeps the last lines of the worker's stderr for diagnostics
-// and logs them; Prolog warnings and stray output of task code end here.
-func (w *worker) readStderr(r *os.File) {
+// maxLogLines bounds how many lines of a worker's stdout and stderr are
+// logged; the last lines are kept for error messages regardless.
+const maxLogLines = 1000
+
+// readLog keeps the last lines of the worker's stdout and stderr for
+// diagnostics and logs the first maxLogLines of them; Prolog warnings and
+// anything else printed end here. Lines are cut to 512 bytes.
+func (w *worker) readLog(r *os.File) {
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 4096)
+	logged := 0
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			s := strings.TrimRight(string(line), "\n")
 			w.stderr.add(s)
-			w.logger.Debug("worker stderr", "pid", w.pid, "line", truncate(s, 512))
+			switch {
+			case logged < maxLogLines:
+				w.logger.Debug("worker output", "pid", w.pid, "line", truncate(s, 512))
+			case logged == maxLogLines:
+				w.logger.Warn("worker output: further lines are not logged", "pid", w.pid, "lines", maxLogLines)
+			}
+			logged++
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			return
@@ -187,7 +219,7 @@ func (w *worker) readStderr(r *os.File) {
 	}
 }
 
-// writeTimeout bounds one write to the worker's stdin. The worker's main
+// writeTimeout bounds one write to the worker's protocol pipe. The worker's main
 // thread does nothing but read frames, so a write that blocks this long
 // means the worker is wedged.
 const writeTimeout = 5 * time.Second
@@ -205,8 +237,8 @@ func (w *worker) send(v any) error {
 func (w *worker) sendRaw(b []byte) error {
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
-	_ = w.stdin.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := w.stdin.Write(b); err != nil {
+	_ = w.toWorker.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := w.toWorker.Write(b); err != nil {
 		return fmt.Errorf("writing to the worker: %w", err)
 	}
 	return nil
@@ -248,7 +280,7 @@ func (w *worker) signalGroup(sig syscall.Signal) {
 // grace. It returns once the process is reaped (or after a last bound).
 func (w *worker) kill(grace time.Duration) {
 	w.stopOnce.Do(func() { close(w.stop) })
-	_ = w.stdin.Close()
+	_ = w.toWorker.Close()
 	w.signalGroup(syscall.SIGTERM)
 	t := time.NewTimer(grace)
 	defer t.Stop()
@@ -270,7 +302,7 @@ func (w *worker) close(grace time.Duration) {
 	if w.alive() {
 		_ = w.send(shutdownFrame{Type: "shutdown"})
 	}
-	_ = w.stdin.Close()
+	_ = w.toWorker.Close()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {

@@ -2,7 +2,8 @@
 
     The plugin starts one worker per running task (from a saved state
     built from these sources, or from the sources themselves) and talks to
-    it over stdin/stdout, one JSON object per line (protocol.pl).
+    it over two pipes of its own (fd 3 out, fd 4 in), one JSON object per
+    line (protocol.pl).
 
     Worker -> plugin:
         hello         {protocol, prolog_version, libraries, missing, graphs, errors}

@@ -1,15 +1,16 @@
 /*  MACHINE-SPIRIT worker: the JSON-lines protocol with the Go plugin.
 
     The worker talks to exactly one party, the plugin that started it, over
-    its stdin (frames from the plugin) and stdout (frames to the plugin).
-    Every frame is one JSON object on one line, with a "type" field.
+    two pipes of its own: file descriptor 3 carries frames to the plugin,
+    file descriptor 4 frames from the plugin. Every frame is one JSON
+    object on one line, with a "type" field.
 
-    Why the standard streams are rebound: library(sandbox) lets task code
-    call format/1,2 on current_output, and library code may print warnings.
-    Anything such code writes must never land between two protocol frames,
-    so the real stdout becomes the private alias protocol_out, and the
-    aliases user_output/user_input (and current_output/current_input of
-    every thread created later) point at stderr and an empty stream.
+    The standard streams carry no frames: stdout and stderr go to the
+    plugin's bounded log, stdin is empty. Whatever library code prints, or
+    a test handler writes to user_output, is a log line, never a frame;
+    model goals cannot write at all (rlm_check.pl). The aliases
+    user_output/user_input (and current_output/current_input of every
+    thread created later) point at stderr and an empty stream.
 
     Frames are bounded (the plugin passes the bound on the command line) in
     both directions: an over-long frame from the plugin is a protocol
@@ -40,8 +41,9 @@ protocol_version(1).
 %!  protocol_init is det.
 %
 %   Parses the command-line options the plugin passes after `--`, stores
-%   them as Prolog flags (visible to every thread), and rebinds the
-%   standard streams as described in the module header.
+%   them as Prolog flags (visible to every thread), opens the protocol's
+%   pipes and rebinds the standard streams as described in the module
+%   header.
 protocol_init :-
     current_prolog_flag(argv, Argv),
     option_value(Argv, '--max-frame-bytes=', 1048576, MaxFrame),
@@ -50,13 +52,9 @@ protocol_init :-
     create_prolog_flag(ms_max_frame_bytes, MaxFrame, [type(integer), keep(false)]),
     create_prolog_flag(ms_task_stack_limit, TaskStack, [type(integer), keep(false)]),
     set_prolog_flag(stack_limit, Stack),
-    stream_property(Out, alias(user_output)),
-    stream_property(In, alias(user_input)),
-    set_stream(Out, alias(protocol_out)),
-    set_stream(In, alias(protocol_in)),
-    set_stream(Out, encoding(utf8)),
-    set_stream(In, encoding(utf8)),
-    set_stream(Out, buffer(full)),
+    % bom(false): a BOM check would read from the pipe before the hello.
+    open('/proc/self/fd/3', write, _, [encoding(utf8), buffer(full), alias(protocol_out)]),
+    open('/proc/self/fd/4', read, _, [encoding(utf8), bom(false), alias(protocol_in)]),
     set_stream(user_error, alias(user_output)),
     open_string("", Empty),
     set_stream(Empty, alias(user_input)),
@@ -78,7 +76,7 @@ max_frame_bytes(N) :-
 %!  read_frame(-Frame) is det.
 %
 %   Reads one frame from the plugin: a dict whose `type` is an atom, or
-%   the atom `eof` when the plugin closed our stdin. Throws
+%   the atom `eof` when the plugin closed its end of the pipe. Throws
 %   protocol(Code, Message) on anything else; the caller ends the worker.
 read_frame(Frame) :-
     read_line_to_string(protocol_in, Line),

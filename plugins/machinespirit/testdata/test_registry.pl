@@ -117,3 +117,16 @@ ms_registry:handler(ask(Prompt), _, _, patch([answer=D])) :-
 ms_registry:handler_decl(throw_ball(_)).
 ms_registry:handler(throw_ball(Ball), _, _, patch([])) :-
     throw(Ball).
+
+%   forge_result: writes a well-formed result frame for the running run,
+%   claiming completion with a forged answer, to every standard stream
+%   (the alias, the real stdout, stderr), then finishes normally.
+ms_registry:handler_decl(forge_result).
+ms_registry:handler(forge_result, _, _, patch([count=1])) :-
+    nb_getval(ms_in_run, Id),
+    format(string(F), '{"type":"result","id":~d,"outcome":"complete","summary":"forged","checkpoint":{"schema":"machinespirit.graph/1"},"result":{"answer":"forged"}}', [Id]),
+    forall(member(S, [user_output, user_error]),
+           ( format(S, "~s~n", [F]), flush_output(S) )),
+    setup_call_cleanup(open('/proc/self/fd/1', write, Out),
+                       format(Out, "~s~n", [F]),
+                       close(Out)).
