@@ -52,7 +52,7 @@ func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, to
 	_, _, err = r.store.RequestApproval(ctx, store.NewApproval{
 		ID: id, PrincipalID: ts.principal, TaskID: ts.taskID, RunID: ts.runID, Attempt: ts.attempt, Seq: seq,
 		Tool: tool, Prompt: prompt, ExpiresAt: time.Now().Add(timeout),
-	}, newEvent(EventTaskWaitingApproval, t, EventPayload{Attempt: ts.attempt, Note: id}))
+	}, newEvent(EventTaskWaitingApproval, r.liveMeters(t), EventPayload{Attempt: ts.attempt, Note: id}))
 	r.notify()
 	if err != nil {
 		return effectError(ts, err)
@@ -103,6 +103,7 @@ func (r *Runner) resolve(ctx context.Context, principal, id string, to store.App
 	if err != nil {
 		return store.Approval{}, err
 	}
+	t = r.liveMeters(t)
 	t.Status = store.StatusRunning
 	var failed store.Reason
 	switch to {

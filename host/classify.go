@@ -151,6 +151,10 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	if v.checkpoint != nil && v.attempt == store.AttemptCompleted {
 		sealed = r.seal.seal(owner{TaskID: t.ID, PrincipalID: t.PrincipalID, Executor: t.Executor}, att.Number, *v.checkpoint)
 	}
+	// One reading of the clock for the store and for every event of the
+	// outcome, the next step.started included: an event never shows more
+	// than was stored, so none after it can show less.
+	wall := ru.wall.used()
 	exitCode, exitSignal := -1, ""
 	if v.crashed {
 		exitCode, exitSignal = v.exit.Code, v.exit.Signal
@@ -160,9 +164,9 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		Status: v.attempt, Outcome: string(v.outcome), Summary: v.summary,
 		Reason: v.reason, Message: v.message,
 		ExitCode: exitCode, ExitSignal: exitSignal, StderrTail: v.stderr,
-		Checkpoint: sealed, Result: v.result, WallMillisUsed: ru.wall.used(),
+		Checkpoint: sealed, Result: v.result, WallMillisUsed: wall,
 		TaskTo: v.taskTo, TaskReason: v.reason, TaskMessage: v.message,
-		Events: ru.outcomeEvents(v, att),
+		Events: ru.outcomeEvents(v, att, wall),
 	}
 	var nt store.Task
 	var next *store.Attempt
@@ -173,6 +177,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		if v.taskTo == "" {
 			after := t
 			after.Budgets.Steps.Used = att.Number // the next claim follows this attempt
+			after.Budgets.WallMillis.Used = max(after.Budgets.WallMillis.Used, wall)
 			nt, next, exhausted, err = r.store.FinishAndClaim(ctx, f, ru.startedEvent(after))
 		} else {
 			nt, err = r.store.FinishAttempt(ctx, f)
@@ -220,9 +225,9 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 }
 
 // outcomeEvents are the events recording v for attempt att.
-func (ru *run) outcomeEvents(v verdict, att store.Attempt) []store.NewEvent {
+func (ru *run) outcomeEvents(v verdict, att store.Attempt, wall int64) []store.NewEvent {
 	t := ru.task
-	t.Budgets.WallMillis.Used = ru.wall.used()
+	t.Budgets.WallMillis.Used = max(t.Budgets.WallMillis.Used, wall)
 	if v.taskTo != "" {
 		t.Status = v.taskTo
 	}

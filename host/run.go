@@ -118,11 +118,15 @@ func (ru *run) recordEnd(to store.Status, reason store.Reason, msg string) error
 		ev = EventTaskFailed
 	}
 	ctx := context.Background()
-	if err := ru.r.store.Heartbeat(ctx, ru.task.PrincipalID, ru.task.ID, ru.task.RunID, ru.wall.used()); err != nil {
+	// One reading for the store and the event, so the event shows what
+	// was stored.
+	wall := ru.wall.used()
+	if err := ru.r.store.Heartbeat(ctx, ru.task.PrincipalID, ru.task.ID, ru.task.RunID, wall); err != nil {
 		ru.r.log.Warn("wall time not persisted", "task", ru.task.ID, "error", err)
 	}
 	next := ru.task
 	next.Status = to
+	next.Budgets.WallMillis.Used = max(next.Budgets.WallMillis.Used, wall)
 	t, err := ru.r.store.Transition(ctx, ru.task.PrincipalID, ru.task.ID,
 		[]store.Status{store.StatusRunning, store.StatusWaitingApproval}, to, reason, truncate(msg, 2000),
 		newEvent(ev, next, EventPayload{Reason: string(reason)}))

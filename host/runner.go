@@ -288,6 +288,7 @@ func (r *Runner) Cancel(ctx context.Context, principal, id string) (store.Task, 
 	if err != nil {
 		return store.Task{}, err
 	}
+	cur = r.liveMeters(cur)
 	cur.Status = store.StatusCancelled
 	_, err = r.store.Cancel(ctx, principal, id, newEvent(EventTaskCancelled, cur, EventPayload{Reason: string(store.ReasonUserCancelled)}))
 	r.notify()
@@ -366,6 +367,20 @@ func (r *Runner) Events(ctx context.Context, principal, id string, after int64) 
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// liveMeters is t with the wall time its run has consumed so far, when it
+// has a run in this host: the store holds that only as of the last step
+// boundary or heartbeat, and an event must never show less than one before
+// it did.
+func (r *Runner) liveMeters(t store.Task) store.Task {
+	r.mu.Lock()
+	ru := r.runs[t.ID]
+	r.mu.Unlock()
+	if ru != nil && ru.runID == t.RunID {
+		t.Budgets.WallMillis.Used = max(t.Budgets.WallMillis.Used, ru.wall.used())
+	}
+	return t
 }
 
 func (r *Runner) notify() {
@@ -479,7 +494,7 @@ func (r *Runner) progress(ctx context.Context, tr turn, note string) error {
 		return err
 	}
 	_, err = r.store.AppendEvents(ctx, tr.principal, tr.taskID, tr.runID,
-		newEvent(EventStepProgress, t, EventPayload{Attempt: tr.attempt, Note: note}))
+		newEvent(EventStepProgress, r.liveMeters(t), EventPayload{Attempt: tr.attempt, Note: note}))
 	r.notify()
 	return err
 }

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/taskhost/taskhost/store"
@@ -8,14 +9,16 @@ import (
 
 // wallClock measures a task's active running time for one run on the
 // monotonic clock, on top of what earlier runs consumed. It never goes
-// backwards: a resume starts from the persisted total.
+// backwards: a resume starts from the persisted total. It is safe for
+// concurrent use: events of other goroutines (approvals, progress) read it.
 type wallClock struct {
 	base    int64 // ms consumed before this run
 	limit   int64 // ms
 	started time.Time
-	// stopped, when set, is the moment the run stopped being active (its
-	// store failed): the time it waits for the store is not charged.
-	stopped time.Time
+	// stoppedAt, when positive, is the run's active time in ns when it
+	// stopped being active (its store failed): the time it then waits for
+	// the store is not charged.
+	stoppedAt atomic.Int64
 }
 
 func newWallClock(b store.Budget) *wallClock {
@@ -33,17 +36,14 @@ func (w *wallClock) remaining() time.Duration {
 	return time.Duration(w.limit-w.base)*time.Millisecond - w.elapsed()
 }
 
-// stop freezes the clock. The run goroutine calls it; the heartbeat, which
-// reads the clock, is stopped first.
+// stop freezes the clock.
 func (w *wallClock) stop() {
-	if w.stopped.IsZero() {
-		w.stopped = time.Now()
-	}
+	w.stoppedAt.CompareAndSwap(0, max(int64(time.Since(w.started)), 1))
 }
 
 func (w *wallClock) elapsed() time.Duration {
-	if !w.stopped.IsZero() {
-		return w.stopped.Sub(w.started)
+	if s := w.stoppedAt.Load(); s > 0 {
+		return time.Duration(s)
 	}
 	return time.Since(w.started)
 }
