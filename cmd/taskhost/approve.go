@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/taskhost/taskhost/host"
@@ -17,11 +18,15 @@ import (
 type decider struct {
 	e                     *env
 	approveAll, rejectAll bool
-	in                    *bufio.Reader
+	in                    prompter
 }
 
+// decide answers taskID's pending approvals. When ctx ends (Ctrl-C) while
+// it asks, it returns at once and leaves the approval to the host's stop,
+// which cancels it.
 func (d *decider) decide(ctx context.Context, h *host.Host, principal, taskID string) {
-	pending, err := h.Runner.Approvals(ctx, principal, store.ApprovalPending)
+	bg := context.WithoutCancel(ctx)
+	pending, err := h.Runner.Approvals(bg, principal, store.ApprovalPending)
 	if err != nil {
 		errorf(d.e, "approvals: %v", err)
 		return
@@ -38,20 +43,21 @@ func (d *decider) decide(ctx context.Context, h *host.Host, principal, taskID st
 		case d.rejectAll:
 			fmt.Fprintf(d.e.stderr, "approval %s: %s — rejected automatically (--reject-all)\n", a.ID, what)
 		default:
-			approve = d.ask(fmt.Sprintf("approval %s: %s\nApprove? [y/N] ", a.ID, what))
+			var answered bool
+			if approve, answered = askYesNo(ctx, d.e, &d.in, fmt.Sprintf("approval %s: %s\nApprove? [y/N] ", a.ID, what)); !answered {
+				return
+			}
 		}
 		if approve {
-			_, err = h.Runner.Approve(ctx, principal, a.ID)
+			_, err = h.Runner.Approve(bg, principal, a.ID)
 		} else {
-			_, err = h.Runner.Reject(ctx, principal, a.ID)
+			_, err = h.Runner.Reject(bg, principal, a.ID)
 		}
 		if err != nil && !errors.Is(err, store.ErrConflict) {
 			errorf(d.e, "approval %s: %v", a.ID, err)
 		}
 	}
 }
-
-func (d *decider) ask(prompt string) bool { return askYesNo(d.e, &d.in, prompt) }
 
 // maxApprovalText bounds an approval's prompt as a terminal shows it; the
 // host keeps a tool's arguments shorter (tools.MaxDescribeBytes) and an
@@ -70,20 +76,54 @@ func approvalText(tool, prompt string) string {
 	return tools.Printable(tool, 64) + ": " + what
 }
 
-// askYesNo asks prompt on stderr and reads the answer from stdin: "y" or
-// "yes" approves; anything else, or the end of input, rejects. *in is
-// created on first use and kept, so buffered input is not lost between
-// questions.
-func askYesNo(e *env, in **bufio.Reader, prompt string) bool {
-	if *in == nil {
-		*in = bufio.NewReader(e.stdin)
+// prompter reads answers from stdin without blocking past a context: a
+// read that is cut short by Ctrl-C stays pending, and its line goes to the
+// next question.
+type prompter struct {
+	in      *bufio.Reader
+	lines   chan lineRead
+	pending bool
+}
+
+type lineRead struct {
+	line string
+	err  error
+}
+
+func (p *prompter) readLine(ctx context.Context, r io.Reader) (string, error) {
+	if p.lines == nil {
+		p.in, p.lines = bufio.NewReader(r), make(chan lineRead, 1)
 	}
+	if !p.pending {
+		p.pending = true
+		go func() {
+			line, err := p.in.ReadString('\n')
+			p.lines <- lineRead{line, err}
+		}()
+	}
+	select {
+	case l := <-p.lines:
+		p.pending = false
+		return l.line, l.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// askYesNo asks prompt on stderr and reads the answer from stdin: "y" or
+// "yes" approves; anything else, or the end of input, rejects. answered is
+// false when ctx ended first (Ctrl-C, SIGTERM): nothing was decided.
+func askYesNo(ctx context.Context, e *env, p *prompter, prompt string) (yes, answered bool) {
 	fmt.Fprint(e.stderr, prompt)
-	line, err := (*in).ReadString('\n')
-	if err != nil && line == "" {
+	line, err := p.readLine(ctx, e.stdin)
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(e.stderr, "(interrupted: nothing decided)")
+		return false, false
+	case err != nil && line == "":
 		fmt.Fprintln(e.stderr, "(no answer: rejected)")
-		return false
+		return false, true
 	}
 	ans := strings.ToLower(strings.TrimSpace(line))
-	return ans == "y" || ans == "yes"
+	return ans == "y" || ans == "yes", true
 }

@@ -95,17 +95,11 @@ func (c *clientFlags) token() (string, error) {
 		}
 		return tok, nil
 	}
-	f, err := os.Open(c.tokenFile)
+	data, err := readInputFile("--token-file", c.tokenFile, maxTokenFileBytes)
 	if err != nil {
-		return "", usageError("--token-file: " + err.Error())
+		return "", usageError(err.Error())
 	}
-	defer f.Close()
-	buf := make([]byte, maxTokenFileBytes+1)
-	n, _ := f.Read(buf)
-	if n > maxTokenFileBytes {
-		return "", usageError(fmt.Sprintf("--token-file %s: longer than %d bytes", c.tokenFile, maxTokenFileBytes))
-	}
-	tok := strings.TrimSpace(string(buf[:n]))
+	tok := strings.TrimSpace(string(data))
 	if tok == "" {
 		return "", usageError("--token-file " + c.tokenFile + " is empty")
 	}
@@ -151,6 +145,8 @@ func exitCodeForStatus(err error) int {
 	switch st.Code() {
 	case codes.OK:
 		return exitOK
+	case codes.Canceled:
+		return exitSignal // a client's calls are cancelled only by SIGINT or SIGTERM
 	case codes.InvalidArgument:
 		return exitUsage
 	case codes.NotFound:

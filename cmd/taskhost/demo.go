@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -111,7 +110,7 @@ type demoRun struct {
 	cf      *clientFlags
 	tc      apipb.TaskServiceClient
 	ac      apipb.ApprovalServiceClient
-	in      *bufio.Reader
+	in      prompter
 	rows    []demoRow
 	dataDir string
 }
@@ -335,7 +334,10 @@ func (d *demoRun) answerApprovals(taskID string) int {
 		what := approvalText(a.Tool, a.Prompt)
 		ok := true
 		if d.o.interactive {
-			ok = d.ask(fmt.Sprintf("approval %s: %s\nApprove? [y/N] ", a.Id, what))
+			var answered bool
+			if ok, answered = askYesNo(d.ctx, d.e, &d.in, fmt.Sprintf("approval %s: %s\nApprove? [y/N] ", a.Id, what)); !answered {
+				return approved
+			}
 		} else {
 			fmt.Fprintf(d.out, "!! approval %s: %s\n!! approved automatically by the demo (run 'taskhost demo --interactive' to decide yourself;\n!! with a daemon you answer with 'taskhost approve %s' or 'taskhost reject %s')\n", a.Id, what, a.Id, a.Id)
 		}
@@ -352,8 +354,6 @@ func (d *demoRun) answerApprovals(taskID string) int {
 	}
 	return approved
 }
-
-func (d *demoRun) ask(prompt string) bool { return askYesNo(d.e, &d.in, prompt) }
 
 // huntPlugin looks for the plugin process of kind that is starting: a
 // child of this process (the demo's daemon runs in it) running the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/taskhost/taskhost/host"
@@ -121,7 +120,7 @@ func follow(ctx context.Context, e *env, h *host.Host, principal, id string, p *
 			p.event(ev)
 			after = ev.Seq
 			if ev.Type == host.EventTaskWaitingApproval {
-				d.decide(bg, h, principal, id)
+				d.decide(ctx, h, principal, id)
 			}
 		}
 	}
@@ -158,9 +157,9 @@ func follow(ctx context.Context, e *env, h *host.Host, principal, id string, p *
 func buildSpec(goal, file string) ([]byte, error) {
 	spec := map[string]json.RawMessage{}
 	if file != "" {
-		data, err := os.ReadFile(file)
+		data, err := readInputFile("--spec-file", file, maxSpecFileBytes)
 		if err != nil {
-			return nil, fmt.Errorf("--spec-file: %w", err)
+			return nil, err
 		}
 		if err := json.Unmarshal(data, &spec); err != nil {
 			return nil, fmt.Errorf("--spec-file %s: must be a JSON object: %v", file, err)

@@ -31,7 +31,7 @@ func serveCmd(ctx context.Context, e *env, args []string) int {
 	fs.Lookup("log-level").DefValue = "info"
 	_ = fs.Set("log-level", "info")
 	fs.Usage = usageFunc(fs, "taskhost serve [--data-dir DIR] [--config FILE] [--log-format text|json] [--log-level LEVEL]",
-		"Runs the taskhost daemon: opens the data dir (one daemon per data dir), serves\nthe API on DATA-DIR/"+api.SocketName+" and, when [api] tcp_listen is set, on a\nloopback token listener. SIGTERM or SIGINT stops it gracefully: running tasks\nbecome interrupted (host_shutdown), plugins are stopped, the store is closed.\nLogs go to stderr.")
+		"Runs the taskhost daemon: opens the data dir (one daemon per data dir), serves\nthe API on DATA-DIR/"+api.SocketName+" and, when [api] tcp_listen is set, on a\nloopback token listener. SIGTERM or SIGINT stops it gracefully: running tasks\nbecome interrupted (host_shutdown), plugins are stopped, the store is closed.\nSIGHUP is logged and ignored. Logs go to stderr.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
@@ -56,6 +56,7 @@ func serveCmd(ctx context.Context, e *env, args []string) int {
 	// go through hclog too, so the log stays one format.
 	stdlog.SetFlags(0)
 	stdlog.SetOutput(log.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true}))
+	defer logHangups(log)()
 	return runDaemon(ctx, e, log, daemonOptions{dataDir: hf.dataDir, cfg: cfg}, nil)
 }
 
