@@ -87,6 +87,7 @@ func main() {
 
 func dispatch(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	go exitAfterSignal(ctx, os.Stderr, os.Args[1:])
 		usage(e.stdout)
 		if len(args) == 0 {
 			return exitUsage
