@@ -82,12 +82,12 @@ const version = "0.1.0"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go exitAfterSignal(ctx, os.Stderr, os.Args[1:])
 	os.Exit(dispatch(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin}, os.Args[1:]))
 }
 
 func dispatch(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-	go exitAfterSignal(ctx, os.Stderr, os.Args[1:])
 		usage(e.stdout)
 		if len(args) == 0 {
 			return exitUsage
