@@ -110,8 +110,8 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 	var cf clientFlags
 	cf.register(fs)
 	statuses := fs.String("status", "", "only tasks in these statuses, comma-separated (pending, running, waiting_approval, completed, failed, cancelled, interrupted)")
-	limit := fs.Int("limit", 1000, "list at most this many tasks (1..100000)")
-	fs.Usage = usageFunc(fs, "taskhost task list [--status S[,S...]] [--limit N] [flags]", "Lists your tasks in creation order.")
+	limit := fs.Int("limit", 1000, "list at most this many tasks, the newest (1..100000)")
+	fs.Usage = usageFunc(fs, "taskhost task list [--status S[,S...]] [--limit N] [flags]", "Lists your newest tasks (--limit of them), oldest of those first; a cut list\nsays how many older ones it leaves out.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
@@ -129,11 +129,14 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		return cf.fail(e, err)
 	}
 	defer closeConn()
+	// The API pages from the oldest; the newest --limit are kept (at most
+	// twice that in memory), so a long history never hides the latest.
 	var all []store.Task
+	total := 0
 	token := ""
-	for len(all) < *limit {
+	for {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: filter, PageSize: int32(min(*limit-len(all), 500)), PageToken: token})
+		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: filter, PageSize: 500, PageToken: token})
 		cancel()
 		if err != nil {
 			return cf.fail(e, err)
@@ -141,19 +144,28 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		for _, t := range resp.Tasks {
 			all = append(all, taskFromPB(t))
 		}
+		total += len(resp.Tasks)
+		if len(all) > 2**limit {
+			all = append(all[:0:0], all[len(all)-*limit:]...)
+		}
 		if token = resp.NextPageToken; token == "" {
 			break
 		}
 	}
 	if len(all) > *limit {
-		all = all[:*limit]
+		all = all[len(all)-*limit:]
 	}
+	omitted := total - len(all)
 	if cf.json {
 		views := make([]taskView, 0, len(all))
 		for _, t := range all {
 			views = append(views, taskJSON(t))
 		}
-		newPrinter(e, true).emit(map[string]any{"tasks": views})
+		out := map[string]any{"tasks": views}
+		if omitted > 0 {
+			out["omitted"] = omitted
+		}
+		newPrinter(e, true).emit(out)
 		return exitOK
 	}
 	if len(all) == 0 {
@@ -161,6 +173,9 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	writeTaskTable(e.stdout, all)
+	if omitted > 0 {
+		fmt.Fprintf(e.stderr, "showing the newest %d of %d tasks; %d older ones are not shown (--limit %d shows them all)\n", len(all), total, omitted, total)
+	}
 	return exitOK
 }
 
