@@ -37,7 +37,7 @@ func benchStepOverhead(b *testing.B, sync string) {
 	h.Runner.set.Caps.Steps = 1 << 40
 
 	// The floor: a Describe round trip and a one-row commit, per iteration.
-	ec, err := launch(ctx, h.Registry.forker, PluginSpec{Kind: "testexec", Path: executorDir + "/" + ExecutorPrefix + "testexec"}, h.Registry.opts, pb.UnimplementedHostServicesServer{})
+	ec, err := launch(ctx, h.Registry.forker, PluginSpec{Kind: "testexec", Path: executorDir + "/" + ExecutorPrefix + "testexec"}, h.Registry.opts, h.Registry.support, pb.UnimplementedHostServicesServer{})
 	if err != nil {
 		b.Fatal(err)
 	}

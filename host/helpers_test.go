@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -21,6 +22,8 @@ import (
 var executorDir string
 
 func TestMain(m *testing.M) {
+	// The test binary is the plugins' trampoline.
+	confine.Main()
 	dir, err := os.MkdirTemp("", "thbin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -62,6 +65,14 @@ func testConfig() config.Config {
 	c := config.Default()
 	c.Tasks.Executor = "testexec"
 	c.Tasks.MaxConcurrent = 16
+	// The test executor writes its pid and environment files where a test
+	// tells it, in temp dirs a confined plugin could not reach otherwise.
+	c.Executors["testexec"] = config.Executor{
+		Path:      filepath.Join(executorDir, ExecutorPrefix+"testexec"),
+		ReadWrite: []string{os.TempDir()},
+		// Some tests have it start grandchildren.
+		Subprocesses: true,
+	}
 	return c
 }
 

@@ -46,6 +46,9 @@ type Options struct {
 	// ExecutorDir is searched for taskhost-executor-* binaries; default: the
 	// directory of the running binary.
 	ExecutorDir string
+	// Trampoline starts every plugin confined (internal/confine); its main
+	// must call confine.Main first. Default: the running binary.
+	Trampoline string
 }
 
 // Host is an open data dir: its store, its executors and its Runner. Only
@@ -87,6 +90,11 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	// No child — plugin or tool — may read the daemon's /proc environ
+	// (its API keys) or memory.
+	if err := markNonDumpable(); err != nil {
+		return nil, err
+	}
 	h := &Host{DataDir: dir, lock: lock}
 	fail := func(err error) (*Host, error) {
 		h.close()
@@ -112,6 +120,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		StopGrace:    time.Duration(cfg.Limits.PluginStopGraceSeconds) * time.Second,
 		MaxMessage:   cfg.Limits.GRPCMessageBytes,
 		Logger:       log.Named("plugin"),
+		Trampoline:   opts.Trampoline,
+
+		RequireConfinement: cfg.Confinement.Required,
 	})
 	if err != nil {
 		return fail(err)
@@ -210,8 +221,13 @@ func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
 			found[kind] = PluginSpec{Kind: kind, Path: filepath.Join(dir, e.Name())}
 		}
 	}
+	for kind := range found {
+		s := found[kind]
+		s.Confine = confinementFrom(cfg.Confinement, config.Executor{})
+		found[kind] = s
+	}
 	for kind, ex := range cfg.Executors {
-		found[kind] = PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256}
+		found[kind] = PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256, Confine: confinementFrom(cfg.Confinement, ex)}
 	}
 	if ms, ok := found[config.ExecutorMachineSpirit]; ok {
 		if !cfg.MachineSpirit.Enabled {
@@ -221,6 +237,9 @@ func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
 			// checks it and reports the result in Describe.
 			ms.Args = append(ms.Args, "--swipl", cfg.MachineSpirit.SwiplPath, "--swipl-version", cfg.MachineSpirit.SwiplVersion,
 				"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes))
+			// It runs its pinned swipl as a worker process.
+			ms.Confine.Subprocesses = true
+			ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, cfg.MachineSpirit.SwiplPath)
 			found[config.ExecutorMachineSpirit] = ms
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 
+	"github.com/taskhost/taskhost/internal/confine"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
@@ -33,6 +34,8 @@ type PluginSpec struct {
 	Path   string   // absolute path of the plugin binary
 	Args   []string // extra command-line arguments
 	SHA256 string   // lowercase hex; empty means not pinned
+	// Confine is what its processes may do beyond the common confinement.
+	Confine Confinement
 }
 
 // PluginOptions bound how plugins are started and stopped.
@@ -43,6 +46,13 @@ type PluginOptions struct {
 	MaxMessage   int           // gRPC message bytes, both directions; default 4 MiB
 	StderrLines  int           // lines of stderr kept for crash records; default 20
 	Logger       hclog.Logger
+
+	// Trampoline is the executable every plugin is started through: its
+	// main calls confine.Main first. Default: the running binary.
+	Trampoline string
+	// RequireConfinement refuses to start plugins where the kernel lacks
+	// Landlock (fail closed) instead of starting them less confined.
+	RequireConfinement bool
 }
 
 func (o PluginOptions) withDefaults() PluginOptions {
@@ -66,16 +76,18 @@ func (o PluginOptions) withDefaults() PluginOptions {
 
 // envAllowList is every variable of the host's environment a plugin may see.
 // Anything else (API keys above all) never reaches a plugin.
-var envAllowList = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+var envAllowList = []string{"PATH", "LANG", "LC_ALL", "TZ"}
 
-func pluginEnv() []string {
+// pluginEnv is the plugin's environment: the allow-list, and its private
+// dir as its home and temp dir (nothing else is writable to it).
+func pluginEnv(privateDir string) []string {
 	var env []string
 	for _, k := range envAllowList {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
-	return env
+	return append(env, "HOME="+privateDir, "TMPDIR="+privateDir)
 }
 
 // UnavailableError says why an executor cannot be used. Check names the
@@ -96,32 +108,38 @@ var ErrExecutorUnavailable = errors.New("executor unavailable")
 
 func (e *UnavailableError) Is(target error) bool { return target == ErrExecutorUnavailable }
 
-// checkBinary verifies spec's binary exists, is executable and, when pinned,
-// has the pinned SHA-256. A fresh hash is computed on every call.
-func checkBinary(spec PluginSpec) error {
-	fi, err := os.Stat(spec.Path)
+// openBinary opens spec's binary once and checks it is an executable
+// regular file and, when pinned, has the pinned SHA-256 — hashed from the
+// returned file, which is what the trampoline execs (never the path again,
+// which could have been swapped since). A fresh hash is computed on every
+// call. The caller closes the file.
+func openBinary(spec PluginSpec) (*os.File, error) {
+	f, err := os.Open(spec.Path) // O_RDONLY|O_CLOEXEC
 	if err != nil {
-		return &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s: %v (build it with 'make build' or fix [executors.%s] path)", spec.Path, errors.Unwrap(err), spec.Kind)}
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s: %v (build it with 'make build' or fix [executors.%s] path)", spec.Path, errors.Unwrap(err), spec.Kind)}
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: err.Error()}
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s is not an executable file (mode %s)", spec.Path, fi.Mode())}
+		f.Close()
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s is not an executable file (mode %s)", spec.Path, fi.Mode())}
 	}
 	if spec.SHA256 == "" {
-		return nil
+		return f, nil
 	}
-	f, err := os.Open(spec.Path)
-	if err != nil {
-		return &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: err.Error()}
-	}
-	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return &UnavailableError{Kind: spec.Kind, Check: "checksum", Detail: err.Error()}
+		f.Close()
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "checksum", Detail: err.Error()}
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != spec.SHA256 {
-		return &UnavailableError{Kind: spec.Kind, Check: "checksum", Detail: fmt.Sprintf("plugin binary %s has SHA-256 %s, config pins %s", spec.Path, got, spec.SHA256)}
+		f.Close()
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "checksum", Detail: fmt.Sprintf("plugin binary %s has SHA-256 %s, config pins %s", spec.Path, got, spec.SHA256)}
 	}
-	return nil
+	return f, nil
 }
 
 // grpcExecutorPlugin is the host half of go-plugin's GRPCPlugin: it hands the
@@ -144,15 +162,29 @@ type executorClient struct {
 	broker     *plugin.GRPCBroker
 	servicesID uint32
 
-	client *plugin.Client
-	proc   *process
-	grace  time.Duration
+	client     *plugin.Client
+	proc       *process
+	grace      time.Duration
+	privateDir string
 
 	stopOnce sync.Once
 }
 
-func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, services HostServices) (*executorClient, error) {
-	if err := checkBinary(spec); err != nil {
+func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, support confine.Support, services HostServices) (*executorClient, error) {
+	bin, err := openBinary(spec)
+	if err != nil {
+		return nil, err
+	}
+	// The child holds its own copy once started; a failed start needs none.
+	defer bin.Close()
+	if opts.RequireConfinement && support.LandlockABI < 1 {
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: (&ConfinementError{Kind: spec.Kind, Support: support}).Error()}
+	}
+	if err := spec.Confine.resolveUser(); err != nil {
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
+	}
+	privateDir, err := newPrivateDir(opts.SocketDir, spec.Confine)
+	if err != nil {
 		return nil, err
 	}
 	var proc *process
@@ -164,12 +196,22 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			MagicCookieValue: pb.MagicCookieValue,
 		},
 		VersionedPlugins: map[int]plugin.PluginSet{pb.ProtocolVersion: {pb.PluginName: grpcExecutorPlugin{}}},
-		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, _ string) (runner.Runner, error) {
+		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, socketDir string) (runner.Runner, error) {
+			if spec.Confine.UID > 0 {
+				if err := os.Chown(socketDir, spec.Confine.UID, spec.Confine.GID); err != nil {
+					return nil, err
+				}
+			}
+			pol := pluginPolicy(spec.Confine, opts.RequireConfinement, privateDir, socketDir)
+			ccmd, err := confine.Command(opts.Trampoline, pol, bin, spec.Path, spec.Args...)
+			if err != nil {
+				return nil, err
+			}
 			// cmd carries only go-plugin's handshake variables: SkipHostEnv
 			// keeps the host's environment out, the allow-list adds back
 			// the harmless part.
-			env := append(pluginEnv(), cmd.Env...)
-			p, err := newProcess(f, spec.Path, spec.Args, env, opts.StderrLines)
+			ccmd.Env = append(pluginEnv(privateDir), cmd.Env...)
+			p, err := newProcess(f, ccmd, opts.StderrLines)
 			proc = p
 			return p, err
 		},
@@ -183,10 +225,18 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	})
 	unavailable := func(check string, err error) (*executorClient, error) {
 		client.Kill()
+		detail := err.Error()
 		if proc != nil {
 			proc.stop(0)
+			// A plugin that died before its handshake (a confinement it
+			// cannot live with, say) said why on stderr.
+			proc.stderr.settle(250 * time.Millisecond)
+			if tail := proc.stderr.tail(); tail != "" {
+				detail += "; last stderr lines:\n" + tail
+			}
 		}
-		return nil, &UnavailableError{Kind: spec.Kind, Check: check, Detail: err.Error()}
+		os.RemoveAll(privateDir)
+		return nil, &UnavailableError{Kind: spec.Kind, Check: check, Detail: detail}
 	}
 	if _, err := client.Start(); err != nil {
 		check := "handshake"
@@ -204,7 +254,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		return unavailable("handshake", err)
 	}
 	ec := raw.(*executorClient)
-	ec.client, ec.proc, ec.grace = client, proc, opts.StopGrace
+	ec.client, ec.proc, ec.grace, ec.privateDir = client, proc, opts.StopGrace, privateDir
 	ec.servicesID = ec.broker.NextId()
 	go ec.broker.AcceptAndServe(ec.servicesID, func(o []grpc.ServerOption) *grpc.Server {
 		s := grpc.NewServer(append(o, grpc.MaxRecvMsgSize(opts.MaxMessage), grpc.MaxSendMsgSize(opts.MaxMessage))...)
@@ -291,6 +341,8 @@ func (c *executorClient) StderrTail() string {
 func (c *executorClient) Stop() {
 	c.stopOnce.Do(func() {
 		c.proc.stop(c.grace)
+		// Whatever the plugin left in its private dir goes with it.
+		os.RemoveAll(c.privateDir)
 		// go-plugin's own clean-up (socket dir, goroutines) waits for every
 		// holder of the plugin's stderr; it must not hold up the host.
 		go c.client.Kill()

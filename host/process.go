@@ -96,10 +96,9 @@ type process struct {
 
 var _ runner.Runner = (*process)(nil)
 
-// newProcess prepares path with args. env is the complete environment.
-func newProcess(f *forker, path string, args []string, env []string, tailLines int) (*process, error) {
-	cmd := exec.Command(path, args...)
-	cmd.Env = env
+// newProcess prepares cmd (its path, arguments and complete environment
+// set) to run in its own process group with a parent-death signal.
+func newProcess(f *forker, cmd *exec.Cmd, tailLines int) (*process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p := &process{cmd: cmd, forker: f, exited: make(chan struct{})}
 	var err error

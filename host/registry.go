@@ -10,14 +10,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/confine"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
 // Registry is the Launcher of plugin executors: it knows how to start each
 // configured kind and remembers what each said about itself at registration.
 type Registry struct {
-	opts   PluginOptions
-	forker *forker
+	opts    PluginOptions
+	forker  *forker
+	support confine.Support
 
 	mu    sync.Mutex
 	specs map[string]PluginSpec
@@ -45,8 +47,19 @@ func NewRegistry(opts PluginOptions) (*Registry, error) {
 	if err := sweepDir(opts.SocketDir); err != nil {
 		return nil, err
 	}
+	if opts.Trampoline == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("plugin trampoline: %w", err)
+		}
+		opts.Trampoline = exe
+	}
+	support := confine.Probe()
+	if support.LandlockABI < 1 {
+		opts.Logger.Warn("the kernel offers no Landlock: plugins run without filesystem confinement", "require_confinement", opts.RequireConfinement)
+	}
 	return &Registry{
-		opts: opts, forker: newForker(),
+		opts: opts, forker: newForker(), support: support,
 		specs: map[string]PluginSpec{}, descs: map[string]Description{}, errs: map[string]error{},
 	}, nil
 }
@@ -92,7 +105,7 @@ func (r *Registry) MarkUnavailable(kind, check, detail string) {
 }
 
 func (r *Registry) probe(ctx context.Context, spec PluginSpec) (Description, error) {
-	ec, err := launch(ctx, r.forker, spec, r.opts, pb.UnimplementedHostServicesServer{})
+	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, pb.UnimplementedHostServicesServer{})
 	if err != nil {
 		return Description{}, err
 	}
@@ -167,11 +180,24 @@ func (r *Registry) Launch(ctx context.Context, kind string, services HostService
 	r.mu.Lock()
 	spec := r.specs[kind]
 	r.mu.Unlock()
-	ec, err := launch(ctx, r.forker, spec, r.opts, services)
+	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, services)
 	if err != nil {
 		return nil, err
 	}
 	return ec, nil
+}
+
+// Confinement says how kind's plugins are confined on this kernel, e.g.
+// "landlock abi 7, no_new_privs, no capabilities, seccomp, rlimits" or
+// "none (no Landlock)".
+func (r *Registry) Confinement(kind string) string {
+	r.mu.Lock()
+	spec, ok := r.specs[kind]
+	r.mu.Unlock()
+	if !ok {
+		spec.Confine = DefaultConfinement()
+	}
+	return pluginPolicy(spec.Confine, r.opts.RequireConfinement, "/", "/").Summary(r.support)
 }
 
 // Close stops the forker. Call it only after every launched executor has

@@ -17,12 +17,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/confine"
 )
 
 // binDir holds taskhost and the executors, built once for the package.
 var binDir string
 
 func TestMain(m *testing.M) {
+	// Should a test here open a host in-process, this binary is its
+	// plugins' trampoline.
+	confine.Main()
 	dir, err := os.MkdirTemp("", "thint")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -31,6 +31,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/taskhost/taskhost/internal/confine"
 )
 
 // Exit codes. Scripts may rely on them.
@@ -80,6 +82,9 @@ func commands() []command {
 const version = "0.1.0"
 
 func main() {
+	// First: in the plugin-trampoline role this applies the confinement
+	// and execs the plugin; otherwise it returns at once.
+	confine.Main()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go exitAfterSignal(ctx, os.Stderr, os.Args[1:])

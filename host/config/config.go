@@ -56,6 +56,7 @@ type Config struct {
 	Approvals     Approvals           `toml:"approvals"`
 	Principals    Principals          `toml:"principals"` // [principals] "UID" = "NAME"
 	API           API                 `toml:"api"`
+	Confinement   Confinement         `toml:"confinement"`
 }
 
 // Tasks is the [tasks] section: whether tasks run at all, the default
@@ -107,6 +108,18 @@ type Executor struct {
 	SHA256 string `toml:"sha256"`
 	// Args are passed to the plugin binary: at most 16, each at most 256 bytes.
 	Args []string `toml:"args"`
+	// Rlimits of each plugin process; 0 (or absent) takes [confinement]'s.
+	MaxAddressSpaceMB int `toml:"max_address_space_mb"` // 64..1048576
+	MaxOpenFiles      int `toml:"max_open_files"`       // 64..65536
+	MaxProcesses      int `toml:"max_processes"`        // 16..65536
+	// User, when set, runs the plugin as this local user (by name).
+	User string `toml:"user"`
+	// ReadWrite are absolute paths the plugin may read and write besides its
+	// private dir: at most 8.
+	ReadWrite []string `toml:"read_write"`
+	// Subprocesses lets the plugin fork and exec; by default seccomp
+	// refuses both.
+	Subprocesses bool `toml:"subprocesses"`
 }
 
 // Limits is the [limits] section: the bounds of DESIGN.md §9.
@@ -158,6 +171,11 @@ func Default() Config {
 			PluginStartSeconds:     10,
 			PluginStopGraceSeconds: 2,
 			GRPCMessageBytes:       4 << 20,
+		},
+		Confinement: Confinement{
+			MaxAddressSpaceMB: 4096,
+			MaxOpenFiles:      1024,
+			MaxProcesses:      4096,
 		},
 		Model:      defaultModel(),
 		Tools:      defaultTools(),

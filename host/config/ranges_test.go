@@ -45,6 +45,9 @@ var intKeys = []struct {
 	{key: "model.timeout_seconds", def: 60, min: 1, max: 600},
 	{key: "model.max_retries", def: 3, min: 0, max: 10},
 	{key: "approvals.timeout_seconds", def: 3600, min: 1, max: 604800},
+	{key: "confinement.max_address_space_mb", def: 4096, min: 64, max: 1048576},
+	{key: "confinement.max_open_files", def: 1024, min: 64, max: 65536},
+	{key: "confinement.max_processes", def: 4096, min: 16, max: 65536},
 }
 
 func TestIntKeysCoverEveryIntegerKey(t *testing.T) {

@@ -51,6 +51,7 @@ func (c Config) validate() problems {
 	c.Approvals.validate(&ps)
 	c.Principals.validate(&ps)
 	c.API.validate(&ps)
+	c.Confinement.validate(&ps)
 	c.validateDefaultExecutor(&ps)
 	c.validateMessageSize(&ps)
 	return ps
@@ -118,6 +119,8 @@ func validateExecutor(name string, ex Executor, ps *problems) {
 		ps.add(shaKey, "%s = %s: must be 64 lowercase hexadecimal characters (%s), or be left out to not pin the binary",
 			shaKey, quote(ex.SHA256), hint)
 	}
+
+	validateExecutorConfinement(name, ex, ps)
 
 	argsKey := executorKey(name, "args")
 	if len(ex.Args) > maxExecutorArgs {

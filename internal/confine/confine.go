@@ -145,9 +145,14 @@ var (
 	ErrSeccompUnavailable = errors.New("seccomp is required but the kernel does not offer it")
 )
 
-// trampolineArg0 marks the trampoline role in argv[0]; argv[1] is the
-// encoded policy, argv[2:] the target's argv.
+// trampolineArg0 marks the trampoline role in argv[0]; argv[1] is
+// guardArg, argv[2] the encoded policy, argv[3:] the target's argv.
 const trampolineArg0 = "confine-trampoline"
+
+// guardArg makes a Go test binary that was wrongly used as a trampoline (its
+// TestMain does not call Main) run no test and exit, instead of running its
+// whole suite — which could start plugins through itself again.
+const guardArg = "-test.run=^$"
 
 // ExitCode is the trampoline's exit status when it cannot apply the policy
 // or exec the target (the shell's "cannot execute").
@@ -202,7 +207,7 @@ func Command(trampoline string, p Policy, execFD *os.File, target string, args .
 	}
 	cmd := &exec.Cmd{
 		Path: trampoline,
-		Args: append([]string{trampolineArg0, string(enc), target}, args...),
+		Args: append([]string{trampolineArg0, guardArg, string(enc), target}, args...),
 		Dir:  p.Dir,
 	}
 	if execFD != nil {

@@ -470,3 +470,35 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+func TestATrampolineWithoutMainRunsNoTests(t *testing.T) {
+	// A Go test binary whose TestMain forgot confine.Main: the guard makes it
+	// run no test instead of its whole suite.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nomain.test")
+	src := filepath.Join(dir, "x_test.go")
+	if err := os.WriteFile(src, []byte("package x\nimport (\"os\"; \"testing\")\nfunc TestRecurse(t *testing.T) { os.WriteFile(os.Getenv(\"MARK\"), nil, 0o600) }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\n\ngo 1.26\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Skipf("cannot build a test binary here: %v\n%s", err, out)
+	}
+	mark := filepath.Join(dir, "ran")
+	cmd, err := confine.Command(bin, confine.Policy{Dir: dir}, nil, "/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(os.Environ(), "MARK="+mark)
+	out, _ := cmd.CombinedOutput()
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the test binary ran its tests as a trampoline:\n%s", out)
+	}
+	if !strings.Contains(string(out), "no tests to run") {
+		t.Errorf("output %q, want the testing package's no-tests warning", out)
+	}
+}

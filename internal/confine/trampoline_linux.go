@@ -20,14 +20,14 @@ import (
 // writes one line "confine: <what failed>: <err>" to stderr and exits 126.
 // Otherwise it returns at once.
 func Main() {
-	if len(os.Args) < 3 || os.Args[0] != trampolineArg0 {
+	if len(os.Args) < 4 || os.Args[0] != trampolineArg0 || os.Args[1] != guardArg {
 		return
 	}
 	// Everything below acts on this OS thread, and the exec must come from
 	// the same thread: it is the one whose credentials, Landlock domain and
 	// seccomp filter the target inherits.
 	runtime.LockOSThread()
-	what, err := trampoline(os.Args[1], os.Args[2:])
+	what, err := trampoline(os.Args[2], os.Args[3:])
 	fmt.Fprintf(os.Stderr, "confine: %s: %v\n", what, err)
 	os.Exit(ExitCode)
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/plugins/machinespirit"
 	"github.com/taskhost/taskhost/sdk"
 )
@@ -34,6 +35,8 @@ import (
 const exitWorkerLost = 4
 
 func main() {
+	// First: it is the trampoline of its own confined Prolog worker.
+	confine.Main()
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 

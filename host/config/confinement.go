@@ -1,0 +1,77 @@
+package config
+
+import (
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Confinement is the [confinement] section: how every executor plugin is
+// confined (docs/security.md). The rlimits are the defaults of plugins
+// whose [executors.NAME] sets none, and the limits of the built-in ones.
+type Confinement struct {
+	// Required makes every plugin executor unavailable on a kernel without
+	// Landlock (fail closed) instead of running it less confined.
+	Required          bool `toml:"required"`             // default false
+	MaxAddressSpaceMB int  `toml:"max_address_space_mb"` // 64..1048576, default 4096 (RLIMIT_AS)
+	MaxOpenFiles      int  `toml:"max_open_files"`       // 64..65536, default 1024 (RLIMIT_NOFILE)
+	MaxProcesses      int  `toml:"max_processes"`        // 16..65536, default 4096 (RLIMIT_NPROC: every process and thread of the plugin's uid)
+}
+
+// Bounds of the plugin rlimits and paths.
+const (
+	minAddressSpaceMB, maxAddressSpaceMB = 64, 1 << 20
+	minOpenFiles, maxOpenFiles           = 64, 65536
+	minProcesses, maxProcesses           = 16, 65536
+	maxExecutorReadWrite                 = 8
+	maxUserBytes                         = 32
+)
+
+var userRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]*[$]?$`)
+
+func (c Confinement) validate(ps *problems) {
+	ps.intRange("confinement.max_address_space_mb", c.MaxAddressSpaceMB, minAddressSpaceMB, maxAddressSpaceMB)
+	ps.intRange("confinement.max_open_files", c.MaxOpenFiles, minOpenFiles, maxOpenFiles)
+	ps.intRange("confinement.max_processes", c.MaxProcesses, minProcesses, maxProcesses)
+}
+
+func validateExecutorConfinement(name string, ex Executor, ps *problems) {
+	for _, l := range []struct {
+		key    string
+		v      int
+		lo, hi int
+	}{
+		{"max_address_space_mb", ex.MaxAddressSpaceMB, minAddressSpaceMB, maxAddressSpaceMB},
+		{"max_open_files", ex.MaxOpenFiles, minOpenFiles, maxOpenFiles},
+		{"max_processes", ex.MaxProcesses, minProcesses, maxProcesses},
+	} {
+		if l.v != 0 { // 0: [confinement]'s default
+			ps.intRange(executorKey(name, l.key), l.v, l.lo, l.hi)
+		}
+	}
+	if ex.User != "" {
+		key := executorKey(name, "user")
+		switch {
+		case len(ex.User) > maxUserBytes:
+			ps.add(key, "%s is %d bytes long: at most %d bytes are allowed", key, len(ex.User), maxUserBytes)
+		case !userRE.MatchString(ex.User):
+			ps.add(key, "%s = %s: not a user name (lowercase letters, digits, '_' and '-', a letter or '_' first)", key, quote(ex.User))
+		case ex.User == "root":
+			ps.add(key, "%s = \"root\": a plugin never runs as root; leave the key out to run it as the daemon's user", key)
+		}
+	}
+	rwKey := executorKey(name, "read_write")
+	if len(ex.ReadWrite) > maxExecutorReadWrite {
+		ps.add(rwKey, "%s has %d paths: at most %d are allowed", rwKey, len(ex.ReadWrite), maxExecutorReadWrite)
+	}
+	for i, p := range ex.ReadWrite {
+		switch {
+		case len(p) > 4096:
+			ps.add(rwKey, "%s[%d] is %d bytes long: at most 4096 bytes are allowed", rwKey, i, len(p))
+		case strings.ContainsRune(p, 0):
+			ps.add(rwKey, "%s[%d] contains a NUL byte", rwKey, i)
+		case !filepath.IsAbs(p):
+			ps.add(rwKey, "%s[%d] = %s: must be an absolute path", rwKey, i, quote(p))
+		}
+	}
+}

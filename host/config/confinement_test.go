@@ -1,0 +1,57 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestExecutorConfinementKeys(t *testing.T) {
+	section := func(lines ...string) string {
+		return "[executors.x]\npath = \"/opt/x\"\n" + strings.Join(lines, "\n") + "\n"
+	}
+	tests := []struct {
+		name string
+		toml string
+		key  string // "" = valid
+	}{
+		{"absent is the default", section(), ""},
+		{"address space at its bounds", section("max_address_space_mb = 64", "max_open_files = 65536", "max_processes = 16"), ""},
+		{"address space past max", section("max_address_space_mb = 1048577"), "executors.x.max_address_space_mb"},
+		{"open files below min", section("max_open_files = 63"), "executors.x.max_open_files"},
+		{"processes past max", section("max_processes = 65537"), "executors.x.max_processes"},
+		{"negative processes", section("max_processes = -1"), "executors.x.max_processes"},
+		{"user", section(`user = "nobody"`), ""},
+		{"user root", section(`user = "root"`), "executors.x.user"},
+		{"user not a name", section(`user = "../x"`), "executors.x.user"},
+		{"user at 32 bytes", section(fmt.Sprintf("user = %q", strings.Repeat("u", 32))), ""},
+		{"user past 32 bytes", section(fmt.Sprintf("user = %q", strings.Repeat("u", 33))), "executors.x.user"},
+		{"read_write 8 paths", section(`read_write = ["/a","/b","/c","/d","/e","/f","/g","/h"]`), ""},
+		{"read_write 9 paths", section(`read_write = ["/a","/b","/c","/d","/e","/f","/g","/h","/i"]`), "executors.x.read_write"},
+		{"read_write relative", section(`read_write = ["data"]`), "executors.x.read_write"},
+		{"confinement required", "[confinement]\nrequired = true\n", ""},
+		{"confinement string", "[confinement]\nrequired = \"yes\"\n", "confinement.required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.toml), "/")
+			if tt.key == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("want a config error on %s, got %v", tt.key, err)
+			}
+			for _, p := range ce.Problems {
+				if p.Key == tt.key && strings.Contains(p.Message, tt.key) {
+					return
+				}
+			}
+			t.Fatalf("no problem on %s naming it: %v", tt.key, err)
+		})
+	}
+}

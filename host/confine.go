@@ -1,0 +1,162 @@
+package host
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/confine"
+)
+
+// Confinement is what one executor kind's plugin processes are allowed
+// beyond the common policy: the system paths read-only, their binary, their
+// socket dir and their private dir.
+type Confinement struct {
+	Rlimits  confine.Rlimits
+	User     string   // run the plugin as this local user; "" = the daemon's
+	UID, GID int      // resolved from User at launch
+	ReadOnly []string // more read-only paths, e.g. the pinned swipl
+	// ReadWrite are more paths it may read and write ([executors.NAME] read_write).
+	ReadWrite []string
+	// Subprocesses lets the plugin fork and exec (machinespirit runs its
+	// Prolog worker); without it seccomp refuses both.
+	Subprocesses bool
+}
+
+// Default plugin rlimits, used where the configuration sets none.
+const (
+	DefaultPluginAddressSpaceMB = 4096
+	DefaultPluginOpenFiles      = 1024
+	DefaultPluginProcesses      = 4096
+)
+
+// DefaultConfinement is the confinement of a kind the configuration says
+// nothing about.
+func DefaultConfinement() Confinement {
+	return Confinement{Rlimits: confine.Rlimits{
+		AddressSpace: DefaultPluginAddressSpaceMB << 20,
+		NoFile:       DefaultPluginOpenFiles,
+		NProc:        DefaultPluginProcesses,
+	}}
+}
+
+// systemReadOnly is what a Go plugin (static or linked against libc) and
+// swipl need to start: the loader, the libraries, the zone database, and
+// the two devices. Missing entries (no /lib64 on arm64) are left out.
+var systemReadOnly = []string{
+	"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin",
+	"/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
+	"/dev/urandom", "/dev/random",
+}
+
+// pluginPolicy is the confine.Policy of one plugin process.
+func pluginPolicy(c Confinement, require bool, privateDir, socketDir string) confine.Policy {
+	p := confine.Policy{
+		Dir:       privateDir,
+		ReadWrite: append([]string{socketDir, privateDir, "/dev/null"}, c.ReadWrite...),
+		Landlock:  confine.LandlockBestEffort,
+		Rlimits:   c.Rlimits,
+		Seccomp: confine.Seccomp{
+			DenyPtrace:  true,
+			DenyNetwork: true,
+			DenyFork:    !c.Subprocesses,
+			DenyExec:    !c.Subprocesses,
+		},
+		DropCaps:  true,
+		UID:       c.UID,
+		GID:       c.GID,
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if require {
+		p.Landlock = confine.LandlockRequired
+	}
+	for _, path := range append(append([]string(nil), systemReadOnly...), c.ReadOnly...) {
+		if _, err := os.Stat(path); err == nil {
+			p.ReadOnly = append(p.ReadOnly, path)
+		}
+	}
+	return p
+}
+
+// newPrivateDir creates a plugin's empty 0700 working dir under base,
+// owned by the plugin's user when it has one.
+func newPrivateDir(base string, c Confinement) (string, error) {
+	dir, err := os.MkdirTemp(base, "run-")
+	if err != nil {
+		return "", fmt.Errorf("plugin private dir: %w", err)
+	}
+	if c.UID > 0 {
+		if err := os.Chown(dir, c.UID, c.GID); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("plugin private dir: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// ConfinementError says a plugin cannot be confined as required.
+type ConfinementError struct {
+	Kind    string
+	Support confine.Support
+}
+
+func (e *ConfinementError) Error() string {
+	return fmt.Sprintf("executor %q: confinement is required but this kernel offers %s", e.Kind, e.Support)
+}
+
+// confinementFrom maps the [confinement] defaults and one [executors.NAME]
+// section onto a Confinement.
+func confinementFrom(c config.Confinement, ex config.Executor) Confinement {
+	pick := func(own, def int) uint64 {
+		if own > 0 {
+			return uint64(own)
+		}
+		return uint64(def)
+	}
+	return Confinement{
+		Rlimits: confine.Rlimits{
+			AddressSpace: pick(ex.MaxAddressSpaceMB, c.MaxAddressSpaceMB) << 20,
+			NoFile:       pick(ex.MaxOpenFiles, c.MaxOpenFiles),
+			NProc:        pick(ex.MaxProcesses, c.MaxProcesses),
+		},
+		User:         ex.User,
+		ReadWrite:    ex.ReadWrite,
+		Subprocesses: ex.Subprocesses,
+	}
+}
+
+// resolveUser fills in UID and GID from User.
+func (c *Confinement) resolveUser() error {
+	if c.User == "" {
+		return nil
+	}
+	u, err := user.Lookup(c.User)
+	if err != nil {
+		return err
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		return err
+	}
+	gid, err := strconv.Atoi(u.Gid)
+	if err != nil {
+		return err
+	}
+	if uid == 0 || gid == 0 {
+		return fmt.Errorf("user %q is uid %d gid %d: a plugin never runs as root", c.User, uid, gid)
+	}
+	c.UID, c.GID = uid, gid
+	return nil
+}
+
+func markNonDumpable() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("mark the host non-dumpable: %w", err)
+	}
+	return nil
+}
