@@ -61,6 +61,7 @@ type Host struct {
 	Recovery store.Recovery
 
 	lock      *os.File
+	tools     *tools.Registry // closed at stop: its shell.run commands die with the host
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -134,6 +135,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if svc.Tools, err = tools.NewRegistry(cfg.Tools, filepath.Join(dir, WorkspaceDirName)); err != nil {
 		return fail(fmt.Errorf("tools: %w", err))
 	}
+	h.tools = svc.Tools
 	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
 		return fail(fmt.Errorf("start-up recovery: %w", err))
@@ -157,13 +159,18 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 // Closing a closed Host returns the first Close's error.
 func (h *Host) Close(ctx context.Context) error {
 	h.closeOnce.Do(func() {
-		h.closeErr = h.Runner.Shutdown(ctx)
-		h.close()
+		h.closeErr = errors.Join(h.Runner.Shutdown(ctx), h.close())
 	})
 	return h.closeErr
 }
 
-func (h *Host) close() {
+func (h *Host) close() error {
+	var err error
+	if h.tools != nil {
+		// The runs have ended, and with them their tool calls; this kills
+		// whatever a command left behind all the same.
+		err = h.tools.Close()
+	}
 	if h.Registry != nil {
 		h.Registry.Close()
 	}
@@ -173,6 +180,7 @@ func (h *Host) close() {
 	if h.lock != nil {
 		h.lock.Close() // releases the flock
 	}
+	return err
 }
 
 // lockDataDir takes an exclusive lock on the data dir for this process.

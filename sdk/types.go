@@ -209,6 +209,24 @@ var (
 	ErrBudgetExhausted  = errors.New("budget exhausted")
 	ErrInvalidArgument  = errors.New("invalid argument")
 	ErrHostUnavailable  = errors.New("host unavailable")
+	// ErrModelUnavailable: the host is there but its model provider is not
+	// (a transport error, a timeout, 5xx or 429 after the host's own
+	// retries). Nothing was charged twice; the call may be retried later,
+	// or the step failed with reason "model_unavailable".
+	ErrModelUnavailable = errors.New("model unavailable")
+	// ErrEffectUnsettled: the call would run again an effect an earlier
+	// attempt of the step left unsettled (indeterminate, or observed with a
+	// result too large to replay), and no approval for that retry was
+	// granted in this step. Ask one (RequestApproval) first, or treat the
+	// effect as failed.
+	ErrEffectUnsettled = errors.New("effect unsettled: its retry needs an approval")
+)
+
+// Host error reasons: the google.rpc.ErrorInfo reasons a host service sets
+// on a status whose code alone does not say what happened.
+const (
+	ReasonModelUnavailable = "MODEL_UNAVAILABLE"
+	ReasonEffectUnsettled  = "EFFECT_UNSETTLED"
 )
 
 // HostError is an error from a Host call. It matches one of the Err values
@@ -224,7 +242,8 @@ func (e *HostError) Unwrap() error { return e.Kind }
 
 // HostErrorKind names which of the Err values above err matches —
 // "unimplemented", "permission_denied", "budget_exhausted",
-// "invalid_argument" or "host_unavailable" — or "" for none. It is a stable
+// "invalid_argument", "model_unavailable", "effect_unsettled" or
+// "host_unavailable" — or "" for none. It is a stable
 // code an executor may log or hand to its own runtime, where the error's
 // message must not go.
 func HostErrorKind(err error) string {
@@ -236,6 +255,8 @@ func HostErrorKind(err error) string {
 		{ErrPermissionDenied, "permission_denied"},
 		{ErrBudgetExhausted, "budget_exhausted"},
 		{ErrInvalidArgument, "invalid_argument"},
+		{ErrModelUnavailable, "model_unavailable"},
+		{ErrEffectUnsettled, "effect_unsettled"},
 		{ErrHostUnavailable, "host_unavailable"},
 	} {
 		if errors.Is(err, k.err) {

@@ -29,6 +29,7 @@ func newTestRegistry(t *testing.T, overrides map[string]config.Tool) *Registry {
 	if err != nil {
 		t.Fatalf("NewRegistry: %v", err)
 	}
+	t.Cleanup(func() { r.Close() })
 	return r
 }
 

@@ -38,6 +38,25 @@ type Registry struct {
 	// two concurrent writes cannot both pass the workspace size check. A
 	// fixed set of stripes keeps memory bounded however many tasks run.
 	writeLocks [16]sync.Mutex
+
+	// cgroups is where shell.run commands get their cgroups; nil: they run
+	// as tracked sessions (see contain.go).
+	cgroups *cgroupTree
+
+	mu      sync.Mutex
+	closed  bool
+	running map[container]struct{} // shell.run commands started and not yet released
+	done    sync.WaitGroup         // one per entry of running
+}
+
+// Options configure New.
+type Options struct {
+	// Tools are the [tools."NAME"] sections; a built-in tool missing from
+	// it gets its default policy.
+	Tools map[string]config.Tool
+	// WorkspaceRoot is <data dir>/workspaces; absolute; created on first
+	// use.
+	WorkspaceRoot string
 }
 
 // NewRegistry builds the registry from the [tools."NAME"] configuration.
@@ -47,6 +66,13 @@ type Registry struct {
 // never silently falls back to something weaker. workspaceRoot is
 // <data dir>/workspaces and must be absolute; it is created on first use.
 func NewRegistry(cfg map[string]config.Tool, workspaceRoot string) (*Registry, error) {
+	return New(Options{Tools: cfg, WorkspaceRoot: workspaceRoot})
+}
+
+// New builds the registry (see NewRegistry). Close it to kill the commands
+// still running.
+func New(o Options) (*Registry, error) {
+	cfg, workspaceRoot := o.Tools, o.WorkspaceRoot
 	if !filepath.IsAbs(workspaceRoot) {
 		return nil, fmt.Errorf("tools: workspace root %q must be an absolute path", workspaceRoot)
 	}
@@ -54,6 +80,11 @@ func NewRegistry(cfg map[string]config.Tool, workspaceRoot string) (*Registry, e
 		tools:    make(map[string]builtin),
 		policies: make(map[string]Policy),
 		root:     filepath.Clean(workspaceRoot),
+		running:  make(map[container]struct{}),
+		cgroups:  findCgroupTree(),
+	}
+	if r.cgroups != nil {
+		r.cgroups.sweepStale()
 	}
 	for _, b := range builtins() {
 		r.tools[b.spec.Name] = b
@@ -91,6 +122,69 @@ func NewRegistry(cfg map[string]config.Tool, workspaceRoot string) (*Registry, e
 		r.policies[name] = Policy{Enabled: ct.Enabled, NeedsApproval: needsApproval, Timeout: timeout}
 	}
 	return r, nil
+}
+
+// Containment names how shell.run keeps a command's processes together:
+// "cgroup" or "session" (the fallback; see docs/security.md).
+func (r *Registry) Containment() string {
+	if r.cgroups != nil {
+		return "cgroup"
+	}
+	return "session"
+}
+
+// Close kills every shell.run command still running, waits (boundedly) for
+// their cleanup and refuses any later Call with ErrClosed. The host calls
+// it when it stops, after its runs have ended.
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	for c := range r.running {
+		c.kill()
+	}
+	r.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { r.done.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(cgroupEmptyWait + time.Second):
+		return errors.New("tools: close: shell.run commands still being cleaned up")
+	}
+	if r.cgroups != nil {
+		r.cgroups.removeParent()
+	}
+	return nil
+}
+
+// newContainer returns a fresh container for one command.
+func (r *Registry) newContainer() (container, error) {
+	if r.cgroups == nil {
+		return &sessionContainer{}, nil
+	}
+	return r.cgroups.newCgroup()
+}
+
+// track records a started command so Close can kill it; false if the
+// registry is closed (the caller kills it at once).
+func (r *Registry) track(c container) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running[c] = struct{}{}
+	r.done.Add(1)
+	return !r.closed
+}
+
+func (r *Registry) untrack(c container) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.running, c)
+	r.done.Done()
+}
+
+func (r *Registry) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
 }
 
 // Specs returns the enabled tools, sorted by name: what a model is offered.
@@ -140,6 +234,9 @@ func validTaskID(id string) bool {
 // the tool is stopped (a shell's whole process group is killed) and Call
 // returns ctx's error promptly. A tool is never started once ctx has ended.
 func (r *Registry) Call(ctx context.Context, env Env, name string, args json.RawMessage) (Result, error) {
+	if r.isClosed() {
+		return Result{}, ErrClosed
+	}
 	b, ok := r.tools[name]
 	if !ok {
 		return Result{}, fmt.Errorf("%w: %q", ErrUnknownTool, clip(name, 64))

@@ -19,8 +19,8 @@ import (
 const shellPath = "/usr/local/bin:/usr/bin:/bin"
 
 // pipeDrainGrace bounds how long shell.run keeps reading output after the
-// command's process group is gone. Only a process that left the group
-// (setsid) can still hold the pipe then, and Call must not wait for it.
+// command's container was killed. Only a process that escaped it (see
+// contain.go) can still hold the pipe then, and Call must not wait for it.
 const pipeDrainGrace = time.Second
 
 func bindShell(c *call) (action, error) {
@@ -61,14 +61,15 @@ func bindShell(c *call) (action, error) {
 			ctx, cancel = context.WithTimeoutCause(ctx, timeout, &timeoutError{after: timeout})
 			defer cancel()
 		}
-		return runShell(ctx, c.ws, command)
+		return c.r.runShell(ctx, c.ws, command)
 	}, nil
 }
 
-// runShell runs command with /bin/sh -c in dir, in a process group of its
-// own, and kills that whole group when the shell exits or ctx ends, so no
-// process of the command outlives the call.
-func runShell(ctx context.Context, dir, command string) (Result, error) {
+// runShell runs command with /bin/sh -c in dir, in a container of its own
+// (a cgroup, or a tracked session; see contain.go), and kills everything in
+// that container when the shell exits, when ctx ends or when the registry
+// is closed, so no process of the command outlives the call.
+func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return Result{}, fmt.Errorf("pipe: %w", err)
@@ -83,10 +84,13 @@ func runShell(ctx context.Context, dir, command string) (Result, error) {
 	// handed to the child as is: Wait returns when the shell exits, not
 	// when every process holding the pipe has closed it.
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true, // its own group, so one kill reaches every process of the command
-		Pdeathsig: syscall.SIGKILL,
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	box, err := r.newContainer()
+	if err != nil {
+		pw.Close()
+		return Result{}, err
 	}
+	box.setup(cmd.SysProcAttr)
 
 	// Pdeathsig fires when the thread that forked the child exits, not the
 	// process. Keep this goroutine on its thread until the shell is reaped
@@ -97,9 +101,16 @@ func runShell(ctx context.Context, dir, command string) (Result, error) {
 	err = cmd.Start()
 	pw.Close() // the child has its copy; EOF must come when the command's processes are gone
 	if err != nil {
+		box.started(0)
+		_ = box.release()
 		return Result{}, fmt.Errorf("start /bin/sh: %w", err)
 	}
-	pgid := cmd.Process.Pid
+	box.started(cmd.Process.Pid)
+	closed := !r.track(box)
+	defer r.untrack(box)
+	if closed {
+		box.kill()
+	}
 
 	out := &tailBuffer{limit: MaxShellOutputBytes}
 	copied := make(chan struct{})
@@ -116,21 +127,27 @@ func runShell(ctx context.Context, dir, command string) (Result, error) {
 	select {
 	case werr = <-waited:
 	case <-ctx.Done():
-		killGroup(pgid)
+		box.kill()
 		werr = <-waited
 		stopped = context.Cause(ctx)
 	}
-	// The shell is gone; background jobs it left in its group would hold
-	// the pipe and run on, unbounded. The group id cannot have been reused
-	// if any of them is alive (the kernel keeps a live group's id), and if
-	// none is, the kill finds nobody.
-	killGroup(pgid)
+	// The shell is gone; whatever it started would hold the pipe and run
+	// on, unbounded. Release kills all of it.
+	if err := box.release(); err != nil && stopped == nil {
+		stopped = err
+	}
+	if stopped == nil && r.isClosed() {
+		closed = true // Close killed it: its exit status says nothing of the command
+	}
 	if err := pr.SetReadDeadline(time.Now().Add(pipeDrainGrace)); err != nil {
 		pr.Close() // no deadline support: closing also ends the read
 	}
 	<-copied
 	if stopped != nil {
 		return Result{}, stopped
+	}
+	if closed {
+		return Result{}, ErrClosed
 	}
 
 	res := struct {
@@ -155,12 +172,6 @@ func runShell(ctx context.Context, dir, command string) (Result, error) {
 	}
 	res.Output, res.Truncated = out.text()
 	return Result{Output: mustJSON(res), IsError: res.ExitCode != 0}, nil
-}
-
-// killGroup sends SIGKILL to a process group. ESRCH (nobody left) is the
-// usual, fine outcome.
-func killGroup(pgid int) {
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
 // tailBuffer keeps the last limit bytes written to it, in memory bounded by

@@ -123,6 +123,9 @@ var (
 	// ErrInvalidEnv: the Env is not usable (bad task id, or a Workspace
 	// that is not the task's).
 	ErrInvalidEnv = errors.New("tools: invalid task environment")
+	// ErrClosed: the registry was closed (the host is stopping); a
+	// command that was running then has been killed.
+	ErrClosed = errors.New("tools: registry closed")
 )
 
 // ArgError reports arguments a tool refuses: malformed JSON, an unknown or
