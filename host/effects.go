@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -27,6 +29,14 @@ type Services struct {
 	Tools           *tools.Registry
 	ApprovalTimeout time.Duration // default 1 h
 }
+
+// The ErrorInfo of host-service refusals the code alone does not tell
+// apart; the SDK reads them (sdk.ReasonEffectUnsettled and co.).
+const (
+	errorDomain               = "taskhost.dev"
+	sdkReasonEffectUnsettled  = "EFFECT_UNSETTLED"
+	sdkReasonModelUnavailable = "MODEL_UNAVAILABLE"
+)
 
 // maxModelMessages bounds one model request.
 const (
@@ -52,6 +62,11 @@ type turnState struct {
 	// storeErr is the first effect write the store refused: the attempt's
 	// ledger is incomplete and the attempt ends interrupted (store_error).
 	storeErr error
+	// unsettledTools is how many tool effects earlier attempts of this
+	// step left unsettled; retryApproved is set once an approval was
+	// granted in this step, which re-admits them.
+	unsettledTools int
+	retryApproved  bool
 	// charged is the task's budgets after the step's last admitted
 	// effect, so the step's events show what it spent.
 	charged *store.Budgets
@@ -109,6 +124,44 @@ func (ts *turnState) storeFailed(err error) {
 	if ts.storeErr == nil {
 		ts.storeErr = err
 	}
+}
+
+func (ts *turnState) setUnsettled(effs []Effect) {
+	n := 0
+	for _, e := range effs {
+		if e.Kind == string(store.EffectTool) {
+			n++
+		}
+	}
+	ts.mu.Lock()
+	ts.unsettledTools = n
+	ts.mu.Unlock()
+}
+
+func (ts *turnState) unsettled() (tools int, approved bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.unsettledTools, ts.retryApproved
+}
+
+func (ts *turnState) approveRetry() {
+	ts.mu.Lock()
+	ts.retryApproved = true
+	ts.mu.Unlock()
+}
+
+// unsettledError refuses to run e again: the executor re-issued an effect an
+// earlier attempt left unsettled without an approval for the retry.
+func unsettledError(e store.Effect) error {
+	st := status.New(codes.FailedPrecondition, fmt.Sprintf(
+		"%s effect %d of attempt %d (%s) is %s: it may already have happened, and running it again needs an approval for the retry in this step (RequestApproval) first",
+		e.Kind, e.Seq, e.Attempt, e.Summary, e.Status))
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: sdkReasonEffectUnsettled, Domain: errorDomain, Metadata: map[string]string{
+		"kind": string(e.Kind), "attempt": strconv.FormatInt(e.Attempt, 10), "seq": strconv.FormatInt(e.Seq, 10), "status": string(e.Status),
+	}}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // noteWriteErr records a failed effect write that no answer reports.
@@ -222,6 +275,20 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		}
 		return prev.Result, true, nil
 	}
+	// A tool effect an earlier attempt left unsettled runs again only
+	// with an approval: this step's own (gate), or one granted in this
+	// step for the retry. The host checks it, whatever the executor does.
+	if _, approved := ts.unsettled(); e.Kind == store.EffectTool && gate == nil && !approved {
+		prev, ok, err := st.UnsettledEffect(ctx, ts.principal, ts.taskID, ts.attempt, e.Kind, e.Fingerprint)
+		if err != nil {
+			return nil, false, effectError(ts, err)
+		}
+		if ok {
+			s.r.log.Warn("re-run of an unsettled effect refused: no approval for the retry", "task", ts.taskID,
+				"attempt", ts.attempt, "effect_attempt", prev.Attempt, "effect_seq", prev.Seq, "status", prev.Status)
+			return nil, false, unsettledError(prev)
+		}
+	}
 	_, charged, err := st.AdmitEffect(ctx, e)
 	if err != nil {
 		return nil, false, effectError(ts, err)
@@ -264,7 +331,10 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 	}
 	kept := out
 	if len(kept) > store.MaxEffectResult {
-		kept = nil // too large to keep for replay; the step re-runs it
+		// Too large to keep for replay: stored observed without a result,
+		// a re-run of the step is told it is observed_unreplayable and may
+		// run it again only with an approval.
+		kept = nil
 	}
 	if _, err := st.MarkEffect(bg, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectDispatching, store.EffectObserved, kept); err != nil {
 		return nil, false, effectError(ts, err)
@@ -388,11 +458,19 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 	// An executor's prompt is shown on terminals: no control characters.
 	// Escaping can grow it; the store takes 2000 bytes.
 	prompt := tools.Printable(truncateChars(req.GetPrompt(), 500), 1900)
+	if n, _ := ts.unsettled(); n > 0 {
+		// Whatever the executor wrote, the approver learns what a yes
+		// re-admits: the host's word, within the store's 2000 bytes.
+		prompt += fmt.Sprintf(" [taskhost: approving lets %d interrupted tool call(s) of this step run again]", n)
+	}
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
 	gate := func(seq int64) error { return s.r.awaitApproval(ctx, ts, seq, "", prompt) }
 	if _, _, err := s.ledgered(ctx, ts, e, gate, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {
 		return nil, err
 	}
+	// Granted now or replayed from an earlier attempt of this step: either
+	// way a person said yes to the retry.
+	ts.approveRetry()
 	return &pb.RequestApprovalResponse{Decision: "approved"}, nil
 }
 

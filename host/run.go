@@ -223,6 +223,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	req := ru.request(att)
 	tok, ts := r.turns.issue(turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number})
 	req.TurnToken = tok
+	ts.setUnsettled(ru.indeterminate)
 
 	stepCtx, cancelStep := context.WithDeadlineCause(ru.ctx, time.Now().Add(ru.wall.remaining()), errWallExceeded)
 	res, stepErr := ru.exe.Step(stepCtx, req)

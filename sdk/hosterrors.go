@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -18,6 +19,9 @@ func hostCallError(ctx context.Context, method string, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return &HostError{Kind: ErrHostUnavailable, Message: fmt.Sprintf("%s: %v", method, err)}
+	}
+	if kind := detailKind(st); kind != nil {
+		return &HostError{Kind: kind, Message: fmt.Sprintf("%s: %s", method, st.Message())}
 	}
 	switch st.Code() {
 	case codes.Canceled, codes.DeadlineExceeded:
@@ -40,6 +44,24 @@ func hostCallError(ctx context.Context, method string, err error) error {
 		}
 	}
 	return &HostError{Kind: hostErrorKind(st.Code()), Message: fmt.Sprintf("%s: %s", method, st.Message())}
+}
+
+// detailKind is the Err value the status's ErrorInfo names, if any: the
+// reasons the code alone cannot tell apart from a host that is gone.
+func detailKind(st *status.Status) error {
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok {
+			continue
+		}
+		switch info.GetReason() {
+		case ReasonModelUnavailable:
+			return ErrModelUnavailable
+		case ReasonEffectUnsettled:
+			return ErrEffectUnsettled
+		}
+	}
+	return nil
 }
 
 // hostErrorKind maps a gRPC status code to one of the Err values. Codes the

@@ -27,6 +27,13 @@ const (
 	EffectObserved      EffectStatus = "observed"
 	EffectFailed        EffectStatus = "failed"
 	EffectIndeterminate EffectStatus = "indeterminate"
+	// EffectObservedUnreplayable is how the store reports an effect that
+	// was observed in an attempt that did not commit, but whose result
+	// was too large to keep (over MaxEffectResult): a re-run of the step
+	// cannot replay it, so, like an indeterminate one, it must not run
+	// again without an approval. It is stored as observed without a
+	// result, and reported so only while the step is unfinished.
+	EffectObservedUnreplayable EffectStatus = "observed_unreplayable"
 )
 
 // Effect is one row of the effect ledger.
@@ -103,10 +110,16 @@ const (
 	qReplayable = `SELECT ` + effectCols + ` FROM effects
 		WHERE task_id = ? AND attempt < ? AND seq = ? AND fingerprint = ? AND status = 'observed' AND result IS NOT NULL
 		ORDER BY attempt DESC LIMIT 1`
-	qIndeterminate = `SELECT ` + effectCols + ` FROM effects
-		WHERE task_id = ?1 AND status = 'indeterminate'
-			AND attempt > coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1 AND status = 'completed'), 0)
+	// An effect of an attempt after the last completed one is unsettled
+	// when it is indeterminate, or observed without the result a re-run
+	// would replay.
+	unsettledWhere = `task_id = ?1 AND (status = 'indeterminate' OR (status = 'observed' AND result IS NULL AND replayed = 0))
+			AND attempt > coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1 AND status = 'completed'), 0)`
+	qIndeterminate = `SELECT ` + effectCols + ` FROM effects WHERE ` + unsettledWhere + `
 		ORDER BY attempt, seq LIMIT 100`
+	qUnsettled = `SELECT ` + effectCols + ` FROM effects WHERE ` + unsettledWhere + `
+			AND attempt < ?2 AND kind = ?3 AND fingerprint = ?4
+		ORDER BY attempt DESC, seq LIMIT 1`
 	qListEffects = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ? ORDER BY attempt, seq LIMIT 10000`
 	// An attempt's outcome committed: no step re-runs it, so no result of
 	// the task is kept for replay.
@@ -281,13 +294,40 @@ func (s *Store) Replayable(ctx context.Context, principal, taskID string, attemp
 	return e, err == nil, err
 }
 
-// IndeterminateEffects lists the effects that were dispatching when an
-// attempt since the task's last completed one died.
+// IndeterminateEffects lists the unsettled effects of the attempts since
+// the task's last completed one: those that were dispatching when their
+// attempt died (indeterminate) and those observed whose result was not kept
+// (reported as EffectObservedUnreplayable).
 func (s *Store) IndeterminateEffects(ctx context.Context, principal, taskID string) ([]Effect, error) {
 	if _, err := s.GetTask(ctx, principal, taskID); err != nil {
 		return nil, err
 	}
-	return s.effects(ctx, qIndeterminate, taskID)
+	effs, err := s.effects(ctx, qIndeterminate, taskID)
+	for i := range effs {
+		effs[i] = unsettled(effs[i])
+	}
+	return effs, err
+}
+
+// UnsettledEffect finds an unsettled effect of kind with fingerprint from an
+// attempt before attempt of the same unfinished step: running that effect
+// again may repeat what it did.
+func (s *Store) UnsettledEffect(ctx context.Context, principal, taskID string, attempt int64, kind EffectKind, fingerprint string) (Effect, bool, error) {
+	if _, err := s.GetTask(ctx, principal, taskID); err != nil {
+		return Effect{}, false, err
+	}
+	e, err := scanEffect(s.readRow(ctx, qUnsettled, taskID, attempt, string(kind), fingerprint))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Effect{}, false, nil
+	}
+	return unsettled(e), err == nil, err
+}
+
+func unsettled(e Effect) Effect {
+	if e.Status == EffectObserved {
+		e.Status = EffectObservedUnreplayable
+	}
+	return e
 }
 
 // ListEffects returns a task's ledger in order (bounded).

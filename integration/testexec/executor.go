@@ -97,6 +97,20 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		}
 	}
 	misbehave(o, req.Attempt)
+	if o.IndeterminateFile != "" {
+		var b strings.Builder
+		for _, ef := range req.Indeterminate {
+			fmt.Fprintf(&b, "%d %d %s %s\n", ef.Attempt, ef.Seq, ef.Kind, ef.Status)
+		}
+		if err := writeFileAtomic(o.IndeterminateFile, b.String()); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: indeterminate file: %w", err)
+		}
+	}
+	if o.ApproveRetry && len(req.Indeterminate) > 0 {
+		if _, err := host.RequestApproval(ctx, fmt.Sprintf("retry %d unsettled effect(s)?", len(req.Indeterminate))); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: retry approval: %w", err)
+		}
+	}
 
 	done, err := readCheckpoint(req.Checkpoint)
 	if err != nil {
@@ -150,6 +164,10 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 				return sdk.StepResult{}, fmt.Errorf("testexec: tool: %w", err)
 			}
 			return sdk.Continue("tool error: "+hostErrorKind(err), nil), nil
+		}
+		if o.KillAfterToolAtAttempt == req.Attempt {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			hang()
 		}
 		if res.IsError {
 			return sdk.Continue("tool reported an error", nil), nil

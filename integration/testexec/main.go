@@ -37,6 +37,13 @@
 //	env_file          string  write the process environment to this file.
 //	wait_file         string  before a step ends, wait (honouring ctx) until this
 //	                          file exists.
+//	kill_after_tool_at_attempt int  at attempt K, SIGKILL the process right after
+//	                          call_tool returned.
+//	approve_retry     bool    when the request lists unsettled effects, ask an
+//	                          approval first; without it they are re-issued as
+//	                          they come (a careless third-party executor).
+//	indeterminate_file string each step, write the request's unsettled effects
+//	                          there, one "attempt seq kind status" line each.
 //	request_approval  bool    call host.RequestApproval each step.
 //	call_tool         object  {"name": ..., "args": {...}}: call the tool each
 //	                          step; on an error, Continue("tool error: <kind>").

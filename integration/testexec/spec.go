@@ -49,6 +49,17 @@ type options struct {
 	// exists: a test does something at a known moment of the step, then
 	// creates it.
 	WaitFile string `json:"wait_file"`
+	// KillAfterToolAtAttempt SIGKILLs the process at attempt K right after
+	// call_tool returned: the effect is observed, the step never ends.
+	KillAfterToolAtAttempt int `json:"kill_after_tool_at_attempt"`
+	// ApproveRetry asks an approval before anything else when the request
+	// lists unsettled effects, as a well-behaved executor does. Without
+	// it testexec just re-issues them: a third-party executor the host
+	// must hold back.
+	ApproveRetry bool `json:"approve_retry"`
+	// IndeterminateFile receives, each step, the request's unsettled
+	// effects as JSON lines "attempt seq kind status".
+	IndeterminateFile string `json:"indeterminate_file"`
 }
 
 // toolCall is a scripted tool call.
@@ -99,6 +110,7 @@ func (o options) validate() error {
 		{"long_sleep_ms", o.LongSleepMS},
 		{"misbehave_at_step", o.MisbehaveAtStep},
 		{"model_calls", o.ModelCalls},
+		{"kill_after_tool_at_attempt", o.KillAfterToolAtAttempt},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("testexec.%s: must not be negative, got %d", f.name, f.v)
