@@ -211,7 +211,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			// keeps the host's environment out, the allow-list adds back
 			// the harmless part.
 			ccmd.Env = append(pluginEnv(privateDir), cmd.Env...)
-			p, err := newProcess(f, ccmd, opts.StderrLines)
+			p, err := newProcess(f, spec.Path, ccmd, opts.StderrLines)
 			proc = p
 			return p, err
 		},

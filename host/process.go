@@ -82,6 +82,7 @@ func (e ExitStatus) String() string {
 // plugin's stderr (a grandchild can hold it for minutes).
 type process struct {
 	cmd    *exec.Cmd
+	name   string // the plugin binary (cmd.Path is the trampoline)
 	forker *forker
 
 	stdoutR, stderrR *os.File
@@ -98,9 +99,9 @@ var _ runner.Runner = (*process)(nil)
 
 // newProcess prepares cmd (its path, arguments and complete environment
 // set) to run in its own process group with a parent-death signal.
-func newProcess(f *forker, cmd *exec.Cmd, tailLines int) (*process, error) {
+func newProcess(f *forker, name string, cmd *exec.Cmd, tailLines int) (*process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p := &process{cmd: cmd, forker: f, exited: make(chan struct{})}
+	p := &process{cmd: cmd, name: name, forker: f, exited: make(chan struct{})}
 	var err error
 	if p.stdoutR, p.stdoutW, err = os.Pipe(); err != nil {
 		return nil, err
@@ -204,7 +205,7 @@ func (p *process) stop(grace time.Duration) {
 
 func (p *process) Stdout() io.ReadCloser { return p.stdoutR }
 func (p *process) Stderr() io.ReadCloser { return p.stderr }
-func (p *process) Name() string          { return p.cmd.Path }
+func (p *process) Name() string          { return p.name }
 func (p *process) ID() string            { return strconv.Itoa(p.pid) }
 
 func (p *process) Diagnose(context.Context) string {

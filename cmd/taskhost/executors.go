@@ -17,7 +17,7 @@ func executorsCmd(ctx context.Context, e *env, args []string) int {
 	var cf clientFlags
 	cf.register(fs)
 	fs.Usage = usageFunc(fs, "taskhost executors [flags]",
-		"Lists the daemon's executors: version, whether the binary is pinned by SHA-256,\nand the preflight result (why one that cannot run is unavailable).")
+		"Lists the daemon's executors: version, whether the binary is pinned by SHA-256,\nthe preflight result (why one that cannot run is unavailable) and how its\nplugin processes are confined.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
@@ -41,7 +41,7 @@ func executorsCmd(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tVERSION\tPIN\tPREFLIGHT\tRUNTIME")
+	fmt.Fprintln(tw, "KIND\tVERSION\tPIN\tPREFLIGHT\tCONFINEMENT\tRUNTIME")
 	for _, x := range resp.Executors {
 		v := executorJSON(x)
 		kind := v.Kind
@@ -64,7 +64,11 @@ func executorsCmd(ctx context.Context, e *env, args []string) int {
 		if version == "" {
 			version = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", kind, version, pin, pre, strings.Join(rt, " "))
+		confinement := v.Confinement
+		if confinement == "" {
+			confinement = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", kind, version, pin, pre, confinement, strings.Join(rt, " "))
 	}
 	tw.Flush()
 	return exitOK

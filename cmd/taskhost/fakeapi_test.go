@@ -142,8 +142,9 @@ func (fakeAPI) ListExecutors(context.Context, *apipb.ListExecutorsRequest) (*api
 	return &apipb.ListExecutorsResponse{Executors: []*apipb.Executor{
 		{Kind: "legacy", Available: true, Default: true, Version: "1.0.0", ProtocolVersion: 1, CheckpointSchemas: []string{"legacy/1"},
 			Capabilities: []string{"model", "tools"}, Path: "/opt/taskhost/bin/taskhost-executor-legacy",
-			Sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
-		{Kind: "machinespirit", UnavailableCheck: "disabled", UnavailableDetail: "machinespirit is disabled: set [machine_spirit] enabled = true in the config to use it"},
+			Sha256:      "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+			Confinement: "landlock abi 7, no_new_privs, no capabilities, seccomp, rlimits"},
+		{Kind: "machinespirit", Confinement: "none (no Landlock)", UnavailableCheck: "disabled", UnavailableDetail: "machinespirit is disabled: set [machine_spirit] enabled = true in the config to use it"},
 	}}, nil
 }
 

@@ -95,6 +95,7 @@ type executorView struct {
 	Pinned            bool              `json:"pinned"`
 	SHA256            string            `json:"sha256,omitempty"`
 	Preflight         preflightView     `json:"preflight"`
+	Confinement       string            `json:"confinement"`
 }
 
 type preflightView struct {
@@ -108,7 +109,7 @@ func executorJSON(x *apipb.Executor) executorView {
 		Kind: x.GetKind(), Default: x.GetDefault(), Version: x.GetVersion(), ProtocolVersion: x.GetProtocolVersion(),
 		CheckpointSchemas: nonNil(x.GetCheckpointSchemas()), Capabilities: nonNil(x.GetCapabilities()),
 		Runtime: x.GetRuntime(), Path: x.GetPath(), Pinned: x.GetSha256() != "", SHA256: x.GetSha256(),
-		Preflight: preflightOf(x),
+		Preflight: preflightOf(x), Confinement: x.GetConfinement(),
 	}
 	if v.Runtime == nil {
 		v.Runtime = map[string]string{}

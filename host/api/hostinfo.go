@@ -34,6 +34,10 @@ func (hs *hostService) ListExecutors(ctx context.Context, _ *apipb.ListExecutors
 		if spec, ok := reg.Spec(kind); ok {
 			e.Path, e.Sha256 = spec.Path, spec.SHA256
 		}
+		// A registry that confines its plugins says how (*host.Registry does).
+		if c, ok := reg.(interface{ Confinement(kind string) string }); ok {
+			e.Confinement = c.Confinement(kind)
+		}
 		d, err := reg.Describe(kind)
 		var ue *host.UnavailableError
 		switch {

@@ -1808,8 +1808,12 @@ type Executor struct {
 	// When not available: the preflight check that failed and why.
 	UnavailableCheck  string `protobuf:"bytes,11,opt,name=unavailable_check,json=unavailableCheck,proto3" json:"unavailable_check,omitempty"`
 	UnavailableDetail string `protobuf:"bytes,12,opt,name=unavailable_detail,json=unavailableDetail,proto3" json:"unavailable_detail,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How its plugin processes are confined on this host, e.g.
+	// "landlock abi 7, no_new_privs, no capabilities, seccomp, rlimits", or
+	// "none (no Landlock)" where the kernel lacks Landlock.
+	Confinement   string `protobuf:"bytes,13,opt,name=confinement,proto3" json:"confinement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Executor) Reset() {
@@ -1922,6 +1926,13 @@ func (x *Executor) GetUnavailableCheck() string {
 func (x *Executor) GetUnavailableDetail() string {
 	if x != nil {
 		return x.UnavailableDetail
+	}
+	return ""
+}
+
+func (x *Executor) GetConfinement() string {
+	if x != nil {
+		return x.Confinement
 	}
 	return ""
 }
@@ -2099,7 +2110,7 @@ const file_api_proto_rawDesc = "" +
 	"apiVersion\x12\x1c\n" +
 	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12)\n" +
 	"\x10default_executor\x18\x04 \x01(\tR\x0fdefaultExecutor\"\x16\n" +
-	"\x14ListExecutorsRequest\"\xf4\x03\n" +
+	"\x14ListExecutorsRequest\"\x96\x04\n" +
 	"\bExecutor\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
 	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x18\n" +
@@ -2113,7 +2124,8 @@ const file_api_proto_rawDesc = "" +
 	"\x06sha256\x18\n" +
 	" \x01(\tR\x06sha256\x12+\n" +
 	"\x11unavailable_check\x18\v \x01(\tR\x10unavailableCheck\x12-\n" +
-	"\x12unavailable_detail\x18\f \x01(\tR\x11unavailableDetail\x1a:\n" +
+	"\x12unavailable_detail\x18\f \x01(\tR\x11unavailableDetail\x12 \n" +
+	"\vconfinement\x18\r \x01(\tR\vconfinement\x1a:\n" +
 	"\fRuntimeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
