@@ -157,7 +157,12 @@ func exitCodeForStatus(err error) int {
 			return exitUnavailable
 		}
 		return exitConflict
-	case codes.Aborted, codes.AlreadyExists, codes.ResourceExhausted:
+	case codes.ResourceExhausted:
+		if reasonOf(st) == api.ReasonThrottled {
+			return exitDenied // wrong tokens from this address: a refused caller
+		}
+		return exitConflict
+	case codes.Aborted, codes.AlreadyExists:
 		return exitConflict
 	case codes.PermissionDenied, codes.Unauthenticated:
 		return exitDenied

@@ -74,47 +74,38 @@ func (l ListenerLimits) withDefaults() ListenerLimits {
 	return l
 }
 
-// guardListener wraps the TCP listener: a connection cap, a deadline for
-// the first authenticated call, and a closed door for throttled peers.
+// guardListener wraps the TCP listener: a connection cap and a deadline
+// for the first authenticated call. A throttled peer still connects, so
+// that it is told why it is refused (the authenticator refuses it before
+// any token check); the cap and the deadline bound what its connections
+// hold.
 type guardListener struct {
 	net.Listener
-	peers   *peerTable
 	timeout time.Duration
 }
 
-func newGuardListener(ln net.Listener, lim ListenerLimits, peers *peerTable) net.Listener {
-	return &guardListener{Listener: netutil.LimitListener(ln, lim.MaxConns), peers: peers, timeout: lim.FirstRequestTimeout}
+func newGuardListener(ln net.Listener, lim ListenerLimits) net.Listener {
+	return &guardListener{Listener: netutil.LimitListener(ln, lim.MaxConns), timeout: lim.FirstRequestTimeout}
 }
 
 func (g *guardListener) Accept() (net.Conn, error) {
-	for {
-		c, err := g.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		key := peerKey(c.RemoteAddr())
-		// A throttled peer's connection is closed before it can send a
-		// byte: no HTTP/2 handshake, no token check.
-		if _, blocked := g.peers.blocked(key, g.peers.now()); blocked {
-			g.peers.refused(key, "connection closed: peer throttled after wrong tokens")
-			c.Close()
-			continue
-		}
-		gc := &guardConn{Conn: c, key: key}
-		gc.timer = time.AfterFunc(g.timeout, func() {
-			if !gc.authenticated.Load() {
-				gc.Close()
-			}
-		})
-		return gc, nil
+	c, err := g.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
+	gc := &guardConn{Conn: c}
+	gc.timer = time.AfterFunc(g.timeout, func() {
+		if !gc.authenticated.Load() {
+			gc.Close()
+		}
+	})
+	return gc, nil
 }
 
 // guardConn is an accepted TCP connection. It is closed at its first-request
 // deadline unless a call on it has been authenticated by then.
 type guardConn struct {
 	net.Conn
-	key           string
 	timer         *time.Timer
 	authenticated atomic.Bool
 }

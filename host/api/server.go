@@ -177,7 +177,7 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Serve(ln net.Listener) {
 	switch ln.Addr().Network() {
 	case "tcp", "tcp4", "tcp6":
-		ln = newGuardListener(ln, s.opts.Listener, s.auth.peers)
+		ln = newGuardListener(ln, s.opts.Listener)
 	}
 	s.wg.Add(1)
 	go func() {
