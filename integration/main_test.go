@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 	builds := [][2]string{
 		{"taskhost", "github.com/taskhost/taskhost/cmd/taskhost"},
 		{"taskhost-executor-testexec", "github.com/taskhost/taskhost/integration/testexec"},
+		{"taskhost-executor-hostileexec", "github.com/taskhost/taskhost/integration/hostileexec"},
 		{"taskhost-executor-legacy", "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy"},
 		{"taskhost-executor-machinespirit", "github.com/taskhost/taskhost/plugins/machinespirit/cmd/taskhost-executor-machinespirit"},
 	}
