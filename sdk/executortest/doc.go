@@ -76,5 +76,23 @@
 //   - determinism (optional): the deterministic scenario, run twice, gives
 //     the same steps (outcome and summary) and the same result.
 //
+// # Preconditions
+//
+// A check that interrupts a slow step means something only when the step
+// is still running when the kit's signal lands, so the kit refuses a
+// scenario that cannot make its check meaningful instead of passing or
+// flaking by chance: the check fails with a message that starts
+// "precondition:" and names the scenario to change in Options.Spec. The
+// slow step (the slow scenario's first, the crash scenario's second) must
+// still run 200 ms after the kit saw it start; the kit's SIGKILL must land
+// in step 2; and the crash task must take at least 3 steps, killed and
+// resumed as well as uninterrupted.
+//
+// # Seeding the workspace
+//
+// Options.Files gives the files to place in a scenario's workspace before
+// its first step (`taskhost run --file`); the kit checks every scenario's
+// files against the host's limits before it runs any check.
+//
 // The kit needs Linux (it finds the executor process in /proc).
 package executortest

@@ -27,6 +27,16 @@ const (
 	// (which the host re-logs), a Step that did not return after its
 	// context was cancelled.
 	sdkStepNotReturned = "did not return after its context was cancelled"
+	// slowFloor is how long a slow step (the slow scenario's first, the
+	// crash scenario's second) must at least still run after the kit saw
+	// it start before the kit interrupts it. The scenarios promise 2 s; a
+	// step under this floor would race the kit's signal, so the check
+	// would pass or fail by chance. The kit refuses it instead.
+	slowFloor = 200 * time.Millisecond
+	// minCrashSteps is how many steps the crash scenario must take: the
+	// kill lands in step 2, and only a step after the resumed one shows the
+	// task carrying on from the resumed step's checkpoint.
+	minCrashSteps = 3
 	// pollInterval is how often the kit looks at processes while it waits
 	// for one to appear or go.
 	pollInterval = 5 * time.Millisecond
@@ -244,9 +254,11 @@ func (k *kit) cancelWith(t *testing.T, sig syscall.Signal) {
 	ctx := k.context(t)
 	h := k.newHost(t, k.opts.Binary)
 	s := k.mustStart(ctx, t, h, ScenarioSlow)
-	if _, err := s.waitLine(ctx, "the first step to start", isEvent("step.started")); err != nil {
+	started, err := s.waitLine(ctx, "the first step to start", isEvent("step.started"))
+	if err != nil {
 		t.Fatalf("%v\nThe %q scenario's first step must take at least 2 s.", err, ScenarioSlow)
 	}
+	k.mustStayBusy(ctx, t, s, started, ScenarioSlow, "first step")
 	pid := k.mustFindPlugin(ctx, t, h, s, ScenarioSlow)
 	sent := time.Now()
 	if err := s.cmd.Process.Signal(sig); err != nil {
@@ -324,7 +336,8 @@ func (k *kit) checkCrashResume(t *testing.T) {
 	h := k.newHost(t, k.opts.Binary)
 	s := k.mustStart(ctx, t, h, ScenarioCrash)
 	id := k.mustTaskID(ctx, t, s)
-	k.mustReachSecondStep(ctx, t, s)
+	second := k.mustReachSecondStep(ctx, t, s)
+	k.mustStayBusy(ctx, t, s, second, ScenarioCrash, "second step")
 	pid := k.mustFindPlugin(ctx, t, h, s, ScenarioCrash)
 	killed := time.Now()
 	if err := kill(pid); err != nil {
@@ -348,6 +361,9 @@ func (k *kit) checkCrashResume(t *testing.T) {
 	}
 	if len(crashedAttempts) != 1 || crashedAttempts[0].Reason != "executor_crashed" || crashedAttempts[0].Exit != "signal killed" {
 		t.Errorf("want one attempt interrupted (executor_crashed) with exit \"signal killed\":%s", v.attemptLines())
+	} else if got := crashedAttempts[0].Attempt; got != second.Payload.Attempt {
+		t.Fatalf("precondition: the kit's SIGKILL, sent during attempt %d, landed in attempt %d: the %q scenario's second step ended between the kit's look and its kill. "+
+			"Make that step take at least 2 s in Options.Spec(%q).%s", second.Payload.Attempt, got, ScenarioCrash, ScenarioCrash, v.attemptLines())
 	}
 	if v.completed() == 0 {
 		t.Errorf("no step completed before the crash, so the resume starts from no checkpoint:%s\nMake the %q scenario's first step quick and its second slow.", v.attemptLines(), ScenarioCrash)
@@ -370,6 +386,11 @@ func (k *kit) checkCrashResume(t *testing.T) {
 	if v.Task.RunID != 2 {
 		t.Errorf("the resumed task has run_id %d, want 2", v.Task.RunID)
 	}
+	if n := v.completed(); n < minCrashSteps {
+		t.Fatalf("precondition: the %q task completed in %d steps over the kill and the resume; it must take at least %d. The kill lands in step 2, "+
+			"so with fewer steps the resumed step is the last one and nothing shows that the task carried on from its checkpoint. Add steps in Options.Spec(%q).%s",
+			ScenarioCrash, n, minCrashSteps, ScenarioCrash, v.attemptLines())
+	}
 	k.note(t, "resume completed in %v; %d completed steps over both runs", time.Since(resumed).Round(time.Millisecond), v.completed())
 	if !t.Failed() {
 		k.crash = &crashOutcome{completed: v.completed(), result: v.Task.Result}
@@ -389,6 +410,10 @@ func (k *kit) checkCheckpointRoundTrip(t *testing.T) {
 		t.Fatalf("run without a crash, the %q task ended %s (taskhost exit %d), want completed:%s", ScenarioCrash, v.Task, code, v.attemptLines())
 	}
 	plain := v.completed()
+	if plain < minCrashSteps {
+		t.Fatalf("precondition: run without a crash, the %q task completed in %d steps; it must take at least %d. Add steps in Options.Spec(%q).%s",
+			ScenarioCrash, plain, minCrashSteps, ScenarioCrash, v.attemptLines())
+	}
 	k.note(t, "uninterrupted: %d steps; killed and resumed: %d steps", plain, k.crash.completed)
 	if plain != k.crash.completed {
 		t.Errorf("the %q task takes %d steps when it runs uninterrupted, but %d when its plugin is killed during step 2 and the task is resumed from step 1's checkpoint. "+
@@ -431,7 +456,8 @@ func (k *kit) checkSchemaUpgrade(t *testing.T) {
 	h := k.newHost(t, k.opts.OldBinary)
 	s := k.mustStart(ctx, t, h, ScenarioCrash)
 	id := k.mustTaskID(ctx, t, s)
-	k.mustReachSecondStep(ctx, t, s)
+	second := k.mustReachSecondStep(ctx, t, s)
+	k.mustStayBusy(ctx, t, s, second, ScenarioCrash, "second step")
 	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatalf("signal taskhost: %v", err)
 	}
@@ -538,15 +564,72 @@ func (k *kit) mustInspect(ctx context.Context, t *testing.T, h *host, s *session
 	return v
 }
 
-// mustReachSecondStep waits until a step after the first has started.
-func (k *kit) mustReachSecondStep(ctx context.Context, t *testing.T, s *session) {
+// mustReachSecondStep waits until a step after the first has started and
+// returns the line that said so.
+func (k *kit) mustReachSecondStep(ctx context.Context, t *testing.T, s *session) runLine {
 	t.Helper()
-	_, err := s.waitLine(ctx, "the second step to start", func(l runLine) bool {
+	l, err := s.waitLine(ctx, "the second step to start", func(l runLine) bool {
 		return l.Kind == "event" && l.Type == "step.started" && l.Payload.Attempt >= 2
 	})
 	if err != nil {
 		t.Fatalf("%v\nThe %q scenario must take at least 3 steps, the second of them at least 2 s long.", err, ScenarioCrash)
 	}
+	return l
+}
+
+// mustStayBusy checks the precondition of a check that interrupts a slow
+// step: the step that started must still run slowFloor after the kit saw
+// it start. A quicker step would race the kit's signal, and the check
+// would pass or fail by chance; the kit refuses it, saying which scenario
+// to change. The wait is the measurement, not a synchronisation: the step
+// is watched, through the events, for the whole floor.
+func (k *kit) mustStayBusy(ctx context.Context, t *testing.T, s *session, started runLine, scenario, which string) {
+	t.Helper()
+	hold, cancel := context.WithDeadline(ctx, started.read.Add(slowFloor))
+	defer cancel()
+	pos := s.cursor // look ahead without taking the lines from the check
+	end, err := s.scan(hold, "the end of the "+which, &pos, func(l runLine) bool { return stepEnded(l, started.Payload.Attempt) })
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		s.mu.Lock()
+		eof := s.eof
+		s.mu.Unlock()
+		if !eof {
+			t.Logf("precondition met: the %s (attempt %d) still ran %v after it started", which, started.Payload.Attempt, slowFloor)
+			return
+		}
+	}
+	took := "an unknown time"
+	if err == nil {
+		took = end.read.Sub(started.read).Round(time.Millisecond).String()
+	}
+	t.Fatalf("precondition: the %q scenario's %s (attempt %d) ended %s after it started, under the kit's floor of %v: the check interrupts that step and cannot mean anything when the step is over before the kit's signal lands. "+
+		"Make it take at least 2 s in Options.Spec(%q) (for example a pause that selects on ctx.Done()).%s",
+		scenario, which, started.Payload.Attempt, took, slowFloor, scenario, errSuffix(err))
+}
+
+// stepEnded reports whether l says that the step of attempt ended, or the
+// task or the run did.
+func stepEnded(l runLine, attempt int64) bool {
+	if l.Kind == "result" {
+		return true
+	}
+	if l.Kind != "event" {
+		return false
+	}
+	switch l.Type {
+	case "step.completed", "step.interrupted", "executor.crashed":
+		return l.Payload.Attempt == attempt
+	case "task.completed", "task.failed", "task.cancelled", "task.interrupted":
+		return true
+	}
+	return false
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "\n" + err.Error()
 }
 
 // mustFindPlugin returns the pid of the executor process serving s's task.

@@ -175,13 +175,19 @@ func flawedSpec(flaws map[string]map[string]any) func(string) map[string]any {
 	}
 }
 
+// TestFlawedWithoutFlaws passes a conforming executor, and with it a set
+// of options that meets every precondition: the complete scenario's first
+// step fails unless Options.Files seeded its input.
 func TestFlawedWithoutFlaws(t *testing.T) {
 	executortest.Run(t, executortest.Options{
 		Binary:      bin("flawed"),
 		OldBinary:   bin("flawed-old"),
 		Kind:        "flawed",
 		TaskhostBin: bin("taskhost"),
-		Spec:        flawedSpec(nil),
+		Spec: flawedSpec(map[string]map[string]any{
+			executortest.ScenarioComplete: {"need_file": "input/seed.txt", "need_content": "seeded by the kit\n"},
+		}),
+		Files: seedFiles, // the example's, which docs/executor-sdk.md shows
 	})
 }
 
@@ -244,6 +250,38 @@ func flawCases() map[string]flawCase {
 		"forgets": {
 			opts:  func() executortest.Options { return flawed(map[string]map[string]any{"*": {"forget": true}}) },
 			check: executortest.CheckCheckpointRoundTrip, wantInLog: "takes 3 steps when it runs uninterrupted, but 4 when",
+		},
+		// The precondition refusals: a scenario that cannot make its check
+		// mean anything fails that check, naming the scenario to change.
+		"slow_step_too_quick": {
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioSlow: {"slow_ms": 12}})
+			},
+			check: executortest.CheckCancel, subtest: "SIGINT",
+			wantInLog: `precondition: the "slow" scenario's first step (attempt 1) ended`,
+		},
+		"crash_step_too_quick": {
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioCrash: {"slow_ms": 12}})
+			},
+			check:     executortest.CheckCrashResume,
+			wantInLog: `precondition: the "crash" scenario's second step (attempt 2) ended`,
+		},
+		"crash_two_steps": {
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioCrash: {"steps": 2}})
+			},
+			check:     executortest.CheckCrashResume,
+			wantInLog: `precondition: the "crash" task completed in 2 steps over the kill and the resume; it must take at least 3`,
+		},
+		"files_not_seeded": {
+			// The executor needs a file that Options.Files does not give:
+			// the task fails, which shows that the files the passing case
+			// seeds are what made it pass.
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioComplete: {"need_file": "input/seed.txt", "need_content": "x"}})
+			},
+			check: executortest.CheckComplete, wantInLog: "flawed: read input/seed.txt",
 		},
 		"drops_old_schema": {
 			opts: func() executortest.Options {

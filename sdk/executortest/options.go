@@ -3,8 +3,10 @@ package executortest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -70,6 +72,13 @@ type Options struct {
 	// constants), or nil when the executor has none. A spec without a
 	// "goal" gets one.
 	Spec func(scenario string) map[string]any
+	// Files returns the files to place in the workspace of a scenario's
+	// task before its first step, as `taskhost run --file` does: name (a
+	// clean relative slash-separated path) → content. Nil, or a nil map,
+	// seeds nothing. At most 16 files of at most 16 MiB together per
+	// scenario, names of at most 255 bytes; the kit checks every scenario's
+	// files before it runs any check.
+	Files func(scenario string) map[string][]byte
 	// Config is TOML appended to the config the kit generates, e.g. a
 	// [model] section with a script. It must not define [limits] or this
 	// kind's [executors.KIND]: the kit writes those.
@@ -85,6 +94,44 @@ type Options struct {
 	// Timeout bounds each check, all the taskhost commands it runs
 	// included; default 2 min.
 	Timeout time.Duration
+}
+
+// allScenarios lists the scenarios, in the order the package documents them.
+func allScenarios() []string {
+	return []string{ScenarioComplete, ScenarioLong, ScenarioSlow, ScenarioCrash, ScenarioOversized, ScenarioDeterministic}
+}
+
+// Bounds of Options.Files, those of `taskhost run --file` (the host's
+// limits of a task's seed files).
+const (
+	maxSeedFiles = 16
+	maxSeedBytes = 16 << 20 // all files of a scenario together
+	maxSeedName  = 255
+)
+
+// checkFiles checks the files of one scenario against the host's rules, so
+// that a bad name fails before any check runs, naming the scenario and the
+// file, instead of as a refused run deep inside one.
+func checkFiles(scenario string, files map[string][]byte) error {
+	field := fmt.Sprintf("Options.Files(%q)", scenario)
+	if len(files) > maxSeedFiles {
+		return fmt.Errorf("%s has %d files, the limit is %d", field, len(files), maxSeedFiles)
+	}
+	total := 0
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		clean := path.Clean(name)
+		switch {
+		case name == "" || len(name) > maxSeedName:
+			return fmt.Errorf("%s: the name %q is %d bytes: a name must be 1 to %d bytes", field, truncate(name, 64), len(name), maxSeedName)
+		case path.IsAbs(name) || clean != name || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.ContainsRune(name, 0):
+			return fmt.Errorf("%s: the name %q is not a clean relative path inside the workspace (such as %q)", field, name, "data/input.txt")
+		}
+		total += len(files[name])
+	}
+	if total > maxSeedBytes {
+		return fmt.Errorf("%s: the files hold %d bytes together, the limit is %d", field, total, maxSeedBytes)
+	}
+	return nil
 }
 
 var kindRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
@@ -121,6 +168,13 @@ func (o *Options) validate() (string, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute
+	}
+	if o.Files != nil {
+		for _, scenario := range allScenarios() {
+			if err := checkFiles(scenario, o.Files(scenario)); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	for _, name := range o.Skip {
 		if !slices.Contains(allChecks(), name) {

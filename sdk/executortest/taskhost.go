@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -397,7 +399,41 @@ func (h *host) startScenario(ctx context.Context, t *testing.T, scenario string,
 	if err != nil {
 		return nil, err
 	}
-	return h.start(ctx, t, append([]string{"--executor", h.k.opts.Kind, "--spec-file", file}, args...)...)
+	full := []string{"--executor", h.k.opts.Kind, "--spec-file", file}
+	if h.k.opts.Files != nil {
+		seeds, err := h.writeFiles(h.k.opts.Files(scenario))
+		if err != nil {
+			return nil, fmt.Errorf("Options.Files(%q): %w", scenario, err)
+		}
+		full = append(full, seeds...)
+	}
+	return h.start(ctx, t, append(full, args...)...)
+}
+
+// writeFiles writes files for `taskhost run --file SRC=NAME` and returns
+// those flags, in name order.
+func (h *host) writeFiles(files map[string][]byte) ([]string, error) {
+	var flags []string
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		f, err := os.CreateTemp(h.specs, "file-*")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := f.Write(files[name]); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+		// taskhost splits the flag at its first '=': the source path
+		// must not hold one.
+		if strings.Contains(f.Name(), "=") {
+			return nil, fmt.Errorf("the kit's scratch path %s holds '=': set TMPDIR to a directory without one", f.Name())
+		}
+		flags = append(flags, "--file", f.Name()+"="+name)
+	}
+	return flags, nil
 }
 
 // inspect reads a task and its attempts with `taskhost inspect --json`.

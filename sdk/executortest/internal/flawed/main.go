@@ -10,7 +10,9 @@
 //	  "slow_ms": 3000,
 //	  "result_bytes": 0,   // pad the result to this size
 //	  "ignore_ctx": false, // flaw: the slow wait ignores ctx
-//	  "forget": false      // flaw: the position lives in memory, not in the checkpoint
+//	  "forget": false,     // flaw: the position lives in memory, not in the checkpoint
+//	  "need_file": "",     // step 1 reads this workspace file and fails without it
+//	  "need_content": ""   // ... and fails unless it holds exactly this
 //	}}
 //
 // Two variables set with -ldflags -X make an "older release" for the
@@ -45,12 +47,14 @@ const (
 )
 
 type options struct {
-	Steps       int  `json:"steps"`
-	SlowStep    int  `json:"slow_step"`
-	SlowMS      int  `json:"slow_ms"`
-	ResultBytes int  `json:"result_bytes"`
-	IgnoreCtx   bool `json:"ignore_ctx"`
-	Forget      bool `json:"forget"`
+	Steps       int    `json:"steps"`
+	SlowStep    int    `json:"slow_step"`
+	SlowMS      int    `json:"slow_ms"`
+	ResultBytes int    `json:"result_bytes"`
+	IgnoreCtx   bool   `json:"ignore_ctx"`
+	Forget      bool   `json:"forget"`
+	NeedFile    string `json:"need_file"`
+	NeedContent string `json:"need_content"`
 }
 
 type executor struct {
@@ -72,7 +76,7 @@ func (e *executor) Describe() sdk.Description {
 	return sdk.Description{Kind: kind, Version: "0.0." + schemaVersion, CheckpointSchemas: schemas}
 }
 
-func (e *executor) Step(ctx context.Context, _ sdk.Host, req sdk.StepRequest) (sdk.StepResult, error) {
+func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest) (sdk.StepResult, error) {
 	o, err := parseSpec(req.Spec)
 	if err != nil {
 		return sdk.Fail("executor_failed", "flawed: spec: "+err.Error()), nil
@@ -85,6 +89,11 @@ func (e *executor) Step(ctx context.Context, _ sdk.Host, req sdk.StepRequest) (s
 		done = e.memory
 	}
 	n := done + 1
+	if n == 1 && o.NeedFile != "" {
+		if err := checkFile(ctx, host, o.NeedFile, o.NeedContent); err != nil {
+			return sdk.Fail("executor_failed", "flawed: "+err.Error()), nil
+		}
+	}
 	if n == o.SlowStep {
 		if err := wait(ctx, time.Duration(o.SlowMS)*time.Millisecond, o.IgnoreCtx); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("flawed: step %d: %w", n, err)
@@ -130,6 +139,31 @@ func (e *executor) load(cp *sdk.Checkpoint) (int, error) {
 		return *p.StepsDone, nil // the upgrade: v1's count is v2's
 	}
 	return 0, fmt.Errorf("checkpoint payload of schema %q lacks its count", cp.Schema)
+}
+
+// checkFile reads name from the task's workspace and compares it with want.
+func checkFile(ctx context.Context, host sdk.Host, name, want string) error {
+	args, err := json.Marshal(map[string]string{"path": name})
+	if err != nil {
+		return err
+	}
+	resp, err := host.CallTool(ctx, sdk.ToolRequest{Name: "workspace.read", Arguments: string(args)})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	if resp.IsError {
+		return fmt.Errorf("read %s: %s", name, resp.Result)
+	}
+	var r struct {
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal([]byte(resp.Result), &r); err != nil {
+		return fmt.Errorf("read %s: result: %w", name, err)
+	}
+	if r.Content != want {
+		return fmt.Errorf("%s holds %q, want %q", name, r.Content, want)
+	}
+	return nil
 }
 
 func checkpoint(n int) (*sdk.Checkpoint, error) {
