@@ -99,6 +99,26 @@ func newPrivateDir(base string, c Confinement) (string, error) {
 	return dir, nil
 }
 
+// runBase is where a plugin's socket dir and private dir are made: the
+// data dir's plugins dir, whose parents only the daemon's user can
+// traverse. A plugin run as another user gets a fresh 0711 dir under the
+// system temp dir instead (its own dirs inside stay 0700 and its own), and
+// cleanup names it so that Stop removes it whole.
+func runBase(socketDir string, c Confinement) (base, cleanup string, err error) {
+	if c.UID == 0 {
+		return socketDir, "", nil
+	}
+	base, err = os.MkdirTemp("", "taskhost-plugin-")
+	if err != nil {
+		return "", "", fmt.Errorf("plugin run dir: %w", err)
+	}
+	if err := os.Chmod(base, 0o711); err != nil {
+		os.RemoveAll(base)
+		return "", "", fmt.Errorf("plugin run dir: %w", err)
+	}
+	return base, base, nil
+}
+
 // ConfinementError says a plugin cannot be confined as required.
 type ConfinementError struct {
 	Kind    string

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,4 +125,50 @@ func TestPluginUserMustNotBeRoot(t *testing.T) {
 	if err := c.resolveUser(); err == nil {
 		t.Fatal("an unknown plugin user was accepted")
 	}
+}
+
+// [executors.NAME] user: the plugin runs as that user, in a run dir it can
+// reach although the data dir is the daemon's alone, removed after it.
+func TestPluginRunsAsItsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a plugin as another user")
+	}
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody here")
+	}
+	h := openHost(t, "", func(c *config.Config) {
+		ex := c.Executors["testexec"]
+		ex.User = "nobody"
+		c.Executors["testexec"] = ex
+	})
+	out := shortTempDir(t)
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	envFile := filepath.Join(out, "env")
+	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
+	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
+	env := waitFile(t, envFile)
+	fi, err := os.Stat(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; strconv.Itoa(int(uid)) != u.Uid {
+		t.Fatalf("the plugin wrote its file as uid %d, want %s (nobody)", uid, u.Uid)
+	}
+	var tmp string
+	for _, l := range strings.Split(env, "\n") {
+		if v, ok := strings.CutPrefix(l, "TMPDIR="); ok {
+			tmp = v
+		}
+	}
+	base := filepath.Dir(tmp)
+	if !strings.HasPrefix(filepath.Base(base), "taskhost-plugin-") {
+		t.Fatalf("TMPDIR=%q, want a run dir under a taskhost-plugin-* dir", tmp)
+	}
+	eventually(t, 10*time.Second, "the plugin user's run dir removed", func() bool {
+		_, err := os.Stat(base)
+		return errors.Is(err, os.ErrNotExist)
+	})
 }

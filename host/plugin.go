@@ -165,7 +165,7 @@ type executorClient struct {
 	client     *plugin.Client
 	proc       *process
 	grace      time.Duration
-	privateDir string
+	privateDir string // removed at Stop (for a plugin user: its whole run base)
 
 	stopOnce sync.Once
 }
@@ -183,9 +183,17 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	if err := spec.Confine.resolveUser(); err != nil {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
 	}
-	privateDir, err := newPrivateDir(opts.SocketDir, spec.Confine)
+	base, cleanup, err := runBase(opts.SocketDir, spec.Confine)
 	if err != nil {
 		return nil, err
+	}
+	privateDir, err := newPrivateDir(base, spec.Confine)
+	if err != nil {
+		os.RemoveAll(cleanup)
+		return nil, err
+	}
+	if cleanup == "" {
+		cleanup = privateDir
 	}
 	var proc *process
 	callOpts := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxMessage), grpc.MaxCallSendMsgSize(opts.MaxMessage))
@@ -218,7 +226,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		SkipHostEnv:      true,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		StartTimeout:     opts.StartTimeout,
-		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: opts.SocketDir},
+		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: base},
 		GRPCDialOptions:  []grpc.DialOption{callOpts},
 		Logger:           opts.Logger.Named(spec.Kind),
 		Stderr:           io.Discard,
@@ -235,7 +243,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 				detail += "; last stderr lines:\n" + tail
 			}
 		}
-		os.RemoveAll(privateDir)
+		os.RemoveAll(cleanup)
 		return nil, &UnavailableError{Kind: spec.Kind, Check: check, Detail: detail}
 	}
 	if _, err := client.Start(); err != nil {
@@ -254,7 +262,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		return unavailable("handshake", err)
 	}
 	ec := raw.(*executorClient)
-	ec.client, ec.proc, ec.grace, ec.privateDir = client, proc, opts.StopGrace, privateDir
+	ec.client, ec.proc, ec.grace, ec.privateDir = client, proc, opts.StopGrace, cleanup
 	ec.servicesID = ec.broker.NextId()
 	go ec.broker.AcceptAndServe(ec.servicesID, func(o []grpc.ServerOption) *grpc.Server {
 		s := grpc.NewServer(append(o, grpc.MaxRecvMsgSize(opts.MaxMessage), grpc.MaxSendMsgSize(opts.MaxMessage))...)
