@@ -86,6 +86,21 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	cfg.Tasks.MaxConcurrent = 4
 	cfg.Tasks.MaxStepsCap = 100000
 	cfg.MachineSpirit.Enabled = true
+	// The test executor writes its pid files here: a confined plugin may
+	// write nowhere else outside its own dir.
+	pids := filepath.Join(dir, "pids")
+	if err := os.Mkdir(pids, 0o700); err != nil {
+		return r, err
+	}
+	execDir := o.ExecutorDir
+	if execDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return r, err
+		}
+		execDir = filepath.Dir(exe)
+	}
+	cfg.Executors["testexec"] = config.Executor{Path: filepath.Join(execDir, host.ExecutorPrefix+"testexec"), ReadWrite: []string{pids}}
 	h, err := host.Open(ctx, host.Options{DataDir: filepath.Join(dir, "d"), Config: cfg, ExecutorDir: o.ExecutorDir})
 	if err != nil {
 		return r, err
@@ -146,14 +161,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	r.Figures = append(r.Figures, figure("plugin start to first reply", starts, ""))
 
 	say("plugin SIGKILL → interrupted, %d times", o.Reps)
-	crash, err := crashLatency(ctx, h, who, dir, o.Reps)
+	crash, err := crashLatency(ctx, h, who, pids, o.Reps)
 	if err != nil {
 		return r, err
 	}
 	r.Figures = append(r.Figures, figure("plugin SIGKILL → interrupted persisted", crash, ""))
 
 	say("cancel latency, %d times", o.Reps)
-	toCtx, toTerminal, err := cancelLatency(ctx, h, who, dir, o.Reps)
+	toCtx, toTerminal, err := cancelLatency(ctx, h, who, pids, o.Reps)
 	if err != nil {
 		return r, err
 	}

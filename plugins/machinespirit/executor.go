@@ -37,6 +37,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/sdk"
 )
 
@@ -94,6 +95,19 @@ type Config struct {
 	StackLimitBytes     int64 // the worker's stack limit; default 512 MiB
 	TaskStackLimitBytes int64 // each run's thread; default 256 MiB
 
+	// The worker's resource limits (RLIMIT_AS, RLIMIT_CPU), within
+	// [MinWorker*, MaxWorker*]; defaults DefaultWorkerMemoryBytes and
+	// DefaultWorkerCPUSeconds. A step whose worker hits one fails with a
+	// message starting "machinespirit: resource_exhausted:".
+	WorkerMemoryBytes int64
+	WorkerCPUSeconds  int64
+
+	// Trampoline is the binary that confines the worker (see
+	// internal/confine): its main must call confine.Main first. Default:
+	// this process's own executable. Every worker is started through it;
+	// if it cannot confine, the preflight fails (check "confine").
+	Trampoline string
+
 	StartMode   StartMode     // default StartFromState
 	CancelGrace time.Duration // default DefaultCancelGrace
 	KillGrace   time.Duration // default DefaultKillGrace
@@ -122,6 +136,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TaskStackLimitBytes <= 0 {
 		c.TaskStackLimitBytes = 256 << 20
+	}
+	if c.WorkerMemoryBytes == 0 {
+		c.WorkerMemoryBytes = DefaultWorkerMemoryBytes
+	}
+	if c.WorkerCPUSeconds == 0 {
+		c.WorkerCPUSeconds = DefaultWorkerCPUSeconds
 	}
 	if c.StartMode == "" {
 		c.StartMode = StartFromState
@@ -189,6 +209,9 @@ func New(ctx context.Context, cfg Config) *Executor {
 			"graphs":         strings.Join(graphs, ","),
 		},
 	}
+	if e.env != nil {
+		e.desc.Runtime["worker_confinement"] = e.env.policy.Summary(confine.Probe())
+	}
 	return e
 }
 
@@ -208,6 +231,15 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 	default:
 		return nil, "", nil, failCheck("start_mode", "unknown start mode %q", e.cfg.StartMode)
 	}
+	if err := checkLimits(e.cfg); err != nil {
+		return nil, "", nil, err
+	}
+	trampoline := e.cfg.Trampoline
+	if trampoline == "" {
+		if trampoline, err = os.Executable(); err != nil {
+			return nil, "", nil, failCheck("confine", "the trampoline: %w", err)
+		}
+	}
 	sweepRuntimeDirs(e.cfg.Logger)
 	dir, err := os.MkdirTemp("", runtimeDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
@@ -218,6 +250,12 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 		_ = os.RemoveAll(dir)
 		return nil, env.version, nil, err
 	}
+	work, err := makeWorkDir(dir)
+	if err != nil {
+		return fail(failCheck("confine", "%w", err))
+	}
+	env.work, env.trampoline = work, trampoline
+	env.policy = workerPolicy(e.cfg, dir, work)
 	env.version, err = checkVersion(ctx, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
 	if err != nil {
 		return fail(err)
@@ -554,6 +592,13 @@ func (st *stepState) malformed(err error) (sdk.StepResult, error) {
 func (st *stepState) lost(cause error) (sdk.StepResult, error) {
 	e, w := st.e, st.w
 	e.dropWorker(w)
+	if why, ok := resourceDeath(w.exitErr, e.cfg.WorkerCPUSeconds, w.stderr.String()); ok {
+		// Not a crash of the plugin or the host: the task's own code
+		// used up what a worker may use. The step fails; the next one
+		// starts a new worker.
+		e.cfg.Logger.Warn("worker hit a resource limit", "pid", w.pid, "why", why, "exit", w.exitDescription())
+		return sdk.Fail("executor_failed", truncate(fmt.Sprintf("machinespirit: %s: %s (worker %s)", codeResourceExhausted, why, w.exitDescription()), maxFailMessage)), nil
+	}
 	err := fmt.Errorf("%w: %v (worker %s)", ErrWorkerLost, cause, w.exitDescription())
 	if tail := w.stderr.String(); tail != "" {
 		err = fmt.Errorf("%w; stderr: %s", err, truncate(tail, 1000))

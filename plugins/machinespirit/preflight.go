@@ -21,6 +21,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/taskhost/taskhost/internal/confine"
 )
 
 // Bounds of the preflight. Start-up is ~30 ms from a saved state; these
@@ -62,13 +64,17 @@ type opGraph struct {
 
 // runtimeEnv is what the preflight established: how to start a worker.
 type runtimeEnv struct {
-	dir      string // private temp dir: staged sources, saved state
-	path     string
-	args     []string
-	env      []string
-	version  string // the version swipl reported
-	graphs   []string
-	opGraphs []opGraph
+	dir  string // private temp dir: staged sources, saved state
+	work string // the worker's working directory: dir/work, empty
+	// trampoline and policy confine every worker (confine.Command).
+	trampoline string
+	policy     confine.Policy
+	path       string
+	args       []string
+	env        []string
+	version    string // the version swipl reported
+	graphs     []string
+	opGraphs   []opGraph
 }
 
 // checkBinary: absolute, exists, a regular file, executable by us.
@@ -286,7 +292,8 @@ func checkHello(f *inFrame, pinned string) ([]string, error) {
 // graphs into it. Every worker goes through it, not only the preflight's.
 func helloWorker(ctx context.Context, cfg Config, env *runtimeEnv) (*worker, []string, error) {
 	w, err := startWorker(ctx, workerSpec{
-		path: env.path, args: env.args, env: env.env, dir: env.dir,
+		path: env.path, args: env.args, env: env.env,
+		trampoline: env.trampoline, policy: env.policy,
 		maxFrame: cfg.MaxFrameBytes, logger: cfg.Logger,
 	})
 	if err != nil {
@@ -308,6 +315,9 @@ func helloWorker(ctx context.Context, cfg Config, env *runtimeEnv) (*worker, []s
 	ids, err := checkHello(f, cfg.SwiplVersion)
 	if err != nil {
 		return fail(err)
+	}
+	if err := limitAddressSpace(w.pid, cfg.WorkerMemoryBytes); err != nil {
+		return fail(failCheck("confine", "%w", err))
 	}
 	for i, g := range env.opGraphs {
 		id := int64(i + 1)

@@ -15,16 +15,20 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/taskhost/taskhost/internal/confine"
 )
 
-// workerSpec is how to start one swipl worker.
+// workerSpec is how to start one swipl worker: confined through the
+// trampoline, in the policy's working directory.
 type workerSpec struct {
-	path     string
-	args     []string
-	env      []string
-	dir      string
-	maxFrame int
-	logger   hclog.Logger
+	path       string
+	args       []string
+	env        []string
+	trampoline string
+	policy     confine.Policy
+	maxFrame   int
+	logger     hclog.Logger
 }
 
 // frameMsg is what the reader goroutine hands over: a frame, or the error
@@ -101,7 +105,6 @@ func startWorker(ctx context.Context, spec workerSpec) (*worker, error) {
 		return nil, err
 	}
 	cmd.Env = spec.env
-	cmd.Dir = spec.dir
 	// *os.File ends, not io.Readers/Writers: exec then starts no copying
 	// goroutines, and Wait never closes a pipe we are still reading.
 	// Stdin stays nil: the worker reads /dev/null there.
@@ -150,9 +153,14 @@ func startWorker(ctx context.Context, spec workerSpec) (*worker, error) {
 	return w, nil
 }
 
-// command is the worker's command line, before the pipes are attached.
+// command is the worker's command line, through the trampoline, before
+// the pipes are attached.
 func (spec workerSpec) command() (*exec.Cmd, error) {
-	return exec.Command(spec.path, spec.args...), nil
+	cmd, err := confine.Command(spec.trampoline, spec.policy, nil, spec.path, spec.args...)
+	if err != nil {
+		return nil, fmt.Errorf("confining the worker: %w", err)
+	}
+	return cmd, nil
 }
 
 func closeAll(fs ...*os.File) {

@@ -130,3 +130,18 @@ ms_registry:handler(forge_result, _, _, patch([count=1])) :-
     setup_call_cleanup(open('/proc/self/fd/1', write, Out),
                        format(Out, "~s~n", [F]),
                        close(Out)).
+
+%   escape(Path): trusted code that tries what confinement must stop —
+%   a shell command that would create Path and a file in the worker's
+%   own directory (fork, exec: seccomp), writing Path directly and listing
+%   /root (Landlock) — and reports what each did in field answer.
+ms_registry:handler_decl(escape(_)).
+ms_registry:handler(escape(Path), _, _, patch([answer=A])) :-
+    format(atom(Cmd), "touch ~w shell-ran", [Path]),
+    attempt(shell(Cmd, _), Shell),
+    attempt(setup_call_cleanup(open(Path, write, S), write(S, x), close(S)), Open),
+    attempt(directory_files('/root', _), Dir),
+    format(string(A), "shell=~w open=~w dir=~w", [Shell, Open, Dir]).
+
+attempt(G, R) :-
+    catch(( call(G) -> R = ok ; R = failed ), E, ( E = error(F, _), functor(F, R0, _), R = R0 ; R = thrown )).
