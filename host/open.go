@@ -132,10 +132,16 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if svc.Model, err = model.New(cfg.Model, os.Getenv); err != nil {
 		return fail(fmt.Errorf("model provider: %w", err))
 	}
-	if svc.Tools, err = tools.NewRegistry(cfg.Tools, filepath.Join(dir, WorkspaceDirName)); err != nil {
+	if svc.Tools, err = tools.New(tools.Options{Tools: cfg.Tools, WorkspaceRoot: filepath.Join(dir, WorkspaceDirName),
+		Trampoline: opts.Trampoline, RequireConfinement: cfg.Confinement.Required}); err != nil {
 		return fail(fmt.Errorf("tools: %w", err))
 	}
 	h.tools = svc.Tools
+	if svc.Tools.Landlocked() {
+		log.Info("shell.run confinement", "confinement", svc.Tools.Confinement())
+	} else {
+		log.Warn("the kernel offers no Landlock: shell.run commands are not confined to their workspace", "confinement", svc.Tools.Confinement())
+	}
 	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
 		return fail(fmt.Errorf("start-up recovery: %w", err))

@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -156,8 +155,9 @@ func TestApprovalTimeout(t *testing.T) {
 // too, and it can no longer be approved; the tool never runs.
 func TestCancelWhileWaitingForApproval(t *testing.T) {
 	h := openHost(t, "", nil)
-	marker := filepath.Join(shortTempDir(t), "ran")
-	task := create(t, h, alice, map[string]any{"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": "touch " + marker}}}, Limits{})
+	// A confined command writes only in its workspace.
+	task := create(t, h, alice, map[string]any{"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": "touch ran"}}}, Limits{})
+	marker := filepath.Join(h.Runner.workspace(task.ID), "ran")
 	a := waitApproval(t, h, alice, task.ID)
 	if _, err := h.Runner.Cancel(context.Background(), alice, task.ID); err != nil {
 		t.Fatal(err)
@@ -176,13 +176,13 @@ func TestCancelWhileWaitingForApproval(t *testing.T) {
 // lands is killed through its context.
 func TestCancelRacesApprove(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := shortTempDir(t)
 	const rounds = 25
 	for i := range rounds {
-		marker := filepath.Join(dir, "ran"+strconv.Itoa(i))
-		pidFile := marker + ".pid"
-		cmd := fmt.Sprintf("echo $$ > %s; touch %s; sleep 30", pidFile, marker)
+		// A confined command writes only in its workspace.
+		cmd := "echo $$ > ran.pid; touch ran; sleep 30"
 		task := create(t, h, alice, map[string]any{"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}}, Limits{})
+		marker := filepath.Join(h.Runner.workspace(task.ID), "ran")
+		pidFile := marker + ".pid"
 		a := waitApproval(t, h, alice, task.ID)
 		errc := make(chan error, 1)
 		go func() { _, err := h.Runner.Approve(context.Background(), alice, a.ID); errc <- err }()
@@ -243,9 +243,10 @@ func TestApprovalPendingAtRestartCancelled(t *testing.T) {
 func TestPluginKilledDuringToolEffect(t *testing.T) {
 	h := openHost(t, "", shellNoApproval)
 	dir := shortTempDir(t)
-	toolPid, pluginPid := filepath.Join(dir, "tool.pid"), filepath.Join(dir, "plugin.pid")
-	cmd := fmt.Sprintf("sh -c 'echo $$ > %s; sleep 300' & wait", toolPid)
+	pluginPid := filepath.Join(dir, "plugin.pid")
+	cmd := "sh -c 'echo $$ > tool.pid; sleep 300' & wait" // in the workspace: the command is confined to it
 	task := create(t, h, alice, map[string]any{"pid_file": pluginPid, "call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}}, Limits{})
+	toolPid := filepath.Join(h.Runner.workspace(task.ID), "tool.pid")
 	tool := readPid(t, toolPid)
 	if err := syscallKill(readPid(t, pluginPid)); err != nil {
 		t.Fatal(err)

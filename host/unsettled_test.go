@@ -36,15 +36,17 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 			h := openHost(t, "", shellNoApproval)
 			ctx := context.Background()
 			dir := shortTempDir(t)
-			count, toolPid, indet := filepath.Join(dir, "count"), filepath.Join(dir, "tool.pid"), filepath.Join(dir, "indet")
-			cmd := fmt.Sprintf("echo ran >> %s; echo $$ > %s; sleep 300", count, toolPid)
+			indet := filepath.Join(dir, "indet")
+			// In the workspace: the command is confined to it.
+			cmd := "echo ran >> count; echo $$ > tool.pid; sleep 300"
 			te := map[string]any{"pid_file": filepath.Join(dir, "pid"), "indeterminate_file": indet, "approve_retry": tc.approve}
 			if tc.large {
-				cmd = fmt.Sprintf("echo ran >> %s; head -c %d /dev/zero | tr '\\0' x", count, store.MaxEffectResult+4096)
+				cmd = fmt.Sprintf("echo ran >> count; head -c %d /dev/zero | tr '\\0' x", store.MaxEffectResult+4096)
 				te["kill_after_tool_at_attempt"] = 1
 			}
 			te["call_tool"] = map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}
 			task := create(t, h, alice, te, Limits{Steps: 2})
+			count, toolPid := filepath.Join(h.Runner.workspace(task.ID), "count"), filepath.Join(h.Runner.workspace(task.ID), "tool.pid")
 			if !tc.large {
 				readPid(t, toolPid)
 				if err := syscallKill(readPid(t, filepath.Join(dir, "pid"))); err != nil {

@@ -37,12 +37,11 @@ func TestLegacyDemoApproveAndReject(t *testing.T) {
 // resumed step asks before doing anything — rejected, it never re-runs it.
 func TestLegacyCrashMidEffectNotRerun(t *testing.T) {
 	data, work := shortTempDir(t), shortTempDir(t)
-	runs := filepath.Join(work, "runs")
-	toolPid := filepath.Join(work, "tool.pid")
 	script := map[string]any{"version": 1, "rules": []any{
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 1/"},
 			"reply": map[string]any{"tool_calls": []any{map[string]any{"name": "shell.run", "arguments": map[string]any{
-				"command": fmt.Sprintf("echo run >> %s; echo $$ > %s; sleep 300", runs, toolPid)}}}}},
+				// In the workspace: the command is confined to it.
+				"command": "echo run >> runs; echo $$ > tool.pid; sleep 300"}}}}},
 		map[string]any{"when": map[string]any{}, "reply": map[string]any{"content": "TASK_COMPLETE: done"}},
 	}}
 	data2, _ := json.Marshal(script)
@@ -53,6 +52,7 @@ func TestLegacyCrashMidEffectNotRerun(t *testing.T) {
 
 	h := startTaskhost(t, "run", "--data-dir", data, "--config", cfg, "--executor", "legacy", "--goal", "run it once")
 	id := strings.Fields(h.line(t, func(l string) bool { return strings.HasPrefix(l, "task ") }))[1]
+	runs, toolPid := filepath.Join(data, "workspaces", id, "runs"), filepath.Join(data, "workspaces", id, "tool.pid")
 	tool := readPid(t, toolPid)
 	plugin := pluginOf(t, tool)
 	if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {

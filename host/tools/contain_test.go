@@ -169,9 +169,23 @@ func TestShellRunCgroupLifecycle(t *testing.T) {
 		t.Skip("no writable cgroup2 on this machine")
 	}
 	r := newTestRegistry(t, nil)
-	out, _ := runShellTool(t, r, "cat /proc/self/cgroup")
+	ws := workspace(t, r)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan callResult, 1)
+	go func() {
+		res, err := callTool(t, ctx, r, ToolShellRun, map[string]any{"command": "echo $$ > sh.pid; sleep 300"})
+		done <- callResult{res, err}
+	}()
+	// Read from outside: a confined command cannot read /proc.
+	cgText, err := os.ReadFile("/proc/" + strconv.Itoa(readPID(t, filepath.Join(ws, "sh.pid"))) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	recvResult(t, done)
 	var cg string
-	for line := range strings.SplitSeq(out.Output, "\n") {
+	for line := range strings.SplitSeq(string(cgText), "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
 			cg = p
 		}

@@ -42,6 +42,9 @@ type Registry struct {
 	// cgroups is where shell.run commands get their cgroups; nil: they run
 	// as tracked sessions (see contain.go).
 	cgroups *cgroupTree
+	// confine starts shell.run commands confined; nil only in tests that
+	// measure or compare with the unconfined path.
+	confine *shellConfinement
 
 	mu      sync.Mutex
 	closed  bool
@@ -57,6 +60,14 @@ type Options struct {
 	// WorkspaceRoot is <data dir>/workspaces; absolute; created on first
 	// use.
 	WorkspaceRoot string
+	// Trampoline is the executable shell.run commands start through,
+	// confined (internal/confine): its main must call confine.Main first.
+	// Default: the running binary.
+	Trampoline string
+	// RequireConfinement makes shell.run refuse to run where the kernel
+	// offers no Landlock ([confinement] required), instead of running
+	// commands with no_new_privs and no capabilities only.
+	RequireConfinement bool
 }
 
 // NewRegistry builds the registry from the [tools."NAME"] configuration.
@@ -85,6 +96,10 @@ func New(o Options) (*Registry, error) {
 	}
 	if r.cgroups != nil {
 		r.cgroups.sweepStale()
+	}
+	var err error
+	if r.confine, err = newShellConfinement(o.Trampoline, o.RequireConfinement); err != nil {
+		return nil, err
 	}
 	for _, b := range builtins() {
 		r.tools[b.spec.Name] = b

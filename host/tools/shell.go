@@ -76,9 +76,18 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	}
 	defer pr.Close()
 
-	cmd := exec.Command("/bin/sh", "-c", command)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + shellPath, "HOME=" + dir, "LANG=C"}
+	var cmd *exec.Cmd
+	if r.confine != nil {
+		if cmd, err = r.confine.command(dir, command); err != nil {
+			pw.Close()
+			return Result{}, err
+		}
+	} else {
+		cmd = exec.Command("/bin/sh", "-c", command)
+		cmd.Dir = dir
+	}
+	// TMPDIR: a confined command can write nowhere but its workspace.
+	cmd.Env = []string{"PATH=" + shellPath, "HOME=" + dir, "TMPDIR=" + dir, "LANG=C"}
 	// stdin stays nil, which is /dev/null. stdout and stderr share one
 	// pipe, so the output keeps its interleaving. Being an *os.File, it is
 	// handed to the child as is: Wait returns when the shell exits, not

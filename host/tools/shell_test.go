@@ -202,7 +202,7 @@ func TestShellRunEnvironment(t *testing.T) {
 	if strings.Contains(out.Output, canary) || strings.Contains(out.Output, "TASKHOST_TOOLS_TEST_CANARY") {
 		t.Fatalf("the host's environment leaked:\n%s", out.Output)
 	}
-	for _, want := range []string{"PATH=" + shellPath + "\n", "HOME=" + ws + "\n", "LANG=C\n", "cwd=" + real + "\n"} {
+	for _, want := range []string{"PATH=" + shellPath + "\n", "HOME=" + ws + "\n", "TMPDIR=" + ws + "\n", "LANG=C\n", "cwd=" + real + "\n"} {
 		if !strings.Contains(out.Output, want) {
 			t.Errorf("output lacks %q:\n%s", want, out.Output)
 		}
@@ -210,7 +210,7 @@ func TestShellRunEnvironment(t *testing.T) {
 	for line := range strings.SplitSeq(strings.TrimSpace(out.Output), "\n") {
 		name, _, _ := strings.Cut(line, "=")
 		switch name {
-		case "PATH", "HOME", "LANG", "PWD", "cwd", "SHLVL", "OLDPWD":
+		case "PATH", "HOME", "TMPDIR", "LANG", "PWD", "cwd", "SHLVL", "OLDPWD":
 		default:
 			t.Errorf("unexpected variable %q", line)
 		}

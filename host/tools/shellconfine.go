@@ -1,0 +1,108 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/taskhost/taskhost/internal/confine"
+)
+
+// shellReadOnly are the system paths a confined command may read and
+// execute: the programs and their libraries, the few files of /etc a shell
+// and its tools look up, and the harmless devices. Nothing else is
+// reachable: not the data dir (store, key, other workspaces), not /proc
+// (another process's environ or memory), not /tmp, not /home. Paths this
+// system lacks are left out.
+var shellReadOnly = []string{
+	"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32",
+	"/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
+	"/etc/alternatives",
+	"/dev/urandom", "/dev/random", "/dev/zero",
+}
+
+// shellConfinement is how shell.run commands are confined.
+type shellConfinement struct {
+	trampoline string // an executable whose main calls confine.Main first
+	required   bool   // no Landlock: refuse to run commands
+	support    confine.Support
+	readOnly   []string // shellReadOnly as present here
+}
+
+// ErrUnconfined: confinement is required ([confinement] required = true)
+// and this kernel cannot confine a command; shell.run refuses to run.
+var ErrUnconfined = errors.New("tools: shell.run: confinement is required but the kernel offers no Landlock")
+
+func newShellConfinement(trampoline string, required bool) (*shellConfinement, error) {
+	if trampoline == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("tools: shell.run trampoline: %w", err)
+		}
+		trampoline = exe
+	}
+	c := &shellConfinement{trampoline: trampoline, required: required, support: confine.Probe()}
+	for _, p := range shellReadOnly {
+		if _, err := os.Stat(p); err == nil {
+			c.readOnly = append(c.readOnly, p)
+		}
+	}
+	return c, nil
+}
+
+// policy confines a command to its workspace: Landlock read-write there
+// (files only: Landlock gives no execute right where one may write),
+// read-only on the system paths, no_new_privs, no capabilities, no ptrace,
+// and signals and abstract sockets scoped to the command's own processes.
+func (c *shellConfinement) policy(workspace string) confine.Policy {
+	p := confine.Policy{
+		Dir:       workspace,
+		ReadOnly:  c.readOnly,
+		ReadWrite: []string{workspace, "/dev/null"},
+		Landlock:  confine.LandlockBestEffort,
+		Seccomp:   confine.Seccomp{DenyPtrace: true},
+		DropCaps:  true,
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if c.required {
+		p.Landlock = confine.LandlockRequired
+	}
+	return p
+}
+
+// command returns the exec.Cmd of /bin/sh -c command in workspace, started
+// through the trampoline.
+func (c *shellConfinement) command(workspace, command string) (*exec.Cmd, error) {
+	if c.required && c.support.LandlockABI < 1 {
+		return nil, ErrUnconfined
+	}
+	cmd, err := confine.Command(c.trampoline, c.policy(workspace), nil, "/bin/sh", "-c", command)
+	if errors.Is(err, confine.ErrLandlockUnavailable) {
+		return nil, ErrUnconfined
+	}
+	if err != nil {
+		return nil, fmt.Errorf("confine /bin/sh: %w", err)
+	}
+	return cmd, nil
+}
+
+// Confinement says how shell.run commands run here, e.g. "landlock abi 7,
+// no_new_privs, no capabilities, seccomp; cgroup" or "none (no Landlock);
+// session". The host logs it at start, at WARN when there is no Landlock.
+func (r *Registry) Confinement() string {
+	s := "unconfined"
+	if r.confine != nil {
+		s = r.confine.policy("/").Summary(r.confine.support)
+		if r.confine.required && r.confine.support.LandlockABI < 1 {
+			s += ", required: shell.run refuses to run"
+		}
+	}
+	return s + "; " + r.Containment()
+}
+
+// Landlocked reports whether shell.run commands run under Landlock here.
+func (r *Registry) Landlocked() bool {
+	return r.confine != nil && r.confine.support.LandlockABI >= 1
+}
