@@ -83,21 +83,25 @@ func (st *stepState) tool(ctx context.Context, f *inFrame, seq int) (any, error)
 	return map[string]any{"result": result, "is_error": resp.IsError}, nil
 }
 
-// spirit admits a sub-run against the task's depth budget. The depth a
-// sub-run claims must be deeper than the host-reported depth of the call
-// it recurses from; the budget's limit is the host's (StepRequest.Limits).
+// spirit admits a sub-run at the depth the host gave the model call it
+// starts from, plus one (1 when it starts outside any model call): the
+// host's call tokens decide, as for model calls, never a depth the worker
+// names. The worker's claim must be that depth: a sub-run started inside
+// a sub-run without a model call of its own in between would otherwise
+// claim a deeper level on the same token and nest without bound. The
+// budget's limit is the host's (StepRequest.Limits).
 func (st *stepState) spirit(ctx context.Context, f *inFrame) (any, error) {
-	depth, parent := *f.Depth, *f.Parent
-	floor := 1
+	claimed, parent := *f.Depth, *f.Parent
+	depth := 1
 	if parent != "" {
 		d, ok := st.tokenDepth[parent]
 		if !ok {
 			return nil, fmt.Errorf("%w: sub-run from an unknown call", sdk.ErrInvalidArgument)
 		}
-		floor = d + 1
+		depth = d + 1
 	}
-	if depth < floor {
-		return nil, fmt.Errorf("%w: a sub-run at depth %d below its parent's %d", sdk.ErrInvalidArgument, depth, floor-1)
+	if claimed != depth {
+		return nil, fmt.Errorf("%w: a sub-run from this call runs at depth %d, not %d: start it from a model call of its own run", sdk.ErrInvalidArgument, depth, claimed)
 	}
 	if limit := st.req.Limits.Depth; int64(depth) > limit {
 		return nil, &sdk.HostError{Kind: sdk.ErrBudgetExhausted, Message: fmt.Sprintf("sub-run of %s at depth %d exceeds max_depth %d", truncate(f.Graph, 64), depth, limit)}

@@ -54,7 +54,7 @@ func TestApprovalEffect(t *testing.T) {
 // TestSubRunDepth: a sub-run (spirit/3) runs a registered graph inside the
 // node, one level deeper; it is refused when that would exceed max_depth.
 func TestSubRunDepth(t *testing.T) {
-	src := g("parent", `state([field(answer, string, "", replace)])`, `nodes([node(a, sub(plan_act_review))])`, okEdges)
+	src := g("parent", `state([field(answer, string, "", replace)])`, `nodes([node(a, sub(plan_act_review))])`, okEdges, `subgraphs([plan_act_review])`)
 	e := newExecutor(t, testConfig(t, map[string]string{"parent": src}))
 	sp := spec("parent", map[string]any{"tasks": []string{"nested"}}, "")
 

@@ -10,6 +10,7 @@
                     limits([max_node_executions(N), max_visits(N),
                             node_seconds(S), node_inferences(I)]),   % optional
                     output([Field, ...])                  % optional: result fields
+                    subgraphs([GraphId, ...])             % optional: what spirit/3 may start
                   ])
 
     `start` and `end` are reserved node names. Handlers and routers are
@@ -138,10 +139,22 @@ compile_graph(Spec, G) :-
     findall(F, member(field(F,_,_,_), Fields), FieldNames),
     option_value(output, Options, FieldNames, Output),
     compile_output(Output, FieldNames),
+    option_value(subgraphs, Options, [], Subgraphs),
+    compile_subgraphs(Subgraphs),
     graph_hash(Spec, Hash),
     G = graph{id: Id, hash: Hash, description: Description, fields: Fields,
               nodes: Nodes, first: First, out: Out, limits: Limits,
-              output: Output}.
+              output: Output, subgraphs: Subgraphs}.
+
+%   subgraphs([Id, ...]): the graphs a node of this graph may start as a
+%   sub-run (spirit/3); none unless listed. Ids are checked when the
+%   sub-run starts, so a graph may name one registered later (or itself).
+compile_subgraphs(Ids) :-
+    (   is_list(Ids), length(Ids, N), N =< 16,
+        forall(member(Id, Ids), identifier(Id))
+    ->  true
+    ;   fail_rule(syntax, "subgraphs(...) takes a list of at most 16 graph ids, not ~q", [Ids])
+    ).
 
 identifier(Id) :-
     atom(Id),
@@ -156,11 +169,11 @@ ident_code(0'_).
 check_options(Options) :-
     forall(member(O, Options),
            (   compound(O), compound_name_arity(O, N, 1),
-               memberchk(N, [description, state, nodes, edges, limits, output])
+               memberchk(N, [description, state, nodes, edges, limits, output, subgraphs])
            ->  true
            ;   fail_rule(syntax, "unknown graph option ~q", [O])
            )),
-    forall(member(N, [description, state, nodes, edges, limits, output]),
+    forall(member(N, [description, state, nodes, edges, limits, output, subgraphs]),
            (   findall(x, (member(O, Options), compound_name_arity(O, N, 1)), Xs),
                length(Xs, C), C > 1
            ->  fail_rule(syntax, "graph option ~w given ~d times", [N, C])

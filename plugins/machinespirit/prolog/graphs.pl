@@ -35,7 +35,9 @@ ms_registry:graph_spec(
                      node_seconds(300),
                      node_inferences(200_000_000)
                    ]),
-            output([answer])
+            output([answer]),
+            % The root model may recurse into the RLM itself, nothing else.
+            subgraphs([rlm])
           ])).
 
 ms_registry:graph_spec(

@@ -365,8 +365,10 @@ failure(E, handler_error, Msg) :-
 %!  spirit(+GraphId, +Input, -Answer) is det.
 %
 %   Runs graph GraphId to its end inside the current node, one level
-%   deeper than the current call context: the plugin admits the sub-run
-%   against the task's depth budget first, and every model call of the
+%   deeper than the current call context. Only a graph the calling graph
+%   lists in subgraphs([...]) may be started. The plugin admits the
+%   sub-run at the depth the host gave the model call it starts from
+%   (plus one), never at a depth the worker names, and every model call of the
 %   sub-run names the current context's call as its parent, so the host
 %   counts its depth. The sub-run is not checkpointed: it is part of the
 %   node that started it. Answer is the value of the sub-graph's output
@@ -380,11 +382,18 @@ spirit(GraphId, Input, Answer) :-
     (   is_dict(Input), json_value(Input) -> true
     ;   throw(effect_error(spirit, invalid_argument, "the input of a sub-run is a JSON object (a dict)"))
     ),
+    current_env(Parent),
+    get_dict(graph, Parent, Caller),
+    graph(Caller, CG),
+    get_dict(subgraphs, CG, Allowed),
+    (   memberchk(GraphId, Allowed) -> true
+    ;   format(string(M), "graph ~w may not start graph ~w (its subgraphs: ~q)", [Caller, GraphId, Allowed]),
+        throw(effect_error(spirit, permission_denied, M))
+    ),
     current_call_context(ctx(Token, Depth)),
     Depth1 is Depth + 1,
     atom_string(GraphId, GS),
     effect(spirit, _{graph: GS, parent: Token, depth: Depth1}, _),
-    current_env(Parent),
     sub_env(Parent, GraphId, Input, Env),
     initial_snapshot(G, Snap0),
     catch(with_call_context(ctx(Token, Depth1), sub_run(G, Env, Snap0, State)),
