@@ -99,4 +99,3 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 		})
 	}
 }
-
