@@ -18,7 +18,8 @@ func TestHostKilledMidStep(t *testing.T) {
 	specFile := writeSpec(t, work, map[string]any{"goal": "survive a host crash", "testexec": map[string]any{
 		"steps": 2, "pid_file": pidFile, "sleep_at_attempt": 2, "long_sleep_ms": 60000,
 	}})
-	h := startTaskhost(t, "run", "--data-dir", data, "--executor", "testexec", "--spec-file", specFile, "--max-steps", "5", "--json")
+	cfg := testexecConfig(t, work)
+	h := startTaskhost(t, "run", "--data-dir", data, "--config", cfg, "--executor", "testexec", "--spec-file", specFile, "--max-steps", "5", "--json")
 	var first struct {
 		Task struct{ ID string } `json:"task"`
 	}
@@ -42,7 +43,7 @@ func TestHostKilledMidStep(t *testing.T) {
 		t.Fatalf("after the host's SIGKILL the store says %s, want running (no host has recovered it yet)", before.Task.Status)
 	}
 	// A restarted host recovers it as interrupted; resume completes it.
-	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--resume", id)
+	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--config", cfg, "--resume", id)
 	if code != 0 {
 		t.Fatalf("resume exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -74,7 +75,8 @@ func TestRunShowsPluginKillThenResume(t *testing.T) {
 	specFile := writeSpec(t, work, map[string]any{"goal": "demo", "testexec": map[string]any{
 		"steps": 3, "pid_file": pidFile, "sleep_at_attempt": 2, "long_sleep_ms": 60000,
 	}})
-	h := startTaskhost(t, "run", "--data-dir", data, "--executor", "testexec", "--spec-file", specFile)
+	cfg := testexecConfig(t, work)
+	h := startTaskhost(t, "run", "--data-dir", data, "--config", cfg, "--executor", "testexec", "--spec-file", specFile)
 	first := h.line(t, func(l string) bool { return strings.HasPrefix(l, "task ") })
 	id := strings.Fields(first)[1]
 	h.line(t, func(l string) bool { return strings.Contains(l, "step.started") && strings.Contains(l, "attempt=2") })
@@ -90,7 +92,7 @@ func TestRunShowsPluginKillThenResume(t *testing.T) {
 	if code := h.cmd.ProcessState.ExitCode(); code != 6 {
 		t.Fatalf("run exit code %d, want 6 (interrupted)", code)
 	}
-	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--resume", id)
+	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--config", cfg, "--resume", id)
 	if code != 0 || !strings.Contains(out, "task "+id+" completed") {
 		t.Fatalf("resume exit %d\n%s\n%s", code, out, errOut)
 	}

@@ -64,7 +64,7 @@ func TestDaemonCreateWatchComplete(t *testing.T) {
 // cancel (exit 1), cancelling again is a no-op, and resuming is a conflict.
 func TestDaemonCancel(t *testing.T) {
 	data, work := shortTempDir(t), shortTempDir(t)
-	d := startDaemon(t, data, "")
+	d := startDaemon(t, data, testexecConfig(t, work))
 	marker := filepath.Join(work, "cancelled")
 	id := createTask(t, d, work, map[string]any{"goal": "sleep", "testexec": map[string]any{"sleep_ms": 60000, "cancel_marker": marker}})
 	w := startWatch(t, d, id)
@@ -97,7 +97,7 @@ func TestDaemonCancel(t *testing.T) {
 func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
 	data, work := shortTempDir(t), shortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
-	d := startDaemon(t, data, "")
+	d := startDaemon(t, data, testexecConfig(t, work))
 	id := createTask(t, d, work, map[string]any{"goal": "survive", "testexec": map[string]any{
 		"steps": 2, "pid_file": pidFile, "sleep_at_attempt": 2, "long_sleep_ms": 60000,
 	}}, "--max-steps", "6")
@@ -111,7 +111,7 @@ func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
 	if !alive(w.cmd.Process.Pid) {
 		t.Fatal("task watch exited when the daemon died")
 	}
-	d2 := startDaemon(t, data, "")
+	d2 := startDaemon(t, data, testexecConfig(t, work))
 	l := w.until(t, func(l watchLine) bool { return l.Kind == "event" && l.Type == "task.interrupted" })
 	if !strings.Contains(string(l.Payload), "host_restart") {
 		t.Fatalf("interrupted event: %s", l.Payload)
@@ -145,7 +145,7 @@ func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
 func TestDaemonGracefulStop(t *testing.T) {
 	data, work := shortTempDir(t), shortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
-	d := startDaemon(t, data, "")
+	d := startDaemon(t, data, testexecConfig(t, work))
 	id := createTask(t, d, work, map[string]any{"goal": "sleep", "testexec": map[string]any{"sleep_ms": 60000, "pid_file": pidFile}})
 	w := startWatch(t, d, id)
 	w.until(t, event("step.started", 1))
