@@ -10,8 +10,9 @@ import (
 // confined (docs/security.md). The rlimits are the defaults of plugins
 // whose [executors.NAME] sets none, and the limits of the built-in ones.
 type Confinement struct {
-	// Required makes every plugin executor unavailable on a kernel without
-	// Landlock (fail closed) instead of running it less confined.
+	// Required makes every plugin executor unavailable, and shell.run
+	// refuse to run, on a kernel without Landlock (fail closed) instead of
+	// running them less confined.
 	Required          bool `toml:"required"`             // default false
 	MaxAddressSpaceMB int  `toml:"max_address_space_mb"` // 64..1048576, default 4096 (RLIMIT_AS)
 	MaxOpenFiles      int  `toml:"max_open_files"`       // 64..65536, default 1024 (RLIMIT_NOFILE)
