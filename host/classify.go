@@ -40,6 +40,7 @@ var executorReasons = map[string]store.Reason{
 	string(store.ReasonApprovalRejected):       store.ReasonApprovalRejected,
 	string(store.ReasonCheckpointTooLarge):     store.ReasonCheckpointTooLarge,
 	string(store.ReasonResultTooLarge):         store.ReasonResultTooLarge,
+	string(store.ReasonModelUnavailable):       store.ReasonModelUnavailable,
 }
 
 // crashWait bounds how long to wait for the wait status of a plugin whose
@@ -60,6 +61,9 @@ func (ru *run) classify(res StepResult, err error, cause error) verdict {
 		if !ok {
 			reason = store.ReasonExecutorFailed
 			msg = fmt.Sprintf("executor reason %q: %s", truncate(res.Reason, 64), msg)
+		}
+		if reason == store.ReasonModelUnavailable {
+			return modelVerdict(msg)
 		}
 		return verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: reason, message: truncate(msg, 2000)}
 	case OutcomeContinue, OutcomeComplete:
@@ -88,6 +92,15 @@ func (ru *run) classify(res StepResult, err error, cause error) verdict {
 		}
 	}
 	return v
+}
+
+// modelVerdict is the verdict on a step that gave up on the model provider:
+// an outage is nobody's decision, so the task is interrupted, resumable once
+// the provider is back, and the attempt keeps its observed effects for the
+// re-run to replay.
+func modelVerdict(msg string) verdict {
+	return verdict{attempt: store.AttemptInterrupted, outcome: OutcomeFail, taskTo: store.StatusInterrupted,
+		reason: store.ReasonModelUnavailable, message: truncate(msg, 2000)}
 }
 
 func (ru *run) classifyError(err, cause error) verdict {

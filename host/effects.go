@@ -67,6 +67,8 @@ type turnState struct {
 	// granted in this step, which re-admits them.
 	unsettledTools int
 	retryApproved  bool
+	// outage is the last model outage a call of this step met ("" none).
+	outage string
 	// charged is the task's budgets after the step's last admitted
 	// effect, so the step's events show what it spent.
 	charged *store.Budgets
@@ -144,10 +146,58 @@ func (ts *turnState) unsettled() (tools int, approved bool) {
 	return ts.unsettledTools, ts.retryApproved
 }
 
+func (ts *turnState) noteOutage(msg string) {
+	ts.mu.Lock()
+	ts.outage = msg
+	ts.mu.Unlock()
+}
+
+func (ts *turnState) modelOutage() string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.outage
+}
+
+// modelError is the status a failed model call reaches the executor with:
+// an outage is Unavailable with ErrorInfo MODEL_UNAVAILABLE
+// (sdk.ErrModelUnavailable), which an executor may retry, distinct from a
+// host that is gone; anything else is Aborted.
+func (s *services) modelError(ts *turnState, err error) error {
+	if !model.Unavailable(err) {
+		return status.Error(codes.Aborted, err.Error())
+	}
+	kind := model.KindOf(err).String()
+	ts.noteOutage(kind)
+	s.r.log.Warn("model unavailable", "task", ts.taskID, "attempt", ts.attempt, "kind", kind, "error", err)
+	st := status.New(codes.Unavailable, "model unavailable: "+err.Error())
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: sdkReasonModelUnavailable, Domain: errorDomain,
+		Metadata: map[string]string{"kind": kind}}); derr == nil {
+		st = d
+	}
+	return st.Err()
+}
+
 func (ts *turnState) approveRetry() {
 	ts.mu.Lock()
 	ts.retryApproved = true
 	ts.mu.Unlock()
+}
+
+// rerunSafe reports whether running tool call (name, args) twice is the same
+// as running it once, so that its retry needs no approval: reading, waiting,
+// and writing a whole file with the same content. Anything else — shell.run,
+// an append, a tool the host does not know — is not.
+func rerunSafe(name string, args []byte) bool {
+	switch name {
+	case tools.ToolWorkspaceRead, tools.ToolTimeSleep:
+		return true
+	case tools.ToolWorkspaceWrite:
+		var a struct {
+			Append *bool `json:"append"`
+		}
+		return json.Unmarshal(args, &a) == nil && (a.Append == nil || !*a.Append)
+	}
+	return false
 }
 
 // unsettledError refuses to run e again: the executor re-issued an effect an
@@ -256,7 +306,7 @@ func fingerprint(parts ...[]byte) string {
 // attempt of the same step if (seq, fingerprint) was observed there, else
 // admit (charging its budget), wait for an approval when gate says so, mark
 // dispatching, run, and record observed or failed with the bounded result.
-func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
 	ts.inflight.Add(1)
 	defer ts.inflight.Done()
 	ctx, cancel := context.WithCancel(ctx)
@@ -277,8 +327,9 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 	}
 	// A tool effect an earlier attempt left unsettled runs again only
 	// with an approval: this step's own (gate), or one granted in this
-	// step for the retry. The host checks it, whatever the executor does.
-	if _, approved := ts.unsettled(); e.Kind == store.EffectTool && gate == nil && !approved {
+	// step for the retry — unless running it twice is the same as once.
+	// The host checks it, whatever the executor does.
+	if _, approved := ts.unsettled(); e.Kind == store.EffectTool && gate == nil && !approved && !rerunSafe {
 		prev, ok, err := st.UnsettledEffect(ctx, ts.principal, ts.taskID, ts.attempt, e.Kind, e.Fingerprint)
 		if err != nil {
 			return nil, false, effectError(ts, err)
@@ -366,13 +417,13 @@ func (s *services) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb
 	e := store.NewEffect{Kind: store.EffectModel, Depth: depth,
 		Fingerprint: fingerprint([]byte("model"), canon, toolsJSON),
 		Summary:     fmt.Sprintf("model{messages:%d,tools:%d,depth:%d}", len(mreq.Messages), len(mreq.Tools), depth)}
-	out, replayed, err := s.ledgered(ctx, ts, e, nil, func(ctx context.Context) ([]byte, error) {
+	out, replayed, err := s.ledgered(ctx, ts, e, nil, true, func(ctx context.Context) ([]byte, error) {
 		resp, err := s.r.svc.Model.Complete(ctx, mreq)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
-			return nil, status.Error(codes.Aborted, "model: "+err.Error())
+			return nil, s.modelError(ts, err)
 		}
 		return json.Marshal(resp.Message)
 	})
@@ -423,7 +474,7 @@ func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.C
 			return s.r.awaitApproval(ctx, ts, seq, name, tools.Describe(name, args))
 		}
 	}
-	out, replayed, err := s.ledgered(ctx, ts, e, gate, func(ctx context.Context) ([]byte, error) {
+	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, error) {
 		res, err := reg.Call(ctx, tools.Env{TaskID: ts.taskID, Workspace: s.r.workspace(ts.taskID)}, name, args)
 		if err != nil {
 			var ae *tools.ArgError
@@ -465,7 +516,7 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 	}
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
 	gate := func(seq int64) error { return s.r.awaitApproval(ctx, ts, seq, "", prompt) }
-	if _, _, err := s.ledgered(ctx, ts, e, gate, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {
+	if _, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {
 		return nil, err
 	}
 	// Granted now or replayed from an earlier attempt of this step: either

@@ -43,9 +43,10 @@ func legacyTask(t *testing.T, h *Host, goal string) store.Task {
 }
 
 // A step that fails fails its task (executor_failed); the next task runs.
+// (A model outage, 5xx, interrupts instead: TestModelOutageIsTypedAndInterrupts.)
 func TestLegacyFailingStepThenNextTaskRuns(t *testing.T) {
 	script := writeScript(t,
-		map[string]any{"when": map[string]any{"system_contains": "break me"}, "reply": map[string]any{"error": map[string]any{"kind": "server", "status": 500, "message": "scripted outage"}}},
+		map[string]any{"when": map[string]any{"system_contains": "break me"}, "reply": map[string]any{"error": map[string]any{"kind": "request", "status": 400, "message": "scripted refusal"}}},
 		map[string]any{"when": map[string]any{}, "reply": map[string]any{"content": "TASK_COMPLETE: fine"}},
 	)
 	h := openHost(t, "", func(c *config.Config) { c.Model.Script = script })

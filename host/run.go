@@ -242,6 +242,12 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		v = verdict{attempt: store.AttemptFailed, outcome: v.outcome, taskTo: store.StatusFailed, reason: reason,
 			message: "an effect was refused: " + string(reason)}
 	}
+	if msg := ts.modelOutage(); msg != "" && v.outcome == OutcomeFail && v.reason == store.ReasonExecutorFailed {
+		// The executor gave up after the model provider failed it: the
+		// outage, not the executor, ended the step.
+		v = modelVerdict("the model provider is unavailable (" + msg + "); the executor gave up: " + v.message)
+		r.log.Warn("step ended on a model outage: the task is interrupted (model_unavailable)", "task", ru.id, "attempt", att.Number, "cause", msg)
+	}
 	if err := ts.storeError(); err != nil && !v.abandoned && v.attempt != store.AttemptCancelled {
 		// An effect's write failed: whatever the executor made of the
 		// error it got, the ledger of this attempt is incomplete, so the

@@ -99,3 +99,25 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 		})
 	}
 }
+
+// Only a tool call that does the same when run twice skips the approval.
+func TestRerunSafe(t *testing.T) {
+	cases := []struct {
+		name, args string
+		want       bool
+	}{
+		{"workspace.read", `{"path":"a"}`, true},
+		{"time.sleep", `{"seconds":0}`, true},
+		{"workspace.write", `{"path":"a","content":"x"}`, true},
+		{"workspace.write", `{"path":"a","content":"x","append":false}`, true},
+		{"workspace.write", `{"path":"a","content":"x","append":true}`, false},
+		{"workspace.write", `{"path":"a","content":"x","append":"yes"}`, false},
+		{"shell.run", `{"command":"true"}`, false},
+		{"no.such.tool", `{}`, false},
+	}
+	for _, tc := range cases {
+		if got := rerunSafe(tc.name, []byte(tc.args)); got != tc.want {
+			t.Errorf("rerunSafe(%s, %s) = %v, want %v", tc.name, tc.args, got, tc.want)
+		}
+	}
+}

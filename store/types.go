@@ -70,6 +70,10 @@ const (
 	ReasonUserCancelled          Reason = "user_cancelled"
 	ReasonNoProgress             Reason = "no_progress"
 	ReasonStoreError             Reason = "store_error"
+	// ReasonModelUnavailable: a step gave up on the model provider (no
+	// answer, or 429/5xx after retries); the task is interrupted and may
+	// be resumed once the provider is back.
+	ReasonModelUnavailable Reason = "model_unavailable"
 )
 
 var reasons = map[Reason]bool{
@@ -79,7 +83,7 @@ var reasons = map[Reason]bool{
 	ReasonApprovalRejected: true, ReasonApprovalTimeout: true, ReasonCheckpointIncompatible: true,
 	ReasonCheckpointTooLarge: true, ReasonResultTooLarge: true, ReasonEffectIndeterminate: true,
 	ReasonHostShutdown: true, ReasonHostRestart: true, ReasonUserCancelled: true,
-	ReasonNoProgress: true, ReasonStoreError: true,
+	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.

@@ -109,6 +109,19 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Kind == e.Kind
 }
 
+// Unavailable reports whether err is a model outage rather than a refusal:
+// no answer at all (transport error, timeout) or 429/5xx still after the
+// provider's retries. The same request may succeed later, so the host tells
+// the executor apart from a host that is gone and from a request that will
+// never work (auth, a bad request or reply).
+func Unavailable(err error) bool {
+	switch KindOf(err) {
+	case KindRateLimited, KindServer, KindTimeout, KindTransport:
+		return true
+	}
+	return false
+}
+
 // KindOf returns the kind of the *Error in err's chain, or 0 when there is
 // none.
 func KindOf(err error) ErrorKind {

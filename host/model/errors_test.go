@@ -48,3 +48,17 @@ func TestErrorMatching(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
+
+// Only an outage — no answer, or 429/5xx after the retries — is
+// Unavailable; a refusal that will fail the same way again is not.
+func TestUnavailableKinds(t *testing.T) {
+	for k := KindAuth; k <= lastKind; k++ {
+		want := k == KindRateLimited || k == KindServer || k == KindTimeout || k == KindTransport
+		if got := Unavailable(&Error{Kind: k}); got != want {
+			t.Errorf("Unavailable(%s) = %v, want %v", k, got, want)
+		}
+	}
+	if Unavailable(errors.New("not a model error")) || Unavailable(nil) {
+		t.Error("an error that is not a *model.Error is not an outage")
+	}
+}
