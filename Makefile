@@ -81,6 +81,7 @@ FUZZ_TARGETS := \
 	./host/model:FuzzScript \
 	./host/tools:FuzzWorkspacePath \
 	./plugins/machinespirit:FuzzDecodeFrame \
+	./plugins/machinespirit:FuzzGoalChecker \
 	./host/api:FuzzRequestValidation
 .PHONY: fuzz
 fuzz:

@@ -103,7 +103,15 @@ type Options struct {
 	MaxRunningPerPrincipal int
 	// Listener bounds the TCP token listener (zero fields: defaults).
 	Listener ListenerLimits
-	Logger   hclog.Logger
+	// WorkspaceRoot holds the task workspaces ListTaskFiles and
+	// ReadTaskFile read; "" disables both (Unimplemented).
+	WorkspaceRoot string
+	// MaxExportFileBytes bounds a file ReadTaskFile sends (default
+	// DefaultMaxExportFileBytes).
+	MaxExportFileBytes int64
+	// Deleter deletes tasks for DeleteTask; nil disables it.
+	Deleter Deleter
+	Logger  hclog.Logger
 }
 
 // Server serves the API. Create it with New, start it with Serve, stop it
@@ -116,6 +124,7 @@ type Server struct {
 	watchers chan struct{} // a slot per running watch stream
 	quotas   *quotas
 	pages    *pageCipher
+	exports  chan struct{} // a slot per running ReadTaskFile stream
 
 	closing   chan struct{} // closed when Stop begins
 	closeOnce sync.Once
@@ -140,6 +149,9 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("api: MaxRunningPerPrincipal is %d: want 0 (no bound) or more", opts.MaxRunningPerPrincipal)
 	}
 	opts.Listener = opts.Listener.withDefaults()
+	if opts.MaxExportFileBytes <= 0 {
+		opts.MaxExportFileBytes = DefaultMaxExportFileBytes
+	}
 	auth, err := newAuthenticator(opts.Principals, opts.Tokens, newPeerTable(opts.Listener, opts.Logger))
 	if err != nil {
 		return nil, err
@@ -153,6 +165,7 @@ func New(opts Options) (*Server, error) {
 		watchers: make(chan struct{}, opts.MaxWatchers),
 		quotas:   newQuotas(),
 		pages:    pages,
+		exports:  make(chan struct{}, maxExports),
 		closing:  make(chan struct{}),
 	}
 	s.grpc = grpc.NewServer(
