@@ -75,7 +75,9 @@ func builtins() []builtin {
 				Name: ToolShellRun,
 				Description: "Run a command with /bin/sh -c in the task's workspace directory, with a minimal environment and no input. " +
 					"Returns {\"exit_code\", \"output\", \"truncated\", \"output_bytes\"}: output is stdout and stderr combined, " +
-					"at most " + strconv.Itoa(MaxShellOutputBytes) + " bytes (the end is kept). Processes the command leaves behind are killed when it exits.",
+					"at most " + strconv.Itoa(MaxShellOutputBytes) + " bytes (the end is kept). Processes the command leaves behind are killed when it exits. " +
+					"It is confined to the workspace: it can read and write files there (not execute them: use sh script.sh) and read the system's programs, " +
+					"nothing else (no /tmp: TMPDIR is the workspace; no /proc, so no /dev/stderr: use >&2).",
 				Parameters: `{"type":"object","properties":{` +
 					`"command":{"type":"string","maxLength":` + strconv.Itoa(MaxCommandBytes) + `,"description":"shell command"},` +
 					`"timeout_seconds":{"type":"integer","minimum":1,"description":"stop the command after this many seconds (at most the tool's timeout)"}` +

@@ -122,8 +122,9 @@ func TestConfinedShellRunKeepsItsWorkspace(t *testing.T) {
 	mustCall(t, s.r, ToolWorkspaceWrite, map[string]any{"path": "in/model.txt", "content": "from the model\n"}, nil)
 	out, _ := runShellTool(t, s.r, `cat in/model.txt && echo made > out.txt && mkdir -p d/e && echo deep > d/e/f &&
 cat d/e/f && mv d/e/f d/g && rm -r d && printf '%s\n' "$(wc -l < out.txt)" && tmp=$(mktemp) && echo t > "$tmp" && rm "$tmp" &&
-ls | sort | tr '\n' ' ' && echo && awk 'BEGIN{print "awk ok"}' && head -c 4 /dev/urandom | wc -c && echo done`)
-	want := "from the model\ndeep\n1\nin out.txt \nawk ok\n4\ndone\n"
+ls | sort | tr '\n' ' ' && echo && awk 'BEGIN{print "awk ok"}' && head -c 4 /dev/urandom | wc -c &&
+printf 'echo script ok\n' > s.sh && sh s.sh && rm s.sh && echo done`)
+	want := "from the model\ndeep\n1\nin out.txt \nawk ok\n4\nscript ok\ndone\n"
 	if out.ExitCode != 0 || out.Output != want {
 		t.Fatalf("exit %d, output %q, want %q", out.ExitCode, out.Output, want)
 	}

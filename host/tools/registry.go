@@ -246,7 +246,7 @@ func validTaskID(id string) bool {
 // Call runs a tool for a task. The caller has already obtained any approval
 // the tool's policy requires. Arguments are validated before anything runs;
 // the tool then runs under its policy timeout, and under ctx: when ctx ends,
-// the tool is stopped (a shell's whole process group is killed) and Call
+// the tool is stopped (every process of a shell command is killed) and Call
 // returns ctx's error promptly. A tool is never started once ctx has ended.
 func (r *Registry) Call(ctx context.Context, env Env, name string, args json.RawMessage) (Result, error) {
 	if r.isClosed() {

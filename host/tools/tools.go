@@ -29,8 +29,15 @@
 //     error when the caller's context ends, or an unexpected system error.
 //
 // [Fingerprint] and [Summarize] serve the effect ledger (DESIGN.md §6): the
-// fingerprint identifies a call for replay, the summary is the only trace of
-// the arguments the host keeps, so it never contains argument values.
+// fingerprint identifies a call for replay, the summary is the ledger's only
+// trace of the arguments, so it never contains argument values. [Describe]
+// is what an approver reads — the arguments themselves, bounded and escaped —
+// and goes only into the approval record of the task's owner.
+//
+// shell.run commands run confined (Landlock to their workspace, no
+// capabilities; see shellconfine.go) and contained (a cgroup of their own,
+// or a tracked session; see contain.go). [Registry.Close] kills what is
+// still running when the host stops.
 package tools
 
 import (
