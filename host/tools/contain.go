@@ -55,6 +55,12 @@ type cgroupTree struct {
 // cgroup2 is mounted or its own cgroup there is not writable. It creates
 // nothing; the parent directory is made on first use.
 func findCgroupTree() *cgroupTree {
+	// Starting a child inside a cgroup (clone3 with CLONE_INTO_CGROUP) came
+	// with Linux 5.7; before it a child would have to move itself, after
+	// its first instructions.
+	if !kernelAtLeast(5, 7) {
+		return nil
+	}
 	mount := cgroup2Mount()
 	if mount == "" {
 		return nil
@@ -71,6 +77,41 @@ func findCgroupTree() *cgroupTree {
 	// not hold processes; the daemon lives there, so it must stay a leaf
 	// for them. Creating children without controllers is always allowed.
 	return &cgroupTree{parent: filepath.Join(base, "taskhost-"+strconv.Itoa(os.Getpid()))}
+}
+
+// kernelAtLeast reports whether the running kernel's release is at least
+// major.minor.
+func kernelAtLeast(major, minor int) bool {
+	var u syscall.Utsname
+	if syscall.Uname(&u) != nil {
+		return false
+	}
+	var b strings.Builder
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	return releaseAtLeast(b.String(), major, minor)
+}
+
+// releaseAtLeast compares a release string such as "6.18.44-fc-v1045".
+func releaseAtLeast(release string, major, minor int) bool {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	maj, err1 := strconv.Atoi(parts[0])
+	minText := parts[1]
+	if i := strings.IndexFunc(minText, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		minText = minText[:i]
+	}
+	mnr, err2 := strconv.Atoi(minText)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return maj > major || maj == major && mnr >= minor
 }
 
 // cgroup2Mount returns the first writable cgroup2 mount point.

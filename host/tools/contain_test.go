@@ -277,3 +277,38 @@ func sessionOf(pid int) int {
 	sid, _ := strconv.Atoi(f[3])
 	return sid
 }
+
+func TestReleaseAtLeast(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		release string
+		want    bool
+	}{
+		{"6.18.44-fc-v1045", true},
+		{"5.7.0", true},
+		{"5.6.19-generic", false},
+		{"5.10", true},
+		{"4.19.0", false},
+		{"5.7-rc1", true},
+		{"", false},
+		{"six.one", false},
+	} {
+		if got := releaseAtLeast(tt.release, 5, 7); got != tt.want {
+			t.Errorf("releaseAtLeast(%q, 5, 7) = %v, want %v", tt.release, got, tt.want)
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"/sys/fs/cgroup":       "/sys/fs/cgroup",
+		`/mnt/with\040space`:   "/mnt/with space",
+		`/trailing\04`:         `/trailing\04`,
+		`/tab\011and\134slash`: "/tab\tand\\slash",
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
