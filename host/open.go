@@ -250,7 +250,9 @@ func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
 			// The pinned runtime travels as flags; the plugin's preflight
 			// checks it and reports the result in Describe.
 			ms.Args = append(ms.Args, "--swipl", cfg.MachineSpirit.SwiplPath, "--swipl-version", cfg.MachineSpirit.SwiplVersion,
-				"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes))
+				"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes),
+				"--worker-memory-mb", strconv.Itoa(cfg.MachineSpirit.WorkerMemoryMB),
+				"--worker-cpu-seconds", strconv.Itoa(cfg.MachineSpirit.WorkerCPUSeconds))
 			// It runs its pinned swipl as a worker process.
 			ms.Confine.Subprocesses = true
 			ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, cfg.MachineSpirit.SwiplPath)

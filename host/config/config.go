@@ -96,6 +96,9 @@ type MachineSpirit struct {
 	Enabled      bool   `toml:"enabled"`       // default false
 	SwiplPath    string `toml:"swipl_path"`    // absolute; default "/usr/bin/swipl"
 	SwiplVersion string `toml:"swipl_version"` // exact pinned version, ^\d+\.\d+\.\d+$; default "9.0.4"
+	// The Prolog worker's limits (one worker per running task).
+	WorkerMemoryMB   int `toml:"worker_memory_mb"`   // RLIMIT_AS, 256..65536, default 1024
+	WorkerCPUSeconds int `toml:"worker_cpu_seconds"` // RLIMIT_CPU, 1..86400, default 3600
 }
 
 // Executor is one [executors.NAME] section: a third-party executor plugin.
@@ -159,6 +162,9 @@ func Default() Config {
 			Enabled:      false,
 			SwiplPath:    "/usr/bin/swipl",
 			SwiplVersion: "9.0.4",
+
+			WorkerMemoryMB:   1024,
+			WorkerCPUSeconds: 3600,
 		},
 		Executors: map[string]Executor{},
 		Limits: Limits{

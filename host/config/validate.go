@@ -83,6 +83,8 @@ func (m MachineSpirit) validate(ps *problems) {
 			"machine_spirit.swipl_version = %s: must be an exact MAJOR.MINOR.PATCH version, e.g. \"9.0.4\" (as printed by swipl --version)",
 			quote(m.SwiplVersion))
 	}
+	ps.intRange("machine_spirit.worker_memory_mb", m.WorkerMemoryMB, 256, 65536)
+	ps.intRange("machine_spirit.worker_cpu_seconds", m.WorkerCPUSeconds, 1, 86400)
 }
 
 func validateExecutors(execs map[string]Executor, ps *problems) {

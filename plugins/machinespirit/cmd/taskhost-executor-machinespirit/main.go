@@ -4,7 +4,7 @@
 //
 //	taskhost-executor-machinespirit --swipl /usr/bin/swipl --swipl-version 9.0.4 \
 //	    [--graphs-dir DIR --graph-pin NAME=SHA256 ...] [--checkpoint-max-bytes N] \
-//	    [--start state|source]
+//	    [--start state|source] [--worker-memory-mb N] [--worker-cpu-seconds N]
 //
 // A failed preflight does not stop the plugin: Describe reports
 // Runtime["preflight"] = "failed: ..." and every step is refused, so the
@@ -99,6 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (machinespirit.Config, error) {
 	fs.Var(pins, "graph-pin", "NAME=SHA256 of an operator graph file (repeatable)")
 	fs.IntVar(&cfg.CheckpointMaxBytes, "checkpoint-max-bytes", machinespirit.DefaultCheckpointMaxBytes, "bound of a checkpoint payload")
 	mode := fs.String("start", string(machinespirit.StartFromState), "worker start: state (saved state) or source")
+	memMB := fs.Int64("worker-memory-mb", machinespirit.DefaultWorkerMemoryBytes>>20, "the Prolog worker's address space (RLIMIT_AS), MiB")
+	fs.Int64Var(&cfg.WorkerCPUSeconds, "worker-cpu-seconds", machinespirit.DefaultWorkerCPUSeconds, "the Prolog worker's CPU time (RLIMIT_CPU), seconds")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -107,5 +109,10 @@ func parseFlags(args []string, stderr io.Writer) (machinespirit.Config, error) {
 	}
 	cfg.GraphPins = pins
 	cfg.StartMode = machinespirit.StartMode(*mode)
+	// The preflight checks the bounds and names the limit and the value.
+	if *memMB < 0 || *memMB > machinespirit.MaxWorkerMemoryBytes>>20 {
+		return cfg, fmt.Errorf("--worker-memory-mb %d: must be between %d and %d", *memMB, machinespirit.MinWorkerMemoryBytes>>20, machinespirit.MaxWorkerMemoryBytes>>20)
+	}
+	cfg.WorkerMemoryBytes = *memMB << 20
 	return cfg, nil
 }
