@@ -160,13 +160,19 @@ Results so far (latest last):
 %   goal(GoalText, Result). Cancellation and the node time limit are not
 %   results: they propagate and end the node.
 run_model_code(Text0, goal(Echo, Result)) :-
-    strip_fences(Text0, Text),
+    (   sub_string(Text0, _, _, _, "\u0000")
+    ->  Text = Text0             % split_string/4 fails on a NUL
+    ;   strip_fences(Text0, Text) -> true
+    ;   Text = Text0
+    ),
     truncate_text(Text, 160, Echo),
     string_length(Text, L),
     max_reply_chars(MaxR),
     (   L > MaxR
     ->  format(string(M), "the reply has ~d characters; at most ~d", [L, MaxR]),
         Result = syntax(M)
+    ;   sub_string(Text, _, _, _, "\u0000")
+    ->  Result = syntax("the reply holds a NUL character")
     ;   catch(parse_goal(Text, Goal, Bindings), E, true),
         (   nonvar(E)
         ->  error_text(E, M), Result = syntax(M)
