@@ -119,6 +119,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
 		MaxWatchesPerPrincipal: cfg.API.MaxWatchesPerPrincipal,
 		MaxRunningPerPrincipal: cfg.Tasks.MaxRunningPerPrincipal,
+		Ready:                  h.Store.Ping,
 		Listener: api.ListenerLimits{
 			MaxConns:            cfg.API.MaxConnections,
 			FirstRequestTimeout: time.Duration(cfg.API.FirstRequestTimeoutSeconds) * time.Second,
@@ -144,13 +145,24 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 			return exitUnavailable
 		}
 	}
+	met, err := listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, h.Store)
+	if err != nil {
+		unixLn.Close()
+		if tcpLn != nil {
+			tcpLn.Close()
+		}
+		closeHost()
+		errorf(e, "%v", err)
+		return exitUnavailable
+	}
 	srv.Serve(unixLn)
 	tcpAddr := ""
 	if tcpLn != nil {
 		srv.Serve(tcpLn)
 		tcpAddr = tcpLn.Addr().String()
 	}
-	log.Info("serving", "data_dir", h.DataDir, "socket", unixLn.Addr().String(), "tcp", tcpAddr,
+	met.serving()
+	log.Info("serving", "metrics", met.addr, "data_dir", h.DataDir, "socket", unixLn.Addr().String(), "tcp", tcpAddr,
 		"principals", len(principals), "tokens", len(cfg.API.Tokens), "pid", os.Getpid(), "version", version)
 	if ready != nil {
 		ready <- unixLn.Addr().String()
@@ -160,6 +172,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 	log.Info("stopping: running tasks become interrupted (host_shutdown)")
 	sctx, cancel := stopCtx()
 	defer cancel()
+	met.stop(sctx)
 	// Tasks first, so their watchers see them interrupted; then the API;
 	// then the data dir.
 	if err := h.Runner.Shutdown(sctx); err != nil {

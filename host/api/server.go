@@ -111,7 +111,10 @@ type Options struct {
 	MaxExportFileBytes int64
 	// Deleter deletes tasks for DeleteTask; nil disables it.
 	Deleter Deleter
-	Logger  hclog.Logger
+	// Ready, when set, is asked by every grpc.health.v1 Check: an error
+	// (the store does not answer a read) reports NOT_SERVING.
+	Ready  func(ctx context.Context) error
+	Logger hclog.Logger
 }
 
 // Server serves the API. Create it with New, start it with Serve, stop it
@@ -125,6 +128,7 @@ type Server struct {
 	quotas   *quotas
 	pages    *pageCipher
 	exports  chan struct{} // a slot per running ReadTaskFile stream
+	health   *healthService
 
 	closing   chan struct{} // closed when Stop begins
 	closeOnce sync.Once
@@ -182,6 +186,7 @@ func New(opts Options) (*Server, error) {
 	apipb.RegisterTaskServiceServer(s.grpc, &taskService{s: s})
 	apipb.RegisterApprovalServiceServer(s.grpc, &approvalService{s: s})
 	apipb.RegisterHostServiceServer(s.grpc, &hostService{s: s})
+	s.registerOperability(s.grpc) // health.go: grpc.health.v1 and reflection
 	return s, nil
 }
 
@@ -206,6 +211,7 @@ func (s *Server) Serve(ln net.Listener) {
 // in flight may finish until ctx ends, and then every connection is closed.
 func (s *Server) Stop(ctx context.Context) {
 	s.closeOnce.Do(func() { close(s.closing) })
+	s.shutdownHealth()
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
 	select {

@@ -26,6 +26,10 @@ type API struct {
 	// TCPListen is "IP:PORT" of the optional token listener, a loopback
 	// IP only (127.0.0.0/8 or ::1); empty (the default) means off.
 	TCPListen string `toml:"tcp_listen"`
+	// MetricsListen is "IP:PORT" of the optional HTTP listener that serves
+	// /metrics (Prometheus text) and /healthz, a loopback IP only: it has
+	// no authentication. Empty (the default) means off.
+	MetricsListen string `toml:"metrics_listen"`
 	// Tokens maps a principal name to the SHA-256 (64 lowercase hex) of its
 	// bearer token: [api.tokens] NAME = "<sha256 hex>". The token itself
 	// never appears in the config; `taskhost token hash` prints the hash.
@@ -70,6 +74,11 @@ func (a API) validate(ps *problems) {
 		}
 	} else if len(a.Tokens) > 0 {
 		ps.add("api.tokens", "api.tokens is set but api.tcp_listen is empty: tokens are only used by the TCP listener; set api.tcp_listen = \"127.0.0.1:7468\" or remove the tokens")
+	}
+	if a.MetricsListen != "" {
+		if err := checkLoopback(a.MetricsListen); err != nil {
+			ps.add("api.metrics_listen", "api.metrics_listen = %s: %v", quote(a.MetricsListen), err)
+		}
 	}
 	if len(a.Tokens) > maxPrincipals {
 		ps.add("api.tokens", "api.tokens has %d entries: at most %d are allowed", len(a.Tokens), maxPrincipals)

@@ -228,9 +228,9 @@ func Load(path string) (Config, error) {
 }
 
 // Parse parses and validates a TOML configuration. Absent keys keep their
-// [Default] values. baseDir is the directory relative executor paths are
-// resolved against (the config file's directory); it should be absolute. If
-// baseDir is empty, a relative executor path is an error.
+// [Default] values. baseDir is the directory relative executor paths and a
+// relative model.script are resolved against (the config file's directory);
+// it should be absolute. If baseDir is empty, a relative one is an error.
 //
 // Every error returned is an [*Error] listing all the problems found.
 func Parse(data []byte, baseDir string) (Config, error) {
@@ -246,6 +246,7 @@ func Parse(data []byte, baseDir string) (Config, error) {
 		return Config{}, &Error{Problems: decodeProblems}
 	}
 	resolveExecutorPaths(&cfg, baseDir, &decodeProblems)
+	resolveModelScript(&cfg, baseDir, &decodeProblems)
 
 	all := slices.Clone(decodeProblems)
 	failed := decodeProblems.keySet()

@@ -3,6 +3,7 @@ package config
 import (
 	"maps"
 	"net/url"
+	"path/filepath"
 	"slices"
 )
 
@@ -18,7 +19,8 @@ type Model struct {
 	Provider string `toml:"provider"` // "scripted" (default) or "openai"
 
 	// Script is the scripted provider's script file; empty means the
-	// embedded default script.
+	// embedded default script. A relative path is resolved against the
+	// config file's directory, as [executors] paths are.
 	Script string `toml:"script"`
 
 	// The openai provider: an OpenAI-compatible chat-completions endpoint.
@@ -31,6 +33,22 @@ type Model struct {
 	APIKey         string `toml:"api_key"`
 	TimeoutSeconds int    `toml:"timeout_seconds"` // 1..600, default 60
 	MaxRetries     int    `toml:"max_retries"`     // 0..10, default 3 (on 429 and 5xx)
+}
+
+// resolveModelScript makes a relative model.script absolute by joining it to
+// baseDir, the config file's directory, so that the daemon finds the same
+// file whatever directory it was started in.
+func resolveModelScript(cfg *Config, baseDir string, probs *problems) {
+	script := cfg.Model.Script
+	switch {
+	case script == "":
+	case filepath.IsAbs(script):
+		cfg.Model.Script = filepath.Clean(script)
+	case baseDir == "":
+		probs.add("model.script", "model.script = %s: a relative path needs the config file's directory to resolve against; use an absolute path", quote(script))
+	default:
+		cfg.Model.Script = filepath.Join(baseDir, script)
+	}
 }
 
 func defaultModel() Model {

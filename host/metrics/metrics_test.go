@@ -1,0 +1,335 @@
+package metrics
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// openStore opens a real store file in a temporary directory.
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	s, err := store.Open(t.Context(), filepath.Join(t.TempDir(), "taskhost.db"), store.Options{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// runTask takes a task through the store as the Runner does: created,
+// started, one step that continues, then one that ends with outcome,
+// leaving the task in to.
+func runTask(t *testing.T, s *store.Store, id string, status store.AttemptStatus, outcome string, to store.Status, reason store.Reason) {
+	t.Helper()
+	ctx := t.Context()
+	limits := store.Budgets{Steps: store.Budget{Limit: 10}, ToolCalls: store.Budget{Limit: 10}, ModelCalls: store.Budget{Limit: 10},
+		Depth: store.Budget{Limit: 1}, WallMillis: store.Budget{Limit: 60_000}}
+	if _, err := s.CreateTask(ctx, store.NewTask{ID: id, PrincipalID: "alice", Executor: "testexec", Spec: []byte(`{"goal":"g"}`), Limits: limits}); err != nil {
+		t.Fatal(err)
+	}
+	task, err := s.StartRun(ctx, "alice", id, store.StatusPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, end := range []struct {
+		status  store.AttemptStatus
+		outcome string
+		to      store.Status
+		reason  store.Reason
+	}{{store.AttemptCompleted, "continue", "", ""}, {status, outcome, to, reason}} {
+		a, _, err := s.ClaimAttempt(ctx, "alice", id, task.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := store.FinishAttempt{PrincipalID: "alice", TaskID: id, RunID: task.RunID, Number: a.Number, Status: end.status,
+			Outcome: end.outcome, Reason: end.reason, Summary: fmt.Sprintf("step %d", i+1), TaskTo: end.to, TaskReason: end.reason}
+		if end.to == store.StatusCompleted {
+			f.Result = []byte(`{}`)
+		}
+		if _, err := s.FinishAttempt(ctx, f); err != nil {
+			t.Fatalf("finish attempt %d of %s: %v", a.Number, id, err)
+		}
+	}
+}
+
+// scrape GETs path and returns the status code and body.
+func scrape(t *testing.T, h http.Handler, method, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), method, path, nil))
+	return rec.Code, rec.Body.String()
+}
+
+// parse reads an exposition into series → value, checking that every
+// sample belongs to a family declared before it with # TYPE.
+func parse(t *testing.T, body string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	typed := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			typed[strings.Fields(rest)[0]] = true
+			continue
+		}
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		series := line[:i]
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("sample %q: %v", line, err)
+		}
+		name, _, _ := strings.Cut(series, "{")
+		if !typed[name] {
+			t.Errorf("sample %q has no # TYPE before it", line)
+		}
+		if _, dup := out[series]; dup {
+			t.Errorf("series %s twice", series)
+		}
+		out[series] = v
+	}
+	return out
+}
+
+// TestMetricsCountTheStore runs tasks to each end through a real store and
+// scrapes the counts, then checks that a scrape after more work only adds.
+func TestMetricsCountTheStore(t *testing.T) {
+	s := openStore(t)
+	m, err := New(Options{Source: s, Version: "1.2.3-test\"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetServing(true)
+
+	runTask(t, s, "t_done", store.AttemptCompleted, "complete", store.StatusCompleted, "")
+	runTask(t, s, "t_failed", store.AttemptFailed, "fail", store.StatusFailed, store.ReasonExecutorFailed)
+	runTask(t, s, "t_crashed", store.AttemptInterrupted, "", store.StatusInterrupted, store.ReasonExecutorCrashed)
+	limits := store.Budgets{Steps: store.Budget{Limit: 1}, ToolCalls: store.Budget{Limit: 1}, ModelCalls: store.Budget{Limit: 1}, Depth: store.Budget{Limit: 1}, WallMillis: store.Budget{Limit: 1000}}
+	if _, err := s.CreateTask(t.Context(), store.NewTask{ID: "t_pending", PrincipalID: "bob", Executor: "testexec", Spec: []byte(`{}`), Limits: limits}); err != nil {
+		t.Fatal(err)
+	}
+
+	code, body := scrape(t, m.Handler(), http.MethodGet, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	got := parse(t, body)
+	want := map[string]float64{
+		`taskhost_build_info{version="1.2.3-test\"x",goversion="` + runtime.Version() + `"}`: 1,
+		`taskhost_serving`:                   1,
+		`taskhost_store_up`:                  1,
+		`taskhost_store_read_errors_total`:   0,
+		`taskhost_tasks{status="completed"}`: 1, `taskhost_tasks{status="failed"}`: 1,
+		`taskhost_tasks{status="interrupted"}`: 1, `taskhost_tasks{status="pending"}`: 1,
+		`taskhost_tasks{status="running"}`: 0, `taskhost_tasks{status="waiting_approval"}`: 0, `taskhost_tasks{status="cancelled"}`: 0,
+		`taskhost_running_plugins`:                                    0,
+		`taskhost_steps_running`:                                      0,
+		`taskhost_steps_total{status="completed",outcome="continue"}`: 3,
+		`taskhost_steps_total{status="completed",outcome="complete"}`: 1,
+		`taskhost_steps_total{status="failed",outcome="fail"}`:        1,
+		`taskhost_steps_total{status="interrupted",outcome="none"}`:   1,
+		`taskhost_steps_total{status="cancelled",outcome="none"}`:     0,
+		`taskhost_approvals_pending`:                                  0,
+	}
+	for series, v := range want {
+		if g, ok := got[series]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", series, g, ok, v)
+		}
+	}
+	// 4 finished statuses × 4 outcomes, 7 task statuses, 7 single series:
+	// the size does not grow with the number of tasks.
+	if len(got) != 16+7+7 {
+		t.Errorf("%d series, want %d:\n%s", len(got), 16+7+7, body)
+	}
+
+	// A task resumed and running: one plugin, one step running.
+	task, err := s.StartRun(t.Context(), "alice", "t_crashed", store.StatusInterrupted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ClaimAttempt(t.Context(), "alice", "t_crashed", task.RunID); err != nil {
+		t.Fatal(err)
+	}
+	_, body = scrape(t, m.Handler(), http.MethodGet, "/metrics")
+	after := parse(t, body)
+	for series, v := range map[string]float64{`taskhost_running_plugins`: 1, `taskhost_steps_running`: 1, `taskhost_tasks{status="running"}`: 1, `taskhost_tasks{status="interrupted"}`: 0} {
+		if after[series] != v {
+			t.Errorf("after the resume %s = %v, want %v", series, after[series], v)
+		}
+	}
+	for series, v := range got {
+		if strings.HasSuffix(strings.SplitN(series, "{", 2)[0], "_total") && after[series] < v {
+			t.Errorf("counter %s went down: %v → %v", series, v, after[series])
+		}
+	}
+}
+
+// TestHealthz is 200 while the daemon serves and the store reads, and 503
+// with the reason when it does not serve or the store is closed; /metrics
+// then says so instead of reporting zeros.
+func TestHealthz(t *testing.T) {
+	s := openStore(t)
+	m, err := New(Options{Source: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name     string
+		do       func()
+		code     int
+		contains string
+	}{
+		{"starting", func() {}, http.StatusServiceUnavailable, "not serving its API"},
+		{"serving", func() { m.SetServing(true) }, http.StatusOK, "ok"},
+		{"store closed", func() {
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}, http.StatusServiceUnavailable, "the store does not answer a read"},
+		{"stopping", func() { m.SetServing(false) }, http.StatusServiceUnavailable, "not serving its API"},
+	}
+	for _, st := range steps {
+		st.do()
+		code, body := scrape(t, m.Handler(), http.MethodGet, "/healthz")
+		if code != st.code || !strings.Contains(body, st.contains) {
+			t.Errorf("%s: /healthz %d %q, want %d with %q", st.name, code, body, st.code, st.contains)
+		}
+	}
+	code, body := scrape(t, m.Handler(), http.MethodGet, "/metrics")
+	got := parse(t, body)
+	if code != http.StatusOK || got["taskhost_store_up"] != 0 || got["taskhost_store_read_errors_total"] < 2 {
+		t.Errorf("/metrics with the store closed: %d\n%s", code, body)
+	}
+	if _, ok := got[`taskhost_tasks{status="running"}`]; ok {
+		t.Errorf("/metrics reports task counts without a store read:\n%s", body)
+	}
+}
+
+// TestMethodsAndPaths refuses writes and unknown paths.
+func TestMethodsAndPaths(t *testing.T) {
+	m, err := New(Options{Source: openStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetServing(true)
+	for _, c := range []struct {
+		method, path string
+		code         int
+	}{
+		{http.MethodGet, "/metrics", 200}, {http.MethodHead, "/metrics", 200}, {http.MethodGet, "/healthz", 200},
+		{http.MethodPost, "/metrics", 405}, {http.MethodDelete, "/healthz", 405}, {http.MethodGet, "/", 404}, {http.MethodGet, "/debug/pprof/", 404},
+	} {
+		if code, body := scrape(t, m.Handler(), c.method, c.path); code != c.code {
+			t.Errorf("%s %s: %d %q, want %d", c.method, c.path, code, body, c.code)
+		}
+	}
+}
+
+// blockingSource holds every read until released, to fill the in-flight
+// slots.
+type blockingSource struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingSource) Stats(ctx context.Context) (store.Stats, error) {
+	b.entered <- struct{}{}
+	select {
+	case <-b.release:
+		return store.Stats{}, nil
+	case <-ctx.Done():
+		return store.Stats{}, ctx.Err()
+	}
+}
+func (b *blockingSource) Ping(ctx context.Context) error { _, err := b.Stats(ctx); return err }
+
+// TestInFlightBound answers maxInFlight requests at once and refuses the
+// next with 503 before it reads the store.
+func TestInFlightBound(t *testing.T) {
+	src := &blockingSource{entered: make(chan struct{}, maxInFlight+1), release: make(chan struct{})}
+	m, err := New(Options{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetServing(true)
+	var wg sync.WaitGroup
+	codes := make(chan int, maxInFlight)
+	for range maxInFlight {
+		wg.Go(func() {
+			code, _ := scrape(t, m.Handler(), http.MethodGet, "/metrics")
+			codes <- code
+		})
+	}
+	for range maxInFlight {
+		<-src.entered
+	}
+	code, body := scrape(t, m.Handler(), http.MethodGet, "/healthz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "busy: 8 requests in flight") {
+		t.Errorf("request %d: %d %q, want 503 busy", maxInFlight+1, code, body)
+	}
+	if len(src.entered) != 0 {
+		t.Error("the refused request read the store")
+	}
+	close(src.release)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != http.StatusOK {
+			t.Errorf("an admitted request got %d", c)
+		}
+	}
+}
+
+// TestListen binds loopback addresses only and serves over real HTTP.
+func TestListen(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", "[::]:0", "localhost:0", "10.1.2.3:9464"} {
+		if ln, err := Listen(addr); err == nil {
+			ln.Close()
+			t.Errorf("Listen(%q) succeeded, want a refusal", addr)
+		}
+	}
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Options{Source: openStore(t), Version: "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetServing(true)
+	m.Serve(ln)
+	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/plain; version=0.0.4; charset=utf-8" || !strings.Contains(string(body), `taskhost_build_info{version="v"`) {
+		t.Errorf("GET /metrics over HTTP: %d %q\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + ln.Addr().String() + "/healthz"); err == nil || errors.Is(err, context.Canceled) {
+		t.Errorf("after Close the listener still answers (err %v)", err)
+	}
+}
