@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/confine"
 )
 
 // hostileSetup is a data dir as the host lays it out: the store and the key
@@ -155,5 +157,32 @@ func TestHostileShellRunSetsidContained(t *testing.T) {
 			t.Fatalf("the setsid'd process %d outlived the call", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// On a kernel without Landlock (simulated: the probe's answer), shell.run
+// refuses to run when confinement is required, and says how it runs
+// otherwise.
+func TestShellRunWithoutLandlock(t *testing.T) {
+	t.Parallel()
+	for _, required := range []bool{true, false} {
+		r, err := New(Options{Tools: config.Default().Tools, WorkspaceRoot: filepath.Join(t.TempDir(), "ws"), RequireConfinement: required})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		r.confine.support = confine.Support{}
+		if r.Landlocked() || !strings.HasPrefix(r.Confinement(), "none (no Landlock)") {
+			t.Errorf("required=%v: Landlocked %v, Confinement %q", required, r.Landlocked(), r.Confinement())
+		}
+		_, err = callTool(t, t.Context(), r, ToolShellRun, map[string]any{"command": "touch ran"})
+		ws, _ := r.Workspace(testTask)
+		_, statErr := os.Stat(filepath.Join(ws, "ran"))
+		if required && (!errors.Is(err, ErrUnconfined) || statErr == nil) {
+			t.Errorf("required: Call = %v, ran = %v; want ErrUnconfined and nothing run", err, statErr == nil)
+		}
+		if !required && (err != nil || statErr != nil) {
+			t.Errorf("not required: Call = %v, ran = %v; want it run", err, statErr == nil)
+		}
 	}
 }
