@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"os/user"
@@ -171,4 +173,43 @@ func TestPluginRunsAsItsUser(t *testing.T) {
 		_, err := os.Stat(base)
 		return errors.Is(err, os.ErrNotExist)
 	})
+}
+
+// A script plugin runs by path with its own dir readable (what it execs
+// lives there); pinned, it is refused: its interpreter would read it again
+// by path after the pin was checked.
+func TestScriptPlugin(t *testing.T) {
+	dir := shortTempDir(t)
+	real := filepath.Join(dir, "testexec-real")
+	data, err := os.ReadFile(filepath.Join(executorDir, ExecutorPrefix+"testexec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(real, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(dir, "wrapper")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+real+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	c := DefaultConfinement()
+	c.Subprocesses = true // the shell execs the real plugin
+	spec := PluginSpec{Kind: "testexec", Path: wrapper, Confine: c}
+	ec, err := launch(context.Background(), reg.forker, spec, reg.opts, reg.support, pb.UnimplementedHostServicesServer{})
+	if err != nil {
+		t.Fatalf("unpinned script: %v", err)
+	}
+	ec.Stop()
+	sum := sha256.Sum256([]byte("#!/bin/sh\nexec " + real + " \"$@\"\n"))
+	spec.SHA256 = hex.EncodeToString(sum[:])
+	_, err = launch(context.Background(), reg.forker, spec, reg.opts, reg.support, pb.UnimplementedHostServicesServer{})
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || ue.Check != "binary" || !strings.Contains(ue.Detail, "is a script") {
+		t.Fatalf("pinned script: err = %v, want unavailable (binary) saying it is a script", err)
+	}
 }

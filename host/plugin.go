@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -142,6 +144,16 @@ func openBinary(spec PluginSpec) (*os.File, error) {
 	return f, nil
 }
 
+// isScript says whether f starts with "#!".
+func isScript(f *os.File) (bool, error) {
+	var magic [2]byte
+	n, err := f.ReadAt(magic[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	return n == 2 && magic == [2]byte{'#', '!'}, nil
+}
+
 // grpcExecutorPlugin is the host half of go-plugin's GRPCPlugin: it hands the
 // connection and the broker to an executorClient.
 type grpcExecutorPlugin struct {
@@ -180,6 +192,21 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	if opts.RequireConfinement && support.LandlockABI < 1 {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: (&ConfinementError{Kind: spec.Kind, Support: support}).Error()}
 	}
+	// A script cannot be exec'd from its fd (its interpreter reopens it by
+	// path), so an unpinned one runs by path, with its own directory
+	// readable and executable for what it runs; a pinned one is refused.
+	execFD := bin
+	if script, err := isScript(bin); err != nil {
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: err.Error()}
+	} else if script {
+		if spec.SHA256 != "" {
+			return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s is a script: a pinned plugin must be an executable binary (a script's interpreter reads it again by path, after the pin was checked)", spec.Path)}
+		}
+		execFD = nil
+		if real, err := filepath.EvalSymlinks(spec.Path); err == nil {
+			spec.Confine.ReadOnly = append(slices.Clip(spec.Confine.ReadOnly), filepath.Dir(real))
+		}
+	}
 	if err := spec.Confine.resolveUser(); err != nil {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
 	}
@@ -211,7 +238,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 				}
 			}
 			pol := pluginPolicy(spec.Confine, opts.RequireConfinement, privateDir, socketDir)
-			ccmd, err := confine.Command(opts.Trampoline, pol, bin, spec.Path, spec.Args...)
+			ccmd, err := confine.Command(opts.Trampoline, pol, execFD, spec.Path, spec.Args...)
 			if err != nil {
 				return nil, err
 			}
