@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -119,6 +120,8 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
 		MaxWatchesPerPrincipal: cfg.API.MaxWatchesPerPrincipal,
 		MaxRunningPerPrincipal: cfg.Tasks.MaxRunningPerPrincipal,
+		WorkspaceRoot:          filepath.Join(h.DataDir, host.WorkspaceDirName),
+		Deleter:                h.Runner,
 		Ready:                  h.Store.Ping,
 		Listener: api.ListenerLimits{
 			MaxConns:            cfg.API.MaxConnections,
@@ -168,7 +171,14 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		ready <- unixLn.Addr().String()
 	}
 
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		sweepRetention(ctx, log.Named("retention"), h.Runner, cfg.Tasks.RetentionDays)
+	}()
+
 	<-ctx.Done()
+	<-sweepDone
 	log.Info("stopping: running tasks become interrupted (host_shutdown)")
 	sctx, cancel := stopCtx()
 	defer cancel()
@@ -182,6 +192,35 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 	closeHost()
 	log.Info("stopped")
 	return exitOK
+}
+
+// sweepInterval is how often the daemon applies tasks.retention_days.
+const sweepInterval = time.Hour
+
+// sweepRetention deletes the tasks that finished more than days ago, at
+// once and then every sweepInterval, until ctx ends. days 0 keeps every
+// task.
+func sweepRetention(ctx context.Context, log hclog.Logger, r *host.Runner, days int) {
+	if days <= 0 {
+		return
+	}
+	age := time.Duration(days) * 24 * time.Hour
+	t := time.NewTicker(sweepInterval)
+	defer t.Stop()
+	for {
+		n, err := r.Sweep(ctx, age)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("retention sweep failed; it is retried at the next one", "deleted", n, "error", err)
+		case n > 0:
+			log.Info("retention sweep: deleted finished tasks", "deleted", n, "retention_days", days)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // resolvePrincipals maps the config's [principals] to uids, adding the

@@ -38,6 +38,9 @@ import (
 // taskhost configuration is a few KiB.
 const MaxFileBytes = 1 << 20
 
+// MaxRetentionDays bounds tasks.retention_days (ten years).
+const MaxRetentionDays = 3650
+
 // Built-in executor names. They are always known to the host and cannot be
 // redefined under [executors].
 const (
@@ -72,8 +75,8 @@ type Tasks struct {
 	// MaxRunningPerPrincipal bounds one principal's pending, running and
 	// waiting tasks: 0..MaxConcurrent, default 0 (no bound of its own).
 	MaxRunningPerPrincipal int `toml:"max_running_per_principal"`
-	MaxSteps    int `toml:"max_steps"`     // 1..MaxStepsCap, default 20
-	MaxStepsCap int `toml:"max_steps_cap"` // 1..100000, default 200
+	MaxSteps               int `toml:"max_steps"`     // 1..MaxStepsCap, default 20
+	MaxStepsCap            int `toml:"max_steps_cap"` // 1..100000, default 200
 
 	MaxToolCalls    int `toml:"max_tool_calls"`     // 0..MaxToolCallsCap, default 50
 	MaxToolCallsCap int `toml:"max_tool_calls_cap"` // 0..100000, default 1000
@@ -88,6 +91,11 @@ type Tasks struct {
 	MaxWallSecondsCap int `toml:"max_wall_seconds_cap"` // 1..604800 (7 days), default 86400
 
 	CheckpointMaxBytes int `toml:"checkpoint_max_bytes"` // 1024..3145728, default 262144
+
+	// RetentionDays: the daemon deletes tasks that finished (completed,
+	// failed, cancelled) more than this many days ago, with their
+	// workspaces. 0..3650, default 0: keep every task.
+	RetentionDays int `toml:"retention_days"`
 }
 
 // MachineSpirit is the [machine_spirit] section: the opt-in MACHINE-SPIRIT

@@ -70,6 +70,7 @@ func (t Tasks) validate(ps *problems) {
 	ps.capped("tasks.max_depth", t.MaxDepth, 0, "tasks.max_depth_cap", t.MaxDepthCap, 0, 16)
 	ps.capped("tasks.max_wall_seconds", t.MaxWallSeconds, 1, "tasks.max_wall_seconds_cap", t.MaxWallSecondsCap, 1, 7*24*3600)
 	ps.intRange("tasks.checkpoint_max_bytes", t.CheckpointMaxBytes, 1<<10, 3<<20)
+	ps.intRange("tasks.retention_days", t.RetentionDays, 0, MaxRetentionDays)
 }
 
 func (m MachineSpirit) validate(ps *problems) {
