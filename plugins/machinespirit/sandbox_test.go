@@ -134,6 +134,8 @@ func hostileGoals() []hostileGoal {
 		{"string_code trick", "string_code(1, \"shell\", C), atom_codes(A, [C]), call(A, 'touch %P')", true, "a closure is a variable"},
 		{"a dict as goal", "_{a: 1}", true, "a dict is not a goal"},
 		{"a string as goal", "\"shell('x')\"", true, "is not a goal"},
+		{"a zero-arity compound", "a000000()", true, "a000000() is not a goal"},
+		{"a zero-arity closure", "maplist(shell(), ['touch %P'])", true, "shell() is not a closure"},
 		// exceptions
 		{"catch", "catch(shell('touch %P'), _, true)", true, notAllowed("catch/3")},
 		{"catch swallowing", "catch(true, _, true)", true, notAllowed("catch/3")},

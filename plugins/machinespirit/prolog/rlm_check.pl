@@ -52,7 +52,18 @@ max_goal_text_chars(32_000_000).
 %   allowed; Runnable is Goal with the checked wrappers in place, to be
 %   called in module ms_rlm_goals.
 check_model_goal(Goal, Runnable) :-
-    goal(Goal, Runnable).
+    catch(goal(Goal, Runnable), E, checker_error(E)).
+
+%   The checker refuses what it cannot walk; it never lets an error of
+%   its own end the node.
+checker_error(rejected(M)) :- !,
+    throw(rejected(M)).
+checker_error(E) :-
+    (   catch(message_to_string(E, M0), _, fail) -> true ; M0 = "an unexpected term" ),
+    string_length(M0, L0), L is min(L0, 300),
+    sub_string(M0, 0, L, _, M1),
+    format(string(M), "the goal cannot be checked: ~s", [M1]),
+    throw(rejected(M)).
 
 refuse(Fmt, Args) :-
     format(string(M), Fmt, Args),
@@ -63,16 +74,16 @@ goal(G, _) :-
     refuse("a goal is a variable when the reply is checked; meta-calls need a goal written out (no call(G) of a term built at run time)", []).
 goal(M:G, _) :- !,
     (   var(M) -> MT = '_' ; MT = M ),
-    (   var(G) -> GT = '_' ; callable(G) -> functor(G, N, A), GT = N/A ; GT = G ),
+    (   var(G) -> GT = '_' ; callable(G) -> name_arity(G, N, A), GT = N/A ; GT = G ),
     refuse("module qualification (~q:~q) is not allowed", [MT, GT]).
 goal(G, _) :-
-    \+ callable(G), !,
+    (   \+ callable(G) ; compound(G), compound_name_arity(G, _, 0) ), !,
     (   is_dict(G)
     ->  refuse("a dict is not a goal", [])
     ;   refuse("~q is not a goal", [G])
     ).
 goal(G, R) :-
-    functor(G, Name, Arity),
+    name_arity(G, Name, Arity),
     (   control(Name/Arity)
     ->  control(G, R)
     ;   safe(G, R)
@@ -81,6 +92,9 @@ goal(G, R) :-
     ->  R = G
     ;   refuse("~q/~d is not allowed (only pure built-ins on terms, numbers, atoms, strings and lists, and the RLM API)", [Name, Arity])
     ).
+
+name_arity(G, Name, Arity) :-
+    (   compound(G) -> compound_name_arity(G, Name, Arity) ; functor(G, Name, Arity) ).
 
 %   ---- control constructs and meta-predicates ----
 
@@ -184,7 +198,9 @@ closure(C, _, _) :-
 closure(M:C, _, _) :- !,
     goal(M:C, _).
 closure(C, Extra, RC) :-
-    (   callable(C) -> true ; refuse("~q is not a closure", [C]) ),
+    (   callable(C), \+ ( compound(C), compound_name_arity(C, _, 0) ) -> true
+    ;   refuse("~q is not a closure", [C])
+    ),
     C =.. L0,
     length(More, Extra),
     append(L0, More, L1),
