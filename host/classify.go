@@ -184,8 +184,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	var nt store.Task
 	var next *store.Attempt
 	var exhausted *store.BudgetError
-	var err error
-	err = ru.retryWrite(func() error {
+	err := ru.retryWrite(func() error {
 		var err error
 		if v.taskTo == "" {
 			after := t

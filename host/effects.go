@@ -55,10 +55,11 @@ type turnState struct {
 	cancel   context.CancelFunc
 	inflight sync.WaitGroup
 
-	mu        sync.Mutex
-	seq       int64
-	calls     map[string]int64 // call token → depth
-	exhausted store.Reason
+	mu          sync.Mutex
+	seq         int64
+	approvalSeq int64
+	calls       map[string]int64 // call token → depth
+	exhausted   store.Reason
 	// storeErr is the first effect write the store refused: the attempt's
 	// ledger is incomplete and the attempt ends interrupted (store_error).
 	storeErr error
@@ -105,9 +106,21 @@ func (ts *turnState) end() {
 	}
 }
 
-func (ts *turnState) nextSeq() int64 {
+// approvalSeqBase starts the sequence of a step's approval effects. Replay
+// matches an effect by its place in the step, and an executor asks for an
+// approval only when a re-run follows a crash (to retry an unsettled
+// effect): numbered with the model and tool calls, that approval would
+// shift every call after it, and a call the dead attempt saw answered would
+// miss its replay and run a second time.
+const approvalSeqBase = 1 << 40
+
+func (ts *turnState) nextSeq(kind store.EffectKind) int64 {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if kind == store.EffectApproval {
+		ts.approvalSeq++
+		return approvalSeqBase + ts.approvalSeq
+	}
 	ts.seq++
 	return ts.seq
 }
@@ -315,7 +328,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 	defer stop()
 	st := s.r.store
 	e.PrincipalID, e.TaskID, e.RunID, e.Attempt = ts.principal, ts.taskID, ts.runID, ts.attempt
-	e.Seq = ts.nextSeq()
+	e.Seq = ts.nextSeq(e.Kind)
 	if prev, ok, err := st.Replayable(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, e.Fingerprint); err != nil {
 		return nil, false, effectError(ts, err)
 	} else if ok {

@@ -153,6 +153,14 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.StepResult{}, fmt.Errorf("testexec: approval: %w", err)
 		}
 	}
+	if o.CallToolFirst != nil {
+		if _, err := host.CallTool(ctx, sdk.ToolRequest{Name: o.CallToolFirst.Name, Arguments: string(o.CallToolFirst.Args)}); err != nil {
+			if ctx.Err() != nil {
+				return sdk.StepResult{}, fmt.Errorf("testexec: first tool: %w", err)
+			}
+			return sdk.Continue("first tool error: "+hostErrorKind(err), nil), nil
+		}
+	}
 	if o.CallTool != nil {
 		args := string(o.CallTool.Args)
 		if args == "" {

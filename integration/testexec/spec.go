@@ -39,7 +39,9 @@ type options struct {
 	LongSleepMS      int  `json:"long_sleep_ms"`
 	MisbehaveAtStep  int  `json:"misbehave_at_step"`
 
-	CallTool        *toolCall `json:"call_tool"`
+	CallTool *toolCall `json:"call_tool"`
+	// CallToolFirst is a tool call made before call_tool, each step.
+	CallToolFirst   *toolCall `json:"call_tool_first"`
 	RequestApproval bool      `json:"request_approval"`
 	ModelCalls      int       `json:"model_calls"`
 	ModelChain      bool      `json:"model_chain"`
