@@ -8,50 +8,21 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/sdk/sdktest"
 )
 
-// fakeHost is an sdk.Host with scripted errors that records its calls.
-type fakeHost struct {
-	mu         sync.Mutex
-	notes      []string
-	models     []sdk.ModelRequest
-	modelErr   error
-	progErr    error
-	onProgress func() // called on each Progress, outside the lock
-}
-
-func (h *fakeHost) CallModel(_ context.Context, req sdk.ModelRequest) (sdk.ModelResponse, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.models = append(h.models, req)
-	return sdk.ModelResponse{Message: sdk.Message{Role: "assistant", Content: "ok"}}, h.modelErr
-}
-
-func (h *fakeHost) CallTool(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) {
-	return sdk.ToolResponse{}, &sdk.HostError{Kind: sdk.ErrUnimplemented}
-}
-
-func (h *fakeHost) RequestApproval(context.Context, string) (sdk.Decision, error) {
-	return "", &sdk.HostError{Kind: sdk.ErrUnimplemented}
-}
-
-func (h *fakeHost) Tools(context.Context) ([]sdk.ToolSpec, error) {
-	return nil, &sdk.HostError{Kind: sdk.ErrUnimplemented}
-}
-
-func (h *fakeHost) Progress(_ context.Context, note string) error {
-	h.mu.Lock()
-	h.notes = append(h.notes, note)
-	err, hook := h.progErr, h.onProgress
-	h.mu.Unlock()
-	if hook != nil {
-		hook()
+// modelAnswers scripts CallModel to answer "ok", or to fail with err.
+func modelAnswers(err error) func(context.Context, sdk.ModelRequest) (sdk.ModelResponse, error) {
+	return func(context.Context, sdk.ModelRequest) (sdk.ModelResponse, error) {
+		return sdk.ModelResponse{Message: sdk.Message{Role: "assistant", Content: "ok"}}, err
 	}
-	return err
+}
+
+func progressFails(err error) func(context.Context, string) error {
+	return func(context.Context, string) error { return err }
 }
 
 func stepReq(spec string, attempt int, cp *sdk.Checkpoint) sdk.StepRequest {
@@ -71,7 +42,7 @@ func TestStepsCountThroughCheckpoints(t *testing.T) {
 	spec := `{"goal":"count","testexec":{"steps":3}}`
 	var cp *sdk.Checkpoint
 	for n := 1; n <= 3; n++ {
-		res := runStep(t, context.Background(), &fakeHost{}, stepReq(spec, n, cp))
+		res := runStep(t, context.Background(), &sdktest.Host{}, stepReq(spec, n, cp))
 		want := `{"done":` + strconv.Itoa(n) + `}`
 		if res.Checkpoint == nil || res.Checkpoint.Schema != "testexec/1" || string(res.Checkpoint.Payload) != want {
 			t.Fatalf("step %d checkpoint = %+v, want %s", n, res.Checkpoint, want)
@@ -92,7 +63,7 @@ func TestStepRetryDoesNotCountTwice(t *testing.T) {
 	spec := `{"testexec":{"steps":5}}`
 	cp := &sdk.Checkpoint{Schema: "testexec/1", Payload: []byte(`{"done":2}`)}
 	for attempt := 3; attempt <= 4; attempt++ {
-		res := runStep(t, context.Background(), &fakeHost{}, stepReq(spec, attempt, cp))
+		res := runStep(t, context.Background(), &sdktest.Host{}, stepReq(spec, attempt, cp))
 		if res.Summary != "step 3" || string(res.Checkpoint.Payload) != `{"done":3}` {
 			t.Fatalf("attempt %d = %q %s", attempt, res.Summary, res.Checkpoint.Payload)
 		}
@@ -118,7 +89,7 @@ func TestStepScriptedOutcomes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := runStep(t, context.Background(), &fakeHost{}, stepReq(tt.spec, 1, tt.cp))
+			res := runStep(t, context.Background(), &sdktest.Host{}, stepReq(tt.spec, 1, tt.cp))
 			if res.Outcome != tt.wantOutcome || res.Reason != tt.wantReason {
 				t.Fatalf("Step = %+v, want %v %q", res, tt.wantOutcome, tt.wantReason)
 			}
@@ -130,7 +101,7 @@ func TestStepScriptedOutcomes(t *testing.T) {
 }
 
 func TestStepPaddingAndBadSchema(t *testing.T) {
-	res := runStep(t, context.Background(), &fakeHost{},
+	res := runStep(t, context.Background(), &sdktest.Host{},
 		stepReq(`{"testexec":{"checkpoint_bytes":1000,"result_bytes":5000,"bad_schema":true}}`, 1, nil))
 	if got := len(res.Checkpoint.Payload); got != 1000 {
 		t.Errorf("checkpoint payload is %d bytes, want 1000", got)
@@ -156,16 +127,16 @@ func TestStepHostCalls(t *testing.T) {
 	unimpl := &sdk.HostError{Kind: sdk.ErrUnimplemented, Message: "CallModel: no model"}
 	tests := []struct {
 		name        string
-		host        *fakeHost
+		host        *sdktest.Host
 		wantSummary string
 		wantErr     bool
 	}{
-		{"all served", &fakeHost{}, "step 1", false},
-		{"no progress service is fine", &fakeHost{progErr: unimpl}, "step 1", false},
-		{"progress refused fails the step", &fakeHost{progErr: &sdk.HostError{Kind: sdk.ErrPermissionDenied}}, "", true},
-		{"model unimplemented", &fakeHost{modelErr: unimpl}, "model error: unimplemented", false},
-		{"model budget", &fakeHost{modelErr: &sdk.HostError{Kind: sdk.ErrBudgetExhausted}}, "model error: budget_exhausted", false},
-		{"model other", &fakeHost{modelErr: errors.New("boom")}, "model error: other", false},
+		{"all served", &sdktest.Host{CallModelF: modelAnswers(nil)}, "step 1", false},
+		{"no progress service is fine", &sdktest.Host{CallModelF: modelAnswers(nil), ProgressF: progressFails(unimpl)}, "step 1", false},
+		{"progress refused fails the step", &sdktest.Host{CallModelF: modelAnswers(nil), ProgressF: progressFails(&sdk.HostError{Kind: sdk.ErrPermissionDenied})}, "", true},
+		{"model unimplemented", &sdktest.Host{CallModelF: modelAnswers(unimpl)}, "model error: unimplemented", false},
+		{"model budget", &sdktest.Host{CallModelF: modelAnswers(&sdk.HostError{Kind: sdk.ErrBudgetExhausted})}, "model error: budget_exhausted", false},
+		{"model other", &sdktest.Host{CallModelF: modelAnswers(errors.New("boom"))}, "model error: other", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,11 +154,11 @@ func TestStepHostCalls(t *testing.T) {
 			if strings.HasPrefix(tt.wantSummary, "model error") && res.Checkpoint != nil {
 				t.Errorf("a model error must keep the previous checkpoint, got %+v", res.Checkpoint)
 			}
-			if len(tt.host.notes) != 1 || tt.host.notes[0] != "step 1" {
-				t.Errorf("progress notes = %q", tt.host.notes)
+			if notes := tt.host.Notes(); len(notes) != 1 || notes[0] != "step 1" {
+				t.Errorf("progress notes = %q", notes)
 			}
-			if len(tt.host.models) != 1 || tt.host.models[0].Messages[0].Content != "the goal" {
-				t.Errorf("model calls = %+v", tt.host.models)
+			if models := tt.host.ModelRequests(); len(models) != 1 || models[0].Messages[0].Content != "the goal" {
+				t.Errorf("model calls = %+v", models)
 			}
 		})
 	}
@@ -199,7 +170,7 @@ func TestStepCancelWritesMarker(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The step calls Progress before it sleeps: cancel from there.
-	host := &fakeHost{onProgress: cancel}
+	host := &sdktest.Host{ProgressF: func(context.Context, string) error { cancel(); return nil }}
 	spec := `{"testexec":{"sleep_ms":60000,"progress":true,"cancel_marker":"` + marker + `"}}`
 	_, err := (&executor{}).Step(ctx, host, stepReq(spec, 2, nil))
 	if !errors.Is(err, context.Canceled) {
@@ -213,7 +184,7 @@ func TestStepCancelWritesMarker(t *testing.T) {
 
 func TestStepNoMarkerWithoutCancel(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "cancelled")
-	runStep(t, context.Background(), &fakeHost{}, stepReq(`{"testexec":{"sleep_ms":1,"cancel_marker":"`+marker+`"}}`, 1, nil))
+	runStep(t, context.Background(), &sdktest.Host{}, stepReq(`{"testexec":{"sleep_ms":1,"cancel_marker":"`+marker+`"}}`, 1, nil))
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("marker written for a step that was not cancelled: %v", err)
 	}
@@ -222,8 +193,8 @@ func TestStepNoMarkerWithoutCancel(t *testing.T) {
 func TestStepPIDFile(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "plugin.pid")
 	spec := `{"testexec":{"steps":3,"pid_file":"` + pidFile + `"}}`
-	res := runStep(t, context.Background(), &fakeHost{}, stepReq(spec, 1, nil))
-	runStep(t, context.Background(), &fakeHost{}, stepReq(spec, 2, res.Checkpoint))
+	res := runStep(t, context.Background(), &sdktest.Host{}, stepReq(spec, 1, nil))
+	runStep(t, context.Background(), &sdktest.Host{}, stepReq(spec, 2, res.Checkpoint))
 
 	pid, err := os.ReadFile(pidFile)
 	if err != nil || string(pid) != strconv.Itoa(os.Getpid()) {
