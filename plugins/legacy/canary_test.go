@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/sdk/sdktest"
 )
 
 // TestCanaryGoalNeverLogged runs steps of every kind with a secret in the
@@ -51,19 +52,19 @@ func TestCanaryGoalNeverLogged(t *testing.T) {
 	echo := "I looked at " + canary
 	tool := sdk.ToolCall{ID: "c", Name: "shell.run", Arguments: `{"command":"echo ` + canary + `"}`}
 	hostErr := &sdk.HostError{Kind: sdk.ErrHostUnavailable, Message: "model said " + canary}
-	hosts := map[string]*fakeHost{
-		"complete": {model: replies(text("TASK_COMPLETE: " + echo))},
-		"tool round trip": {tools: []sdk.ToolSpec{{Name: "shell.run"}}, model: replies(callTools(tool), text(echo)),
-			tool: func(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) {
+	hosts := map[string]*sdktest.Host{
+		"complete": legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text("TASK_COMPLETE: " + echo))}),
+		"tool round trip": legacyHost(&sdktest.Host{ToolsF: sdktest.ListTools(sdk.ToolSpec{Name: "shell.run"}), CallModelF: sdktest.Replies(callTools(tool), text(echo)),
+			CallToolF: func(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) {
 				return sdk.ToolResponse{Result: canary, IsError: true}, nil
-			}},
-		"model error": {model: func(context.Context, int, sdk.ModelRequest) (sdk.ModelResponse, error) {
+			}}),
+		"model error": legacyHost(&sdktest.Host{CallModelF: func(context.Context, sdk.ModelRequest) (sdk.ModelResponse, error) {
 			return sdk.ModelResponse{}, hostErr
-		}},
-		"tool error": {tools: []sdk.ToolSpec{{Name: "shell.run"}}, model: replies(callTools(tool)),
-			tool: func(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) { return sdk.ToolResponse{}, hostErr }},
-		"rounds exhausted": {tools: []sdk.ToolSpec{{Name: "shell.run"}}, model: replies(slices.Repeat([]sdk.Message{callTools(tool)}, maxMaxRounds)...)},
-		"approval error":   {approve: func(context.Context, string) (sdk.Decision, error) { return "", hostErr }},
+		}}),
+		"tool error": legacyHost(&sdktest.Host{ToolsF: sdktest.ListTools(sdk.ToolSpec{Name: "shell.run"}), CallModelF: sdktest.Replies(callTools(tool)),
+			CallToolF: func(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) { return sdk.ToolResponse{}, hostErr }}),
+		"rounds exhausted": legacyHost(&sdktest.Host{ToolsF: sdktest.ListTools(sdk.ToolSpec{Name: "shell.run"}), CallModelF: sdktest.Replies(slices.Repeat([]sdk.Message{callTools(tool)}, maxMaxRounds)...)}),
+		"approval error":   legacyHost(&sdktest.Host{RequestApprovalF: func(context.Context, string) (sdk.Decision, error) { return "", hostErr }}),
 	}
 	for name, host := range hosts {
 		req := firstStep(goal)
@@ -77,12 +78,12 @@ func TestCanaryGoalNeverLogged(t *testing.T) {
 	// A bad spec and a bad checkpoint, both carrying the canary.
 	bad := firstStep(goal)
 	bad.Spec = goalSpec(goal, `{"`+canary+`": 1}`)
-	_, _ = e.Step(context.Background(), &fakeHost{}, bad)
+	_, _ = e.Step(context.Background(), legacyHost(&sdktest.Host{}), bad)
 	bad = firstStep(goal)
 	bad.Checkpoint = &sdk.Checkpoint{Schema: CheckpointSchema, Payload: []byte(`{"` + canary + `": 1}`)}
-	_, _ = e.Step(context.Background(), &fakeHost{}, bad)
+	_, _ = e.Step(context.Background(), legacyHost(&sdktest.Host{}), bad)
 	// Three steps that make no progress, the last one failing.
-	host := &fakeHost{model: replies(text(echo), text(echo), text(echo))}
+	host := legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text(echo), text(echo), text(echo))})
 	req := firstStep(goal)
 	for range 3 {
 		res, _ := e.Step(context.Background(), host, req)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/sdk/sdktest"
 )
 
 func TestCheckpointRoundTrip(t *testing.T) {
@@ -53,7 +54,7 @@ func TestCheckpointOfAnEarlierVersionLoads(t *testing.T) {
 }
 
 func TestCheckpointCarriesTheNoProgressRun(t *testing.T) {
-	host := &fakeHost{model: replies(text("a"), text("b"), text("b"))}
+	host := legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text("a"), text("b"), text("b"))})
 	req := firstStep("goal")
 	var res sdk.StepResult
 	for range 3 {
@@ -89,7 +90,7 @@ func TestCheckpointIncompatibleFailsTheStep(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			host := &fakeHost{}
+			host := legacyHost(&sdktest.Host{})
 			req := firstStep("goal")
 			req.Checkpoint = &tc.cp
 			res, err := New(nil).Step(context.Background(), host, req)
@@ -100,7 +101,7 @@ func TestCheckpointIncompatibleFailsTheStep(t *testing.T) {
 			if !strings.Contains(res.Message, tc.wantMsg) {
 				t.Errorf("message %q does not say %q", res.Message, tc.wantMsg)
 			}
-			if calls, _, _, _ := host.snapshot(); len(calls) != 0 {
+			if calls, _, _, _ := snapshot(host); len(calls) != 0 {
 				t.Errorf("host calls = %v, want none", calls)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/sdk/sdktest"
 )
 
 const testTask = "task-7f3a"
@@ -73,7 +74,7 @@ func TestDescribe(t *testing.T) {
 }
 
 func TestOneStepTaskCompletes(t *testing.T) {
-	host := &fakeHost{model: replies(text("TASK_COMPLETE: report ready"))}
+	host := legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text("TASK_COMPLETE: report ready"))})
 	res := mustStep(t, host, firstStep("write the report"))
 	wantOutcome(t, res, sdk.OutcomeComplete, "")
 	if res.Summary != "report ready" {
@@ -86,13 +87,13 @@ func TestOneStepTaskCompletes(t *testing.T) {
 	if res.Checkpoint == nil || res.Checkpoint.Schema != CheckpointSchema {
 		t.Errorf("checkpoint = %+v, want schema %s", res.Checkpoint, CheckpointSchema)
 	}
-	if calls, _, _, _ := host.snapshot(); !reflect.DeepEqual(calls, []string{"Tools", "CallModel"}) {
+	if calls, _, _, _ := snapshot(host); !reflect.DeepEqual(calls, []string{"Tools", "CallModel"}) {
 		t.Errorf("host calls = %v, want [Tools CallModel]", calls)
 	}
 }
 
 func TestSummariesTravelInTheSystemMessage(t *testing.T) {
-	host := &fakeHost{model: replies(text("drafted the outline"), text("TASK_COMPLETE: report ready"))}
+	host := legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text("drafted the outline"), text("TASK_COMPLETE: report ready"))})
 	req1 := firstStep("write the report")
 	res1 := mustStep(t, host, req1)
 	wantOutcome(t, res1, sdk.OutcomeContinue, "")
@@ -102,7 +103,7 @@ func TestSummariesTravelInTheSystemMessage(t *testing.T) {
 	res2 := mustStep(t, host, nextStep(req1, res1))
 	wantOutcome(t, res2, sdk.OutcomeComplete, "")
 
-	_, models, _, _ := host.snapshot()
+	_, models, _, _ := snapshot(host)
 	if len(models) != 2 {
 		t.Fatalf("%d model calls, want 2", len(models))
 	}
@@ -160,9 +161,9 @@ func TestContextBound(t *testing.T) {
 
 func TestGoalIsInTheSystemMessageNotThePrompt(t *testing.T) {
 	const goal = "compile the quarterly numbers for the zebra project"
-	host := &fakeHost{}
+	host := legacyHost(&sdktest.Host{})
 	mustStep(t, host, firstStep(goal))
-	_, models, _, _ := host.snapshot()
+	_, models, _, _ := snapshot(host)
 	msgs := models[0].Messages
 	if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1].Role != "user" {
 		t.Fatalf("messages = %+v, want [system user]", msgs)
@@ -211,9 +212,9 @@ func TestPromptCarriesStepCounterAndSentinel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := firstStep("goal")
 			tc.setup(&req)
-			host := &fakeHost{}
+			host := legacyHost(&sdktest.Host{})
 			mustStep(t, host, req)
-			_, models, _, _ := host.snapshot()
+			_, models, _, _ := snapshot(host)
 			got := models[0].Messages[1].Content
 			want := "[long-horizon task " + testTask + " " + tc.want + "] Work toward the goal described in your task context. " +
 				"Use tools only when the goal requires them. When the goal is fully achieved, reply with a final answer " +
@@ -226,11 +227,11 @@ func TestPromptCarriesStepCounterAndSentinel(t *testing.T) {
 }
 
 func TestStepNumberMatchesTheHostCountWithoutCrashes(t *testing.T) {
-	host := &fakeHost{model: replies(text("a"), text("b"), text("c"), text("d"))}
+	host := legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text("a"), text("b"), text("c"), text("d"))})
 	req := firstStep("goal")
 	for i := 0; i < 4; i++ {
 		res := mustStep(t, host, req)
-		_, models, _, _ := host.snapshot()
+		_, models, _, _ := snapshot(host)
 		want := fmt.Sprintf(" step %d/%d]", req.Limits.Steps-req.Remaining.Steps, req.Limits.Steps)
 		if got := models[i].Messages[1].Content; !strings.Contains(got, want) {
 			t.Fatalf("step %d prompt = %q, want %q (limit - remaining)", i+1, got, want)
@@ -243,11 +244,11 @@ func TestRerunOfAStepSendsTheSameModelRequests(t *testing.T) {
 	// An attempt that crashed after its model and tool calls were observed
 	// is re-run: the host replays observed effects by (seq, fingerprint),
 	// which works only if the re-run asks the same.
-	script := func() *fakeHost {
-		return &fakeHost{
-			tools: []sdk.ToolSpec{{Name: "workspace.write"}},
-			model: replies(callTools(sdk.ToolCall{ID: "call_1", Name: "workspace.write", Arguments: `{"path":"a"}`}), text("wrote a")),
-		}
+	script := func() *sdktest.Host {
+		return legacyHost(&sdktest.Host{
+			ToolsF:     sdktest.ListTools(sdk.ToolSpec{Name: "workspace.write"}),
+			CallModelF: sdktest.Replies(callTools(sdk.ToolCall{ID: "call_1", Name: "workspace.write", Arguments: `{"path":"a"}`}), text("wrote a")),
+		})
 	}
 	crashed := firstStep("goal")
 	crashed.Attempt, crashed.Remaining.Steps = 3, 17
@@ -259,25 +260,25 @@ func TestRerunOfAStepSendsTheSameModelRequests(t *testing.T) {
 	h1, h2 := script(), script()
 	mustStep(t, h1, crashed)
 	mustStep(t, h2, rerun)
-	_, m1, _, _ := h1.snapshot()
-	_, m2, _, _ := h2.snapshot()
+	_, m1, _, _ := snapshot(h1)
+	_, m2, _, _ := snapshot(h2)
 	if !reflect.DeepEqual(m1, m2) {
 		t.Fatalf("the re-run's model requests differ:\n%+v\n%+v", m1, m2)
 	}
 }
 
 func TestEachStepStartsWithAFreshHistory(t *testing.T) {
-	host := &fakeHost{
-		tools: []sdk.ToolSpec{{Name: "workspace.write"}},
-		model: replies(
+	host := legacyHost(&sdktest.Host{
+		ToolsF: sdktest.ListTools(sdk.ToolSpec{Name: "workspace.write"}),
+		CallModelF: sdktest.Replies(
 			callTools(sdk.ToolCall{ID: "call_1", Name: "workspace.write", Arguments: `{}`}), text("wrote notes"),
 			text("TASK_COMPLETE: done"),
 		),
-	}
+	})
 	req := firstStep("goal")
 	res := mustStep(t, host, req)
 	mustStep(t, host, nextStep(req, res))
-	_, models, _, _ := host.snapshot()
+	_, models, _, _ := snapshot(host)
 	if len(models) != 3 {
 		t.Fatalf("%d model calls, want 3", len(models))
 	}
@@ -320,7 +321,7 @@ func TestCompletionSentinel(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.reply, func(t *testing.T) {
-			host := &fakeHost{model: replies(text(tc.reply))}
+			host := legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text(tc.reply))})
 			res := mustStep(t, host, firstStep("goal"))
 			want := sdk.OutcomeContinue
 			if tc.complete {
@@ -347,7 +348,7 @@ func TestEmptySummaryBecomesCompleted(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := mustStep(t, &fakeHost{model: replies(text(tc.reply))}, firstStep("goal"))
+			res := mustStep(t, legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text(tc.reply))}), firstStep("goal"))
 			wantOutcome(t, res, tc.outcome, "")
 			if res.Summary != "completed" {
 				t.Errorf("summary = %q, want %q", res.Summary, "completed")
@@ -371,7 +372,7 @@ func TestSummaryLengthBound(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := mustStep(t, &fakeHost{model: replies(text(tc.reply))}, firstStep("goal"))
+			res := mustStep(t, legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(text(tc.reply))}), firstStep("goal"))
 			if res.Summary != tc.want {
 				t.Errorf("summary has %d characters, want %d", utf8.RuneCountInString(res.Summary), utf8.RuneCountInString(tc.want))
 			}
@@ -405,7 +406,7 @@ func TestIdenticalSummariesFailNoProgressOnlyWhenAskedTo(t *testing.T) {
 			for i, r := range tc.replies {
 				msgs[i] = text(r)
 			}
-			host := &fakeHost{model: replies(msgs...)}
+			host := legacyHost(&sdktest.Host{CallModelF: sdktest.Replies(msgs...)})
 			req := firstStep("goal")
 			req.Spec = goalSpec("goal", tc.legacy)
 			for i, want := range tc.want {
@@ -423,28 +424,29 @@ func TestIdenticalSummariesFailNoProgressOnlyWhenAskedTo(t *testing.T) {
 }
 
 func TestToolCallRoundTrip(t *testing.T) {
-	host := &fakeHost{
-		tools: []sdk.ToolSpec{{Name: "workspace.write", Description: "write a file", Parameters: `{"type":"object"}`}},
-		model: replies(
+	offered := []sdk.ToolSpec{{Name: "workspace.write", Description: "write a file", Parameters: `{"type":"object"}`}}
+	host := legacyHost(&sdktest.Host{
+		ToolsF: sdktest.ListTools(offered...),
+		CallModelF: sdktest.Replies(
 			sdk.Message{Role: "assistant", Content: "writing", ToolCalls: []sdk.ToolCall{{ID: "call_1", Name: "workspace.write", Arguments: `{"path":"notes.md"}`}}},
 			text("TASK_COMPLETE: wrote notes"),
 		),
-		tool: func(_ context.Context, req sdk.ToolRequest) (sdk.ToolResponse, error) {
+		CallToolF: func(_ context.Context, req sdk.ToolRequest) (sdk.ToolResponse, error) {
 			return sdk.ToolResponse{Result: `{"written":"notes.md"}`}, nil
 		},
-	}
+	})
 	res := mustStep(t, host, firstStep("goal"))
 	wantOutcome(t, res, sdk.OutcomeComplete, "")
 	if res.Summary != "wrote notes" {
 		t.Errorf("summary = %q", res.Summary)
 	}
-	calls, models, tools, _ := host.snapshot()
+	calls, models, tools, _ := snapshot(host)
 	if want := []string{"Tools", "CallModel", "CallTool", "CallModel"}; !reflect.DeepEqual(calls, want) {
 		t.Fatalf("host calls = %v, want %v", calls, want)
 	}
 	for i, m := range models {
-		if !reflect.DeepEqual(m.Tools, host.tools) {
-			t.Errorf("model call %d offered tools %+v, want %+v", i, m.Tools, host.tools)
+		if !reflect.DeepEqual(m.Tools, offered) {
+			t.Errorf("model call %d offered tools %+v, want %+v", i, m.Tools, offered)
 		}
 	}
 	if tools[0].Name != "workspace.write" || tools[0].Arguments != `{"path":"notes.md"}` {
@@ -484,14 +486,14 @@ func TestToolCallsTheModelGetsWrongGoBackToIt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			host := &fakeHost{
-				tools: []sdk.ToolSpec{{Name: "shell.run"}},
-				model: replies(callTools(tc.call), text("saw the error")),
-				tool:  tc.tool,
-			}
+			host := legacyHost(&sdktest.Host{
+				ToolsF:     sdktest.ListTools(sdk.ToolSpec{Name: "shell.run"}),
+				CallModelF: sdktest.Replies(callTools(tc.call), text("saw the error")),
+				CallToolF:  tc.tool,
+			})
 			res := mustStep(t, host, firstStep("goal"))
 			wantOutcome(t, res, sdk.OutcomeContinue, "")
-			_, models, tools, _ := host.snapshot()
+			_, models, tools, _ := snapshot(host)
 			if (len(tools) == 1) != tc.wantHost {
 				t.Errorf("%d tool calls reached the host, want host=%v", len(tools), tc.wantHost)
 			}
@@ -511,20 +513,20 @@ func TestToolCallsTheModelGetsWrongGoBackToIt(t *testing.T) {
 
 func TestIdempotencyKeysComeFromTaskAttemptAndIndex(t *testing.T) {
 	// Models reuse call IDs ("call_1" in every turn): keys must not.
-	host := &fakeHost{
-		tools: []sdk.ToolSpec{{Name: "t"}},
-		model: replies(
+	host := legacyHost(&sdktest.Host{
+		ToolsF: sdktest.ListTools(sdk.ToolSpec{Name: "t"}),
+		CallModelF: sdktest.Replies(
 			callTools(sdk.ToolCall{ID: "call_1", Name: "t"}, sdk.ToolCall{ID: "call_1", Name: "t"}),
 			callTools(sdk.ToolCall{ID: "call_1", Name: "t"}),
 			text("step one"),
 			callTools(sdk.ToolCall{ID: "call_1", Name: "t"}),
 			text("step two"),
 		),
-	}
+	})
 	req := firstStep("goal")
 	res := mustStep(t, host, req)
 	mustStep(t, host, nextStep(req, res))
-	_, _, tools, _ := host.snapshot()
+	_, _, tools, _ := snapshot(host)
 	var keys []string
 	for _, r := range tools {
 		keys = append(keys, r.IdempotencyKey)
@@ -536,12 +538,12 @@ func TestIdempotencyKeysComeFromTaskAttemptAndIndex(t *testing.T) {
 }
 
 func TestToolCallsWithoutIDsGetOne(t *testing.T) {
-	host := &fakeHost{
-		tools: []sdk.ToolSpec{{Name: "t"}},
-		model: replies(callTools(sdk.ToolCall{Name: "t"}, sdk.ToolCall{Name: "t"}), text("ok")),
-	}
+	host := legacyHost(&sdktest.Host{
+		ToolsF:     sdktest.ListTools(sdk.ToolSpec{Name: "t"}),
+		CallModelF: sdktest.Replies(callTools(sdk.ToolCall{Name: "t"}, sdk.ToolCall{Name: "t"}), text("ok")),
+	})
 	mustStep(t, host, firstStep("goal"))
-	_, models, _, _ := host.snapshot()
+	_, models, _, _ := snapshot(host)
 	msgs := models[1].Messages
 	ids := []string{msgs[2].ToolCalls[0].ID, msgs[2].ToolCalls[1].ID}
 	if ids[0] == "" || ids[0] == ids[1] || msgs[3].ToolCallID != ids[0] || msgs[4].ToolCallID != ids[1] {
@@ -572,7 +574,7 @@ func TestRoundsBound(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			host := &fakeHost{tools: []sdk.ToolSpec{{Name: "t"}}, model: replies(tc.script...)}
+			host := legacyHost(&sdktest.Host{ToolsF: sdktest.ListTools(sdk.ToolSpec{Name: "t"}), CallModelF: sdktest.Replies(tc.script...)})
 			req := firstStep("goal")
 			req.Spec = goalSpec("goal", tc.legacy)
 			res := mustStep(t, host, req)
@@ -582,7 +584,7 @@ func TestRoundsBound(t *testing.T) {
 			if tc.outcome == sdk.OutcomeFail && (res.Reason != "executor_failed" || !strings.Contains(res.Message, "rounds")) {
 				t.Errorf("fail = %q %q, want executor_failed naming the rounds", res.Reason, res.Message)
 			}
-			_, models, tools, _ := host.snapshot()
+			_, models, tools, _ := snapshot(host)
 			if len(models) != tc.modelCalls || len(tools) != tc.toolCalls {
 				t.Errorf("%d model and %d tool calls, want %d and %d", len(models), len(tools), tc.modelCalls, tc.toolCalls)
 			}
@@ -625,12 +627,12 @@ func TestIndeterminateToolEffectAsksApprovalFirst(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			host := &fakeHost{approve: tc.approve}
+			host := legacyHost(&sdktest.Host{RequestApprovalF: tc.approve})
 			req := firstStep("goal")
 			req.Attempt = 2
 			req.Indeterminate = tc.effects
 			res, err := New(nil).Step(context.Background(), host, req)
-			calls, _, _, approvals := host.snapshot()
+			calls, _, _, approvals := snapshot(host)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)
@@ -665,25 +667,25 @@ func TestHostErrorsFailTheStep(t *testing.T) {
 	fails := func(err error) func(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) {
 		return func(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) { return sdk.ToolResponse{}, err }
 	}
-	modelFails := func(err error) func(context.Context, int, sdk.ModelRequest) (sdk.ModelResponse, error) {
-		return func(context.Context, int, sdk.ModelRequest) (sdk.ModelResponse, error) {
+	modelFails := func(err error) func(context.Context, sdk.ModelRequest) (sdk.ModelResponse, error) {
+		return func(context.Context, sdk.ModelRequest) (sdk.ModelResponse, error) {
 			return sdk.ModelResponse{}, err
 		}
 	}
 	tests := []struct {
 		name     string
-		host     *fakeHost
+		host     *sdktest.Host
 		wantMsgs []string
 	}{
-		{"tool budget exhausted", &fakeHost{tools: []sdk.ToolSpec{{Name: "t"}}, model: replies(callTools(sdk.ToolCall{ID: "c", Name: "t"})), tool: fails(budget)},
+		{"tool budget exhausted", legacyHost(&sdktest.Host{ToolsF: sdktest.ListTools(sdk.ToolSpec{Name: "t"}), CallModelF: sdktest.Replies(callTools(sdk.ToolCall{ID: "c", Name: "t"})), CallToolF: fails(budget)}),
 			[]string{"tool call refused", "budget exhausted", "tool_calls"}},
-		{"model budget exhausted", &fakeHost{model: modelFails(&sdk.HostError{Kind: sdk.ErrBudgetExhausted, Message: "CallModel: model_calls budget exhausted"})},
+		{"model budget exhausted", legacyHost(&sdktest.Host{CallModelF: modelFails(&sdk.HostError{Kind: sdk.ErrBudgetExhausted, Message: "CallModel: model_calls budget exhausted"})}),
 			[]string{"model call refused", "budget exhausted", "model_calls"}},
-		{"tool listing refused", &fakeHost{toolsErr: &sdk.HostError{Kind: sdk.ErrPermissionDenied, Message: "stale token"}},
+		{"tool listing refused", legacyHost(&sdktest.Host{ToolsF: toolsFail(&sdk.HostError{Kind: sdk.ErrPermissionDenied, Message: "stale token"})}),
 			[]string{"tool listing failed", "permission denied"}},
-		{"model failed, message bounded", &fakeHost{model: modelFails(long)},
+		{"model failed, message bounded", legacyHost(&sdktest.Host{CallModelF: modelFails(long)}),
 			[]string{"model call failed", "host unavailable"}},
-		{"tool failed", &fakeHost{tools: []sdk.ToolSpec{{Name: "t"}}, model: replies(callTools(sdk.ToolCall{ID: "c", Name: "t"})), tool: fails(&sdk.HostError{Kind: sdk.ErrInvalidArgument, Message: "bad path"})},
+		{"tool failed", legacyHost(&sdktest.Host{ToolsF: sdktest.ListTools(sdk.ToolSpec{Name: "t"}), CallModelF: sdktest.Replies(callTools(sdk.ToolCall{ID: "c", Name: "t"})), CallToolF: fails(&sdk.HostError{Kind: sdk.ErrInvalidArgument, Message: "bad path"})}),
 			[]string{"tool call failed", "invalid argument"}},
 	}
 	for _, tc := range tests {
@@ -703,10 +705,10 @@ func TestHostErrorsFailTheStep(t *testing.T) {
 }
 
 func TestHostWithoutToolsOffersNone(t *testing.T) {
-	host := &fakeHost{toolsErr: &sdk.HostError{Kind: sdk.ErrUnimplemented, Message: "no tools"}}
+	host := legacyHost(&sdktest.Host{ToolsF: toolsFail(&sdk.HostError{Kind: sdk.ErrUnimplemented, Message: "no tools"})})
 	res := mustStep(t, host, firstStep("goal"))
 	wantOutcome(t, res, sdk.OutcomeComplete, "")
-	if _, models, _, _ := host.snapshot(); models[0].Tools != nil {
+	if _, models, _, _ := snapshot(host); models[0].Tools != nil {
 		t.Errorf("tools offered = %+v, want none", models[0].Tools)
 	}
 }

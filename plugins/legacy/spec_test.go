@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/sdk/sdktest"
 )
 
 func TestParseSpec(t *testing.T) {
@@ -64,7 +65,7 @@ func TestParseSpec(t *testing.T) {
 }
 
 func TestSpecWithAnUnknownFieldFailsTheStep(t *testing.T) {
-	host := &fakeHost{}
+	host := legacyHost(&sdktest.Host{})
 	req := firstStep("goal")
 	req.Spec = goalSpec("goal", `{"max_rounds":4,"temperature":0.2}`)
 	res, err := New(nil).Step(context.Background(), host, req)
@@ -75,7 +76,7 @@ func TestSpecWithAnUnknownFieldFailsTheStep(t *testing.T) {
 	if !strings.Contains(res.Message, `"legacy.temperature"`) {
 		t.Errorf("message %q does not name the field", res.Message)
 	}
-	if calls, _, _, _ := host.snapshot(); len(calls) != 0 {
+	if calls, _, _, _ := snapshot(host); len(calls) != 0 {
 		t.Errorf("host calls = %v, want none", calls)
 	}
 }

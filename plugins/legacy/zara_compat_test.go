@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/sdk/sdktest"
 )
 
 // zaraTable is testdata/zara_compat.json: Zara's runner as data. The
@@ -108,7 +109,7 @@ func runZaraRow(t *testing.T, row zaraRow) zaraRun {
 		}
 		run.stepsUsed++
 		crash := false
-		host := &fakeHost{model: func(_ context.Context, _ int, req sdk.ModelRequest) (sdk.ModelResponse, error) {
+		host := legacyHost(&sdktest.Host{CallModelF: func(_ context.Context, req sdk.ModelRequest) (sdk.ModelResponse, error) {
 			n := stepOfRequest(t, req)
 			if n == row.CrashInStep && !crashed {
 				crashed, crash = true, true
@@ -118,7 +119,7 @@ func runZaraRow(t *testing.T, row zaraRow) zaraRun {
 				t.Fatalf("the executor asked for step %d; the row scripts %d", n, len(row.Replies))
 			}
 			return sdk.ModelResponse{Message: text(row.Replies[n-1])}, nil
-		}}
+		}})
 		req := sdk.StepRequest{
 			TaskID: zaraTaskID, RunID: 1, Attempt: attempt, Spec: specJSON, Checkpoint: cp,
 			Recent: recent, Indeterminate: indeterminate,
@@ -126,7 +127,7 @@ func runZaraRow(t *testing.T, row zaraRow) zaraRun {
 			Remaining: sdk.Budgets{Steps: row.MaxSteps - run.stepsUsed, ToolCalls: 50, ModelCalls: 100},
 		}
 		res, err := New(nil).Step(context.Background(), host, req)
-		_, models, _, approvals := host.snapshot()
+		_, models, _, approvals := snapshot(host)
 		run.approvals = append(run.approvals, approvals...)
 		for _, m := range models {
 			if len(m.Messages) != 2 || m.Messages[0].Role != "system" || m.Messages[1].Role != "user" {
