@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes on a fresh short directory, so a
+// test can fill a real disk under the daemon's store. It skips where
+// mounting is not allowed.
+func mountTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := shortTempDir(t)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(size)+",mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fillDisk writes a file in dir until its filesystem has no byte left and
+// returns the file's path; removing it gives the space back.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for _, n := range []int{len(buf), 512} {
+		for {
+			if _, err := f.Write(buf[:n]); err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("filling %s: %v", dir, err)
+				}
+				break
+			}
+		}
+	}
+	return path
+}
+
+// The daemon's data dir fills up while a step runs. `task watch` ends with
+// the task interrupted (store_error), exit 6; a create is refused with exit
+// 5 naming the cause; once space is back the interruption is recorded, and
+// a resume runs the task to completion under the same id.
+func TestDaemonFullDiskInterruptsThenResumes(t *testing.T) {
+	data := mountTmpfs(t, 64<<20)
+	ctl := shortTempDir(t) // off the full disk
+	d := startDaemon(t, data, testexecConfig(t, ctl))
+	release, pidFile := filepath.Join(ctl, "release"), filepath.Join(ctl, "pid")
+	id := createTask(t, d, ctl, map[string]any{"goal": "fill the disk", "testexec": map[string]any{"steps": 2, "wait_file": release, "pid_file": pidFile}})
+	pid := readPid(t, pidFile)
+	watch := startTaskhost(t, "task", "watch", id, "--data-dir", data)
+
+	filler := fillDisk(t, data)
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	transcript := drain(t, watch)
+	if code := watch.cmd.ProcessState.ExitCode(); code != 6 || !strings.Contains(transcript, "store_error") {
+		t.Fatalf("task watch exit %d, want 6 (interrupted) with store_error:\n%s%s", code, transcript, watch.stderr)
+	}
+	t.Logf("$ taskhost task watch %s   # the disk fills during step 1\n%s", id, transcript)
+	eventually(t, 10*time.Second, "the plugin to be stopped", func() bool { return !alive(pid) })
+
+	_, errOut, code := d.cli(t, "task", "create", "--executor", "testexec", "--goal", "one more")
+	if code != 5 || !strings.Contains(errOut, "store unavailable: disk full") {
+		t.Fatalf("create on a full disk: exit %d, %q; want 5 and the cause", code, errOut)
+	}
+	t.Logf("$ taskhost task create ...   # still full\n%s(exit %d)", errOut, code)
+	var st statusJSON
+	d.cliJSON(t, &st, "task", "status", id)
+	if st.Task.Status != "interrupted" || st.Task.Reason != "store_error" || !strings.Contains(st.Task.Message, "store_degraded") {
+		t.Fatalf("status on a full disk = %+v, want interrupted (store_error) store_degraded", st.Task)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "the interruption to be recorded", func() bool {
+		var st statusJSON
+		d.cliJSON(t, &st, "task", "status", id)
+		return st.Task.Reason == "store_error" && !strings.Contains(st.Task.Message, "store_degraded")
+	})
+	if out, errOut, code := d.cli(t, "task", "resume", id); code != 0 {
+		t.Fatalf("resume after space came back: exit %d\n%s%s", code, out, errOut)
+	}
+	watch = startTaskhost(t, "task", "watch", id, "--data-dir", data)
+	transcript = drain(t, watch)
+	if code := watch.cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(transcript, "completed") {
+		t.Fatalf("task watch after the resume: exit %d\n%s%s", code, transcript, watch.stderr)
+	}
+	t.Logf("$ taskhost task resume %s && taskhost task watch %s   # space is back\n%s", id, id, transcript)
+}
+
+// drain collects a started command's stdout until it exits.
+func drain(t *testing.T, s *started) string {
+	t.Helper()
+	var b strings.Builder
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-s.lines:
+			if !ok {
+				s.cmd.Wait()
+				return b.String()
+			}
+			b.WriteString(l + "\n")
+		case <-timeout:
+			t.Fatalf("timed out waiting for taskhost to end; so far:\n%s", b.String())
+		}
+	}
+}
