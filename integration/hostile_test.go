@@ -54,7 +54,7 @@ func TestHostileExecutorIsConfined(t *testing.T) {
 		"read_store", "read_wal", "read_host_key", "list_data_dir",
 		"list_victim_workspace", "read_victim_file", "plant_in_victim_workspace",
 		"read_daemon_environ", "open_daemon_memory", "signal_daemon",
-		"fork_exec_shell", "exec_shell", "inet_socket",
+		"fork_exec_shell", "exec_shell", "inet_socket", "call_daemon_api",
 	} {
 		got, ok := res.Probes[name]
 		switch {

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/taskhost/taskhost/internal/confine"
 )
 
 // maxTokenBytes bounds a presented bearer token before it is hashed.
@@ -29,6 +31,11 @@ type PeerCred struct {
 	credentials.CommonAuthInfo
 	UID, GID uint32
 	PID      int32
+	// Confined: the peer carries the marks of a process the host confined
+	// (a plugin, a shell.run command, or any descendant of one). It runs as
+	// the daemon's uid, which is a principal, so without this it could use
+	// the API as the daemon's user.
+	Confined bool
 }
 
 // AuthType implements credentials.AuthInfo.
@@ -93,9 +100,14 @@ func peerCred(conn *net.UnixConn) (PeerCred, error) {
 	if credErr != nil {
 		return PeerCred{}, fmt.Errorf("api: peer credentials: %w", credErr)
 	}
+	// Read at the handshake: the pid is the connecting process's now.
+	confined, err := confine.Marked(int(cred.Pid))
+	if err != nil {
+		return PeerCred{}, fmt.Errorf("api: peer %d: %w", cred.Pid, err)
+	}
 	return PeerCred{
 		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity},
-		UID:            cred.Uid, GID: cred.Gid, PID: cred.Pid,
+		UID:            cred.Uid, GID: cred.Gid, PID: cred.Pid, Confined: confined,
 	}, nil
 }
 
@@ -154,6 +166,10 @@ func (a *authenticator) authenticate(ctx context.Context) (string, caller, error
 	switch info := p.AuthInfo.(type) {
 	case PeerCred:
 		c := caller{who: fmt.Sprintf("uid %d (pid %d)", info.UID, info.PID), key: fmt.Sprintf("uid %d", info.UID)}
+		if info.Confined {
+			return "", c, statusError(codes.PermissionDenied, ReasonUnknownPeer, fmt.Sprintf(
+				"pid %d is a process the daemon confined (a plugin or a shell.run command): it may not call the API", info.PID))
+		}
 		name, ok := a.uids[info.UID]
 		if !ok {
 			return "", c, statusError(codes.PermissionDenied, ReasonUnknownPeer, fmt.Sprintf(

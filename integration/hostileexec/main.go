@@ -2,8 +2,9 @@
 // tests, built only with the SDK as any third-party executor would be (kind
 // "hostileexec"). Its one step tries to reach what a plugin must never
 // reach — the store, its WAL, the host key, another task's workspace, the
-// daemon's environment — and to escape by signalling the daemon, opening a
-// network socket and running a shell. It completes with a result naming
+// daemon's environment, the daemon's API as the daemon's own user — and to
+// escape by signalling the daemon, opening a network socket and running a
+// shell. Beside the SDK it uses only the API's generated client. It completes with a result naming
 // each probe and what happened:
 //
 //	{"probes": {"read_store": "refused: permission denied", ...}}
@@ -24,8 +25,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
 type executor struct{}
@@ -109,12 +115,32 @@ func probe(victim string) map[string]string {
 	// No fork: replace this process (it would never return on success).
 	p["exec_shell"] = outcome(syscall.Exec("/bin/sh", []string{"sh", "-c", "exit 0"}, nil), "exec'd")
 
+	// The daemon's own API, as the daemon's uid: a principal.
+	p["call_daemon_api"] = callAPI(filepath.Join(data, "taskhost.sock"))
+
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err == nil {
 		syscall.Close(fd)
 	}
 	p["inet_socket"] = outcome(err, "opened a TCP socket")
 	return p
+}
+
+// callAPI lists the tasks of whichever principal the daemon takes this
+// process for.
+func callAPI(sock string) string {
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return outcome(err, "")
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := apipb.NewTaskServiceClient(conn).ListTasks(ctx, &apipb.ListTasksRequest{})
+	if err != nil {
+		return outcome(err, "")
+	}
+	return outcome(nil, fmt.Sprintf("listed %d tasks of the daemon's principal", len(resp.GetTasks())))
 }
 
 func main() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -122,6 +124,9 @@ func runProbe(args []string) int {
 			var sig int
 			err := unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0)
 			report(err, strconv.Itoa(sig))
+		case "wait": // until stdin closes, so the parent can look at us
+			io.Copy(io.Discard, os.Stdin)
+			fmt.Println("ok")
 		case "whoami":
 			fmt.Println("ok probe-binary")
 		case "cwd":
@@ -500,5 +505,61 @@ func TestATrampolineWithoutMainRunsNoTests(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "no tests to run") {
 		t.Errorf("output %q, want the testing package's no-tests warning", out)
+	}
+}
+
+func TestMarkedFindsConfinedProcessesOnly(t *testing.T) {
+	requireSeccomp(t)
+	self, err := confine.Marked(os.Getpid())
+	if err != nil || self {
+		t.Fatalf("Marked(self) = %v, %v; want false", self, err)
+	}
+	tests := []struct {
+		name string
+		p    confine.Policy
+		want bool
+	}{
+		{"confined", confine.Policy{DropCaps: true, Seccomp: confine.Seccomp{DenyPtrace: true}}, true},
+		{"capabilities kept", confine.Policy{Seccomp: confine.Seccomp{DenyPtrace: true}}, false},
+		{"no seccomp", confine.Policy{DropCaps: true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.p.Dir = t.TempDir()
+			cmd, err := confine.Command(testBinary(t), tt.p, nil, testBinary(t), "wait")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Env = []string{probeEnv + "=1"}
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Wait()
+			defer stdin.Close()
+			// Poll until the trampoline has exec'd the probe (its argv[0]
+			// no longer marks the trampoline).
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
+				exec := len(argv) > 0 && !bytes.HasPrefix(argv, []byte("confine-trampoline\x00"))
+				if got, err := confine.Marked(cmd.Process.Pid); exec && err == nil && got == tt.want {
+					return
+				}
+				if time.Now().After(deadline) {
+					got, err := confine.Marked(cmd.Process.Pid)
+					t.Fatalf("Marked(child) = %v, %v; want %v\n%s", got, err, tt.want, out.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	if _, err := confine.Marked(1 << 30); err == nil {
+		t.Error("Marked of a pid that does not exist: no error")
 	}
 }
