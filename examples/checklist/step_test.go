@@ -10,32 +10,13 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/sdk/sdktest"
 )
 
-// fakeHost is an sdk.Host that records tool calls and answers them with
-// toolResult.
-type fakeHost struct {
-	calls      []sdk.ToolRequest
-	toolResult sdk.ToolResponse
-	toolErr    error
+// toolAnswers scripts CallTool to answer every call with resp and err.
+func toolAnswers(resp sdk.ToolResponse, err error) func(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) {
+	return func(context.Context, sdk.ToolRequest) (sdk.ToolResponse, error) { return resp, err }
 }
-
-func (h *fakeHost) CallModel(context.Context, sdk.ModelRequest) (sdk.ModelResponse, error) {
-	return sdk.ModelResponse{}, &sdk.HostError{Kind: sdk.ErrUnimplemented}
-}
-
-func (h *fakeHost) CallTool(_ context.Context, req sdk.ToolRequest) (sdk.ToolResponse, error) {
-	h.calls = append(h.calls, req)
-	return h.toolResult, h.toolErr
-}
-
-func (h *fakeHost) RequestApproval(context.Context, string) (sdk.Decision, error) {
-	return "", &sdk.HostError{Kind: sdk.ErrUnimplemented}
-}
-
-func (h *fakeHost) Progress(context.Context, string) error { return nil }
-
-func (h *fakeHost) Tools(context.Context) ([]sdk.ToolSpec, error) { return nil, nil }
 
 const threeItems = `{"goal":"g","checklist":{"items":["buy milk","water the plants","call the bank"]}}`
 
@@ -49,7 +30,7 @@ func step(t *testing.T, ctx context.Context, h sdk.Host, spec string, cp *sdk.Ch
 }
 
 func TestStepsWorkThroughTheList(t *testing.T) {
-	h := &fakeHost{toolResult: sdk.ToolResponse{Result: `{"bytes":8}`}}
+	h := &sdktest.Host{CallToolF: toolAnswers(sdk.ToolResponse{Result: `{"bytes":8}`}, nil)}
 	var cp *sdk.Checkpoint
 	for n := 1; n <= 3; n++ {
 		res := step(t, context.Background(), h, threeItems, cp)
@@ -65,15 +46,16 @@ func TestStepsWorkThroughTheList(t *testing.T) {
 		}
 		cp = res.Checkpoint
 	}
-	if len(h.calls) != 3 {
-		t.Fatalf("%d tool calls, want 3", len(h.calls))
+	calls := h.ToolRequests()
+	if len(calls) != 3 {
+		t.Fatalf("%d tool calls, want 3", len(calls))
 	}
 	var args struct{ Path, Content string }
-	if err := json.Unmarshal([]byte(h.calls[1].Arguments), &args); err != nil {
+	if err := json.Unmarshal([]byte(calls[1].Arguments), &args); err != nil {
 		t.Fatal(err)
 	}
-	if h.calls[1].Name != "workspace.write" || args.Path != "items/2.txt" || args.Content != "water the plants" || h.calls[1].IdempotencyKey != "checklist/t1/item/2" {
-		t.Errorf("second call = %+v", h.calls[1])
+	if calls[1].Name != "workspace.write" || args.Path != "items/2.txt" || args.Content != "water the plants" || calls[1].IdempotencyKey != "checklist/t1/item/2" {
+		t.Errorf("second call = %+v", calls[1])
 	}
 	res := step(t, context.Background(), h, threeItems, &sdk.Checkpoint{Schema: SchemaV1, Payload: []byte(`{"next":2}`)})
 	if string(res.Result) != `{"items":3,"files":["items/1.txt","items/2.txt","items/3.txt"]}` {
@@ -85,17 +67,17 @@ func TestStepFailsClosed(t *testing.T) {
 	tests := []struct {
 		name, spec string
 		cp         *sdk.Checkpoint
-		host       *fakeHost
+		host       *sdktest.Host
 		wantReason string
 		wantMsg    string
 	}{
-		{"no checklist", `{"goal":"g"}`, nil, &fakeHost{}, "executor_failed", `"checklist" is missing`},
-		{"unknown option", `{"goal":"g","checklist":{"items":["a"],"pace":1}}`, nil, &fakeHost{}, "executor_failed", `unknown field "pace"`},
-		{"empty item", `{"goal":"g","checklist":{"items":[" "]}}`, nil, &fakeHost{}, "executor_failed", "checklist.items[0]"},
-		{"foreign schema", threeItems, &sdk.Checkpoint{Schema: "checklist/2", Payload: []byte(`{"next":1}`)}, &fakeHost{}, "checkpoint_incompatible", `schema "checklist/2"`},
-		{"position past the end", threeItems, &sdk.Checkpoint{Schema: SchemaV1, Payload: []byte(`{"next":3}`)}, &fakeHost{}, "checkpoint_incompatible", "next is 3"},
-		{"write refused", threeItems, nil, &fakeHost{toolErr: &sdk.HostError{Kind: sdk.ErrPermissionDenied, Message: "no"}}, "executor_failed", "write items/1.txt"},
-		{"write failed", threeItems, nil, &fakeHost{toolResult: sdk.ToolResponse{IsError: true, Result: "disk full"}}, "executor_failed", "disk full"},
+		{"no checklist", `{"goal":"g"}`, nil, &sdktest.Host{}, "executor_failed", `"checklist" is missing`},
+		{"unknown option", `{"goal":"g","checklist":{"items":["a"],"pace":1}}`, nil, &sdktest.Host{}, "executor_failed", `unknown field "pace"`},
+		{"empty item", `{"goal":"g","checklist":{"items":[" "]}}`, nil, &sdktest.Host{}, "executor_failed", "checklist.items[0]"},
+		{"foreign schema", threeItems, &sdk.Checkpoint{Schema: "checklist/2", Payload: []byte(`{"next":1}`)}, &sdktest.Host{}, "checkpoint_incompatible", `schema "checklist/2"`},
+		{"position past the end", threeItems, &sdk.Checkpoint{Schema: SchemaV1, Payload: []byte(`{"next":3}`)}, &sdktest.Host{}, "checkpoint_incompatible", "next is 3"},
+		{"write refused", threeItems, nil, &sdktest.Host{CallToolF: toolAnswers(sdk.ToolResponse{}, &sdk.HostError{Kind: sdk.ErrPermissionDenied, Message: "no"})}, "executor_failed", "write items/1.txt"},
+		{"write failed", threeItems, nil, &sdktest.Host{CallToolF: toolAnswers(sdk.ToolResponse{IsError: true, Result: "disk full"}, nil)}, "executor_failed", "disk full"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,7 +91,7 @@ func TestStepFailsClosed(t *testing.T) {
 
 func TestStepReturnsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &fakeHost{}
+	h := &sdktest.Host{}
 	done := make(chan error, 1)
 	go func() {
 		_, err := Executor{}.Step(ctx, h, sdk.StepRequest{Spec: []byte(`{"goal":"g","checklist":{"items":["a"],"pace_ms":60000}}`)})
@@ -124,7 +106,7 @@ func TestStepReturnsWhenCancelled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Step did not return after its context was cancelled")
 	}
-	if len(h.calls) != 0 {
-		t.Errorf("a cancelled step wrote %d items", len(h.calls))
+	if n := len(h.ToolRequests()); n != 0 {
+		t.Errorf("a cancelled step wrote %d items", n)
 	}
 }
