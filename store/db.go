@@ -100,6 +100,7 @@ func writeQueries() []string {
 	}
 	qs = append(qs, effectQueries()...)
 	qs = append(qs, approvalQueries()...)
+	qs = append(qs, deleteQueries()...)
 	// The status lists of a compare-and-set are deduplicated and every
 	// status in them is a legal predecessor, so these are all the shapes.
 	most := 0

@@ -19,6 +19,8 @@ func taskCommands() []command {
 		{"cancel", "cancel a task", taskCancelCmd},
 		{"resume", "resume an interrupted task", taskResumeCmd},
 		{"watch", "stream a task's events until it stops running", taskWatchCmd},
+		{"files", "list a task's workspace, or write one of its files out", taskFilesCmd},
+		{"delete", "delete a finished task: its records and workspace", taskDeleteCmd},
 	}
 }
 

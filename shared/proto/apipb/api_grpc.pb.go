@@ -56,12 +56,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TaskService_CreateTask_FullMethodName = "/taskhost.api.v1.TaskService/CreateTask"
-	TaskService_GetTask_FullMethodName    = "/taskhost.api.v1.TaskService/GetTask"
-	TaskService_ListTasks_FullMethodName  = "/taskhost.api.v1.TaskService/ListTasks"
-	TaskService_CancelTask_FullMethodName = "/taskhost.api.v1.TaskService/CancelTask"
-	TaskService_ResumeTask_FullMethodName = "/taskhost.api.v1.TaskService/ResumeTask"
-	TaskService_WatchTask_FullMethodName  = "/taskhost.api.v1.TaskService/WatchTask"
+	TaskService_CreateTask_FullMethodName    = "/taskhost.api.v1.TaskService/CreateTask"
+	TaskService_GetTask_FullMethodName       = "/taskhost.api.v1.TaskService/GetTask"
+	TaskService_ListTasks_FullMethodName     = "/taskhost.api.v1.TaskService/ListTasks"
+	TaskService_CancelTask_FullMethodName    = "/taskhost.api.v1.TaskService/CancelTask"
+	TaskService_ResumeTask_FullMethodName    = "/taskhost.api.v1.TaskService/ResumeTask"
+	TaskService_WatchTask_FullMethodName     = "/taskhost.api.v1.TaskService/WatchTask"
+	TaskService_ListTaskFiles_FullMethodName = "/taskhost.api.v1.TaskService/ListTaskFiles"
+	TaskService_ReadTaskFile_FullMethodName  = "/taskhost.api.v1.TaskService/ReadTaskFile"
+	TaskService_DeleteTask_FullMethodName    = "/taskhost.api.v1.TaskService/DeleteTask"
 )
 
 // TaskServiceClient is the client API for TaskService service.
@@ -88,6 +91,22 @@ type TaskServiceClient interface {
 	// (completed, failed, cancelled or interrupted), and the stream ends. A
 	// client that loses the stream reconnects with the last seq it saw.
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
+	// ListTaskFiles lists the files under a directory of the task's
+	// workspace, depth first, at most 10000 entries and 2 MiB of names
+	// (truncated says the list was cut). Symlinks are listed, never
+	// followed. A missing workspace is an empty list.
+	ListTaskFiles(ctx context.Context, in *ListTaskFilesRequest, opts ...grpc.CallOption) (*ListTaskFilesResponse, error)
+	// ReadTaskFile streams one regular file of the task's workspace in
+	// chunks of at most 1 MiB: first a message with its size, then the
+	// data. A path through or to a symlink, or leading out of the workspace,
+	// is InvalidArgument; a file above the daemon's export limit (1 GiB by
+	// default) is FailedPrecondition (FILE_TOO_LARGE).
+	ReadTaskFile(ctx context.Context, in *ReadTaskFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadTaskFileResponse], error)
+	// DeleteTask removes a completed, failed or cancelled task: its rows
+	// (task, attempts, events, effects, approvals) in one transaction, then
+	// its workspace. A task that is pending, running, waiting_approval or
+	// interrupted is FailedPrecondition (TASK_CONFLICT): cancel it first.
+	DeleteTask(ctx context.Context, in *DeleteTaskRequest, opts ...grpc.CallOption) (*DeleteTaskResponse, error)
 }
 
 type taskServiceClient struct {
@@ -167,6 +186,45 @@ func (c *taskServiceClient) WatchTask(ctx context.Context, in *WatchTaskRequest,
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TaskService_WatchTaskClient = grpc.ServerStreamingClient[WatchTaskResponse]
 
+func (c *taskServiceClient) ListTaskFiles(ctx context.Context, in *ListTaskFilesRequest, opts ...grpc.CallOption) (*ListTaskFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTaskFilesResponse)
+	err := c.cc.Invoke(ctx, TaskService_ListTaskFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskServiceClient) ReadTaskFile(ctx context.Context, in *ReadTaskFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadTaskFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TaskService_ServiceDesc.Streams[1], TaskService_ReadTaskFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadTaskFileRequest, ReadTaskFileResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TaskService_ReadTaskFileClient = grpc.ServerStreamingClient[ReadTaskFileResponse]
+
+func (c *taskServiceClient) DeleteTask(ctx context.Context, in *DeleteTaskRequest, opts ...grpc.CallOption) (*DeleteTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteTaskResponse)
+	err := c.cc.Invoke(ctx, TaskService_DeleteTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskServiceServer is the server API for TaskService service.
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
@@ -191,6 +249,22 @@ type TaskServiceServer interface {
 	// (completed, failed, cancelled or interrupted), and the stream ends. A
 	// client that loses the stream reconnects with the last seq it saw.
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
+	// ListTaskFiles lists the files under a directory of the task's
+	// workspace, depth first, at most 10000 entries and 2 MiB of names
+	// (truncated says the list was cut). Symlinks are listed, never
+	// followed. A missing workspace is an empty list.
+	ListTaskFiles(context.Context, *ListTaskFilesRequest) (*ListTaskFilesResponse, error)
+	// ReadTaskFile streams one regular file of the task's workspace in
+	// chunks of at most 1 MiB: first a message with its size, then the
+	// data. A path through or to a symlink, or leading out of the workspace,
+	// is InvalidArgument; a file above the daemon's export limit (1 GiB by
+	// default) is FailedPrecondition (FILE_TOO_LARGE).
+	ReadTaskFile(*ReadTaskFileRequest, grpc.ServerStreamingServer[ReadTaskFileResponse]) error
+	// DeleteTask removes a completed, failed or cancelled task: its rows
+	// (task, attempts, events, effects, approvals) in one transaction, then
+	// its workspace. A task that is pending, running, waiting_approval or
+	// interrupted is FailedPrecondition (TASK_CONFLICT): cancel it first.
+	DeleteTask(context.Context, *DeleteTaskRequest) (*DeleteTaskResponse, error)
 	mustEmbedUnimplementedTaskServiceServer()
 }
 
@@ -218,6 +292,15 @@ func (UnimplementedTaskServiceServer) ResumeTask(context.Context, *ResumeTaskReq
 }
 func (UnimplementedTaskServiceServer) WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchTask not implemented")
+}
+func (UnimplementedTaskServiceServer) ListTaskFiles(context.Context, *ListTaskFilesRequest) (*ListTaskFilesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListTaskFiles not implemented")
+}
+func (UnimplementedTaskServiceServer) ReadTaskFile(*ReadTaskFileRequest, grpc.ServerStreamingServer[ReadTaskFileResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method ReadTaskFile not implemented")
+}
+func (UnimplementedTaskServiceServer) DeleteTask(context.Context, *DeleteTaskRequest) (*DeleteTaskResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteTask not implemented")
 }
 func (UnimplementedTaskServiceServer) mustEmbedUnimplementedTaskServiceServer() {}
 func (UnimplementedTaskServiceServer) testEmbeddedByValue()                     {}
@@ -341,6 +424,53 @@ func _TaskService_WatchTask_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TaskService_WatchTaskServer = grpc.ServerStreamingServer[WatchTaskResponse]
 
+func _TaskService_ListTaskFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTaskFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).ListTaskFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_ListTaskFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).ListTaskFiles(ctx, req.(*ListTaskFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskService_ReadTaskFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadTaskFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TaskServiceServer).ReadTaskFile(m, &grpc.GenericServerStream[ReadTaskFileRequest, ReadTaskFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TaskService_ReadTaskFileServer = grpc.ServerStreamingServer[ReadTaskFileResponse]
+
+func _TaskService_DeleteTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).DeleteTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_DeleteTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).DeleteTask(ctx, req.(*DeleteTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskService_ServiceDesc is the grpc.ServiceDesc for TaskService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -368,11 +498,24 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ResumeTask",
 			Handler:    _TaskService_ResumeTask_Handler,
 		},
+		{
+			MethodName: "ListTaskFiles",
+			Handler:    _TaskService_ListTaskFiles_Handler,
+		},
+		{
+			MethodName: "DeleteTask",
+			Handler:    _TaskService_DeleteTask_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "WatchTask",
 			Handler:       _TaskService_WatchTask_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadTaskFile",
+			Handler:       _TaskService_ReadTaskFile_Handler,
 			ServerStreams: true,
 		},
 	},

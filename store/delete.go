@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// MaxSweepBatch bounds the tasks one DeleteFinishedBefore call removes, so
+// that a sweep of a large backlog holds the writer for a short while at a
+// time.
+const MaxSweepBatch = 100
+
+// The children go first: the schema's foreign keys are enforced.
+const (
+	qDeleteApprovals = `DELETE FROM approvals WHERE task_id = ?`
+	qDeleteEffects   = `DELETE FROM effects WHERE task_id = ?`
+	qDeleteEvents    = `DELETE FROM events WHERE task_id = ?`
+	qDeleteAttempts  = `DELETE FROM attempts WHERE task_id = ?`
+	qDeleteTask      = `DELETE FROM tasks WHERE id = ? AND principal_id = ? AND status IN ('completed','failed','cancelled')`
+	qFinishedBefore  = `SELECT id, principal_id FROM tasks
+		WHERE status IN ('completed','failed','cancelled') AND updated_ns < ? ORDER BY updated_ns LIMIT ?`
+)
+
+func deleteQueries() []string {
+	return []string{qDeleteApprovals, qDeleteEffects, qDeleteEvents, qDeleteAttempts, qDeleteTask, qFinishedBefore}
+}
+
+// DeleteTask removes principal's task id and everything recorded about it
+// — attempts, events, effects, approvals — in one transaction. Only a
+// terminal task (completed, failed, cancelled) can be deleted: any other is
+// ErrConflict naming its status, and nothing is removed. Another
+// principal's task is ErrNotFound. The task's workspace is the caller's to
+// remove.
+func (s *Store) DeleteTask(ctx context.Context, principal, id string) error {
+	return s.write(ctx, func(tx *txn) error {
+		st, _, err := taskState(ctx, tx, principal, id)
+		if err != nil {
+			return err
+		}
+		if !st.Terminal() {
+			return fmt.Errorf("task %s is %s: only a completed, failed or cancelled task can be deleted (cancel it first): %w", id, st, ErrConflict)
+		}
+		return deleteRows(ctx, tx, principal, id)
+	})
+}
+
+func deleteRows(ctx context.Context, tx *txn, principal, id string) error {
+	for _, q := range []string{qDeleteApprovals, qDeleteEffects, qDeleteEvents, qDeleteAttempts} {
+		if _, err := tx.ExecContext(ctx, q, id); err != nil {
+			return fmt.Errorf("delete task %s: %w", id, err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, qDeleteTask, id, principal)
+	if err != nil {
+		return fmt.Errorf("delete task %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("delete task %s: %d rows deleted, want 1: %w", id, n, ErrConflict)
+	}
+	return nil
+}
+
+// Deleted names a task DeleteFinishedBefore removed.
+type Deleted struct {
+	ID, PrincipalID string
+}
+
+// DeleteFinishedBefore removes, in one transaction, up to limit (at most
+// MaxSweepBatch) terminal tasks last updated before cutoff, oldest first,
+// with everything recorded about them, and returns which. skip is asked
+// for each candidate first: a task it reports true for (e.g. one whose run
+// is still winding down in this host) is left alone.
+func (s *Store) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, limit int, skip func(id string) bool) ([]Deleted, error) {
+	if limit <= 0 || limit > MaxSweepBatch {
+		limit = MaxSweepBatch
+	}
+	var out []Deleted
+	err := s.write(ctx, func(tx *txn) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, qFinishedBefore, nanos(cutoff), limit)
+		if err != nil {
+			return err
+		}
+		var cands []Deleted
+		for rows.Next() {
+			var d Deleted
+			if err := rows.Scan(&d.ID, &d.PrincipalID); err != nil {
+				rows.Close()
+				return err
+			}
+			cands = append(cands, d)
+		}
+		if err := rows.Err(); err != nil {
+			rows.Close()
+			return err
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		for _, d := range cands {
+			if skip != nil && skip(d.ID) {
+				continue
+			}
+			if err := deleteRows(ctx, tx, d.PrincipalID, d.ID); err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
