@@ -115,7 +115,7 @@ func checkLoopback(addr string) error {
 		return fmt.Errorf("%s is not an IP address: give a loopback IP such as 127.0.0.1 or ::1 (host names are refused)", quote(host))
 	}
 	if !ip.IsLoopback() {
-		return fmt.Errorf("%s is not a loopback address: the token listener has no TLS, so it only listens on 127.0.0.0/8 or ::1", ip)
+		return fmt.Errorf("%s is not a loopback address: the listener has no TLS, so it only listens on 127.0.0.0/8 or ::1", ip)
 	}
 	return nil
 }
