@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/sdk/sdktest"
 )
 
 const (
@@ -137,7 +138,10 @@ type hostCall struct {
 // ({path, offset, limit} -> {content, size[, encoding]}) and
 // workspace.write ({path, content} -> {written}) on an in-memory
 // workspace, time.sleep ({seconds} -> {slept}), as host/tools defines them.
+// The sdk.Host it is served through is an sdktest.Host scripted with these
+// rules, so a call on an ended context is refused as the SDK refuses it.
 type fakeHost struct {
+	*sdktest.Host
 	mu        sync.Mutex
 	maxDepth  int
 	tokens    map[string]int
@@ -152,7 +156,10 @@ type fakeHost struct {
 }
 
 func newFakeHost(maxDepth int) *fakeHost {
-	return &fakeHost{maxDepth: maxDepth, tokens: map[string]int{}, workspace: map[string]string{}, decision: sdk.Approved}
+	h := &fakeHost{maxDepth: maxDepth, tokens: map[string]int{}, workspace: map[string]string{}, decision: sdk.Approved}
+	h.Host = &sdktest.Host{CallModelF: h.callModel, CallToolF: h.callTool, RequestApprovalF: h.requestApproval,
+		ToolsF: h.tools, ProgressF: h.progress}
+	return h
 }
 
 func (h *fakeHost) record(c hostCall) {
@@ -178,7 +185,7 @@ func (h *fakeHost) count(kind, name string) int {
 	return n
 }
 
-func (h *fakeHost) CallModel(ctx context.Context, req sdk.ModelRequest) (sdk.ModelResponse, error) {
+func (h *fakeHost) callModel(ctx context.Context, req sdk.ModelRequest) (sdk.ModelResponse, error) {
 	var parts []string
 	for _, m := range req.Messages {
 		parts = append(parts, m.Content)
@@ -222,7 +229,7 @@ func (h *fakeHost) CallModel(ctx context.Context, req sdk.ModelRequest) (sdk.Mod
 	return sdk.ModelResponse{Message: sdk.Message{Role: "assistant", Content: text}, CallToken: tok, Depth: depth}, nil
 }
 
-func (h *fakeHost) CallTool(ctx context.Context, req sdk.ToolRequest) (sdk.ToolResponse, error) {
+func (h *fakeHost) callTool(ctx context.Context, req sdk.ToolRequest) (sdk.ToolResponse, error) {
 	var args map[string]any
 	if err := json.Unmarshal([]byte(req.Arguments), &args); err != nil {
 		return sdk.ToolResponse{}, &sdk.HostError{Kind: sdk.ErrInvalidArgument, Message: err.Error()}
@@ -281,16 +288,16 @@ func (h *fakeHost) CallTool(ctx context.Context, req sdk.ToolRequest) (sdk.ToolR
 	return sdk.ToolResponse{Result: string(b)}, nil
 }
 
-func (h *fakeHost) RequestApproval(_ context.Context, prompt string) (sdk.Decision, error) {
+func (h *fakeHost) requestApproval(_ context.Context, prompt string) (sdk.Decision, error) {
 	h.record(hostCall{Kind: "approval", Prompt: prompt})
 	return h.decision, nil
 }
 
-func (h *fakeHost) Tools(context.Context) ([]sdk.ToolSpec, error) {
+func (h *fakeHost) tools(context.Context) ([]sdk.ToolSpec, error) {
 	return []sdk.ToolSpec{{Name: "workspace.read"}, {Name: "workspace.write"}, {Name: "time.sleep"}}, nil
 }
 
-func (h *fakeHost) Progress(_ context.Context, note string) error {
+func (h *fakeHost) progress(_ context.Context, note string) error {
 	h.record(hostCall{Kind: "progress", Prompt: note})
 	return nil
 }
