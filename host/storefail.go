@@ -73,7 +73,7 @@ func (ru *run) storeFailed(att *store.Attempt, cause error) {
 		"task", ru.id, "run", ru.runID, "attempt", number, "cause", class, "error", cause)
 	ru.stopBeat()
 	ru.wall.stop()
-	msg := truncate(fmt.Sprintf("store unavailable (%s): the outcome of the run could not be recorded: %v", class, cause), 2000)
+	msg := truncate(fmt.Sprintf("the outcome of the run could not be recorded (%s): %v", class, cause), 2000)
 
 	decided := ru.task
 	decided.Status, decided.Reason = store.StatusInterrupted, store.ReasonStoreError

@@ -75,6 +75,9 @@ func TestDaemonFullDiskInterruptsThenResumes(t *testing.T) {
 	}
 	t.Logf("$ taskhost task watch %s   # the disk fills during step 1\n%s", id, transcript)
 	eventually(t, 10*time.Second, "the plugin to be stopped", func() bool { return !alive(pid) })
+	if log := d.logText(); !strings.Contains(log, `"@level":"error","@message":"store write failed`) {
+		t.Errorf("the daemon did not log the failure at ERROR:\n%s", log)
+	}
 
 	_, errOut, code := d.cli(t, "task", "create", "--executor", "testexec", "--goal", "one more")
 	if code != 5 || !strings.Contains(errOut, "store unavailable: disk full") {
