@@ -15,7 +15,8 @@
 //	taskhost run --goal TEXT [--executor NAME] [flags]     one task in the foreground
 //	taskhost run --resume ID [flags]                       resume an interrupted task
 //	taskhost inspect [ID] [--json]                         read tasks from the store
-//	taskhost backup FILE                                   copy the store while it runs
+//	taskhost backup DIR                                    the store and host.key, while it runs
+//	taskhost restore DIR --data-dir NEW                    a backup into a new data dir
 //	taskhost token hash < TOKEN-FILE                       the SHA-256 for [api.tokens]
 //	taskhost version
 //
@@ -72,7 +73,8 @@ func commands() []command {
 		{"demo", "run the demo on a temporary data dir", demoCmd},
 		{"run", "run one task in the foreground (or --resume one)", runCmd},
 		{"inspect", "print tasks, or one task with its attempts, from the store (read-only)", inspectCmd},
-		{"backup", "write a consistent copy of the store (safe while the daemon runs)", backupCmd},
+		{"backup", "back up the store and the host key into a new directory (safe while the daemon runs)", backupCmd},
+		{"restore", "restore a backup into a new data dir and verify its checkpoints", restoreCmd},
 		{"bench", "measure step overhead, crash and cancel latency, plugin start, recovery", benchCmd},
 		{"token", "token hash: print the SHA-256 of a token read from stdin, for [api.tokens]", tokenCmd},
 		{"version", "print the version", versionCmd},
