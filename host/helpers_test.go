@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/internal/testbin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -24,21 +24,13 @@ var executorDir string
 func TestMain(m *testing.M) {
 	// The test binary is the plugins' trampoline.
 	confine.Main()
-	dir, err := os.MkdirTemp("", "thbin")
+	dir, err := testbin.TempDir(context.Background(), "thbin",
+		testbin.Executor("testexec", testbin.Testexec),
+		testbin.Executor("legacy", testbin.Legacy),
+		testbin.Executor("machinespirit", testbin.MachineSpirit))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
-	}
-	for kind, pkg := range map[string]string{
-		"testexec":      "github.com/taskhost/taskhost/integration/testexec",
-		"legacy":        "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy",
-		"machinespirit": "github.com/taskhost/taskhost/plugins/machinespirit/cmd/taskhost-executor-machinespirit",
-	} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, ExecutorPrefix+kind), pkg).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", kind, err, out)
-			os.Exit(1)
-		}
 	}
 	executorDir = dir
 	code := m.Run()
