@@ -296,14 +296,14 @@ func effectError(ts *turnState, err error) error {
 		return status.Error(codes.FailedPrecondition, "the step is no longer running: "+err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, store.ErrInvalid):
-		return status.Error(codes.Internal, "effect not recorded: "+err.Error())
+	case errors.Is(err, store.ErrUnavailable):
+		// The store refused the write: the step cannot go on recording
+		// its effects, so it ends interrupted (store_error) whatever the
+		// executor does with this answer.
+		ts.storeFailed(err)
+		return status.Error(codes.Unavailable, "effect not recorded: "+err.Error())
 	}
-	// The store refused the write: the step cannot go on recording its
-	// effects, so it ends interrupted (store_error) whatever the executor
-	// does with this answer.
-	ts.storeFailed(err)
-	return status.Error(codes.Unavailable, "effect not recorded: "+err.Error())
+	return status.Error(codes.Internal, "effect not recorded: "+err.Error())
 }
 
 func fingerprint(parts ...[]byte) string {

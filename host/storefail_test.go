@@ -64,12 +64,31 @@ func fillDisk(t *testing.T, dir string) string {
 // and watchers see the task interrupted (store_error) at once, creates are
 // refused naming the cause, and the decision lands in the store as soon as
 // space is back; the task then resumes to completion.
+// The first write refused is the step's outcome, or, when the step makes
+// a tool call after the disk filled, that call's admission.
 func TestStoreFullDiskInterruptsAndRecordsWhenSpaceReturns(t *testing.T) {
+	cases := []struct {
+		name string
+		te   map[string]any
+	}{
+		{"outcome write", nil},
+		{"effect write", map[string]any{"wait_first": true, "call_tool": map[string]any{"name": "time.sleep", "args": map[string]any{"seconds": 0}}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { testStoreFullDisk(t, tc.te) })
+	}
+}
+
+func testStoreFullDisk(t *testing.T, extra map[string]any) {
 	dir := mountTmpfs(t, 32<<20)
 	h := openHost(t, dir, nil)
 	ctl := shortTempDir(t) // off the full disk
 	release, pidFile := filepath.Join(ctl, "release"), filepath.Join(ctl, "pid")
-	task := create(t, h, alice, map[string]any{"steps": 2, "wait_file": release, "pid_file": pidFile}, Limits{})
+	te := map[string]any{"steps": 2, "wait_file": release, "pid_file": pidFile}
+	for k, v := range extra {
+		te[k] = v
+	}
+	task := create(t, h, alice, te, Limits{})
 	pid := readPid(t, pidFile)
 	ctx := context.Background()
 	evs, err := h.Store.Events(ctx, alice, task.ID, 0, 100)
@@ -139,6 +158,12 @@ func TestStoreFullDiskInterruptsAndRecordsWhenSpaceReturns(t *testing.T) {
 	}
 	if len(atts) != 1 || atts[0].Status != store.AttemptInterrupted || atts[0].Reason != store.ReasonStoreError {
 		t.Fatalf("attempts = %+v, want one interrupted (store_error)", atts)
+	}
+	if stored.Budgets.ToolCalls.Used != 0 {
+		t.Errorf("tool calls used = %d: an effect the store refused is not charged", stored.Budgets.ToolCalls.Used)
+	}
+	if effs, err := h.Store.ListEffects(ctx, alice, task.ID); err != nil || len(effs) != 0 {
+		t.Errorf("ledger = %+v, %v; want nothing of the refused write", effs, err)
 	}
 	all, err := h.Store.Events(ctx, alice, task.ID, 0, 100)
 	if err != nil {

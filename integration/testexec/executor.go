@@ -97,6 +97,11 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		}
 	}
 	misbehave(o, req.Attempt)
+	if o.WaitFile != "" && o.WaitFirst {
+		if err := waitFile(ctx, o.WaitFile); err != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: wait_file: %w", err)
+		}
+	}
 	if o.IndeterminateFile != "" {
 		var b strings.Builder
 		for _, ef := range req.Indeterminate {
@@ -181,7 +186,7 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.Continue("tool reported an error", nil), nil
 		}
 	}
-	if o.WaitFile != "" {
+	if o.WaitFile != "" && !o.WaitFirst {
 		if err := waitFile(ctx, o.WaitFile); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("testexec: wait_file: %w", err)
 		}

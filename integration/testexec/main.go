@@ -37,6 +37,7 @@
 //	env_file          string  write the process environment to this file.
 //	wait_file         string  before a step ends, wait (honouring ctx) until this
 //	                          file exists.
+//	wait_first        bool    wait for wait_file at the start of the step instead.
 //	call_tool_first   object  like call_tool, called before it each step.
 //	kill_after_tool_at_attempt int  at attempt K, SIGKILL the process right after
 //	                          call_tool returned.

@@ -51,6 +51,9 @@ type options struct {
 	// exists: a test does something at a known moment of the step, then
 	// creates it.
 	WaitFile string `json:"wait_file"`
+	// WaitFirst moves that wait to the start of the step, before its
+	// host calls.
+	WaitFirst bool `json:"wait_first"`
 	// KillAfterToolAtAttempt SIGKILLs the process at attempt K right after
 	// call_tool returned: the effect is observed, the step never ends.
 	KillAfterToolAtAttempt int `json:"kill_after_tool_at_attempt"`
