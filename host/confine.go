@@ -64,6 +64,9 @@ func pluginPolicy(c Confinement, require bool, privateDir, socketDir string) con
 		Seccomp: confine.Seccomp{
 			DenyPtrace:  true,
 			DenyNetwork: true,
+			// As uid 0 it could reach any root daemon's socket that trusts
+			// its peer's uid (docker, systemd, D-Bus) and the host's own API.
+			DenyConnect: true,
 			DenyFork:    !c.Subprocesses,
 			DenyExec:    !c.Subprocesses,
 		},

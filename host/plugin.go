@@ -250,13 +250,16 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			proc = p
 			return p, err
 		},
-		SkipHostEnv:      true,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		StartTimeout:     opts.StartTimeout,
-		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: base},
-		GRPCDialOptions:  []grpc.DialOption{callOpts},
-		Logger:           opts.Logger.Named(spec.Kind),
-		Stderr:           io.Discard,
+		SkipHostEnv: true,
+		// Host services reach the plugin over its own listener: the plugin
+		// never connects anywhere, so seccomp can refuse connect(2) to it.
+		GRPCBrokerMultiplex: true,
+		AllowedProtocols:    []plugin.Protocol{plugin.ProtocolGRPC},
+		StartTimeout:        opts.StartTimeout,
+		UnixSocketConfig:    &plugin.UnixSocketConfig{TempDir: base},
+		GRPCDialOptions:     []grpc.DialOption{callOpts},
+		Logger:              opts.Logger.Named(spec.Kind),
+		Stderr:              io.Discard,
 	})
 	unavailable := func(check string, err error) (*executorClient, error) {
 		client.Kill()

@@ -2,9 +2,11 @@ package integration
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,8 +36,27 @@ func TestHostileExecutorIsConfined(t *testing.T) {
 	victim := createTask(t, d, dir, map[string]any{"goal": "victim", "testexec": map[string]any{"steps": 4, "sleep_ms": 250}}, "--file", victimFile)
 	vw := startWatch(t, d, victim)
 
+	// A root daemon's socket that trusts its peer's uid, as docker's and
+	// systemd's do: the plugin runs as uid 0 (without capabilities).
+	rootSock := filepath.Join(dir, "rootd.sock")
+	l, err := net.Listen("unix", rootSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
 	hostileSpec := filepath.Join(dir, "hostile.json")
-	if err := os.WriteFile(hostileSpec, []byte(`{"goal": "probe", "hostileexec": {"victim": "`+victim+`"}}`), 0o600); err != nil {
+	if err := os.WriteFile(hostileSpec, []byte(`{"goal": "probe", "hostileexec": {"victim": "`+victim+`", "socket": "`+rootSock+`"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var created oneTask
@@ -54,7 +75,7 @@ func TestHostileExecutorIsConfined(t *testing.T) {
 		"read_store", "read_wal", "read_host_key", "list_data_dir",
 		"list_victim_workspace", "read_victim_file", "plant_in_victim_workspace",
 		"read_daemon_environ", "open_daemon_memory", "signal_daemon",
-		"fork_exec_shell", "exec_shell", "inet_socket", "call_daemon_api",
+		"fork_exec_shell", "exec_shell", "inet_socket", "call_daemon_api", "connect_root_socket",
 	} {
 		got, ok := res.Probes[name]
 		switch {
@@ -68,6 +89,9 @@ func TestHostileExecutorIsConfined(t *testing.T) {
 		if strings.Contains(got, canary) || strings.Contains(got, "victim's own data") {
 			t.Errorf("probe %s leaked a secret: %s", name, got)
 		}
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the root daemon's socket accepted %d connections", n)
 	}
 	// The guess was right: the probes aimed at the real data dir.
 	if g := res.Probes["data_dir_guess"]; g != "allowed: "+data {

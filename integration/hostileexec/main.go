@@ -10,9 +10,11 @@
 //	{"probes": {"read_store": "refused: permission denied", ...}}
 //
 // Every value starts with "refused: " or "allowed: ". The spec names the
-// victim task whose workspace it goes after:
+// victim task whose workspace it goes after and, optionally, a listening
+// unix socket standing for a root daemon that trusts uid 0 (docker,
+// systemd):
 //
-//	{"goal": "...", "hostileexec": {"victim": "t_..."}}
+//	{"goal": "...", "hostileexec": {"victim": "t_...", "socket": "/path"}}
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +47,7 @@ type spec struct {
 	Goal        string `json:"goal"`
 	HostileExec struct {
 		Victim string `json:"victim"`
+		Socket string `json:"socket"` // a root daemon's socket that trusts its peer's uid
 	} `json:"hostileexec"`
 }
 
@@ -52,7 +56,7 @@ func (executor) Step(_ context.Context, _ sdk.Host, req sdk.StepRequest) (sdk.St
 	if err := json.Unmarshal(req.Spec, &s); err != nil {
 		return sdk.Fail("executor_failed", "hostileexec: spec: "+err.Error()), nil
 	}
-	probes := probe(s.HostileExec.Victim)
+	probes := probe(s.HostileExec.Victim, s.HostileExec.Socket)
 	result, err := json.Marshal(map[string]any{"probes": probes})
 	if err != nil {
 		return sdk.StepResult{}, err
@@ -78,7 +82,7 @@ func unwrapped(err error) error {
 // probe tries each escape. The data dir is two levels above the plugin's
 // working dir (DATA/plugins/run-XXXX), which is what an attacker would
 // assume.
-func probe(victim string) map[string]string {
+func probe(victim, socket string) map[string]string {
 	p := map[string]string{}
 	cwd, _ := os.Getwd()
 	data := filepath.Dir(filepath.Dir(cwd))
@@ -117,6 +121,14 @@ func probe(victim string) map[string]string {
 
 	// The daemon's own API, as the daemon's uid: a principal.
 	p["call_daemon_api"] = callAPI(filepath.Join(data, "taskhost.sock"))
+
+	if socket != "" {
+		c, err := net.Dial("unix", socket)
+		if err == nil {
+			c.Close()
+		}
+		p["connect_root_socket"] = outcome(err, "connected to "+socket)
+	}
 
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err == nil {

@@ -93,9 +93,16 @@ type Seccomp struct {
 	DenyFork    bool // fork, vfork, clone without CLONE_THREAD, clone3 (ENOSYS, so libcs fall back to clone)
 	DenyNetwork bool // socket(2) of any family but AF_UNIX
 	DenyPtrace  bool // ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, process_madvise, perf_event_open
+	// DenyConnect refuses connect(2), and sockets of any type but
+	// SOCK_STREAM, so the child can reach no listening socket by path — a
+	// root-owned daemon's socket that trusts uid 0, say — while it may
+	// still listen and accept (a go-plugin server with a multiplexed broker).
+	DenyConnect bool
 }
 
-func (s Seccomp) any() bool { return s.DenyExec || s.DenyFork || s.DenyNetwork || s.DenyPtrace }
+func (s Seccomp) any() bool {
+	return s.DenyExec || s.DenyFork || s.DenyNetwork || s.DenyPtrace || s.DenyConnect
+}
 
 // Policy is what a confined child gets. Zero values mean "not limited"
 // except where noted. NoNewPrivs is always set.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,6 +96,29 @@ func runProbe(args []string) int {
 		case "socket-inet":
 			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
 			if err == nil {
+				unix.Close(fd)
+			}
+			report(err, "")
+		case "connect": // to the unix socket at the next argument
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err == nil {
+				err = unix.Connect(fd, &unix.SockaddrUnix{Name: args[0]})
+				unix.Close(fd)
+			}
+			args = args[1:]
+			report(err, "")
+		case "socket-unix-dgram":
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+			if err == nil {
+				unix.Close(fd)
+			}
+			report(err, "")
+		case "listen": // a stream socket of its own, listening in the cwd
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err == nil {
+				if err = unix.Bind(fd, &unix.SockaddrUnix{Name: "own.sock"}); err == nil {
+					err = unix.Listen(fd, 1)
+				}
 				unix.Close(fd)
 			}
 			report(err, "")
@@ -582,4 +606,29 @@ func TestSeccompRefusesIOUring(t *testing.T) {
 	}
 	p := confine.Policy{Dir: t.TempDir(), Seccomp: confine.Seccomp{DenyNetwork: true}}
 	assertLines(t, run(t, p, nil, "io_uring"), []string{"err EPERM"})
+}
+
+func TestSeccompDenyConnect(t *testing.T) {
+	requireSeccomp(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "daemon.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	steps := []string{"connect", sock, "socket-unix-dgram", "socket-unix", "listen"}
+	// Control: unconfined, it reaches the socket.
+	assertLines(t, run(t, confine.Policy{Dir: t.TempDir()}, nil, steps...), []string{"ok ", "ok ", "ok ", "ok "})
+	p := confine.Policy{Dir: t.TempDir(), Seccomp: confine.Seccomp{DenyConnect: true}}
+	assertLines(t, run(t, p, nil, steps...), []string{"err EPERM", "err EPERM", "ok ", "ok "})
 }

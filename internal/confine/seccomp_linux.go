@@ -45,6 +45,16 @@ func program(s Seccomp, secret uint64) ([]unix.SockFilter, error) {
 			Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}},
 		}}, Action: seccomp.ActionErrno | seccomp.Action(unix.EACCES)})
 	}
+	if s.DenyConnect {
+		groups = append(groups,
+			seccomp.SyscallGroup{Names: []string{"connect"}, Action: eperm},
+			// Datagram and seqpacket sockets could send to a path without
+			// connect: only SOCK_STREAM (1) is left, whatever its flags.
+			seccomp.SyscallGroup{NamesWithCondtions: []seccomp.NameWithConditions{{
+				Name:       "socket",
+				Conditions: seccomp.ArgumentConditions{{Argument: 1, Operation: seccomp.BitsSet, Value: 0xe}},
+			}}, Action: eperm})
+	}
 	if s.DenyPtrace {
 		groups = append(groups, seccomp.SyscallGroup{
 			Names:  []string{"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "process_madvise", "perf_event_open"},
