@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testbin"
 )
 
 // demoBinDir makes a directory with taskhost and the named executors, as
@@ -31,10 +34,8 @@ func demoBinDir(t *testing.T, executors ...string) string {
 			copyBin(name)
 			continue
 		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name),
-			"github.com/taskhost/taskhost/plugins/"+kind+"/cmd/"+name).CombinedOutput()
-		if err != nil {
-			t.Fatalf("build %s: %v\n%s", name, err, out)
+		if err := testbin.BuildAll(context.Background(), dir, testbin.Build{Package: "github.com/taskhost/taskhost/plugins/" + kind + "/cmd/" + name}); err != nil {
+			t.Fatalf("build %s: %v", name, err)
 		}
 	}
 	return dir

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/internal/testbin"
 )
 
 // binDir holds taskhost and the executors, built once for the package.
@@ -28,24 +29,15 @@ func TestMain(m *testing.M) {
 	// Should a test here open a host in-process, this binary is its
 	// plugins' trampoline.
 	confine.Main()
-	dir, err := os.MkdirTemp("", "thint")
+	dir, err := testbin.TempDir(context.Background(), "thint",
+		testbin.Build{Package: testbin.Taskhost},
+		testbin.Executor("testexec", testbin.Testexec),
+		testbin.Executor("hostileexec", testbin.Hostileexec),
+		testbin.Build{Package: testbin.Legacy},
+		testbin.Build{Package: testbin.MachineSpirit})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
-	}
-	builds := [][2]string{
-		{"taskhost", "github.com/taskhost/taskhost/cmd/taskhost"},
-		{"taskhost-executor-testexec", "github.com/taskhost/taskhost/integration/testexec"},
-		{"taskhost-executor-hostileexec", "github.com/taskhost/taskhost/integration/hostileexec"},
-		{"taskhost-executor-legacy", "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy"},
-		{"taskhost-executor-machinespirit", "github.com/taskhost/taskhost/plugins/machinespirit/cmd/taskhost-executor-machinespirit"},
-	}
-	for _, b := range builds {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b[0]), b[1]).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
-			os.Exit(1)
-		}
 	}
 	binDir = dir
 	code := m.Run()

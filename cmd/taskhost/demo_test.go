@@ -4,35 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testbin"
 )
 
 // testexecDir holds a built testexec executor, shared by the tests.
-var testexecDir = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "clidemo")
-	if err != nil {
-		return "", err
-	}
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "taskhost-executor-testexec"),
-		"github.com/taskhost/taskhost/integration/testexec").CombinedOutput()
-	if err != nil {
-		return "", &buildError{out: string(out), err: err}
-	}
-	return dir, nil
-})
-
-type buildError struct {
-	out string
-	err error
-}
-
-func (b *buildError) Error() string { return b.err.Error() + "\n" + b.out }
+var testexecDir = testbin.Lazy("clidemo", testbin.Executor("testexec", testbin.Testexec))
 
 // testDemoPlan is the demo's script on the test executor: a task that asks
 // for an approval, and one whose plugin is killed during its first step
