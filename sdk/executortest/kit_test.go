@@ -1,6 +1,7 @@
 package executortest_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/taskhost/taskhost/internal/testbin"
 	"github.com/taskhost/taskhost/sdk/executortest"
 )
 
@@ -34,27 +36,19 @@ func testMain(m *testing.M) int {
 		binDir = dir
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "thkbin")
+	const flawed = "github.com/taskhost/taskhost/sdk/executortest/internal/flawed"
+	dir, err := testbin.TempDir(context.Background(), "thkbin",
+		testbin.Build{Package: testbin.Taskhost}, testbin.Build{Package: testbin.Testexec},
+		testbin.Build{Package: testbin.Legacy}, testbin.Build{Package: flawed},
+		// An "older release" of flawed that writes the schema flawed/1, and
+		// a current one that no longer reads it.
+		testbin.Build{Name: "flawed-old", Package: flawed, LDFlags: "-X main.schemaVersion=1"},
+		testbin.Build{Name: "flawed-noold", Package: flawed, LDFlags: "-X main.acceptOld=no"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	builds := [][]string{
-		{"-o", dir + "/", "github.com/taskhost/taskhost/cmd/taskhost", "github.com/taskhost/taskhost/integration/testexec",
-			"github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy", "github.com/taskhost/taskhost/sdk/executortest/internal/flawed"},
-		// An "older release" of flawed that writes the schema flawed/1, and
-		// a current one that no longer reads it.
-		{"-o", filepath.Join(dir, "flawed-old"), "-ldflags", "-X main.schemaVersion=1", "github.com/taskhost/taskhost/sdk/executortest/internal/flawed"},
-		{"-o", filepath.Join(dir, "flawed-noold"), "-ldflags", "-X main.acceptOld=no", "github.com/taskhost/taskhost/sdk/executortest/internal/flawed"},
-	}
-	for _, args := range builds {
-		out, err := exec.Command("go", append([]string{"build"}, args...)...).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", strings.Join(args, " "), err, out)
-			return 1
-		}
-	}
 	binDir = dir
 	return m.Run()
 }
