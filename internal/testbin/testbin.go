@@ -1,0 +1,127 @@
+// Package testbin builds the project's binaries for tests: one place for
+// the import paths and the `go build` invocations that test packages
+// otherwise each repeat. It imports nothing of the project.
+package testbin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Import paths of the binaries tests run.
+const (
+	Taskhost      = "github.com/taskhost/taskhost/cmd/taskhost"
+	Testexec      = "github.com/taskhost/taskhost/integration/testexec"
+	Hostileexec   = "github.com/taskhost/taskhost/integration/hostileexec"
+	Legacy        = "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy"
+	MachineSpirit = "github.com/taskhost/taskhost/plugins/machinespirit/cmd/taskhost-executor-machinespirit"
+)
+
+// Build is one binary to build.
+type Build struct {
+	// Name is the file name in the output directory; empty means the
+	// last element of Package, as `go build` names it.
+	Name    string
+	Package string
+	// LDFlags, when set, is passed as -ldflags (e.g. "-X main.v=1").
+	LDFlags string
+}
+
+func (b Build) name() string {
+	if b.Name != "" {
+		return b.Name
+	}
+	return path.Base(b.Package)
+}
+
+// Executor is the build of an executor package under the file name the
+// host looks for, taskhost-executor-<kind>.
+func Executor(kind, pkg string) Build {
+	return Build{Name: "taskhost-executor-" + kind, Package: pkg}
+}
+
+// Error is a failed build, with what the go command printed.
+type Error struct {
+	Args   []string
+	Output string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("go %s: %v\n%s", strings.Join(e.Args, " "), e.Err, e.Output)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// BuildAll builds bs into dir, which must exist. Builds that keep their
+// package's own name and have no flags share one go command, which builds
+// them in parallel; each other one is a go command of its own.
+func BuildAll(ctx context.Context, dir string, bs ...Build) error {
+	if len(bs) == 0 {
+		return errors.New("testbin: nothing to build")
+	}
+	seen := map[string]bool{}
+	var plain []string
+	var cmds [][]string
+	for _, b := range bs {
+		if b.Package == "" {
+			return fmt.Errorf("testbin: build %q has no package", b.Name)
+		}
+		name := b.name()
+		if seen[name] {
+			return fmt.Errorf("testbin: two builds write %s", name)
+		}
+		seen[name] = true
+		switch {
+		case b.LDFlags != "":
+			cmds = append(cmds, []string{"build", "-o", filepath.Join(dir, name), "-ldflags", b.LDFlags, b.Package})
+		case name != path.Base(b.Package):
+			cmds = append(cmds, []string{"build", "-o", filepath.Join(dir, name), b.Package})
+		default:
+			plain = append(plain, b.Package)
+		}
+	}
+	if len(plain) > 0 {
+		// The trailing separator makes -o a directory even for one package.
+		cmds = append([][]string{append([]string{"build", "-o", dir + string(filepath.Separator)}, plain...)}, cmds...)
+	}
+	for _, args := range cmds {
+		out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
+		if err != nil {
+			return &Error{Args: args, Output: string(out), Err: err}
+		}
+	}
+	return nil
+}
+
+// TempDir makes a new temporary directory (named after prefix) and builds
+// bs into it. On failure it removes the directory.
+func TempDir(ctx context.Context, prefix string, bs ...Build) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", fmt.Errorf("testbin: %w", err)
+	}
+	if err := BuildAll(ctx, dir, bs...); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// Lazy returns a function that builds bs into a new temporary directory the
+// first time it is called and returns that directory (or the error) on
+// every call: tests that need the binaries pay for them, the others don't.
+// The directory outlives the test process's tests; remove it from TestMain
+// if it matters.
+func Lazy(prefix string, bs ...Build) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		return TempDir(context.Background(), prefix, bs...)
+	})
+}
