@@ -239,3 +239,52 @@ func TestRestoreForAnotherUser(t *testing.T) {
 		}
 	}
 }
+
+// An admin resumes another principal's interrupted task on a real store:
+// the act and the admin are in the task's events before its resume, and
+// the task completes as its owner's.
+func TestAdminResumesAnotherPrincipalsTask(t *testing.T) {
+	dir := shortTempDir(t)
+	task := interruptedWithCheckpoint(t, dir)
+	h := openHost(t, dir, nil)
+	ctx := context.Background()
+
+	if _, err := h.Runner.AdminAct(ctx, "carol", "t_missing", AdminResume); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("admin act on a missing task: %v, want not found", err)
+	}
+	owner, err := h.Runner.AdminAct(ctx, "carol", task.ID, AdminResume)
+	if err != nil || owner != alice {
+		t.Fatalf("AdminAct: owner %q, %v; want %q", owner, err, alice)
+	}
+	if _, err := h.Runner.Resume(ctx, owner, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
+	evs, err := h.Store.Events(ctx, alice, task.ID, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, resumed := -1, -1
+	for i, ev := range evs {
+		switch ev.Type {
+		case EventAdminAct:
+			admin = i
+			if p := string(ev.Payload); !strings.Contains(p, `"by":"carol"`) || !strings.Contains(p, "resume requested by admin carol") {
+				t.Fatalf("admin event payload %s does not name the act and the admin", p)
+			}
+		case EventTaskResumed:
+			resumed = i
+		}
+	}
+	if admin < 0 || resumed < admin {
+		t.Fatalf("admin event at %d, task.resumed at %d: want the admin's record first", admin, resumed)
+	}
+	// The owner acting on her own task records nothing extra.
+	before := len(evs)
+	if owner, err := h.Runner.AdminAct(ctx, alice, task.ID, AdminCancel); err != nil || owner != alice {
+		t.Fatalf("owner's own act: %q, %v", owner, err)
+	}
+	if evs, _ := h.Store.Events(ctx, alice, task.ID, 0, 1000); len(evs) != before {
+		t.Fatalf("an owner's own act recorded %d events", len(evs)-before)
+	}
+}

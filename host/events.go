@@ -46,6 +46,8 @@ type EventPayload struct {
 	Tools    string `json:"tools,omitempty"`
 	Models   string `json:"models,omitempty"`
 	WallSecs string `json:"wall_s,omitempty"`
+	// By is the admin principal who acted on another principal's task.
+	By string `json:"by,omitempty"`
 }
 
 func meter(b store.Budget) string { return fmt.Sprintf("%d/%d", b.Used, b.Limit) }

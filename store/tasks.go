@@ -82,11 +82,27 @@ func (s *Store) GetTask(ctx context.Context, principal, id string) (Task, error)
 	return t, err
 }
 
+const qTaskOwner = `SELECT principal_id FROM tasks WHERE id = ?`
+
+// TaskOwner returns the principal of task id, whoever asks: for an admin
+// acting on another principal's task. ErrNotFound when there is none.
+func (s *Store) TaskOwner(ctx context.Context, id string) (string, error) {
+	var p string
+	err := s.readRow(ctx, qTaskOwner, id).Scan(&p)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", notFound(id)
+	}
+	return p, err
+}
+
 // ListQuery selects a page of a principal's tasks.
 type ListQuery struct {
 	Status   []Status // any of these; empty = all
 	AfterSeq int64    // tasks with Seq > AfterSeq: pass the last Seq of the previous page
 	Limit    int      // default 100, at most 1000
+	// AllPrincipals lists every principal's tasks, for an admin; the
+	// principal argument is then ignored.
+	AllPrincipals bool
 }
 
 // ListTasks returns a page of principal's tasks in creation order (Seq
@@ -95,6 +111,9 @@ type ListQuery struct {
 func (s *Store) ListTasks(ctx context.Context, principal string, q ListQuery) ([]Task, error) {
 	args := []any{principal, q.AfterSeq}
 	where := `principal_id = ? AND seq > ?`
+	if q.AllPrincipals {
+		args, where = []any{q.AfterSeq}, `seq > ?`
+	}
 	if len(q.Status) > 0 {
 		sts := uniq(q.Status)
 		for _, st := range sts {

@@ -122,6 +122,8 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		MaxRunningPerPrincipal: cfg.Tasks.MaxRunningPerPrincipal,
 		WorkspaceRoot:          filepath.Join(h.DataDir, host.WorkspaceDirName),
 		Deleter:                h.Runner,
+		Admins:                 cfg.API.Admins,
+		AdminActs:              h.Runner,
 		Ready:                  h.Store.Ping,
 		Listener: api.ListenerLimits{
 			MaxConns:            cfg.API.MaxConnections,

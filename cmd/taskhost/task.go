@@ -113,7 +113,8 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 	cf.register(fs)
 	statuses := fs.String("status", "", "only tasks in these statuses, comma-separated (pending, running, waiting_approval, completed, failed, cancelled, interrupted)")
 	limit := fs.Int("limit", 1000, "list at most this many tasks, the newest (1..100000)")
-	fs.Usage = usageFunc(fs, "taskhost task list [--status S[,S...]] [--limit N] [flags]", "Lists your newest tasks (--limit of them), oldest of those first; a cut list\nsays how many older ones it leaves out.")
+	allPrincipals := fs.Bool("all", false, "every principal's tasks, with a PRINCIPAL column (admins only: [api] admins)")
+	fs.Usage = usageFunc(fs, "taskhost task list [--status S[,S...]] [--limit N] [--all] [flags]", "Lists your newest tasks (--limit of them), oldest of those first; a cut list\nsays how many older ones it leaves out.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
@@ -138,7 +139,7 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 	token := ""
 	for {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: filter, PageSize: 500, PageToken: token})
+		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: filter, PageSize: 500, PageToken: token, All: *allPrincipals})
 		cancel()
 		if err != nil {
 			return cf.fail(e, err)
@@ -174,7 +175,11 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "no tasks (create one with: taskhost task create --goal TEXT)")
 		return exitOK
 	}
-	writeTaskTable(e.stdout, all)
+	if *allPrincipals {
+		writePrincipalTaskTable(e.stdout, all)
+	} else {
+		writeTaskTable(e.stdout, all)
+	}
 	if omitted > 0 {
 		fmt.Fprintf(e.stderr, "showing the newest %d of %d tasks; %d older ones are not shown (--limit %d shows them all)\n", len(all), total, omitted, total)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/shared/proto/apipb"
+	"github.com/taskhost/taskhost/store"
 )
 
 // fileView is the JSON shape of one workspace entry.
@@ -196,4 +197,16 @@ func taskDeleteCmd(ctx context.Context, e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "deleted task %s\n", pos[0])
 	return exitOK
+}
+
+// writePrincipalTaskTable is the task table with each task's principal,
+// for an admin's 'task list --all'.
+func writePrincipalTaskTable(w io.Writer, tasks []store.Task) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPRINCIPAL\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
+	for _, t := range tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, quoteIfNeeded(t.PrincipalID), t.Executor, t.Status, t.Reason, t.RunID,
+			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
+	}
+	tw.Flush()
 }

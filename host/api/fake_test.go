@@ -105,7 +105,7 @@ func (f *fakeTasks) List(_ context.Context, principal string, q store.ListQuery)
 	var out []store.Task
 	for seq := q.AfterSeq + 1; seq <= f.seq && len(out) < q.Limit; seq++ {
 		for _, t := range f.tasks {
-			if t.Seq == seq && t.PrincipalID == principal && (len(q.Status) == 0 || slices.Contains(q.Status, t.Status)) {
+			if t.Seq == seq && (q.AllPrincipals || t.PrincipalID == principal) && (len(q.Status) == 0 || slices.Contains(q.Status, t.Status)) {
 				out = append(out, t)
 			}
 		}

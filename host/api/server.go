@@ -111,6 +111,10 @@ type Options struct {
 	MaxExportFileBytes int64
 	// Deleter deletes tasks for DeleteTask; nil disables it.
 	Deleter Deleter
+	// Admins are the principals that may get, list, cancel and resume
+	// every principal's tasks, through AdminActs (nil: no admins).
+	Admins    []string
+	AdminActs AdminActs
 	// Ready, when set, is asked by every grpc.health.v1 Check: an error
 	// (the store does not answer a read) reports NOT_SERVING.
 	Ready  func(ctx context.Context) error
@@ -128,6 +132,7 @@ type Server struct {
 	quotas   *quotas
 	pages    *pageCipher
 	exports  chan struct{} // a slot per running ReadTaskFile stream
+	admins   map[string]bool
 	health   *healthService
 
 	closing   chan struct{} // closed when Stop begins
@@ -170,7 +175,11 @@ func New(opts Options) (*Server, error) {
 		quotas:   newQuotas(),
 		pages:    pages,
 		exports:  make(chan struct{}, maxExports),
+		admins:   map[string]bool{},
 		closing:  make(chan struct{}),
+	}
+	for _, a := range opts.Admins {
+		s.admins[a] = true
 	}
 	s.grpc = grpc.NewServer(
 		grpc.Creds(transportCredentials{}),

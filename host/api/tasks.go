@@ -66,6 +66,9 @@ func (ts *taskService) GetTask(ctx context.Context, req *apipb.GetTaskRequest) (
 	case limit > maxAttempts:
 		limit = maxAttempts
 	}
+	if p, err = ts.s.owner(ctx, p, req.TaskId, ""); err != nil {
+		return nil, err
+	}
 	t, err := ts.s.opts.Tasks.Get(ctx, p, req.TaskId)
 	if err != nil {
 		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
@@ -103,6 +106,12 @@ func (ts *taskService) ListTasks(ctx context.Context, req *apipb.ListTasksReques
 		return nil, invalid("status", fmt.Sprintf("has %d entries, at most %d", len(req.Status), maxStatusFilters))
 	}
 	q := store.ListQuery{Limit: size + 1} // one more, to know whether a next page exists
+	if req.All {
+		if !ts.s.isAdmin(p) {
+			return nil, errNotAdmin()
+		}
+		q.AllPrincipals = true
+	}
 	for i, s := range req.Status {
 		st, ok := taskStatuses[s]
 		if !ok {
@@ -136,11 +145,15 @@ func (ts *taskService) CancelTask(ctx context.Context, req *apipb.CancelTaskRequ
 	if err := checkID("task_id", req.TaskId); err != nil {
 		return nil, err
 	}
+	caller := p
+	if p, err = ts.s.owner(ctx, p, req.TaskId, "cancel"); err != nil {
+		return nil, err
+	}
 	t, err := ts.s.opts.Tasks.Cancel(ctx, p, req.TaskId)
 	if err != nil {
 		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
 	}
-	ts.s.log.Info("task cancelled", "principal", p, "task", t.ID)
+	ts.s.log.Info("task cancelled", "principal", p, "by", caller, "task", t.ID)
 	return &apipb.CancelTaskResponse{Task: taskPB(t, true)}, nil
 }
 
@@ -152,6 +165,10 @@ func (ts *taskService) ResumeTask(ctx context.Context, req *apipb.ResumeTaskRequ
 	if err := checkID("task_id", req.TaskId); err != nil {
 		return nil, err
 	}
+	caller := p
+	if p, err = ts.s.owner(ctx, p, req.TaskId, "resume"); err != nil {
+		return nil, err
+	}
 	var t store.Task
 	err = ts.s.startWithin(ctx, p, func() error {
 		var err error
@@ -161,7 +178,7 @@ func (ts *taskService) ResumeTask(ctx context.Context, req *apipb.ResumeTaskRequ
 	if err != nil {
 		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
 	}
-	ts.s.log.Info("task resumed", "principal", p, "task", t.ID, "run", t.RunID)
+	ts.s.log.Info("task resumed", "principal", p, "by", caller, "task", t.ID, "run", t.RunID)
 	return &apipb.ResumeTaskResponse{Task: taskPB(t, true)}, nil
 }
 

@@ -43,7 +43,13 @@ func (ts *taskService) WatchTask(req *apipb.WatchTaskRequest, stream apipb.TaskS
 		return err
 	}
 	defer ts.s.quotas.releaseWatch(p)
-	w := &watcher{s: ts.s, stream: stream, principal: p, id: req.TaskId, after: req.AfterSeq}
+	// An admin may watch another principal's task (its watch slot stays
+	// the admin's own).
+	owner, err := ts.s.owner(ctx, p, req.TaskId, "")
+	if err != nil {
+		return err
+	}
+	w := &watcher{s: ts.s, stream: stream, principal: owner, id: req.TaskId, after: req.AfterSeq}
 	return w.run(ctx)
 }
 

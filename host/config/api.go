@@ -17,6 +17,11 @@ import (
 // listener is off unless TCPListen is set, accepts only loopback addresses and
 // identifies its callers by bearer token.
 type API struct {
+	// Admins are principal names (of [principals] or [api.tokens]) that
+	// may list, cancel and resume every principal's tasks; each such act
+	// on another's task is recorded in that task's events. At most 100;
+	// default none.
+	Admins []string `toml:"admins"`
 	// SocketGroup, when set, lets the members of this group (a name or a
 	// numeric gid) reach the socket: the data dir becomes 0710 and the
 	// socket 0660, both owned by the group. Empty (the default) keeps the
@@ -59,6 +64,9 @@ var (
 // maxPrincipals bounds [principals] and [api.tokens] alike.
 const maxPrincipals = 1000
 
+// maxAdmins bounds api.admins.
+const maxAdmins = 100
+
 func (a API) validate(ps *problems) {
 	ps.intRange("api.max_connections", a.MaxConnections, 1, 4096)
 	ps.intRange("api.first_request_timeout_seconds", a.FirstRequestTimeoutSeconds, 1, 60)
@@ -78,6 +86,14 @@ func (a API) validate(ps *problems) {
 	if a.MetricsListen != "" {
 		if err := checkLoopback(a.MetricsListen); err != nil {
 			ps.add("api.metrics_listen", "api.metrics_listen = %s: %v", quote(a.MetricsListen), err)
+		}
+	}
+	if len(a.Admins) > maxAdmins {
+		ps.add("api.admins", "api.admins has %d entries: at most %d are allowed", len(a.Admins), maxAdmins)
+	}
+	for i, name := range a.Admins {
+		if !principalNameRE.MatchString(name) {
+			ps.add("api.admins", "api.admins[%d] = %s: invalid principal name: 1 to 64 characters, letters, digits, '_', '.', '@' or '-'", i, quote(name))
 		}
 	}
 	if len(a.Tokens) > maxPrincipals {

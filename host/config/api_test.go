@@ -30,6 +30,9 @@ ci = "`+testHash+`"
 		mustParse(t, "[api]\ntcp_listen = \""+ok+"\"\n")
 	}
 	mustParse(t, "[api]\nsocket_group = \"1234\"\n")
+	if cfg := mustParse(t, "[api]\nadmins = ["+strings.Repeat("\"a\",", 99)+"\"root\"]\n"); len(cfg.API.Admins) != 100 || cfg.API.Admins[99] != "root" {
+		t.Errorf("100 admins: %v", cfg.API.Admins)
+	}
 }
 
 func TestAPIProblems(t *testing.T) {
@@ -52,6 +55,8 @@ func TestAPIProblems(t *testing.T) {
 		{"bad principal name", "[principals]\n\"1000\" = \"\"", "principals.1000", []string{"invalid principal name"}},
 		{"principal not a string", "[principals]\n\"1000\" = 5", "principals.1000", []string{"expected string"}},
 		{"unknown api key", "[api]\nlisten = \"x\"", "api.listen", []string{"unknown key"}},
+		{"bad admin name", "[api]\nadmins = [\"alice\", \"a b\"]", "api.admins", []string{"api.admins[1]", "invalid principal name"}},
+		{"101 admins", "[api]\nadmins = [" + strings.Repeat("\"a\",", 100) + "\"a\"]", "api.admins", []string{"101 entries: at most 100"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

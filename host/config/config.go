@@ -195,7 +195,7 @@ func Default() Config {
 		Tools:      defaultTools(),
 		Approvals:  Approvals{TimeoutSeconds: 3600},
 		Principals: Principals{},
-		API:        API{Tokens: map[string]string{}, MaxConnections: 64, FirstRequestTimeoutSeconds: 5, MaxWatchesPerPrincipal: 32},
+		API:        API{Admins: []string{}, Tokens: map[string]string{}, MaxConnections: 64, FirstRequestTimeoutSeconds: 5, MaxWatchesPerPrincipal: 32},
 	}
 }
 

@@ -71,7 +71,7 @@ func TestExampleShowsEveryKey(t *testing.T) {
 		}
 	}
 	var schema []string
-	for _, kind := range []reflect.Kind{reflect.Int, reflect.Bool, reflect.String} {
+	for _, kind := range []reflect.Kind{reflect.Int, reflect.Bool, reflect.String, reflect.Slice} {
 		schema = append(schema, sectionKeys(kind)...)
 	}
 	// model.api_key exists only to refuse a literal key: the example

@@ -11,7 +11,10 @@
 //
 // Every call acts for the caller's principal only. A task or approval of
 // another principal is indistinguishable from one that does not exist
-// (NotFound).
+// (NotFound). The one exception is an admin principal ([api] admins): it
+// may also get, list (ListTasks.all), cancel and resume every principal's
+// tasks, and each cancel or resume of another's task is first recorded in
+// that task's events (task.admin_act, with "by": the admin).
 //
 // Errors (google.rpc.Status codes; details carry a google.rpc.ErrorInfo with
 // domain "taskhost.dev" and a reason, and for InvalidArgument a
@@ -914,7 +917,10 @@ type ListTasksRequest struct {
 	// 0 means 100; at most 500.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; "" for the first.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Every principal's tasks: only for an admin ([api] admins), anyone
+	// else gets PermissionDenied (NOT_ADMIN).
+	All           bool `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -968,6 +974,13 @@ func (x *ListTasksRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListTasksRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
 }
 
 type ListTasksResponse struct {
@@ -2415,12 +2428,13 @@ const file_api_proto_rawDesc = "" +
 	"\x0fGetTaskResponse\x12)\n" +
 	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\x124\n" +
 	"\battempts\x18\x02 \x03(\v2\x18.taskhost.api.v1.AttemptR\battempts\x12)\n" +
-	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\"f\n" +
+	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\"x\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x03(\tR\x06status\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"h\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x10\n" +
+	"\x03all\x18\x04 \x01(\bR\x03all\"h\n" +
 	"\x11ListTasksResponse\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.taskhost.api.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +

@@ -11,7 +11,10 @@
 //
 // Every call acts for the caller's principal only. A task or approval of
 // another principal is indistinguishable from one that does not exist
-// (NotFound).
+// (NotFound). The one exception is an admin principal ([api] admins): it
+// may also get, list (ListTasks.all), cancel and resume every principal's
+// tasks, and each cancel or resume of another's task is first recorded in
+// that task's events (task.admin_act, with "by": the admin).
 //
 // Errors (google.rpc.Status codes; details carry a google.rpc.ErrorInfo with
 // domain "taskhost.dev" and a reason, and for InvalidArgument a
