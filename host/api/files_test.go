@@ -159,8 +159,7 @@ func (d fakeDeleter) Delete(_ context.Context, principal, id string) error {
 }
 
 func TestDeleteTaskAPI(t *testing.T) {
-	var ts *testServer
-	ts = startServer(t, func(o *Options) { o.Deleter = fakeDeleter{o.Tasks.(*fakeTasks)} })
+	ts := startServer(t, func(o *Options) { o.Deleter = fakeDeleter{o.Tasks.(*fakeTasks)} })
 	ts.fake.add(self, "t_done", store.StatusCompleted)
 	ts.fake.add(self, "t_running", store.StatusRunning)
 	mine := apipb.NewTaskServiceClient(ts.unixConn(t))
