@@ -182,3 +182,40 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 		t.Errorf("steps used = %d, want 3 (the unrecorded attempt still costs)", done.Budgets.Steps.Used)
 	}
 }
+
+// The host stops while the disk is still full: the run's decision never
+// reached the store, which still says running; the next start recovers
+// the task as interrupted (host_restart) like any other, and it resumes.
+func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
+	dir := mountTmpfs(t, 32<<20)
+	h := openHost(t, dir, nil)
+	ctl := shortTempDir(t)
+	release := filepath.Join(ctl, "release")
+	task := create(t, h, alice, map[string]any{"steps": 1, "wait_file": release, "pid_file": filepath.Join(ctl, "pid")}, Limits{})
+	readPid(t, filepath.Join(ctl, "pid"))
+	ctx := context.Background()
+	filler := fillDisk(t, dir)
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "the task to show store_error", func() bool {
+		got, err := h.Runner.Get(ctx, alice, task.ID)
+		return err == nil && got.Reason == store.ReasonStoreError
+	})
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	h.Close(cctx) // its own writes fail too; that is the point
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	h2 := openHost(t, dir, nil)
+	got, err := h2.Runner.Get(ctx, alice, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, got, store.StatusInterrupted, store.ReasonHostRestart)
+	if _, err := h2.Runner.Resume(ctx, alice, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, waitEnd(t, h2, alice, task.ID), store.StatusCompleted, "")
+}
