@@ -632,3 +632,25 @@ func TestSeccompDenyConnect(t *testing.T) {
 	p := confine.Policy{Dir: t.TempDir(), Seccomp: confine.Seccomp{DenyConnect: true}}
 	assertLines(t, run(t, p, nil, steps...), []string{"err EPERM", "err EPERM", "ok ", "ok "})
 }
+
+// A limit meant for a small target (a Prolog worker) is below what the Go
+// trampoline itself reserves: the trampoline must set it last, just before
+// the exec, or its own runtime dies while it still applies the policy.
+func TestSmallAddressSpaceIsSetAfterTheTrampolineRan(t *testing.T) {
+	requireSeccomp(t)
+	const limit = 24 << 20
+	p := confine.Policy{
+		Dir:      t.TempDir(),
+		ReadOnly: append(systemPaths(), "/bin", "/proc"),
+		Landlock: confine.LandlockBestEffort,
+		Seccomp:  confine.Seccomp{DenyFork: true, DenyNetwork: true, DenyPtrace: true},
+		Rlimits:  confine.Rlimits{AddressSpace: limit},
+	}
+	out, err := start(t, p, nil, "/bin/cat", "/proc/self/limits")
+	if err != nil {
+		t.Fatalf("cat under RLIMIT_AS %d: %v\n%s", limit, err, out)
+	}
+	if want := "Max address space         25165824             25165824"; !strings.Contains(string(out), want) {
+		t.Errorf("target's limits lack %q:\n%s", want, out)
+	}
+}

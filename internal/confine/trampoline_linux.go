@@ -95,9 +95,9 @@ func trampoline(enc string, argv []string) (string, error) {
 	if !w.HasExec {
 		// The caller pinned nothing: exec by path, which also runs scripts
 		// (an AT_EMPTY_PATH exec of a close-on-exec fd cannot).
-		return "exec " + w.Target, execveat(unix.AT_FDCWD, w.Target, 0, argv, os.Environ(), secret)
+		return "exec " + w.Target, execveat(unix.AT_FDCWD, w.Target, 0, argv, os.Environ(), secret, p.Rlimits.AddressSpace)
 	}
-	return "exec " + w.Target, execveat(fd, "", unix.AT_EMPTY_PATH, argv, os.Environ(), secret)
+	return "exec " + w.Target, execveat(fd, "", unix.AT_EMPTY_PATH, argv, os.Environ(), secret, p.Rlimits.AddressSpace)
 }
 
 // targetFD returns a close-on-exec fd of the target: the inherited exec fd
@@ -141,13 +141,15 @@ func fileID(f *os.File) (dev, ino uint64, err error) {
 	return st.Dev, st.Ino, nil
 }
 
+// setRlimits sets every limit but RLIMIT_AS, which execveat sets last: the
+// trampoline is a Go program whose reserved address space can exceed a
+// limit meant for the target, and its runtime dies when it cannot map.
 func setRlimits(r Rlimits) error {
 	for _, l := range []struct {
 		name     string
 		resource int
 		value    uint64
 	}{
-		{"RLIMIT_AS", unix.RLIMIT_AS, r.AddressSpace},
 		{"RLIMIT_CPU", unix.RLIMIT_CPU, r.CPUSeconds},
 		{"RLIMIT_NOFILE", unix.RLIMIT_NOFILE, r.NoFile},
 		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, r.NProc},
@@ -155,14 +157,23 @@ func setRlimits(r Rlimits) error {
 		if l.value == 0 {
 			continue
 		}
-		var cur unix.Rlimit
-		if err := unix.Prlimit(0, l.resource, nil, &cur); err != nil {
+		if err := setLimit(l.resource, l.value); err != nil {
 			return fmt.Errorf("%s: %w", l.name, err)
 		}
-		v := min(l.value, cur.Max)
-		if err := unix.Prlimit(0, l.resource, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
-			return fmt.Errorf("%s=%d: %w", l.name, v, err)
-		}
+	}
+	return nil
+}
+
+// setLimit sets resource's soft and hard limit to v, or to the current hard
+// limit when that is lower.
+func setLimit(resource int, v uint64) error {
+	var cur unix.Rlimit
+	if err := unix.Prlimit(0, resource, nil, &cur); err != nil {
+		return err
+	}
+	v = min(v, cur.Max)
+	if err := unix.Prlimit(0, resource, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
+		return fmt.Errorf("=%d: %w", v, err)
 	}
 	return nil
 }
@@ -221,7 +232,9 @@ func setCreds(uid, gid int) error {
 	return nil
 }
 
-func execveat(dirfd int, path string, flags int, argv, env []string, secret uint64) error {
+// execveat execs from this thread. addressSpace (RLIMIT_AS, 0 = unchanged)
+// is set after the last allocation, just before the exec.
+func execveat(dirfd int, path string, flags int, argv, env []string, secret, addressSpace uint64) error {
 	argvp, err := syscall.SlicePtrFromStrings(argv)
 	if err != nil {
 		return err
@@ -233,6 +246,11 @@ func execveat(dirfd int, path string, flags int, argv, env []string, secret uint
 	pathp, err := syscall.BytePtrFromString(path)
 	if err != nil {
 		return err
+	}
+	if addressSpace > 0 {
+		if err := setLimit(unix.RLIMIT_AS, addressSpace); err != nil {
+			return fmt.Errorf("RLIMIT_AS: %w", err)
+		}
 	}
 	_, _, e := unix.RawSyscall6(unix.SYS_EXECVEAT, uintptr(dirfd), uintptr(unsafe.Pointer(pathp)),
 		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), uintptr(flags), uintptr(secret))
