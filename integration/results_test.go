@@ -54,6 +54,16 @@ func TestDaemonResultsDeleteBackup(t *testing.T) {
 	if got, err := os.ReadFile(dest); err != nil || string(got) != "# my notes\n" {
 		t.Fatalf("-o wrote %q, %v", got, err)
 	}
+	cpDir := filepath.Join(work, "cp")
+	if err := os.Mkdir(cpDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := d.cli(t, "task", "cp", done+":notes.md", cpDir); code != 0 {
+		t.Fatalf("task cp: exit %d %s", code, errOut)
+	}
+	if got, err := os.ReadFile(filepath.Join(cpDir, "notes.md")); err != nil || string(got) != "# my notes\n" {
+		t.Fatalf("task cp wrote %q, %v", got, err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -103,4 +113,20 @@ func TestDaemonResultsDeleteBackup(t *testing.T) {
 	if st.Task.Status != "interrupted" || st.Task.Reason != "host_restart" {
 		t.Fatalf("restored running task: %+v, want interrupted (host_restart)", st.Task)
 	}
+	var all struct {
+		Resumed []taskJSON `json:"resumed"`
+		Failed  []struct {
+			TaskID string `json:"task_id"`
+			Error  string `json:"error"`
+		} `json:"failed"`
+	}
+	d2.cliJSON(t, &all, "task", "resume", "--all-interrupted")
+	if len(all.Resumed) != 1 || all.Resumed[0].ID != running || all.Resumed[0].RunID != 2 || len(all.Failed) != 0 {
+		t.Fatalf("task resume --all-interrupted: %+v", all)
+	}
+	if _, errOut, code := d2.cli(t, "task", "resume", "--all-interrupted", "--all"); code != 7 || !strings.Contains(errOut, "admin") {
+		t.Fatalf("--all by a non-admin: exit %d %q, want 7", code, errOut)
+	}
+	var cancelled oneTask
+	d2.cliJSON(t, &cancelled, "task", "cancel", running)
 }

@@ -20,6 +20,7 @@ func taskCommands() []command {
 		{"resume", "resume an interrupted task", taskResumeCmd},
 		{"watch", "stream a task's events until it stops running", taskWatchCmd},
 		{"files", "list a task's workspace, or write one of its files out", taskFilesCmd},
+		{"cp", "copy a file out of a task's workspace: ID:PATH DEST", taskCpCmd},
 		{"delete", "delete a finished task: its records and workspace", taskDeleteCmd},
 	}
 }
@@ -239,7 +240,12 @@ func taskCancelCmd(ctx context.Context, e *env, args []string) int {
 }
 
 func taskResumeCmd(ctx context.Context, e *env, args []string) int {
-	return taskChange(ctx, e, args, "resume", "Resumes an interrupted task: same id, run id + 1, the last checkpoint and what\nis left of its budgets. A finished task cannot be resumed (exit 4).",
+	for _, a := range args {
+		if a == "--all-interrupted" || a == "-all-interrupted" || strings.HasPrefix(a, "--all-interrupted=") {
+			return resumeAllInterrupted(ctx, e, args)
+		}
+	}
+	return taskChange(ctx, e, args, "resume", "Resumes an interrupted task: same id, run id + 1, the last checkpoint and what\nis left of its budgets. A finished task cannot be resumed (exit 4). With\n--all-interrupted (and no ID) resumes every interrupted task of yours; an admin\nadds --all for everyone's.",
 		func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
 			resp, err := tc.ResumeTask(ctx, &apipb.ResumeTaskRequest{TaskId: id})
 			return resp.GetTask(), err

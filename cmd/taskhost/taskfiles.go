@@ -9,8 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
@@ -209,4 +212,117 @@ func writePrincipalTaskTable(w io.Writer, tasks []store.Task) {
 			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()
+}
+
+func taskCpCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("task cp", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	fs.Usage = usageFunc(fs, "taskhost task cp ID:PATH DEST [flags]",
+		"Copies the file PATH of one of your tasks' workspace to DEST: a new file, an\nexisting directory (the file keeps its name there), or - for stdout. The same\nas 'taskhost task files ID PATH -o DEST'.")
+	pos, code, ok := parseArgs(e, fs, args, 2, 2)
+	if !ok {
+		return code
+	}
+	id, path, found := strings.Cut(pos[0], ":")
+	if !found || id == "" || path == "" {
+		return cf.fail(e, usageError(fmt.Sprintf("task cp: %q is not ID:PATH, e.g. t_abc:notes.md", pos[0])))
+	}
+	dest := pos[1]
+	if dest == "-" {
+		dest = ""
+	} else if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
+		dest = filepath.Join(dest, filepath.Base(filepath.FromSlash(path)))
+	}
+	tc, closeConn, err := cf.tasks()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer closeConn()
+	if err := readTaskFile(ctx, e, tc, id, path, dest); err != nil {
+		return cf.fail(e, err)
+	}
+	return exitOK
+}
+
+// maxResumeAll bounds the interrupted tasks one 'task resume
+// --all-interrupted' looks at.
+const maxResumeAll = 10000
+
+// resumeAllInterrupted resumes every interrupted task of the caller (or,
+// with --all, of every principal: admins only), one call each, and goes on
+// past a task it cannot resume.
+func resumeAllInterrupted(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("task resume", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	allInterrupted := fs.Bool("all-interrupted", false, "resume every interrupted task of yours")
+	everyone := fs.Bool("all", false, "with --all-interrupted: every principal's (admins only)")
+	fs.Usage = usageFunc(fs, "taskhost task resume --all-interrupted [--all] [flags]",
+		"Resumes every interrupted task of yours (with --all, as an admin, everyone's),\nat most 10000, oldest first; a task that cannot be resumed (e.g. the daemon is\nbusy) is reported and the rest are tried. Exit 0 when all resumed, else the\nexit code of the first failure.")
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
+	}
+	if !*allInterrupted {
+		return cf.fail(e, usageError("task resume: give a task ID, or --all-interrupted"))
+	}
+	tc, closeConn, err := cf.tasks()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer closeConn()
+	var ids []string
+	token := ""
+	for len(ids) < maxResumeAll {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: []string{"interrupted"}, PageSize: 500, PageToken: token, All: *everyone})
+		cancel()
+		if err != nil {
+			return cf.fail(e, err)
+		}
+		for _, t := range resp.Tasks {
+			ids = append(ids, t.Id)
+		}
+		if token = resp.NextPageToken; token == "" {
+			break
+		}
+	}
+	ids = ids[:min(len(ids), maxResumeAll)]
+	type failure struct {
+		TaskID string `json:"task_id"`
+		Error  string `json:"error"`
+	}
+	resumed := []taskView{}
+	failed := []failure{}
+	code := exitOK
+	for _, id := range ids {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		resp, err := tc.ResumeTask(cctx, &apipb.ResumeTaskRequest{TaskId: id})
+		cancel()
+		if err != nil {
+			if code == exitOK {
+				code = exitCodeForStatus(err)
+			}
+			msg := err.Error()
+			if st, ok := status.FromError(err); ok {
+				msg = st.Message()
+			}
+			failed = append(failed, failure{id, msg})
+			if !cf.json {
+				errorf(e, "task %s: %s", id, msg)
+			}
+			continue
+		}
+		t := taskFromPB(resp.Task)
+		resumed = append(resumed, taskJSON(t))
+		if !cf.json {
+			fmt.Fprintf(e.stdout, "task %s %s (run %d)\n", t.ID, t.Status, t.RunID)
+		}
+	}
+	if cf.json {
+		newPrinter(e, true).emit(map[string]any{"resumed": resumed, "failed": failed})
+	} else if len(ids) == 0 {
+		fmt.Fprintln(e.stderr, "no interrupted tasks")
+	}
+	return code
 }
