@@ -199,10 +199,16 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 // sweepInterval is how often the daemon applies tasks.retention_days.
 const sweepInterval = time.Hour
 
+// sweeper deletes the tasks that finished more than age ago; *host.Runner
+// is one.
+type sweeper interface {
+	Sweep(ctx context.Context, age time.Duration) (int, error)
+}
+
 // sweepRetention deletes the tasks that finished more than days ago, at
 // once and then every sweepInterval, until ctx ends. days 0 keeps every
 // task.
-func sweepRetention(ctx context.Context, log hclog.Logger, r *host.Runner, days int) {
+func sweepRetention(ctx context.Context, log hclog.Logger, r sweeper, days int) {
 	if days <= 0 {
 		return
 	}
