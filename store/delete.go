@@ -22,6 +22,9 @@ const (
 		WHERE status IN ('completed','failed','cancelled') AND updated_ns < ? ORDER BY updated_ns LIMIT ?`
 )
 
+// deleteQueries are prepared on the writer with the other write queries;
+// qFinishedBefore runs on a reader but is listed so that the query plan
+// test checks it is an index search.
 func deleteQueries() []string {
 	return []string{qDeleteApprovals, qDeleteEffects, qDeleteEvents, qDeleteAttempts, qDeleteTask, qFinishedBefore}
 }
@@ -69,48 +72,47 @@ type Deleted struct {
 // DeleteFinishedBefore removes, in one transaction, up to limit (at most
 // MaxSweepBatch) terminal tasks last updated before cutoff, oldest first,
 // with everything recorded about them, and returns which. skip is asked
-// for each candidate first: a task it reports true for (e.g. one whose run
-// is still winding down in this host) is left alone.
+// for each candidate first, outside the transaction (it may take the
+// caller's locks): a task it reports true for (e.g. one whose run is still
+// winding down in this host) is left alone.
 func (s *Store) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, limit int, skip func(id string) bool) ([]Deleted, error) {
 	if limit <= 0 || limit > MaxSweepBatch {
 		limit = MaxSweepBatch
 	}
-	var out []Deleted
-	err := s.write(ctx, func(tx *txn) error {
-		out = out[:0]
-		rows, err := tx.QueryContext(ctx, qFinishedBefore, nanos(cutoff), limit)
-		if err != nil {
-			return err
-		}
-		var cands []Deleted
-		for rows.Next() {
-			var d Deleted
-			if err := rows.Scan(&d.ID, &d.PrincipalID); err != nil {
-				rows.Close()
-				return err
-			}
-			cands = append(cands, d)
-		}
-		if err := rows.Err(); err != nil {
-			rows.Close()
-			return err
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		for _, d := range cands {
-			if skip != nil && skip(d.ID) {
-				continue
-			}
-			if err := deleteRows(ctx, tx, d.PrincipalID, d.ID); err != nil {
-				return err
-			}
-			out = append(out, d)
-		}
-		return nil
-	})
+	rows, err := s.readRows(ctx, qFinishedBefore, nanos(cutoff), limit)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	var cands []Deleted
+	for rows.Next() {
+		var d Deleted
+		if err := rows.Scan(&d.ID, &d.PrincipalID); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if skip == nil || !skip(d.ID) {
+			cands = append(cands, d)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return nil, err
+	}
+	rows.Close()
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	// A terminal task stays terminal, so every candidate is still one;
+	// deleteRows checks it all the same.
+	if err := s.write(ctx, func(tx *txn) error {
+		for _, d := range cands {
+			if err := deleteRows(ctx, tx, d.PrincipalID, d.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return cands, nil
 }
