@@ -473,7 +473,8 @@ type Event struct {
 	TimeUnixNano int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	// The event's fields as a JSON object (at most limits.event_bytes, 1 KiB
 	// by default): task_id, run_id, executor, attempt, status, outcome,
-	// reason, exit, note, steps, tools, models, wall_s.
+	// reason, exit, note, steps, tools, models, wall_s, and by (the admin of
+	// a task.admin_act event).
 	Payload       []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
