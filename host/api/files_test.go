@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -176,4 +177,45 @@ func TestDeleteTaskAPI(t *testing.T) {
 	}
 	_, err = mine.GetTask(ctxT(t), &apipb.GetTaskRequest{TaskId: "t_done"})
 	wantCode(t, err, codes.NotFound, ReasonNotFound)
+}
+
+// At most maxExports files are read at once: the next is refused with
+// EXPORT_LIMIT, and a slot is free again once a reader goes away.
+func TestReadTaskFileLimit(t *testing.T) {
+	ts, _ := filesServer(t)
+	mine := apipb.NewTaskServiceClient(ts.unixConn(t))
+	var cancels []context.CancelFunc
+	for range maxExports {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		cancels = append(cancels, cancel)
+		// A file of several chunks the client never reads: the stream
+		// holds its slot, blocked on flow control.
+		stream, err := mine.ReadTaskFile(ctx, &apipb.ReadTaskFileRequest{TaskId: "t_mine", Path: "at_limit.bin"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	_, _, err := readAll(t, mine, "t_mine", "sub/notes.md")
+	wantCode(t, err, codes.ResourceExhausted, ReasonExportLimit)
+
+	cancels[0]()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, _, err := readAll(t, mine, "t_mine", "sub/notes.md")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no slot freed after a reader went away: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
