@@ -32,7 +32,7 @@ type workerSpec struct {
 }
 
 // frameMsg is what the reader goroutine hands over: a frame, or the error
-// that ended reading (io.EOF when the worker closed its stdout).
+// that ended reading (io.EOF when the worker closed its end of the protocol pipe).
 type frameMsg struct {
 	f   *inFrame
 	err error
