@@ -110,7 +110,11 @@ func (p *openAI) Complete(ctx context.Context, req Request) (Response, error) {
 	if err := checkRequest(req); err != nil {
 		return Response{}, err
 	}
-	body, err := p.encode(req)
+	names, err := requestToolNames(req)
+	if err != nil {
+		return Response{}, err
+	}
+	body, err := p.encode(req, names)
 	if err != nil {
 		return Response{}, err
 	}
@@ -119,7 +123,7 @@ func (p *openAI) Complete(ctx context.Context, req Request) (Response, error) {
 		priorCalls += len(m.ToolCalls)
 	}
 	for retry := 0; ; retry++ {
-		resp, ferr := p.attempt(ctx, body, priorCalls)
+		resp, ferr := p.attempt(ctx, body, priorCalls, names)
 		if ferr == nil {
 			return resp, nil
 		}
@@ -154,7 +158,7 @@ func (p *openAI) backoff(retry int) time.Duration {
 }
 
 // attempt is one HTTP round trip under the per-request timeout.
-func (p *openAI) attempt(ctx context.Context, body []byte, priorCalls int) (Response, *Error) {
+func (p *openAI) attempt(ctx context.Context, body []byte, priorCalls int, names toolNames) (Response, *Error) {
 	actx, cancel := context.WithTimeoutCause(ctx, p.timeout, errAttemptTimeout)
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, p.endpoint, bytes.NewReader(body))
@@ -185,7 +189,7 @@ func (p *openAI) attempt(ctx context.Context, body []byte, priorCalls int) (Resp
 		if oversized {
 			return Response{}, p.fail(KindBadResponse, status, nil, "the response body exceeds %d bytes", MaxResponseBodyBytes)
 		}
-		return p.decode(data, status, priorCalls)
+		return p.decode(data, status, priorCalls, names)
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return Response{}, p.fail(KindAuth, status, nil, "HTTP %d: the endpoint refused the credentials: %s", status, p.errorText(data))
 	case status == http.StatusTooManyRequests:
@@ -313,7 +317,22 @@ type chatToolFunc struct {
 // emptyObjectSchema stands in for a tool with no declared parameters.
 const emptyObjectSchema = `{"type":"object","properties":{}}`
 
-func (p *openAI) encode(req Request) ([]byte, error) {
+// requestToolNames maps every tool name the request carries: the offered
+// tools and the calls in its history, which the provider sees again.
+func requestToolNames(req Request) (toolNames, error) {
+	var names []string
+	for _, t := range req.Tools {
+		names = append(names, t.Name)
+	}
+	for _, m := range req.Messages {
+		for _, tc := range m.ToolCalls {
+			names = append(names, tc.Name)
+		}
+	}
+	return newToolNames(names)
+}
+
+func (p *openAI) encode(req Request, names toolNames) ([]byte, error) {
 	cr := chatRequest{Model: p.model, Messages: make([]chatMessage, len(req.Messages))}
 	for i, m := range req.Messages {
 		cm := chatMessage{Role: m.Role, ToolCallID: m.ToolCallID}
@@ -324,7 +343,7 @@ func (p *openAI) encode(req Request) ([]byte, error) {
 		for _, tc := range m.ToolCalls {
 			cm.ToolCalls = append(cm.ToolCalls, chatToolCall{
 				ID: tc.ID, Type: "function",
-				Function: chatFunction{Name: tc.Name, Arguments: tc.Arguments},
+				Function: chatFunction{Name: names.wire(tc.Name), Arguments: tc.Arguments},
 			})
 		}
 		cr.Messages[i] = cm
@@ -339,7 +358,7 @@ func (p *openAI) encode(req Request) ([]byte, error) {
 		}
 		cr.Tools = append(cr.Tools, chatTool{
 			Type:     "function",
-			Function: chatToolFunc{Name: t.Name, Description: t.Description, Parameters: json.RawMessage(params)},
+			Function: chatToolFunc{Name: names.wire(t.Name), Description: t.Description, Parameters: json.RawMessage(params)},
 		})
 	}
 	body, err := json.Marshal(cr)
@@ -370,7 +389,7 @@ type chatResponse struct {
 	} `json:"error"`
 }
 
-func (p *openAI) decode(data []byte, status, priorCalls int) (Response, *Error) {
+func (p *openAI) decode(data []byte, status, priorCalls int, names toolNames) (Response, *Error) {
 	var cr chatResponse
 	if err := json.Unmarshal(data, &cr); err != nil {
 		return Response{}, p.fail(KindBadResponse, status, err, "the response is not valid chat-completions JSON: %v", err)
@@ -403,7 +422,7 @@ func (p *openAI) decode(data []byte, status, priorCalls int) (Response, *Error) 
 			// does.
 			id = "call_" + strconv.Itoa(priorCalls+i+1)
 		}
-		msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: id, Name: tc.Function.Name, Arguments: args})
+		msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: id, Name: names.host(tc.Function.Name), Arguments: args})
 	}
 	if problem := checkReply(&msg); problem != "" {
 		return Response{}, p.fail(KindBadResponse, status, nil, "%s", problem)

@@ -229,9 +229,9 @@ func TestOpenAIToolCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantTools := []map[string]any{
-		{"type": "function", "function": map[string]any{"name": "workspace.write", "description": "write a file",
+		{"type": "function", "function": map[string]any{"name": "workspace_write", "description": "write a file",
 			"parameters": map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}}}},
-		{"type": "function", "function": map[string]any{"name": "workspace.list",
+		{"type": "function", "function": map[string]any{"name": "workspace_list",
 			"parameters": map[string]any{"type": "object", "properties": map[string]any{}}}},
 	}
 	if !reflect.DeepEqual(body.Tools, wantTools) {
@@ -240,7 +240,7 @@ func TestOpenAIToolCalls(t *testing.T) {
 	wantMsgs := []map[string]any{
 		{"role": "user", "content": "go"},
 		{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
-			"id": "call_1", "type": "function", "function": map[string]any{"name": "shell.run", "arguments": `{"command":"ls"}`}}}},
+			"id": "call_1", "type": "function", "function": map[string]any{"name": "shell_run", "arguments": `{"command":"ls"}`}}}},
 		{"role": "tool", "content": "a.md", "tool_call_id": "call_1"},
 	}
 	if !reflect.DeepEqual(body.Messages, wantMsgs) {
