@@ -367,10 +367,16 @@ func (c *executorClient) ExitStatus() ExitStatus {
 	return c.proc.status
 }
 
+// stderrSettle bounds how long a crash verdict waits for the dead plugin's
+// last stderr lines when something else keeps writing to the pipe.
+const stderrSettle = 50 * time.Millisecond
+
 func (c *executorClient) StderrTail() string {
 	select {
 	case <-c.proc.exited:
-		c.proc.stderr.settle(250 * time.Millisecond)
+		// The verdict waits on this: only for the lines already in the
+		// pipe, never for a grandchild still holding it.
+		c.proc.stderr.settle(stderrSettle)
 	default:
 	}
 	return c.proc.stderr.tail()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-plugin/runner"
+	"golang.org/x/sys/unix"
 )
 
 // forker runs process starts on one goroutine locked to its OS thread for the
@@ -115,6 +116,7 @@ func newProcess(f *forker, name string, cmd *exec.Cmd, tailLines int) (*process,
 	// runs no copying goroutine, so Wait returns at the child's exit.
 	cmd.Stdout, cmd.Stderr = p.stdoutW, p.stderrW
 	p.stderr = newTailReader(p.stderrR, tailLines)
+	p.stderr.unread = pipeUnread(p.stderrR)
 	return p, nil
 }
 
@@ -237,6 +239,12 @@ type tailReader struct {
 	panic string // the first "panic:" or "fatal error:" line: the cause sits above a long trace
 	eof   chan struct{}
 	once  sync.Once
+
+	// unread reports the bytes still in the pipe, not yet read; nil when
+	// the stream cannot tell (settle then waits for EOF or its bound).
+	unread func() (int, error)
+	// busy is set while bytes a Read took are not yet in lines.
+	busy atomic.Bool
 }
 
 const (
@@ -250,6 +258,8 @@ func newTailReader(r io.ReadCloser, maxLines int) *tailReader {
 
 func (t *tailReader) Read(b []byte) (int, error) {
 	n, err := t.r.Read(b)
+	t.busy.Store(true)
+	defer t.busy.Store(false)
 	t.mu.Lock()
 	for _, c := range b[:n] {
 		if c == '\n' {
@@ -303,11 +313,60 @@ func (t *tailReader) tail() string {
 	return head + strings.Join(lines[keep:], "\n")
 }
 
-// settle waits until the stream has been read to its end or d passes: after
-// a crash the last lines may still be in the pipe.
+// settle waits, after the process exited, until its last lines are in the
+// tail: until EOF, or until the pipe is empty and no read is being parsed,
+// seen twice a poll apart — the read that emptied the pipe may not have
+// marked itself busy yet at the first look. EOF alone cannot decide: a
+// grandchild holding the write end keeps it from ever coming, and waiting
+// for it would delay the crash verdict. d bounds the wait against a holder
+// that keeps writing.
 func (t *tailReader) settle(d time.Duration) {
-	select {
-	case <-t.eof:
-	case <-time.After(d):
+	const poll = time.Millisecond
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	unread := t.unread
+	quiet := 0
+	for {
+		select {
+		case <-t.eof:
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+		if unread == nil {
+			continue
+		}
+		n, err := unread()
+		if err != nil {
+			unread = nil // closed: only EOF or the bound now
+			continue
+		}
+		if n > 0 || t.busy.Load() {
+			quiet = 0
+			continue
+		}
+		if quiet++; quiet >= 2 {
+			return
+		}
+	}
+}
+
+// pipeUnread reports how many bytes wait unread in the pipe f (TIOCINQ is
+// Linux's FIONREAD, which pipes answer too).
+func pipeUnread(f *os.File) func() (int, error) {
+	return func() (int, error) {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return 0, err
+		}
+		var n int
+		var ierr error
+		if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
+			return 0, err
+		}
+		return n, ierr
 	}
 }

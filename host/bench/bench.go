@@ -161,11 +161,17 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	r.Figures = append(r.Figures, figure("plugin start to first reply", starts, ""))
 
 	say("plugin SIGKILL → interrupted, %d times", o.Reps)
-	crash, err := crashLatency(ctx, h, who, pids, o.Reps)
+	crash, err := crashLatency(ctx, h, who, pids, o.Reps, false)
 	if err != nil {
 		return r, err
 	}
 	r.Figures = append(r.Figures, figure("plugin SIGKILL → interrupted persisted", crash, ""))
+	say("plugin SIGKILL with a grandchild holding its stderr → interrupted, %d times", o.Reps)
+	crashGC, err := crashLatency(ctx, h, who, pids, o.Reps, true)
+	if err != nil {
+		return r, err
+	}
+	r.Figures = append(r.Figures, figure("plugin SIGKILL → interrupted persisted, grandchild holding stderr", crashGC, "the baseline is the row above"))
 
 	say("cancel latency, %d times", o.Reps)
 	toCtx, toTerminal, err := cancelLatency(ctx, h, who, pids, o.Reps)
@@ -251,17 +257,26 @@ func waitFile(ctx context.Context, path string) ([]byte, error) {
 	}
 }
 
-func crashLatency(ctx context.Context, h *host.Host, who, dir string, reps int) ([]time.Duration, error) {
+// crashLatency times a plugin's SIGKILL to its task persisted interrupted;
+// with grandchild the plugin first leaves a "sleep 300" holding its stderr.
+func crashLatency(ctx context.Context, h *host.Host, who, dir string, reps int, grandchild bool) ([]time.Duration, error) {
 	var out []time.Duration
 	for i := range reps {
-		pidFile := filepath.Join(dir, "crash"+strconv.Itoa(i))
-		t, err := create(ctx, h, who, fmt.Sprintf(`{"goal":"crash","testexec":{"sleep_ms":600000,"pid_file":%q}}`, pidFile), 0)
+		pidFile := filepath.Join(dir, fmt.Sprintf("crash-%t-%d", grandchild, i))
+		t, err := create(ctx, h, who, fmt.Sprintf(`{"goal":"crash","testexec":{"sleep_ms":600000,"pid_file":%q,"spawn_grandchild":%t}}`, pidFile, grandchild), 0)
 		if err != nil {
 			return nil, err
 		}
 		data, err := waitFile(ctx, pidFile)
 		if err != nil {
 			return nil, err
+		}
+		if grandchild {
+			// Started after the pid file is written: kill only once it
+			// holds the pipe.
+			if _, err := waitFile(ctx, pidFile+".grandchild"); err != nil {
+				return nil, err
+			}
 		}
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 		start := time.Now()
