@@ -41,6 +41,7 @@ var executorReasons = map[string]store.Reason{
 	string(store.ReasonCheckpointTooLarge):     store.ReasonCheckpointTooLarge,
 	string(store.ReasonResultTooLarge):         store.ReasonResultTooLarge,
 	string(store.ReasonModelUnavailable):       store.ReasonModelUnavailable,
+	string(store.ReasonModelAuth):              store.ReasonModelAuth,
 }
 
 // crashWait bounds how long to wait for the wait status of a plugin whose

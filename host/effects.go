@@ -70,6 +70,9 @@ type turnState struct {
 	retryApproved  bool
 	// outage is the last model outage a call of this step met ("" none).
 	outage string
+	// authRefused is the model endpoint's refusal of the credentials
+	// ("" none): no step can succeed until the key is fixed.
+	authRefused string
 	// charged is the task's budgets after the step's last admitted
 	// effect, so the step's events show what it spent.
 	charged *store.Budgets
@@ -165,6 +168,18 @@ func (ts *turnState) noteOutage(msg string) {
 	ts.mu.Unlock()
 }
 
+func (ts *turnState) noteAuthRefused(msg string) {
+	ts.mu.Lock()
+	ts.authRefused = msg
+	ts.mu.Unlock()
+}
+
+func (ts *turnState) modelAuthRefused() string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.authRefused
+}
+
 func (ts *turnState) modelOutage() string {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -176,6 +191,10 @@ func (ts *turnState) modelOutage() string {
 // (sdk.ErrModelUnavailable), which an executor may retry, distinct from a
 // host that is gone; anything else is Aborted.
 func (s *services) modelError(ts *turnState, err error) error {
+	if model.KindOf(err) == model.KindAuth {
+		ts.noteAuthRefused(err.Error())
+		s.r.log.Warn("model refused the credentials", "task", ts.taskID, "attempt", ts.attempt, "error", err)
+	}
 	if !model.Unavailable(err) {
 		return status.Error(codes.Aborted, err.Error())
 	}

@@ -248,6 +248,13 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		v = modelVerdict("the model provider is unavailable (" + msg + "); the executor gave up: " + v.message)
 		r.log.Warn("step ended on a model outage: the task is interrupted (model_unavailable)", "task", ru.id, "attempt", att.Number, "cause", msg)
 	}
+	if msg := ts.modelAuthRefused(); msg != "" && v.outcome == OutcomeFail && v.reason == store.ReasonExecutorFailed {
+		// The provider's own words, once: the executor's message wraps the
+		// same error again on its way back.
+		v = verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: store.ReasonModelAuth,
+			message: truncate(msg+"; check the key named by [model] api_key_env", 2000)}
+		r.log.Warn("step ended on a model credentials refusal: the task fails (model_auth)", "task", ru.id, "attempt", att.Number)
+	}
 	if err := ts.storeError(); err != nil && !v.abandoned && v.attempt != store.AttemptCancelled {
 		// An effect's write failed: whatever the executor made of the
 		// error it got, the ledger of this attempt is incomplete, so the

@@ -74,6 +74,9 @@ const (
 	// answer, or 429/5xx after retries); the task is interrupted and may
 	// be resumed once the provider is back.
 	ReasonModelUnavailable Reason = "model_unavailable"
+	// ReasonModelAuth: the model endpoint refused the credentials (HTTP
+	// 401 or 403); the same key fails the same way, so the task fails.
+	ReasonModelAuth Reason = "model_auth"
 )
 
 var reasons = map[Reason]bool{
@@ -83,7 +86,7 @@ var reasons = map[Reason]bool{
 	ReasonApprovalRejected: true, ReasonApprovalTimeout: true, ReasonCheckpointIncompatible: true,
 	ReasonCheckpointTooLarge: true, ReasonResultTooLarge: true, ReasonEffectIndeterminate: true,
 	ReasonHostShutdown: true, ReasonHostRestart: true, ReasonUserCancelled: true,
-	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true,
+	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true, ReasonModelAuth: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.
