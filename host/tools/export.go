@@ -28,8 +28,20 @@ type ExportPathError struct {
 	Path, Message string
 }
 
-func (e *ExportPathError) Error() string   { return fmt.Sprintf("path %q %s", e.Path, e.Message) }
+func (e *ExportPathError) Error() string {
+	p := e.Path
+	if len(p) > maxShownPath {
+		p = p[:maxShownPath] + "..."
+	}
+	return fmt.Sprintf("path %q %s", p, e.Message)
+}
+
+// Is makes errors.Is(err, ErrExportPath) hold.
 func (e *ExportPathError) Is(t error) bool { return t == ErrExportPath }
+
+// maxShownPath bounds how much of a refused path an error repeats.
+const maxShownPath = 100
+
 func refusePath(p, format string, a ...any) error {
 	return &ExportPathError{Path: p, Message: fmt.Sprintf(format, a...)}
 }

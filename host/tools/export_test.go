@@ -73,7 +73,8 @@ func TestOpenExport(t *testing.T) {
 		{"t1", "sub", "", ErrExportPath, "is a directory"},
 		{"t1", "fifo", "", ErrExportPath, "not a regular file"},
 		{"t1", "", "", ErrExportPath, "workspace itself"},
-		{"t1", strings.Repeat("a", MaxPathBytes+1), "", ErrExportPath, "the limit is 512"},
+		{"t1", strings.Repeat("a", MaxPathBytes+1), "", ErrExportPath, `"` + strings.Repeat("a", 100) + `..." is 513 bytes; the limit is 512`},
+		{"t1", strings.Repeat("d/", MaxPathBytes/2-1) + "xy", "", fs.ErrNotExist, ""}, // at the limit: looked up
 		{"t1", "missing.txt", "", fs.ErrNotExist, ""},
 		{"t2", "notes.md", "", fs.ErrNotExist, ""},
 		{"linked", "notes.md", "", nil, "not a directory"},
