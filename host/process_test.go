@@ -2,8 +2,10 @@ package host
 
 import (
 	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTailReaderBounds(t *testing.T) {
@@ -31,5 +33,54 @@ func TestTailReaderBounds(t *testing.T) {
 		if len(l) > maxTailLine {
 			t.Fatalf("a line of %d bytes, limit %d", len(l), maxTailLine)
 		}
+	}
+}
+
+// settle after a crash: the dead plugin's lines already in the pipe are all
+// in the tail, yet a write end still held open (a grandchild) never makes
+// it wait for EOF; bytes nobody reads hold it only to its bound.
+func TestTailReaderSettleDoesNotWaitForHeldPipe(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		reader    bool // go-plugin's stderr reader is draining the pipe
+		wantAtMin time.Duration
+		wantBelow time.Duration
+	}{
+		{name: "read, write end held", reader: true, wantBelow: 40 * time.Millisecond},
+		{name: "unread, write end held", wantAtMin: 250 * time.Millisecond, wantBelow: 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			tr := newTailReader(r, 20)
+			tr.unread = pipeUnread(r)
+			defer tr.Close()
+			// The dead plugin's last words, more than one read's worth.
+			want := "panic: the last line"
+			var b strings.Builder
+			for range 200 {
+				b.WriteString(strings.Repeat("y", 100) + "\n")
+			}
+			b.WriteString(want + "\n")
+			if _, err := w.WriteString(b.String()); err != nil {
+				t.Fatal(err)
+			}
+			if tc.reader {
+				// Small reads, as a line scanner's refills can be.
+				go io.CopyBuffer(io.Discard, struct{ io.Reader }{tr}, make([]byte, 64))
+			}
+			start := time.Now()
+			tr.settle(250 * time.Millisecond)
+			took := time.Since(start)
+			if took < tc.wantAtMin || took >= tc.wantBelow {
+				t.Errorf("settle took %v, want [%v, %v)", took, tc.wantAtMin, tc.wantBelow)
+			}
+			if tc.reader && !strings.Contains(tr.tail(), want) {
+				t.Errorf("the tail lost the line written before the exit: %q", tr.tail())
+			}
+		})
 	}
 }
