@@ -49,6 +49,10 @@ func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, to
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	t.Status = store.StatusWaitingApproval
+	// The wait is not active time: the clock pauses before the event reads
+	// it, so the event, the store and every later reading agree.
+	resume := r.pauseWall(ctx, ts)
+	defer resume()
 	_, _, err = r.store.RequestApproval(ctx, store.NewApproval{
 		ID: id, PrincipalID: ts.principal, TaskID: ts.taskID, RunID: ts.runID, Attempt: ts.attempt, Seq: seq,
 		Tool: tool, Prompt: prompt, ExpiresAt: time.Now().Add(timeout),
@@ -71,6 +75,23 @@ func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, to
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// pauseWall stops charging ts's run wall time until resume is called, and
+// stores the reading the wait will keep, so that status shows during the
+// wait what watch does.
+func (r *Runner) pauseWall(ctx context.Context, ts *turnState) (resume func()) {
+	r.mu.Lock()
+	ru := r.runs[ts.taskID]
+	r.mu.Unlock()
+	if ru == nil || ru.runID != ts.runID {
+		return func() {}
+	}
+	resume = ru.wall.pause()
+	if err := r.store.Heartbeat(ctx, ts.principal, ts.taskID, ts.runID, ru.wall.used()); err != nil {
+		r.log.Warn("wall time not persisted", "task", ts.taskID, "error", err)
+	}
+	return resume
 }
 
 // Approvals lists principal's approvals, optionally only those in st.

@@ -93,7 +93,9 @@ func TestEventMetersNeverGoBackwards(t *testing.T) {
 		t.Fatalf("%d step.started events, want 4", started)
 	}
 	wall := checkMonotonic(t, evs)
-	if wall < 3 || wall != got.Budgets.WallMillis.Used/1000 {
-		t.Errorf("last wall_s = %d, want the task's %d ms (at least 3 s)", wall, got.Budgets.WallMillis.Used)
+	// Three steps of 700 ms ran to the end; the approval waits are not
+	// active time.
+	if wall < 2 || wall != got.Budgets.WallMillis.Used/1000 {
+		t.Errorf("last wall_s = %d, want the task's %d ms (at least 2 s)", wall, got.Budgets.WallMillis.Used)
 	}
 }

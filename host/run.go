@@ -225,10 +225,14 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	req.TurnToken = tok
 	ts.setUnsettled(ru.indeterminate)
 
-	stepCtx, cancelStep := context.WithDeadlineCause(ru.ctx, time.Now().Add(ru.wall.remaining()), errWallExceeded)
+	// Not a deadline: waiting for an approval moves the moment the budget
+	// runs out, and a gRPC deadline would carry the first one to the
+	// executor.
+	stepCtx, cancelStep := context.WithCancelCause(ru.ctx)
+	go ru.wall.expire(stepCtx, cancelStep, errWallExceeded)
 	res, stepErr := ru.exe.Step(stepCtx, req)
 	cause := context.Cause(stepCtx)
-	cancelStep()
+	cancelStep(nil)
 	r.turns.revoke(tok)
 	ts.end()
 	if b, ok := ts.chargedBudgets(); ok {

@@ -1,0 +1,136 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// The wall budget is active running time: a task whose approval wait
+// outlasts its whole wall budget still completes once approved, its meters
+// frozen during the wait — in the store and in the events watch shows alike
+// — while a task that runs as long without waiting runs out of budget.
+func TestApprovalWaitIsNotChargedToWall(t *testing.T) {
+	const budget = 2 * time.Second
+	const wait = 3 * time.Second
+	h := openHost(t, "", nil)
+	ctx := context.Background()
+
+	task := create(t, h, alice, map[string]any{"steps": 1, "request_approval": true, "sleep_ms": 300},
+		Limits{WallSeconds: int64(budget / time.Second)})
+	a := waitApproval(t, h, alice, task.ID)
+	atStart, err := h.Runner.Get(ctx, alice, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if atStart.Status != store.StatusWaitingApproval {
+		t.Fatalf("task is %s, want waiting_approval", atStart.Status)
+	}
+	// The approver is slow: this sleep is the wait under test, not a
+	// synchronisation.
+	time.Sleep(wait)
+	beforeApprove, err := h.Runner.Get(ctx, alice, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, was := beforeApprove.Budgets.WallMillis.Used, atStart.Budgets.WallMillis.Used; got != was {
+		t.Errorf("the stored wall meter moved from %d ms to %d ms during the approval wait", was, got)
+	}
+	evs, err := h.Store.Events(ctx, alice, task.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waiting *EventPayload
+	for _, e := range evs {
+		if e.Type == EventTaskWaitingApproval {
+			var p EventPayload
+			if err := json.Unmarshal(e.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			waiting = &p
+		}
+	}
+	if waiting == nil {
+		t.Fatal("no task.waiting_approval event")
+	}
+	if got, want := used(t, waiting.WallSecs), beforeApprove.Budgets.WallMillis.Used/1000; got != want {
+		t.Errorf("watch shows wall %s during the wait, status %d ms: they disagree", waiting.WallSecs, beforeApprove.Budgets.WallMillis.Used)
+	}
+	if _, err := h.Runner.Approve(ctx, alice, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := waitEnd(t, h, alice, task.ID)
+	wantStatus(t, got, store.StatusCompleted, "")
+	if u := got.Budgets.WallMillis.Used; u >= budget.Milliseconds() || u < 300 {
+		t.Errorf("wall used = %d ms, want the ~300 ms of work, below the %d ms budget", u, budget.Milliseconds())
+	}
+
+	// The control: as long a step, all of it active.
+	control := create(t, h, alice, map[string]any{"steps": 1, "sleep_ms": wait.Milliseconds()},
+		Limits{WallSeconds: int64(budget / time.Second)})
+	got = waitEnd(t, h, alice, control.ID)
+	wantStatus(t, got, store.StatusFailed, store.ReasonWallClockExceeded)
+	if u := got.Budgets.WallMillis.Used; u != budget.Milliseconds() {
+		t.Errorf("control wall used = %d ms, want the whole %d ms budget", u, budget.Milliseconds())
+	}
+}
+
+// A pause moves the moment the clock runs out by its length; nested pauses
+// count once; a stopped clock stays frozen whatever pauses do.
+func TestWallClockPause(t *testing.T) {
+	w := newWallClock(store.Budget{Used: 0, Limit: 10_000})
+	resumeA := w.pause()
+	resumeB := w.pause()
+	before := w.elapsed()
+	time.Sleep(50 * time.Millisecond) // time passing is the subject
+	if d := w.elapsed(); d != before {
+		t.Errorf("elapsed moved from %v to %v while paused", before, d)
+	}
+	resumeA()
+	resumeA() // idempotent
+	time.Sleep(20 * time.Millisecond)
+	if d := w.elapsed(); d != before {
+		t.Errorf("elapsed moved from %v to %v while one pause was still open", before, d)
+	}
+	resumeB()
+	time.Sleep(20 * time.Millisecond)
+	if d := w.elapsed(); d < before+20*time.Millisecond || d > before+2*time.Second {
+		t.Errorf("elapsed = %v after resuming, want about %v", d, before+20*time.Millisecond)
+	}
+	w.stop()
+	frozen := w.elapsed()
+	r := w.pause()
+	time.Sleep(10 * time.Millisecond)
+	r()
+	if d := w.elapsed(); d != frozen {
+		t.Errorf("a stopped clock moved from %v to %v", frozen, d)
+	}
+}
+
+// expire fires after the active time left, not before, and waits out a pause.
+func TestWallClockExpireWaitsOutPause(t *testing.T) {
+	w := newWallClock(store.Budget{Used: 0, Limit: 200})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	resume := w.pause()
+	go w.expire(ctx, cancel, errWallExceeded)
+	time.Sleep(400 * time.Millisecond) // twice the budget, all of it paused
+	if ctx.Err() != nil {
+		t.Fatal("the clock ran out while paused")
+	}
+	resume()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the clock never ran out after the pause")
+	}
+	if w.remaining() > 0 {
+		t.Errorf("expired with %v left", w.remaining())
+	}
+	if context.Cause(ctx) != errWallExceeded {
+		t.Errorf("cause = %v", context.Cause(ctx))
+	}
+}
