@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -75,6 +76,18 @@ func TestApprovalWaitIsNotChargedToWall(t *testing.T) {
 	wantStatus(t, got, store.StatusFailed, store.ReasonWallClockExceeded)
 	if u := got.Budgets.WallMillis.Used; u != budget.Milliseconds() {
 		t.Errorf("control wall used = %d ms, want the whole %d ms budget", u, budget.Milliseconds())
+	}
+}
+
+// The approval timeout, not the wall budget, bounds the wait: an approval
+// left undecided past the whole wall budget expires on its own clock.
+func TestApprovalTimeoutBoundsWaitBeyondWall(t *testing.T) {
+	h := openHost(t, "", func(c *config.Config) { c.Approvals.TimeoutSeconds = 2 })
+	task := create(t, h, alice, map[string]any{"steps": 1, "request_approval": true}, Limits{WallSeconds: 1})
+	got := waitEnd(t, h, alice, task.ID)
+	wantStatus(t, got, store.StatusFailed, store.ReasonApprovalTimeout)
+	if u := got.Budgets.WallMillis.Used; u >= 1000 {
+		t.Errorf("wall used = %d ms: the wait was charged", u)
 	}
 }
 
