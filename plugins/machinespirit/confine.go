@@ -141,7 +141,7 @@ func resourceDeath(exitErr error, cpuLimit int64, stderrTail string) (string, bo
 		ws, ok := ee.Sys().(syscall.WaitStatus)
 		used := ee.UserTime() + ee.SystemTime()
 		if ok && ws.Signaled() && (ws.Signal() == syscall.SIGXCPU ||
-			ws.Signal() == syscall.SIGKILL && used >= time.Duration(cpuLimit)*time.Second-cpuSlack) {
+			ws.Signal() == syscall.SIGKILL && used >= cpuFloor(cpuLimit)) {
 			return fmt.Sprintf("the worker used up its CPU time (%s of RLIMIT_CPU %ds)", used.Round(time.Millisecond), cpuLimit), true
 		}
 	}
@@ -153,6 +153,12 @@ func resourceDeath(exitErr error, cpuLimit int64, stderrTail string) (string, bo
 	return "", false
 }
 
-// cpuSlack is how far below its CPU limit a killed worker may have been
-// measured and still count as killed by the limit.
-const cpuSlack = 200 * time.Millisecond
+// cpuFloor is the least CPU time a worker killed by SIGKILL must have used
+// to count as killed by its limit: the kernel enforces RLIMIT_CPU on the
+// scheduler's exact runtime, while the reaped rusage is tick-scaled and was
+// seen short of the limit on a loaded machine, so a quarter of the limit
+// (at least 200 ms) is allowed below it.
+func cpuFloor(limitSeconds int64) time.Duration {
+	limit := time.Duration(limitSeconds) * time.Second
+	return limit - max(200*time.Millisecond, limit/4)
+}
