@@ -71,12 +71,12 @@ type Tasks struct {
 	Enabled       bool   `toml:"enabled"`        // default true
 	Executor      string `toml:"executor"`       // default "legacy"; "legacy", "machinespirit" (if enabled) or a key of [executors]
 	MaxConcurrent int    `toml:"max_concurrent"` // 1..64, default 2; beyond it create/resume is refused
-
 	// MaxRunningPerPrincipal bounds one principal's pending, running and
 	// waiting tasks: 0..MaxConcurrent, default 0 (no bound of its own).
 	MaxRunningPerPrincipal int `toml:"max_running_per_principal"`
-	MaxSteps               int `toml:"max_steps"`     // 1..MaxStepsCap, default 20
-	MaxStepsCap            int `toml:"max_steps_cap"` // 1..100000, default 200
+
+	MaxSteps    int `toml:"max_steps"`     // 1..MaxStepsCap, default 20
+	MaxStepsCap int `toml:"max_steps_cap"` // 1..100000, default 200
 
 	MaxToolCalls    int `toml:"max_tool_calls"`     // 0..MaxToolCallsCap, default 50
 	MaxToolCallsCap int `toml:"max_tool_calls_cap"` // 0..100000, default 1000

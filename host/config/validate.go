@@ -59,12 +59,12 @@ func (c Config) validate() problems {
 
 func (t Tasks) validate(ps *problems) {
 	ps.intRange("tasks.max_concurrent", t.MaxConcurrent, 1, 64)
-	ps.capped("tasks.max_steps", t.MaxSteps, 1, "tasks.max_steps_cap", t.MaxStepsCap, 1, 100000)
 	if hi := min(max(t.MaxConcurrent, 0), 64); t.MaxRunningPerPrincipal < 0 || t.MaxRunningPerPrincipal > hi {
 		ps.add("tasks.max_running_per_principal",
 			"tasks.max_running_per_principal = %d: must be between 0 and %d (tasks.max_concurrent); 0 means no bound of its own",
 			t.MaxRunningPerPrincipal, hi)
 	}
+	ps.capped("tasks.max_steps", t.MaxSteps, 1, "tasks.max_steps_cap", t.MaxStepsCap, 1, 100000)
 	ps.capped("tasks.max_tool_calls", t.MaxToolCalls, 0, "tasks.max_tool_calls_cap", t.MaxToolCallsCap, 0, 100000)
 	ps.capped("tasks.max_model_calls", t.MaxModelCalls, 0, "tasks.max_model_calls_cap", t.MaxModelCallsCap, 0, 100000)
 	ps.capped("tasks.max_depth", t.MaxDepth, 0, "tasks.max_depth_cap", t.MaxDepthCap, 0, 16)
