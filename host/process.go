@@ -315,11 +315,11 @@ func (t *tailReader) tail() string {
 
 // settle waits, after the process exited, until its last lines are in the
 // tail: until EOF, or until the pipe is empty and no read is being parsed,
-// seen twice a poll apart — the read that emptied the pipe may not have
+// seen twice a moment apart — the read that emptied the pipe may not have
 // marked itself busy yet at the first look. EOF alone cannot decide: a
 // grandchild holding the write end keeps it from ever coming, and waiting
-// for it would delay the crash verdict. d bounds the wait against a holder
-// that keeps writing.
+// for it would delay the crash verdict. d bounds the wait for bytes that
+// stay unread (a holder that writes faster than they are read).
 func (t *tailReader) settle(d time.Duration) {
 	const poll = time.Millisecond
 	deadline := time.NewTimer(d)
@@ -329,27 +329,31 @@ func (t *tailReader) settle(d time.Duration) {
 	unread := t.unread
 	quiet := 0
 	for {
+		if unread != nil {
+			n, err := unread()
+			switch {
+			case err != nil:
+				unread = nil // closed: only EOF or the bound now
+			case n > 0 || t.busy.Load():
+				quiet = 0
+			default:
+				if quiet++; quiet >= 2 {
+					return
+				}
+				// The second look comes after a short yield, not a tick:
+				// a timer this short rounds up to a millisecond or more.
+				for at := time.Now(); time.Since(at) < 100*time.Microsecond; {
+					runtime.Gosched()
+				}
+				continue
+			}
+		}
 		select {
 		case <-t.eof:
 			return
 		case <-deadline.C:
 			return
 		case <-tick.C:
-		}
-		if unread == nil {
-			continue
-		}
-		n, err := unread()
-		if err != nil {
-			unread = nil // closed: only EOF or the bound now
-			continue
-		}
-		if n > 0 || t.busy.Load() {
-			quiet = 0
-			continue
-		}
-		if quiet++; quiet >= 2 {
-			return
 		}
 	}
 }

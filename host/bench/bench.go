@@ -100,7 +100,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 		execDir = filepath.Dir(exe)
 	}
-	cfg.Executors["testexec"] = config.Executor{Path: filepath.Join(execDir, host.ExecutorPrefix+"testexec"), ReadWrite: []string{pids}}
+	// Subprocesses: one crash row has it leave a grandchild.
+	cfg.Executors["testexec"] = config.Executor{Path: filepath.Join(execDir, host.ExecutorPrefix+"testexec"), ReadWrite: []string{pids}, Subprocesses: true}
 	h, err := host.Open(ctx, host.Options{DataDir: filepath.Join(dir, "d"), Config: cfg, ExecutorDir: o.ExecutorDir})
 	if err != nil {
 		return r, err
