@@ -25,10 +25,15 @@ func TestBenchCommand(t *testing.T) {
 	if len(r.Figures) < 7 || r.StepRatio <= 0 {
 		t.Fatalf("report %+v", r)
 	}
+	grandchild := false
 	for _, f := range r.Figures {
 		if f.N > 0 && f.Median <= 0 {
 			t.Errorf("figure %q has %d samples and no median", f.Name, f.N)
 		}
+		grandchild = grandchild || (f.Name == "plugin SIGKILL → interrupted persisted, grandchild holding stderr" && f.N == 2)
+	}
+	if !grandchild {
+		t.Errorf("no crash row with a grandchild holding the plugin's stderr: %+v", r.Figures)
 	}
 	for _, args := range [][]string{{"bench", "--steps", "1"}, {"bench", "--recovery-sizes", "x"}} {
 		if _, _, code := taskhost(t, args...); code != 2 {
