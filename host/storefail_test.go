@@ -5,59 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testfs"
+
 	"github.com/taskhost/taskhost/store"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a fresh short directory, so a
-// test can fill a real disk under the store. It skips where mounting is
-// not allowed.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	dir := shortTempDir(t)
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(size)+",mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): %v", err)
-	}
-	// Registered after shortTempDir's removal, so it runs before it.
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes a file in dir until its filesystem is full and returns
-// the file's path; removing it gives the space back.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling %s: %v", dir, err)
-			}
-			break
-		}
-	}
-	// The last partial page: SQLite's next write must find no room at all.
-	for {
-		if _, err := f.Write(buf[:512]); err != nil {
-			return path
-		}
-	}
-}
 
 // The disk under the store fills while a step runs: the outcome cannot be
 // written. The run retries, then decides: the plugin is stopped, readers
@@ -80,7 +35,7 @@ func TestStoreFullDiskInterruptsAndRecordsWhenSpaceReturns(t *testing.T) {
 }
 
 func testStoreFullDisk(t *testing.T, extra map[string]any) {
-	dir := mountTmpfs(t, 32<<20)
+	dir := testfs.MountTmpfs(t, shortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
 	ctl := shortTempDir(t) // off the full disk
 	release, pidFile := filepath.Join(ctl, "release"), filepath.Join(ctl, "pid")
@@ -101,7 +56,7 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 		watched <- err
 	}()
 
-	filler := fillDisk(t, dir)
+	filler := testfs.FillDisk(t, dir)
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -187,14 +142,14 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 // reached the store, which still says running; the next start recovers
 // the task as interrupted (host_restart) like any other, and it resumes.
 func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
-	dir := mountTmpfs(t, 32<<20)
+	dir := testfs.MountTmpfs(t, shortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
 	ctl := shortTempDir(t)
 	release := filepath.Join(ctl, "release")
 	task := create(t, h, alice, map[string]any{"steps": 1, "wait_file": release, "pid_file": filepath.Join(ctl, "pid")}, Limits{})
 	readPid(t, filepath.Join(ctl, "pid"))
 	ctx := context.Background()
-	filler := fillDisk(t, dir)
+	filler := testfs.FillDisk(t, dir)
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

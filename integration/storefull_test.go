@@ -1,63 +1,21 @@
 package integration
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testfs"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a fresh short directory, so a
-// test can fill a real disk under the daemon's store. It skips where
-// mounting is not allowed.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	dir := shortTempDir(t)
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(size)+",mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes a file in dir until its filesystem has no byte left and
-// returns the file's path; removing it gives the space back.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for _, n := range []int{len(buf), 512} {
-		for {
-			if _, err := f.Write(buf[:n]); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatalf("filling %s: %v", dir, err)
-				}
-				break
-			}
-		}
-	}
-	return path
-}
 
 // The daemon's data dir fills up while a step runs. `task watch` ends with
 // the task interrupted (store_error), exit 6; a create is refused with exit
 // 5 naming the cause; once space is back the interruption is recorded, and
 // a resume runs the task to completion under the same id.
 func TestDaemonFullDiskInterruptsThenResumes(t *testing.T) {
-	data := mountTmpfs(t, 64<<20)
+	data := testfs.MountTmpfs(t, shortTempDir(t), 64<<20)
 	ctl := shortTempDir(t) // off the full disk
 	d := startDaemon(t, data, testexecConfig(t, ctl))
 	release, pidFile := filepath.Join(ctl, "release"), filepath.Join(ctl, "pid")
@@ -65,7 +23,7 @@ func TestDaemonFullDiskInterruptsThenResumes(t *testing.T) {
 	pid := readPid(t, pidFile)
 	watch := startTaskhost(t, "task", "watch", id, "--data-dir", data)
 
-	filler := fillDisk(t, data)
+	filler := testfs.FillDisk(t, data)
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
