@@ -6,18 +6,5 @@ import "context"
 // every principal that hold a checkpoint, with it, in creation order after
 // afterSeq: what a restore verifies against the restored key.
 func (s *Store) CheckpointedTasks(ctx context.Context, afterSeq int64, limit int) ([]Task, error) {
-	rows, err := s.readRows(ctx, `SELECT `+taskCols+` FROM tasks WHERE checkpoint IS NOT NULL AND seq > ? ORDER BY seq LIMIT ?`, afterSeq, pageSize(limit))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return s.queryTasks(ctx, `SELECT `+taskCols+` FROM tasks WHERE checkpoint IS NOT NULL AND seq > ? ORDER BY seq LIMIT ?`, afterSeq, pageSize(limit))
 }

@@ -125,7 +125,12 @@ func (s *Store) ListTasks(ctx context.Context, principal string, q ListQuery) ([
 		where += ` AND status IN (` + placeholders(len(sts)) + `)`
 	}
 	args = append(args, pageSize(q.Limit))
-	rows, err := s.readRows(ctx, `SELECT `+taskListCols+` FROM tasks WHERE `+where+` ORDER BY seq LIMIT ?`, args...)
+	return s.queryTasks(ctx, `SELECT `+taskListCols+` FROM tasks WHERE `+where+` ORDER BY seq LIMIT ?`, args...)
+}
+
+// queryTasks reads the tasks a SELECT of taskCols or taskListCols returns.
+func (s *Store) queryTasks(ctx context.Context, query string, args ...any) ([]Task, error) {
+	rows, err := s.readRows(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
