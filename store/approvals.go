@@ -73,15 +73,17 @@ const (
 		RETURNING ` + approvalCols
 	qResolveApproval = `UPDATE approvals SET status = ?, resolved_ns = ?
 		WHERE id = ? AND principal_id = ? AND status = 'pending' RETURNING ` + approvalCols
-	qApprovalByID      = `SELECT ` + approvalCols + ` FROM approvals WHERE id = ? AND principal_id = ?`
-	qCancelApprovals   = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE task_id = ? AND status = 'pending'`
-	qCancelAllPending  = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE status = 'pending'`
+	qApprovalByID    = `SELECT ` + approvalCols + ` FROM approvals WHERE id = ? AND principal_id = ?`
+	qCancelApprovals = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE task_id = ? AND status = 'pending'`
+	// The pending approvals of the tasks leased to host ?2 (or to no host).
+	qCancelHostPending = `UPDATE approvals SET status = 'cancelled', resolved_ns = ?1 WHERE status = 'pending'
+		AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = approvals.task_id AND t.lease_host IN (?2, ''))`
 	qListApprovals     = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? ORDER BY created_ns, id LIMIT 1000`
 	qListApprovalsStat = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? AND status = ? ORDER BY created_ns, id LIMIT 1000`
 )
 
 func approvalQueries() []string {
-	return []string{qInsertApproval, qResolveApproval, qApprovalByID, qCancelApprovals, qCancelAllPending}
+	return []string{qInsertApproval, qResolveApproval, qApprovalByID, qCancelApprovals, qCancelHostPending}
 }
 
 // RequestApproval creates a pending approval and moves the task from

@@ -335,6 +335,16 @@ func runningAttempt(ctx context.Context, tx *txn, principal, id string, number, 
 		return fmt.Errorf("task %s: attempt %d: %w", id, number, ErrNotFound)
 	case err != nil:
 		return err
+	case st == AttemptRunning && run == runID:
+		return nil
+	}
+	// A newer run owns the task: the caller's lease epoch is stale.
+	if cur, taskRun, err := taskState(ctx, tx, principal, id); err != nil {
+		return err
+	} else if taskRun != runID {
+		return &TransitionError{TaskID: id, Current: cur, RunID: taskRun, WantRunID: runID}
+	}
+	switch {
 	case st != AttemptRunning:
 		return fmt.Errorf("task %s: attempt %d is already %s: %w", id, number, st, ErrConflict)
 	case run != runID:

@@ -124,8 +124,10 @@ const (
 	// An attempt's outcome committed: no step re-runs it, so no result of
 	// the task is kept for replay.
 	qDropEffectResults = `UPDATE effects SET result = NULL WHERE task_id = ? AND result IS NOT NULL`
-	qSettleEffects     = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
-			updated_ns = ? WHERE status IN ('admitted','dispatching')`
+	// The unsettled effects of the tasks leased to host ?2 (or to no host).
+	qSettleHostEffects = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
+			updated_ns = ?1 WHERE status IN ('admitted','dispatching')
+			AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = effects.task_id AND t.lease_host IN (?2, ''))`
 	qSettleTaskEffects = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
 			updated_ns = ?1 WHERE task_id = ?2 AND status IN ('admitted','dispatching')
 			AND NOT EXISTS (SELECT 1 FROM attempts WHERE task_id = ?2 AND status = 'running')
@@ -134,7 +136,7 @@ const (
 
 // effectQueries are the effect write statements, prepared at Open.
 func effectQueries() []string {
-	return []string{qChargeTool, qChargeModel, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleEffects, qSettleTaskEffects}
+	return []string{qChargeTool, qChargeModel, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleHostEffects, qSettleTaskEffects}
 }
 
 func (s *Store) checkEffect(e NewEffect) error {

@@ -17,6 +17,11 @@ var (
 	// error). Nothing was written; the same write may succeed later. It is
 	// always an *UnavailableError, which names the class of the cause.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrFenced: a write carried a stale lease epoch (run id): the task has
+	// been taken over by a newer run, on this host or another. Nothing was
+	// written; the writer's run must stop without touching the task. It is
+	// always a *TransitionError (which also matches ErrConflict).
+	ErrFenced = errors.New("lease lost: the run was superseded")
 )
 
 // UnavailableError is a write the store could not make for a cause outside

@@ -26,6 +26,11 @@ type Options struct {
 	Now func() time.Time
 	// Limits bound every variable-size value the store accepts.
 	Limits Limits
+	// HostID names this host in a fleet sharing one store (see hosts.go):
+	// every run this Store starts is leased to it, and recovery touches
+	// only its own leases. Up to MaxHostID bytes of [A-Za-z0-9._-]; empty
+	// is the unnamed single host.
+	HostID string
 }
 
 // Limits bound every variable-size value the store accepts (DESIGN §9). A
@@ -94,5 +99,8 @@ func (o Options) normalize() (Options, error) {
 		o.Now = time.Now
 	}
 	o.Limits = o.Limits.withDefaults()
+	if err := CheckHostID(o.HostID); o.HostID != "" && err != nil {
+		return o, err
+	}
 	return o, nil
 }

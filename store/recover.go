@@ -11,9 +11,12 @@ type Recovery struct {
 }
 
 // Recover runs at host start-up, before anything else touches the store:
-// whatever was live when the previous host died is interrupted (host_restart)
-// across all principals — every running or waiting_approval task, and every
-// running attempt (its step's outcome is unknown, so it is never completed).
+// whatever this host (Options.HostID) left live when it died is interrupted
+// (host_restart) across all principals; tasks leased to other hosts of a
+// fleet are theirs, and SweepLostHosts takes those of a dead one. That is
+// every running or waiting_approval task leased to this host (or to no
+// host), and every running attempt of those tasks (its step's outcome is
+// unknown, so it is never completed).
 // events(t) gives the events to append for each interrupted task, seen after
 // the change. Everything is one transaction. Nothing resumes automatically.
 //
@@ -43,9 +46,10 @@ func (s *Store) InterruptRunning(ctx context.Context, reason Reason, events func
 const (
 	qInterruptTasks = `UPDATE tasks SET status = 'interrupted', reason = ?1, message = '', updated_ns = ?2,
 			wall_ms_used = MAX(wall_ms_used, MIN(wall_ms_used + ?3, wall_ms_limit))
-		WHERE status IN ('running', 'waiting_approval') RETURNING ` + taskCols
-	qInterruptAttempts = `UPDATE attempts SET status = 'interrupted', reason = ?, ended_ns = ?
-		WHERE status = 'running'`
+		WHERE status IN ('running', 'waiting_approval') AND lease_host IN (?4, '') RETURNING ` + taskCols
+	qInterruptAttempts = `UPDATE attempts SET status = 'interrupted', reason = ?1, ended_ns = ?2
+		WHERE status = 'running'
+			AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = attempts.task_id AND t.lease_host IN (?3, ''))`
 )
 
 func (s *Store) interrupt(ctx context.Context, reason Reason, chargeWallMillis int64, events func(t Task) []NewEvent) ([]string, int, error) {
@@ -54,7 +58,7 @@ func (s *Store) interrupt(ctx context.Context, reason Reason, chargeWallMillis i
 	err := s.write(ctx, func(tx *txn) error {
 		ids, closed = nil, 0
 		now := nanos(s.now())
-		rows, err := tx.QueryContext(ctx, qInterruptTasks, string(reason), now, chargeWallMillis)
+		rows, err := tx.QueryContext(ctx, qInterruptTasks, string(reason), now, chargeWallMillis, s.host)
 		if err != nil {
 			return err
 		}
@@ -91,13 +95,13 @@ func (s *Store) interrupt(ctx context.Context, reason Reason, chargeWallMillis i
 		// Pending approvals die with their host; an effect that was
 		// crossing its boundary is indeterminate, one that never started
 		// failed.
-		if _, err := tx.ExecContext(ctx, qCancelAllPending, now); err != nil {
+		if _, err := tx.ExecContext(ctx, qCancelHostPending, now, s.host); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, qSettleEffects, now); err != nil {
+		if _, err := tx.ExecContext(ctx, qSettleHostEffects, now, s.host); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, qInterruptAttempts, string(reason), now)
+		res, err := tx.ExecContext(ctx, qInterruptAttempts, string(reason), now, s.host)
 		if err != nil {
 			return err
 		}

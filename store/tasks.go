@@ -205,9 +205,13 @@ func (s *Store) Transition(ctx context.Context, principal, id string, from []Sta
 // transitionSQL is the compare-and-set of a status change from one of n
 // statuses. run_id grows when running is entered from pending or
 // interrupted (SET expressions see the row as it was).
+//
+// A new run is leased to the host that starts it (the last argument, after
+// the n statuses); the new run id is its lease epoch.
 func transitionSQL(n int) string {
 	return `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4,
-			run_id = run_id + (?1 = 'running' AND status IN ('pending', 'interrupted'))
+			run_id = run_id + (?1 = 'running' AND status IN ('pending', 'interrupted')),
+			lease_host = CASE WHEN ?1 = 'running' AND status IN ('pending', 'interrupted') THEN ?` + fmt.Sprint(7+n) + ` ELSE lease_host END
 		WHERE id = ?5 AND principal_id = ?6 AND status IN (` + numbered(7, n) + `)
 		RETURNING ` + taskCols
 }
@@ -219,6 +223,7 @@ func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, f
 	for _, f := range from {
 		args = append(args, string(f))
 	}
+	args = append(args, s.host)
 	t, err := scanTask(tx.QueryRowContext(ctx, transitionSQL(len(from)), args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		cur, _, err := taskState(ctx, tx, principal, id)

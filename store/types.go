@@ -77,6 +77,9 @@ const (
 	// ReasonModelAuth: the model endpoint refused the credentials (HTTP
 	// 401 or 403); the same key fails the same way, so the task fails.
 	ReasonModelAuth Reason = "model_auth"
+	// ReasonHostLost: the host that ran the task stopped heartbeating for
+	// longer than its lease; another host of the fleet interrupted the task.
+	ReasonHostLost Reason = "host_lost"
 )
 
 var reasons = map[Reason]bool{
@@ -87,6 +90,7 @@ var reasons = map[Reason]bool{
 	ReasonCheckpointTooLarge: true, ReasonResultTooLarge: true, ReasonEffectIndeterminate: true,
 	ReasonHostShutdown: true, ReasonHostRestart: true, ReasonUserCancelled: true,
 	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true, ReasonModelAuth: true,
+	ReasonHostLost: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.
@@ -212,7 +216,12 @@ func (e *TransitionError) Error() string {
 	return fmt.Sprintf("task %s is %s: cannot become %s", e.TaskID, e.Current, e.To)
 }
 
-func (e *TransitionError) Is(target error) bool { return target == ErrConflict }
+// Is matches ErrConflict, and ErrFenced when the caller's run is over: its
+// lease epoch (the run id) is stale, so the write came from a run that has
+// been superseded.
+func (e *TransitionError) Is(target error) bool {
+	return target == ErrConflict || (target == ErrFenced && e.WantRunID != 0 && e.RunID != e.WantRunID)
+}
 
 // BudgetError names the exhausted budget. It matches ErrBudgetExhausted.
 type BudgetError struct {

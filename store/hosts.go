@@ -1,0 +1,311 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Fleets: several hosts sharing one store.
+//
+// Every host has an id (Options.HostID) and a row in hosts that it
+// refreshes with HeartbeatHost. A task's run is leased to the host that
+// started it: StartRun (and every other change into running from pending or
+// interrupted) writes the starting host into the task's lease_host in the
+// same compare-and-set that bumps run_id. The run id is the lease epoch — the
+// fencing token: it grows on every start, resume and takeover, and every
+// write of a run (claim, effect, finish, heartbeat, events) already carries
+// it in its compare-and-set. A write whose run id is not the task's current
+// one matches no row and is refused with a *TransitionError that matches
+// ErrFenced, so a host that lost its lease (paused, partitioned, presumed
+// dead) can never overwrite a newer run, whatever it does when it wakes.
+//
+// A lease lapses when its host's heartbeat is older than the lease duration.
+// SweepLostHosts, run by every live host, moves each live task of a lapsed
+// host to interrupted (host_lost) by a compare-and-set on (status, run id,
+// lease host) — so of two sweepers, or a sweeper and the owner finishing the
+// step, exactly one wins — and closes that task's running attempt, settles
+// its effects (dispatching → indeterminate) and cancels its pending
+// approvals, as start-up recovery does for the host's own tasks. Nothing is
+// resumed: a resume is explicit and, on whichever host receives it, starts a
+// new run (a new epoch) leased to that host.
+//
+// Heartbeats and the sweep's cut-off are host wall clocks: the hosts of a
+// fleet must keep their clocks synchronised to well within the lease.
+
+// MaxHostID bounds a host id.
+const MaxHostID = 64
+
+// MaxSweep bounds the tasks one SweepLostHosts call interrupts; the next
+// sweep takes the rest.
+const MaxSweep = 100
+
+// CheckHostID refuses a host id that is empty, longer than MaxHostID bytes
+// or has a byte outside [A-Za-z0-9._-].
+func CheckHostID(id string) error {
+	if id == "" || len(id) > MaxHostID {
+		return invalidf("host_id must be 1..%d bytes, got %d (%q)", MaxHostID, len(id), truncateID(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return invalidf("host_id %q has byte %#x at %d: only [A-Za-z0-9._-] are allowed", truncateID(id), c, i)
+		}
+	}
+	return nil
+}
+
+func truncateID(id string) string {
+	if len(id) > MaxHostID+8 {
+		return id[:MaxHostID+8] + "..."
+	}
+	return id
+}
+
+// Host is one host of a fleet, as its last heartbeat left it.
+type Host struct {
+	ID          string
+	Version     string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+}
+
+// Lease is who holds a task's current run.
+type Lease struct {
+	Status Status
+	Reason Reason
+	RunID  int64  // the lease epoch
+	Host   string // "" for an unnamed host or a run from before fleets
+}
+
+// HostID is Options.HostID.
+func (s *Store) HostID() string { return s.host }
+
+const (
+	qRegisterHost = `INSERT INTO hosts (id, version, started_ns, heartbeat_ns) VALUES (?1, ?2, ?3, ?3)
+		ON CONFLICT (id) DO UPDATE SET version = excluded.version, started_ns = excluded.started_ns,
+			heartbeat_ns = excluded.heartbeat_ns`
+	// A heartbeat never moves backwards (a late one after a newer one).
+	qHeartbeatHost = `UPDATE hosts SET heartbeat_ns = CASE WHEN heartbeat_ns < ?1 THEN ?1 ELSE heartbeat_ns END WHERE id = ?2`
+	qListHosts     = `SELECT id, version, started_ns, heartbeat_ns FROM hosts ORDER BY id LIMIT 1000`
+	// Live tasks of hosts other than ?1 whose heartbeat is older than ?2 —
+	// or that have no row at all.
+	qLostLeases = `SELECT id, run_id, lease_host FROM tasks
+		WHERE status IN ('running', 'waiting_approval') AND lease_host <> '' AND lease_host <> ?1
+			AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.id = tasks.lease_host AND h.heartbeat_ns >= ?2)
+		ORDER BY seq LIMIT ?3`
+	// The compare-and-set of one takeover: the task must still be live in
+	// the run and on the host the sweep saw. Wall time grows by ?3, capped
+	// at the limit (never lowered).
+	qLoseLease = `UPDATE tasks SET status = 'interrupted', reason = 'host_lost', message = ?1, updated_ns = ?2,
+			wall_ms_used = CASE WHEN wall_ms_used >= wall_ms_limit THEN wall_ms_used
+				WHEN wall_ms_used + ?3 < wall_ms_limit THEN wall_ms_used + ?3 ELSE wall_ms_limit END
+		WHERE id = ?4 AND run_id = ?5 AND lease_host = ?6 AND status IN ('running', 'waiting_approval')
+		RETURNING ` + taskCols
+	qLoseAttempts = `UPDATE attempts SET status = 'interrupted', reason = 'host_lost', ended_ns = ?1
+		WHERE task_id = ?2 AND status = 'running'`
+	qTaskLease = `SELECT status, reason, run_id, lease_host FROM tasks WHERE id = ? AND principal_id = ?`
+)
+
+func hostQueries() []string {
+	return []string{qRegisterHost, qHeartbeatHost, qLostLeases, qLoseLease, qLoseAttempts, qEndRun}
+}
+
+// RegisterHost records this host (Options.HostID) as started now, running
+// version (at most 64 bytes), with a fresh heartbeat. A host that restarts
+// under the same id takes its row over.
+func (s *Store) RegisterHost(ctx context.Context, version string) error {
+	if err := CheckHostID(s.host); err != nil {
+		return err
+	}
+	if err := checkSize("version", len(version), 64); err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error {
+		_, err := tx.ExecContext(ctx, qRegisterHost, s.host, version, nanos(s.now()))
+		return err
+	})
+}
+
+// HeartbeatHost refreshes this host's heartbeat. ErrNotFound if the host
+// never registered (or its row was removed): register again.
+func (s *Store) HeartbeatHost(ctx context.Context) error {
+	if err := CheckHostID(s.host); err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, qHeartbeatHost, nanos(s.now()), s.host)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return fmt.Errorf("host %s is not registered: %w", s.host, ErrNotFound)
+		}
+		return nil
+	})
+}
+
+// ListHosts returns the fleet's hosts (at most 1000), by id.
+func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
+	rows, err := s.readRows(ctx, qListHosts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Host
+	for rows.Next() {
+		var h Host
+		var started, beat int64
+		if err := rows.Scan(&h.ID, &h.Version, &started, &beat); err != nil {
+			return nil, err
+		}
+		h.StartedAt, h.HeartbeatAt = fromNanos(started), fromNanos(beat)
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// SweepLostHosts interrupts (host_lost) up to MaxSweep live tasks leased to
+// other hosts whose heartbeat is older than lease, each by its own
+// compare-and-set, with its running attempt closed, its effects settled, its
+// pending approvals cancelled and events(t) appended, all in one
+// transaction. chargeWallMillis is charged to each (capped at its limit):
+// the owner's last wall heartbeat is up to that old. It returns the ids of
+// the tasks it took, oldest first; a task another sweeper (or its owner)
+// changed first is skipped.
+func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeWallMillis int64, events func(t Task) []NewEvent) ([]string, error) {
+	switch {
+	case lease <= 0:
+		return nil, invalidf("lease must be positive, got %s", lease)
+	case chargeWallMillis < 0:
+		return nil, invalidf("wall charge must not be negative")
+	}
+	var ids []string
+	err := s.write(ctx, func(tx *txn) error {
+		ids = nil
+		now := s.now()
+		type lost struct {
+			id, host string
+			run      int64
+		}
+		rows, err := tx.QueryContext(ctx, qLostLeases, s.host, nanos(now.Add(-lease)), MaxSweep)
+		if err != nil {
+			return err
+		}
+		var found []lost
+		for rows.Next() {
+			var l lost
+			if err := rows.Scan(&l.id, &l.run, &l.host); err != nil {
+				rows.Close()
+				return err
+			}
+			found = append(found, l)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		ns := nanos(now)
+		for _, l := range found {
+			msg := fmt.Sprintf("host %s missed its heartbeats for over %s", l.host, lease)
+			t, err := scanTask(tx.QueryRowContext(ctx, qLoseLease, msg, ns, chargeWallMillis, l.id, l.run, l.host))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, qLoseAttempts, ns, t.ID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, qSettleTaskEffects, ns, t.ID, t.PrincipalID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, qCancelApprovals, ns, t.ID); err != nil {
+				return err
+			}
+			if events != nil {
+				evs := events(t)
+				if err := s.checkEvents(evs); err != nil {
+					return err
+				}
+				if _, err := s.appendEvents(ctx, tx, t.ID, t.RunID, evs); err != nil {
+					return err
+				}
+			}
+			ids = append(ids, t.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// TaskLease returns who holds principal's task id and in which run: a host
+// polls it for the runs it holds, to learn of a cancel, an approval or a
+// takeover committed by another host.
+func (s *Store) TaskLease(ctx context.Context, principal, id string) (Lease, error) {
+	var l Lease
+	err := s.readRow(ctx, qTaskLease, id, principal).Scan(&l.Status, &l.Reason, &l.RunID, &l.Host)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Lease{}, notFound(id)
+	}
+	return l, err
+}
+
+const qEndRun = `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4
+	WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN ('running', 'waiting_approval')
+	RETURNING ` + taskCols
+
+// EndRun ends run runID of a live task outside any attempt: to is
+// interrupted or failed. It is Transition fenced by the lease epoch: a run
+// that is over (a takeover started a newer one) gets a *TransitionError
+// matching ErrFenced, and one whose task already left running (a cancel, a
+// sweep) a *TransitionError naming the current status; nothing is written
+// either way.
+func (s *Store) EndRun(ctx context.Context, principal, id string, runID int64, to Status, reason Reason, message string, events ...NewEvent) (Task, error) {
+	if to != StatusInterrupted && to != StatusFailed {
+		return Task{}, invalidf("a run ends as interrupted or failed, not %q", to)
+	}
+	if err := checkReason(reason); err != nil {
+		return Task{}, err
+	}
+	if err := checkSize("message", len(message), s.lim.Message); err != nil {
+		return Task{}, err
+	}
+	if err := s.checkEvents(events); err != nil {
+		return Task{}, err
+	}
+	var t Task
+	err := s.write(ctx, func(tx *txn) error {
+		var err error
+		t, err = scanTask(tx.QueryRowContext(ctx, qEndRun, string(to), string(reason), message, nanos(s.now()), id, principal, runID))
+		if errors.Is(err, sql.ErrNoRows) {
+			cur, run, err := taskState(ctx, tx, principal, id)
+			if err != nil {
+				return err
+			}
+			return &TransitionError{TaskID: id, Current: cur, To: to, RunID: run, WantRunID: runID}
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.settleApprovals(ctx, tx, t); err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		return err
+	})
+	if err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
