@@ -60,6 +60,7 @@ type Config struct {
 	Principals    Principals          `toml:"principals"` // [principals] "UID" = "NAME"
 	API           API                 `toml:"api"`
 	Confinement   Confinement         `toml:"confinement"`
+	Fleet         Fleet               `toml:"fleet"`
 }
 
 // Tasks is the [tasks] section: whether tasks run at all, the default
@@ -194,6 +195,7 @@ func Default() Config {
 		Model:      defaultModel(),
 		Tools:      defaultTools(),
 		Approvals:  Approvals{TimeoutSeconds: 3600},
+		Fleet:      defaultFleet(),
 		Principals: Principals{},
 		API:        API{Admins: []string{}, Tokens: map[string]string{}, MaxConnections: 64, FirstRequestTimeoutSeconds: 5, MaxWatchesPerPrincipal: 32},
 	}
