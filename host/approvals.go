@@ -20,8 +20,9 @@ var (
 
 // waiter is a step blocked on one approval.
 type waiter struct {
-	taskID   string
-	decision chan store.ApprovalStatus // buffered 1
+	taskID    string
+	principal string
+	decision  chan store.ApprovalStatus // buffered 1
 }
 
 // awaitApproval records a pending approval, moving the task to
@@ -34,7 +35,7 @@ func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, to
 		timeout = time.Hour
 	}
 	id := "a_" + randomToken()[:26]
-	w := &waiter{taskID: ts.taskID, decision: make(chan store.ApprovalStatus, 1)}
+	w := &waiter{taskID: ts.taskID, principal: ts.principal, decision: make(chan store.ApprovalStatus, 1)}
 	r.mu.Lock()
 	r.waiters[id] = w
 	r.mu.Unlock()
@@ -147,7 +148,11 @@ func (r *Runner) resolve(ctx context.Context, principal, id string, to store.App
 	ru := r.runs[a.TaskID]
 	r.mu.Unlock()
 	if w != nil {
-		w.decision <- to
+		// The lease watch may have delivered the same decision already.
+		select {
+		case w.decision <- to:
+		default:
+		}
 	}
 	if ru != nil && to != store.ApprovalApproved {
 		cause := errApprovalRejected

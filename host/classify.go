@@ -26,6 +26,7 @@ type verdict struct {
 	message    string
 	crashed    bool
 	abandoned  bool // the task already left running: only close the attempt
+	fenced     bool // the run lost its lease: write nothing at all
 	exit       ExitStatus
 	stderr     string
 }
@@ -145,6 +146,8 @@ func causeVerdict(cause error) verdict {
 		return verdict{attempt: store.AttemptFailed, reason: store.ReasonApprovalRejected, abandoned: true}
 	case errors.Is(cause, errApprovalExpired):
 		return verdict{attempt: store.AttemptFailed, reason: store.ReasonApprovalTimeout, abandoned: true}
+	case errors.Is(cause, errFenced):
+		return verdict{attempt: store.AttemptInterrupted, reason: store.ReasonHostLost, abandoned: true, fenced: true}
 	case errors.Is(cause, errWallExceeded):
 		return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the step ran past the task's wall-clock budget"}
 	default: // errShutdown
@@ -157,6 +160,11 @@ func causeVerdict(cause error) verdict {
 func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	r, t := ru.r, ru.task
 	ctx := context.Background() // an outcome is recorded even while stopping
+	if v.fenced {
+		// The run that took the task over owns it now; this attempt was
+		// closed with the takeover.
+		return store.Attempt{}, false
+	}
 	if v.attempt == store.AttemptCancelled || v.abandoned {
 		ru.abandon(att, v)
 		return store.Attempt{}, false
@@ -198,6 +206,11 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		return err
 	})
 	r.notify()
+	if errors.Is(err, store.ErrFenced) {
+		r.log.Error("step outcome refused: the run lost its lease to a newer run; nothing more is written for it",
+			"task", ru.id, "run", ru.runID, "attempt", att.Number, "error", err)
+		return store.Attempt{}, false
+	}
 	if errors.Is(err, store.ErrConflict) {
 		// The task moved first (a cancel committed before this outcome):
 		// the outcome loses and the attempt closes as what the task became.

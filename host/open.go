@@ -49,6 +49,8 @@ type Options struct {
 	// Trampoline starts every plugin confined (internal/confine); its main
 	// must call confine.Main first. Default: the running binary.
 	Trampoline string
+	// Version is this binary's version, shown in the store's hosts row.
+	Version string
 }
 
 // Host is an open data dir: its store, its executors and its Runner. Only
@@ -101,17 +103,23 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.close()
 		return nil, err
 	}
-	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: opts.Synchronous, Limits: store.Limits{
+	// The key comes first: unless [fleet] host_id names this host, its id
+	// in the store is derived from the key.
+	key, err := loadOrCreateKey(filepath.Join(dir, KeyFile))
+	if err != nil {
+		return fail(err)
+	}
+	hostID := cfg.Fleet.HostID
+	if hostID == "" {
+		hostID = HostIDFromKey(key)
+	}
+	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: opts.Synchronous, HostID: hostID, Limits: store.Limits{
 		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
 		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
 		Result:        cfg.Limits.ResultBytes,
 		EventPayload:  cfg.Limits.EventBytes,
 		EventsPerTask: cfg.Limits.EventsPerTask,
 	}})
-	if err != nil {
-		return fail(err)
-	}
-	key, err := loadOrCreateKey(filepath.Join(dir, KeyFile))
 	if err != nil {
 		return fail(err)
 	}
@@ -145,6 +153,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
 		return fail(fmt.Errorf("start-up recovery: %w", err))
+	}
+	if err := h.Runner.StartFleet(ctx, opts.Version); err != nil {
+		return fail(fmt.Errorf("fleet registration: %w", err))
 	}
 	specs, err := executorSpecs(opts.ExecutorDir, cfg)
 	if err != nil {
@@ -281,5 +292,8 @@ func settingsFrom(c config.Config) Settings {
 	s.SummaryChars = c.Limits.SummaryChars
 	s.RecentSummaries = c.Limits.RecentSummaries
 	s.ResultBytes = c.Limits.ResultBytes
+	f := c.Fleet
+	s.Fleet = FleetSettings{Heartbeat: time.Duration(f.HeartbeatSeconds) * time.Second,
+		Lease: time.Duration(f.LeaseSeconds) * time.Second, Poll: time.Duration(f.PollMillis) * time.Millisecond}
 	return s
 }

@@ -90,7 +90,11 @@ func (ru *run) heartbeat() (stop func()) {
 		for {
 			select {
 			case <-t.C:
-				if err := ru.r.store.Heartbeat(context.Background(), ru.principal, ru.id, ru.runID, ru.wall.used()); err != nil {
+				err := ru.r.store.Heartbeat(context.Background(), ru.principal, ru.id, ru.runID, ru.wall.used())
+				if errors.Is(err, store.ErrFenced) {
+					ru.r.log.Error("run stopped: its lease was lost to a newer run", "task", ru.id, "run", ru.runID, "error", err)
+					ru.cancel(errFenced)
+				} else if err != nil {
 					ru.r.log.Warn("heartbeat not persisted", "task", ru.id, "error", err)
 				}
 			case <-quit:
@@ -127,8 +131,9 @@ func (ru *run) recordEnd(to store.Status, reason store.Reason, msg string) error
 	next := ru.task
 	next.Status = to
 	next.Budgets.WallMillis.Used = max(next.Budgets.WallMillis.Used, wall)
-	t, err := ru.r.store.Transition(ctx, ru.task.PrincipalID, ru.task.ID,
-		[]store.Status{store.StatusRunning, store.StatusWaitingApproval}, to, reason, truncate(msg, 2000),
+	// Fenced by the run id: a run that lost its lease must not end the
+	// run that took the task over.
+	t, err := ru.r.store.EndRun(ctx, ru.task.PrincipalID, ru.task.ID, ru.task.RunID, to, reason, truncate(msg, 2000),
 		newEvent(ev, next, EventPayload{Reason: string(reason)}))
 	ru.r.notify()
 	if err != nil {
@@ -274,6 +279,8 @@ func (ru *run) endForCause(cause error) {
 	switch {
 	case errors.Is(cause, errUserCancelled), errors.Is(cause, errApprovalRejected), errors.Is(cause, errApprovalExpired):
 		// The task's end was committed before the context was cancelled.
+	case errors.Is(cause, errFenced):
+		// Another run holds the task: nothing here is ours to record.
 	case errors.Is(cause, errShutdown):
 		ru.endRun(store.StatusInterrupted, store.ReasonHostShutdown, "the host was stopped")
 	default:

@@ -40,6 +40,8 @@ type Settings struct {
 
 	// Heartbeat is how often active wall time is persisted (at most 5 s).
 	Heartbeat time.Duration
+	// Fleet are the timings of a host sharing its store (fleet.go).
+	Fleet FleetSettings
 }
 
 // Limits are budget limits; zero means "unset" in a request.
@@ -62,6 +64,7 @@ func DefaultSettings() Settings {
 		CheckpointMaxBytes: 256 << 10,
 		ResultBytes:        64 << 10,
 		Heartbeat:          5 * time.Second,
+		Fleet:              FleetSettings{Heartbeat: 5 * time.Second, Lease: 30 * time.Second, Poll: 250 * time.Millisecond},
 	}
 }
 
@@ -126,6 +129,9 @@ func New(st *store.Store, l Launcher, key []byte, set Settings, svc Services, wo
 	}
 	if set.Heartbeat <= 0 || set.Heartbeat > 5*time.Second {
 		set.Heartbeat = 5 * time.Second
+	}
+	if f, d := &set.Fleet, DefaultSettings().Fleet; f.Heartbeat <= 0 || f.Lease <= 2*f.Heartbeat || f.Poll <= 0 {
+		*f = d
 	}
 	return &Runner{
 		store: st, launcher: l, set: set, seal: sealer{key: key}, log: log,
@@ -361,11 +367,18 @@ func (r *Runner) Events(ctx context.Context, principal, id string, after int64) 
 		if err != nil || len(evs) > 0 || degraded {
 			return evs, err
 		}
+		// Another host of a fleet may run the task: its events reach this
+		// store without a local change, so the store is read again each
+		// poll interval too.
+		poll := time.NewTimer(r.set.Fleet.Poll)
 		select {
 		case <-changed:
+		case <-poll.C:
 		case <-ctx.Done():
+			poll.Stop()
 			return nil, ctx.Err()
 		}
+		poll.Stop()
 	}
 }
 

@@ -86,7 +86,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		}
 	}
 
-	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: cfg, Logger: log, ExecutorDir: o.executorDir})
+	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: cfg, Logger: log, ExecutorDir: o.executorDir, Version: version})
 	if err != nil {
 		if errors.Is(err, host.ErrDataDirLocked) {
 			errorf(e, "%v; a second daemon on the same data dir is refused", err)
