@@ -26,7 +26,7 @@ type fleetHost struct {
 
 // newFleetHost opens the store file in dir as host id and starts its fleet
 // duties with fs.
-func newFleetHost(t *testing.T, dir, id string, fs FleetSettings) *fleetHost {
+func newFleetHost(t testing.TB, dir, id string, fs FleetSettings) *fleetHost {
 	t.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(dir, StoreFile), store.Options{Synchronous: "NORMAL", HostID: id})
 	if err != nil {

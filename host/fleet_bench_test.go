@@ -1,0 +1,107 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// BenchmarkFleetCancel measures how long a cancel takes to reach a running
+// step's context: through the host that runs it (local, the baseline) and
+// through another host of the fleet sharing the store (cross-host, carried
+// by the store and the owner's lease watch, poll 10 ms here). It reports the
+// median as ms/cancel; ns/op includes each iteration's set-up.
+func BenchmarkFleetCancel(b *testing.B) {
+	for _, cross := range []bool{false, true} {
+		name := "local"
+		if cross {
+			name = "cross-host"
+		}
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			a := benchFleetHost(b, dir, "host-a", quick)
+			via := a
+			if cross {
+				via = benchFleetHost(b, dir, "host-b", quick)
+			}
+			started, causes := blockedStep(a.exe)
+			var lat []time.Duration
+			for b.Loop() {
+				task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"bench"}`)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-started
+				t0 := time.Now()
+				if _, err := via.r.Cancel(context.Background(), alice, task.ID); err != nil {
+					b.Fatal(err)
+				}
+				<-causes
+				lat = append(lat, time.Since(t0))
+				if err := a.r.Wait(context.Background(), task.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(median(lat).Seconds()*1000, "ms/cancel")
+		})
+	}
+}
+
+// BenchmarkFleetTakeover measures, with a 200 ms lease and a 20 ms
+// heartbeat, the time from a host's last heartbeat to its running task
+// showing interrupted (host_lost) in the store, swept by another host. The
+// floor is the lease itself; the median is reported as ms/takeover.
+func BenchmarkFleetTakeover(b *testing.B) {
+	dir := b.TempDir()
+	survivor := benchFleetHost(b, dir, "host-b", quick)
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		a := benchFleetHost(b, dir, fmt.Sprintf("lost-%d", i), silent)
+		started, _ := blockedStep(a.exe)
+		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"bench"}`)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-started
+		hosts, err := survivor.st.ListHosts(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		var last time.Time
+		for _, h := range hosts {
+			if h.ID == a.st.HostID() {
+				last = h.HeartbeatAt
+			}
+		}
+		for {
+			l, err := survivor.st.TaskLease(context.Background(), alice, task.ID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if l.Status == store.StatusInterrupted {
+				break
+			}
+			time.Sleep(time.Millisecond) // a benchmark's polling resolution, not a synchronisation
+		}
+		lat = append(lat, time.Since(last))
+	}
+	b.ReportMetric(median(lat).Seconds()*1000, "ms/takeover")
+	b.ReportMetric(quick.Lease.Seconds()*1000, "ms-lease")
+}
+
+// benchFleetHost is newFleetHost whose launcher hands out a fresh fake
+// executor (with exe's StepF) per run, as a real one starts a process.
+func benchFleetHost(b *testing.B, dir, id string, fs FleetSettings) *fleetHost {
+	h := newFleetHost(b, dir, id, fs)
+	h.l.LaunchF = func(context.Context, string, HostServices) (Executor, error) {
+		e := newFakeExecutor()
+		e.StepF = h.exe.StepF
+		return e, nil
+	}
+	return h
+}
