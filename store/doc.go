@@ -16,6 +16,11 @@
 //     indistinguishable from a missing one.
 //   - Every variable-size value is bounded (Limits) and checked before the
 //     transaction starts.
+//   - Several hosts may share one store (hosts.go): each run is leased to
+//     the host that started it, its run id is the lease epoch, and every
+//     write of a run is fenced by it (ErrFenced), so a host that lost its
+//     lease never overwrites a newer run. Recovery and shutdown touch only
+//     this host's leases; SweepLostHosts interrupts a lost host's (host_lost).
 //   - Open fails closed, with an *OpenError that says what to do, on a file
 //     that is missing, read-only, not a taskhost store, corrupt, or of a
 //     newer schema, and never writes to a file it refuses.
