@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testpg"
 )
 
 // fleetClock is one clock the hosts of a test fleet share; advance moves it
@@ -32,17 +34,29 @@ func (c *fleetClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// openFleet opens one store file as len(ids) hosts (one Store handle each,
-// as separate processes would), all registered.
-func openFleet(t testing.TB, ids ...string) (*fleetClock, []*Store) {
+// openFleet opens one store as len(ids) hosts (one Store handle each, as
+// separate processes would have), all registered: one SQLite file, or one
+// PostgreSQL database (skipped, with the reason, where there is no server).
+func openFleet(t testing.TB, driver string, ids ...string) (*fleetClock, []*Store) {
 	t.Helper()
 	clock := &fleetClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	path := filepath.Join(t.TempDir(), "taskhost.db")
+	var dsn string
+	if driver == "postgres" {
+		dsn = testpg.DSN(t)
+	}
 	var out []*Store
 	for _, id := range ids {
-		s, err := Open(context.Background(), path, Options{Synchronous: "NORMAL", Now: clock.Now, HostID: id})
+		opts := Options{Synchronous: "NORMAL", Now: clock.Now, HostID: id}
+		var s *Store
+		var err error
+		if dsn != "" {
+			s, err = OpenPostgres(context.Background(), dsn, opts, PoolOptions{})
+		} else {
+			s, err = Open(context.Background(), path, opts)
+		}
 		if err != nil {
-			t.Fatalf("Open as %s: %v", id, err)
+			t.Fatalf("open %s as %s: %v", driver, id, err)
 		}
 		t.Cleanup(func() { s.Close() })
 		if err := s.RegisterHost(context.Background(), "test"); err != nil {
@@ -51,6 +65,19 @@ func openFleet(t testing.TB, ids ...string) (*fleetClock, []*Store) {
 		out = append(out, s)
 	}
 	return clock, out
+}
+
+// fleetOpen opens a test's fleet on the driver forFleetDrivers chose.
+type fleetOpen func(ids ...string) (*fleetClock, []*Store)
+
+// forFleetDrivers runs test once per store driver, as subtests.
+func forFleetDrivers(t *testing.T, test func(t *testing.T, openFleet fleetOpen)) {
+	t.Helper()
+	for _, d := range drivers {
+		t.Run(d.name, func(t *testing.T) {
+			test(t, func(ids ...string) (*fleetClock, []*Store) { return openFleet(t, d.name, ids...) })
+		})
+	}
 }
 
 const testLease = 15 * time.Second
@@ -62,330 +89,344 @@ func lostEvents(t Task) []NewEvent { return []NewEvent{{Type: "task.interrupted"
 // the lease, not a moment before. The attempt, the effect in flight and the
 // pending approval are settled as a crash's would be.
 func TestSweepLostHost(t *testing.T) {
-	ctx := context.Background()
-	clock, hs := openFleet(t, "host-a", "host-b")
-	a, b := hs[0], hs[1]
-	task, att := claimedTask(t, a, "p", "t1")
-	if task.RunID != 1 {
-		t.Fatalf("run %d, want 1", task.RunID)
-	}
-	if l, err := a.TaskLease(ctx, "p", "t1"); err != nil || l.Host != "host-a" || l.RunID != 1 {
-		t.Fatalf("lease %+v, %v: want host-a in run 1", l, err)
-	}
-	if _, _, err := a.AdmitEffect(ctx, NewEffect{PrincipalID: "p", TaskID: "t1", RunID: 1, Attempt: att.Number, Seq: 1,
-		Kind: EffectTool, Fingerprint: "fp"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.MarkEffect(ctx, "p", "t1", att.Number, 1, EffectAdmitted, EffectDispatching, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.HeartbeatHost(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hosts, err := b.ListHosts(ctx)
-	if err != nil || len(hosts) != 2 {
-		t.Fatalf("ListHosts = %v, %v", hosts, err)
-	}
-	lastA := hosts[0].HeartbeatAt
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		clock, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		task, att := claimedTask(t, a, "p", "t1")
+		if task.RunID != 1 {
+			t.Fatalf("run %d, want 1", task.RunID)
+		}
+		if l, err := a.TaskLease(ctx, "p", "t1"); err != nil || l.Host != "host-a" || l.RunID != 1 {
+			t.Fatalf("lease %+v, %v: want host-a in run 1", l, err)
+		}
+		if _, _, err := a.AdmitEffect(ctx, NewEffect{PrincipalID: "p", TaskID: "t1", RunID: 1, Attempt: att.Number, Seq: 1,
+			Kind: EffectTool, Fingerprint: "fp"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.MarkEffect(ctx, "p", "t1", att.Number, 1, EffectAdmitted, EffectDispatching, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hosts, err := b.ListHosts(ctx)
+		if err != nil || len(hosts) != 2 {
+			t.Fatalf("ListHosts = %v, %v", hosts, err)
+		}
+		lastA := hosts[0].HeartbeatAt
 
-	// The clock stands exactly at lastA + lease (the sweep's own reading
-	// adds a microsecond, so aim a little short): A is still alive.
-	clock.advance(lastA.Add(testLease).Sub(clock.Now()) - 2*time.Microsecond)
-	if err := b.HeartbeatHost(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if ids, err := b.SweepLostHosts(ctx, testLease, 5000, lostEvents); err != nil || len(ids) != 0 {
-		t.Fatalf("sweep at the lease: %v, %v; want nothing taken", ids, err)
-	}
-	// One past it: lost.
-	clock.advance(time.Millisecond)
-	if ids, err := a.SweepLostHosts(ctx, testLease, 5000, lostEvents); err != nil || len(ids) != 0 {
-		t.Fatalf("A swept its own task: %v, %v", ids, err)
-	}
-	ids, err := b.SweepLostHosts(ctx, testLease, 5000, lostEvents)
-	if err != nil || !reflect.DeepEqual(ids, []string{"t1"}) {
-		t.Fatalf("sweep past the lease: %v, %v; want [t1]", ids, err)
-	}
-	got := getTask(t, b, "p", "t1")
-	if got.Status != StatusInterrupted || got.Reason != ReasonHostLost || got.RunID != 1 || !strings.Contains(got.Message, "host-a") {
-		t.Fatalf("task after sweep: %s (%s) run %d %q", got.Status, got.Reason, got.RunID, got.Message)
-	}
-	if got.Budgets.WallMillis.Used != 5000 {
-		t.Fatalf("wall used %d, want the 5000 ms charge", got.Budgets.WallMillis.Used)
-	}
-	as := listAttempts(t, b, "p", "t1")
-	if len(as) != 1 || as[0].Status != AttemptInterrupted || as[0].Reason != ReasonHostLost {
-		t.Fatalf("attempts %+v", as)
-	}
-	effs, err := b.ListEffects(ctx, "p", "t1")
-	if err != nil || len(effs) != 1 || effs[0].Status != EffectIndeterminate {
-		t.Fatalf("effects %+v, %v: want the dispatching one indeterminate", effs, err)
-	}
-	evs := allEvents(t, b, "p", "t1")
-	if last := evs[len(evs)-1]; last.Type != "task.interrupted" {
-		t.Fatalf("last event %s", last.Type)
-	}
-	// Nothing resumes by itself: a second sweep takes nothing.
-	if ids, err := b.SweepLostHosts(ctx, testLease, 5000, lostEvents); err != nil || len(ids) != 0 {
-		t.Fatalf("second sweep: %v, %v", ids, err)
-	}
+		// The clock stands exactly at lastA + lease (the sweep's own reading
+		// adds a microsecond, so aim a little short): A is still alive.
+		clock.advance(lastA.Add(testLease).Sub(clock.Now()) - 2*time.Microsecond)
+		if err := b.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ids, err := b.SweepLostHosts(ctx, testLease, 5000, lostEvents); err != nil || len(ids) != 0 {
+			t.Fatalf("sweep at the lease: %v, %v; want nothing taken", ids, err)
+		}
+		// One past it: lost.
+		clock.advance(time.Millisecond)
+		if ids, err := a.SweepLostHosts(ctx, testLease, 5000, lostEvents); err != nil || len(ids) != 0 {
+			t.Fatalf("A swept its own task: %v, %v", ids, err)
+		}
+		ids, err := b.SweepLostHosts(ctx, testLease, 5000, lostEvents)
+		if err != nil || !reflect.DeepEqual(ids, []string{"t1"}) {
+			t.Fatalf("sweep past the lease: %v, %v; want [t1]", ids, err)
+		}
+		got := getTask(t, b, "p", "t1")
+		if got.Status != StatusInterrupted || got.Reason != ReasonHostLost || got.RunID != 1 || !strings.Contains(got.Message, "host-a") {
+			t.Fatalf("task after sweep: %s (%s) run %d %q", got.Status, got.Reason, got.RunID, got.Message)
+		}
+		if got.Budgets.WallMillis.Used != 5000 {
+			t.Fatalf("wall used %d, want the 5000 ms charge", got.Budgets.WallMillis.Used)
+		}
+		as := listAttempts(t, b, "p", "t1")
+		if len(as) != 1 || as[0].Status != AttemptInterrupted || as[0].Reason != ReasonHostLost {
+			t.Fatalf("attempts %+v", as)
+		}
+		effs, err := b.ListEffects(ctx, "p", "t1")
+		if err != nil || len(effs) != 1 || effs[0].Status != EffectIndeterminate {
+			t.Fatalf("effects %+v, %v: want the dispatching one indeterminate", effs, err)
+		}
+		evs := allEvents(t, b, "p", "t1")
+		if last := evs[len(evs)-1]; last.Type != "task.interrupted" {
+			t.Fatalf("last event %s", last.Type)
+		}
+		// Nothing resumes by itself: a second sweep takes nothing.
+		if ids, err := b.SweepLostHosts(ctx, testLease, 5000, lostEvents); err != nil || len(ids) != 0 {
+			t.Fatalf("second sweep: %v, %v", ids, err)
+		}
+	})
 }
 
 // TestSweepCancelsApproval: a task waiting for an approval on a lost host
 // is interrupted and its approval can no longer be approved.
 func TestSweepCancelsApproval(t *testing.T) {
-	ctx := context.Background()
-	clock, hs := openFleet(t, "host-a", "host-b")
-	a, b := hs[0], hs[1]
-	_, att := claimedTask(t, a, "p", "t1")
-	if _, _, err := a.RequestApproval(ctx, NewApproval{ID: "a1", PrincipalID: "p", TaskID: "t1", RunID: 1, Attempt: att.Number,
-		Seq: 1, Tool: "shell", ExpiresAt: clock.Now().Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	clock.advance(testLease + time.Second)
-	if err := b.HeartbeatHost(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if ids, err := b.SweepLostHosts(ctx, testLease, 0, nil); err != nil || len(ids) != 1 {
-		t.Fatalf("sweep: %v, %v", ids, err)
-	}
-	if _, _, err := b.ResolveApproval(ctx, "p", "a1", ApprovalApproved); !errors.Is(err, ErrConflict) {
-		t.Fatalf("approve after host_lost: %v, want a conflict", err)
-	}
-	ap, err := b.GetApproval(ctx, "p", "a1")
-	if err != nil || ap.Status != ApprovalCancelled {
-		t.Fatalf("approval %+v, %v: want cancelled", ap, err)
-	}
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		clock, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		_, att := claimedTask(t, a, "p", "t1")
+		if _, _, err := a.RequestApproval(ctx, NewApproval{ID: "a1", PrincipalID: "p", TaskID: "t1", RunID: 1, Attempt: att.Number,
+			Seq: 1, Tool: "shell", ExpiresAt: clock.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(testLease + time.Second)
+		if err := b.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ids, err := b.SweepLostHosts(ctx, testLease, 0, nil); err != nil || len(ids) != 1 {
+			t.Fatalf("sweep: %v, %v", ids, err)
+		}
+		if _, _, err := b.ResolveApproval(ctx, "p", "a1", ApprovalApproved); !errors.Is(err, ErrConflict) {
+			t.Fatalf("approve after host_lost: %v, want a conflict", err)
+		}
+		ap, err := b.GetApproval(ctx, "p", "a1")
+		if err != nil || ap.Status != ApprovalCancelled {
+			t.Fatalf("approval %+v, %v: want cancelled", ap, err)
+		}
+	})
 }
 
 // TestStaleEpochRefused: after B took A's task over (sweep, then resume on
 // B: run 2), every write A can still make for run 1 is refused as fenced,
 // and nothing of B's run changes.
 func TestStaleEpochRefused(t *testing.T) {
-	ctx := context.Background()
-	clock, hs := openFleet(t, "host-a", "host-b")
-	a, b := hs[0], hs[1]
-	_, att := claimedTask(t, a, "p", "t1")
-	clock.advance(testLease + time.Second)
-	if err := b.HeartbeatHost(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.SweepLostHosts(ctx, testLease, 0, lostEvents); err != nil {
-		t.Fatal(err)
-	}
-	nt, err := b.StartRun(ctx, "p", "t1", StatusInterrupted, NewEvent{Type: "task.resumed"})
-	if err != nil || nt.RunID != 2 {
-		t.Fatalf("resume on B: run %d, %v", nt.RunID, err)
-	}
-	if l, err := a.TaskLease(ctx, "p", "t1"); err != nil || l.Host != "host-b" || l.RunID != 2 {
-		t.Fatalf("lease %+v, %v: want host-b in run 2", l, err)
-	}
-	attB, _, err := b.ClaimAttempt(ctx, "p", "t1", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := snap(t, b, "p", "t1")
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		clock, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		_, att := claimedTask(t, a, "p", "t1")
+		clock.advance(testLease + time.Second)
+		if err := b.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.SweepLostHosts(ctx, testLease, 0, lostEvents); err != nil {
+			t.Fatal(err)
+		}
+		nt, err := b.StartRun(ctx, "p", "t1", StatusInterrupted, NewEvent{Type: "task.resumed"})
+		if err != nil || nt.RunID != 2 {
+			t.Fatalf("resume on B: run %d, %v", nt.RunID, err)
+		}
+		if l, err := a.TaskLease(ctx, "p", "t1"); err != nil || l.Host != "host-b" || l.RunID != 2 {
+			t.Fatalf("lease %+v, %v: want host-b in run 2", l, err)
+		}
+		attB, _, err := b.ClaimAttempt(ctx, "p", "t1", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := snap(t, b, "p", "t1")
 
-	writes := []struct {
-		name  string
-		write func() error
-	}{
-		{"FinishAttempt", func() error {
-			_, err := a.FinishAttempt(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 1, Number: att.Number,
-				Status: AttemptCompleted, Outcome: "complete", Summary: "late", Result: []byte(`{}`), TaskTo: StatusCompleted})
-			return err
-		}},
-		{"FinishAndClaim", func() error {
-			_, _, _, err := a.FinishAndClaim(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 1, Number: att.Number,
-				Status: AttemptCompleted, Outcome: "continue", Summary: "late"})
-			return err
-		}},
-		{"ClaimAttempt", func() error { _, _, err := a.ClaimAttempt(ctx, "p", "t1", 1); return err }},
-		{"Heartbeat", func() error { return a.Heartbeat(ctx, "p", "t1", 1, 999_999) }},
-		{"AppendEvents", func() error { _, err := a.AppendEvents(ctx, "p", "t1", 1, NewEvent{Type: "step.progress"}); return err }},
-		{"AdmitEffect", func() error {
-			_, _, err := a.AdmitEffect(ctx, NewEffect{PrincipalID: "p", TaskID: "t1", RunID: 1, Attempt: att.Number, Seq: 9,
-				Kind: EffectTool, Fingerprint: "fp"})
-			return err
-		}},
-		{"RequestApproval", func() error {
-			_, _, err := a.RequestApproval(ctx, NewApproval{ID: "late", PrincipalID: "p", TaskID: "t1", RunID: 1,
-				Attempt: att.Number, Seq: 9, ExpiresAt: clock.Now().Add(time.Hour)})
-			return err
-		}},
-		{"EndRun", func() error {
-			_, err := a.EndRun(ctx, "p", "t1", 1, StatusInterrupted, ReasonHostShutdown, "")
-			return err
-		}},
-	}
-	for _, w := range writes {
-		t.Run(w.name, func(t *testing.T) {
-			err := w.write()
-			var te *TransitionError
-			if !errors.Is(err, ErrFenced) || !errors.As(err, &te) || te.RunID != 2 || te.WantRunID != 1 {
-				t.Fatalf("stale write: %v, want ErrFenced naming run 2 over run 1", err)
-			}
-		})
-	}
-	// A's shutdown and restart touch only A's leases.
-	if ids, err := a.InterruptRunning(ctx, ReasonHostShutdown, nil); err != nil || len(ids) != 0 {
-		t.Fatalf("A's shutdown interrupted %v, %v", ids, err)
-	}
-	if rec, err := a.Recover(ctx, 5000, nil); err != nil || len(rec.Interrupted) != 0 || rec.AttemptsClosed != 0 {
-		t.Fatalf("A's recovery: %+v, %v", rec, err)
-	}
-	if after := snap(t, b, "p", "t1"); !reflect.DeepEqual(before, after) {
-		t.Fatalf("B's run changed:\nbefore %+v\nafter  %+v", before, after)
-	}
-	// B's own writes still go through.
-	if _, err := b.FinishAttempt(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 2, Number: attB.Number,
-		Status: AttemptCompleted, Outcome: "complete", Summary: "done", Result: []byte(`{}`), TaskTo: StatusCompleted}); err != nil {
-		t.Fatalf("B's finish: %v", err)
-	}
+		writes := []struct {
+			name  string
+			write func() error
+		}{
+			{"FinishAttempt", func() error {
+				_, err := a.FinishAttempt(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 1, Number: att.Number,
+					Status: AttemptCompleted, Outcome: "complete", Summary: "late", Result: []byte(`{}`), TaskTo: StatusCompleted})
+				return err
+			}},
+			{"FinishAndClaim", func() error {
+				_, _, _, err := a.FinishAndClaim(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 1, Number: att.Number,
+					Status: AttemptCompleted, Outcome: "continue", Summary: "late"})
+				return err
+			}},
+			{"ClaimAttempt", func() error { _, _, err := a.ClaimAttempt(ctx, "p", "t1", 1); return err }},
+			{"Heartbeat", func() error { return a.Heartbeat(ctx, "p", "t1", 1, 999_999) }},
+			{"AppendEvents", func() error { _, err := a.AppendEvents(ctx, "p", "t1", 1, NewEvent{Type: "step.progress"}); return err }},
+			{"AdmitEffect", func() error {
+				_, _, err := a.AdmitEffect(ctx, NewEffect{PrincipalID: "p", TaskID: "t1", RunID: 1, Attempt: att.Number, Seq: 9,
+					Kind: EffectTool, Fingerprint: "fp"})
+				return err
+			}},
+			{"RequestApproval", func() error {
+				_, _, err := a.RequestApproval(ctx, NewApproval{ID: "late", PrincipalID: "p", TaskID: "t1", RunID: 1,
+					Attempt: att.Number, Seq: 9, ExpiresAt: clock.Now().Add(time.Hour)})
+				return err
+			}},
+			{"EndRun", func() error {
+				_, err := a.EndRun(ctx, "p", "t1", 1, StatusInterrupted, ReasonHostShutdown, "")
+				return err
+			}},
+		}
+		for _, w := range writes {
+			t.Run(w.name, func(t *testing.T) {
+				err := w.write()
+				var te *TransitionError
+				if !errors.Is(err, ErrFenced) || !errors.As(err, &te) || te.RunID != 2 || te.WantRunID != 1 {
+					t.Fatalf("stale write: %v, want ErrFenced naming run 2 over run 1", err)
+				}
+			})
+		}
+		// A's shutdown and restart touch only A's leases.
+		if ids, err := a.InterruptRunning(ctx, ReasonHostShutdown, nil); err != nil || len(ids) != 0 {
+			t.Fatalf("A's shutdown interrupted %v, %v", ids, err)
+		}
+		if rec, err := a.Recover(ctx, 5000, nil); err != nil || len(rec.Interrupted) != 0 || rec.AttemptsClosed != 0 {
+			t.Fatalf("A's recovery: %+v, %v", rec, err)
+		}
+		if after := snap(t, b, "p", "t1"); !reflect.DeepEqual(before, after) {
+			t.Fatalf("B's run changed:\nbefore %+v\nafter  %+v", before, after)
+		}
+		// B's own writes still go through.
+		if _, err := b.FinishAttempt(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 2, Number: attB.Number,
+			Status: AttemptCompleted, Outcome: "complete", Summary: "done", Result: []byte(`{}`), TaskTo: StatusCompleted}); err != nil {
+			t.Fatalf("B's finish: %v", err)
+		}
+	})
 }
 
 // TestLateWriteBeforeTakeover: between the sweep and a resume the task is
 // interrupted in A's own run: A's late finish is refused (the attempt was
 // closed by the sweep) and changes nothing.
 func TestLateWriteBeforeTakeover(t *testing.T) {
-	ctx := context.Background()
-	clock, hs := openFleet(t, "host-a", "host-b")
-	a, b := hs[0], hs[1]
-	_, att := claimedTask(t, a, "p", "t1")
-	clock.advance(testLease + time.Second)
-	if err := b.HeartbeatHost(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.SweepLostHosts(ctx, testLease, 0, lostEvents); err != nil {
-		t.Fatal(err)
-	}
-	before := snap(t, b, "p", "t1")
-	_, err := a.FinishAttempt(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 1, Number: att.Number,
-		Status: AttemptCompleted, Outcome: "complete", Summary: "late", Result: []byte(`{}`), TaskTo: StatusCompleted})
-	wantErrIs(t, err, ErrConflict)
-	if err := a.AbandonAttempt(ctx, "p", "t1", att.Number, AttemptCancelled, ReasonUserCancelled, "", 1); !errors.Is(err, ErrConflict) {
-		t.Fatalf("late abandon: %v, want a conflict", err)
-	}
-	if _, err := a.EndRun(ctx, "p", "t1", 1, StatusFailed, ReasonExecutorFailed, ""); !errors.Is(err, ErrConflict) {
-		t.Fatalf("late end: %v, want a conflict", err)
-	}
-	if after := snap(t, b, "p", "t1"); !reflect.DeepEqual(before, after) {
-		t.Fatalf("late writes changed the task:\nbefore %+v\nafter  %+v", before, after)
-	}
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		clock, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		_, att := claimedTask(t, a, "p", "t1")
+		clock.advance(testLease + time.Second)
+		if err := b.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.SweepLostHosts(ctx, testLease, 0, lostEvents); err != nil {
+			t.Fatal(err)
+		}
+		before := snap(t, b, "p", "t1")
+		_, err := a.FinishAttempt(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 1, Number: att.Number,
+			Status: AttemptCompleted, Outcome: "complete", Summary: "late", Result: []byte(`{}`), TaskTo: StatusCompleted})
+		wantErrIs(t, err, ErrConflict)
+		if err := a.AbandonAttempt(ctx, "p", "t1", att.Number, AttemptCancelled, ReasonUserCancelled, "", 1); !errors.Is(err, ErrConflict) {
+			t.Fatalf("late abandon: %v, want a conflict", err)
+		}
+		if _, err := a.EndRun(ctx, "p", "t1", 1, StatusFailed, ReasonExecutorFailed, ""); !errors.Is(err, ErrConflict) {
+			t.Fatalf("late end: %v, want a conflict", err)
+		}
+		if after := snap(t, b, "p", "t1"); !reflect.DeepEqual(before, after) {
+			t.Fatalf("late writes changed the task:\nbefore %+v\nafter  %+v", before, after)
+		}
+	})
 }
 
 // TestRacingTakeovers: two sweepers race for a lost host's tasks and two
 // hosts race to resume one: each task is taken exactly once, and resumed by
 // exactly one host, whose lease it then carries.
 func TestRacingTakeovers(t *testing.T) {
-	ctx := context.Background()
-	const rounds = 30
-	clock, hs := openFleet(t, "host-a", "host-b", "host-c")
-	a, b, c := hs[0], hs[1], hs[2]
-	for i := range rounds {
-		claimedTask(t, a, "p", fmt.Sprintf("t%02d", i))
-	}
-	clock.advance(testLease + time.Second)
-	for _, s := range []*Store{b, c} {
-		if err := s.HeartbeatHost(ctx); err != nil {
-			t.Fatal(err)
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		const rounds = 30
+		clock, hs := openFleet("host-a", "host-b", "host-c")
+		a, b, c := hs[0], hs[1], hs[2]
+		for i := range rounds {
+			claimedTask(t, a, "p", fmt.Sprintf("t%02d", i))
 		}
-	}
-	var wg sync.WaitGroup
-	swept := make([][]string, 2)
-	errs := make([]error, 2)
-	start := make(chan struct{})
-	for i, s := range []*Store{b, c} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			swept[i], errs[i] = s.SweepLostHosts(ctx, testLease, 0, lostEvents)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	if errs[0] != nil || errs[1] != nil {
-		t.Fatalf("sweeps: %v, %v", errs[0], errs[1])
-	}
-	if n := len(swept[0]) + len(swept[1]); n != rounds {
-		t.Fatalf("swept %d + %d tasks, want %d in all", len(swept[0]), len(swept[1]), rounds)
-	}
-
-	for i := range rounds {
-		id := fmt.Sprintf("t%02d", i)
-		var wins [2]error
-		start := make(chan struct{})
+		clock.advance(testLease + time.Second)
+		for _, s := range []*Store{b, c} {
+			if err := s.HeartbeatHost(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var wg sync.WaitGroup
-		for j, s := range []*Store{b, c} {
+		swept := make([][]string, 2)
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		for i, s := range []*Store{b, c} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				_, wins[j] = s.StartRun(ctx, "p", id, StatusInterrupted, NewEvent{Type: "task.resumed"})
+				swept[i], errs[i] = s.SweepLostHosts(ctx, testLease, 0, lostEvents)
 			}()
 		}
 		close(start)
 		wg.Wait()
-		if (wins[0] == nil) == (wins[1] == nil) {
-			t.Fatalf("%s: resume errors %v, %v: want exactly one winner", id, wins[0], wins[1])
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("sweeps: %v, %v", errs[0], errs[1])
 		}
-		winner, loser := "host-b", wins[1]
-		if wins[0] != nil {
-			winner, loser = "host-c", wins[0]
+		if n := len(swept[0]) + len(swept[1]); n != rounds {
+			t.Fatalf("swept %d + %d tasks, want %d in all", len(swept[0]), len(swept[1]), rounds)
 		}
-		wantErrIs(t, loser, ErrConflict)
-		l, err := a.TaskLease(ctx, "p", id)
-		if err != nil || l.Host != winner || l.RunID != 2 || l.Status != StatusRunning {
-			t.Fatalf("%s: lease %+v, %v; want %s in run 2", id, l, err, winner)
+
+		for i := range rounds {
+			id := fmt.Sprintf("t%02d", i)
+			var wins [2]error
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for j, s := range []*Store{b, c} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, wins[j] = s.StartRun(ctx, "p", id, StatusInterrupted, NewEvent{Type: "task.resumed"})
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if (wins[0] == nil) == (wins[1] == nil) {
+				t.Fatalf("%s: resume errors %v, %v: want exactly one winner", id, wins[0], wins[1])
+			}
+			winner, loser := "host-b", wins[1]
+			if wins[0] != nil {
+				winner, loser = "host-c", wins[0]
+			}
+			wantErrIs(t, loser, ErrConflict)
+			l, err := a.TaskLease(ctx, "p", id)
+			if err != nil || l.Host != winner || l.RunID != 2 || l.Status != StatusRunning {
+				t.Fatalf("%s: lease %+v, %v; want %s in run 2", id, l, err, winner)
+			}
 		}
-	}
+	})
 }
 
 // TestRecoverOnlyOwnLeases: a host restarting under its id interrupts its
 // own live tasks (host_restart), never another live host's.
 func TestRecoverOnlyOwnLeases(t *testing.T) {
-	ctx := context.Background()
-	_, hs := openFleet(t, "host-a", "host-b")
-	a, b := hs[0], hs[1]
-	claimedTask(t, a, "p", "ta")
-	_, attB := claimedTask(t, b, "p", "tb")
-	rec, err := a.Recover(ctx, 5000, nil)
-	if err != nil || !reflect.DeepEqual(rec.Interrupted, []string{"ta"}) || rec.AttemptsClosed != 1 {
-		t.Fatalf("Recover on A: %+v, %v; want only ta", rec, err)
-	}
-	if got := getTask(t, a, "p", "ta"); got.Status != StatusInterrupted || got.Reason != ReasonHostRestart {
-		t.Fatalf("ta: %s (%s)", got.Status, got.Reason)
-	}
-	if got := getTask(t, b, "p", "tb"); got.Status != StatusRunning {
-		t.Fatalf("tb: %s, want still running on B", got.Status)
-	}
-	if as := listAttempts(t, b, "p", "tb"); as[len(as)-1].Number != attB.Number || as[len(as)-1].Status != AttemptRunning {
-		t.Fatalf("tb's attempt: %+v", as)
-	}
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		_, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		claimedTask(t, a, "p", "ta")
+		_, attB := claimedTask(t, b, "p", "tb")
+		rec, err := a.Recover(ctx, 5000, nil)
+		if err != nil || !reflect.DeepEqual(rec.Interrupted, []string{"ta"}) || rec.AttemptsClosed != 1 {
+			t.Fatalf("Recover on A: %+v, %v; want only ta", rec, err)
+		}
+		if got := getTask(t, a, "p", "ta"); got.Status != StatusInterrupted || got.Reason != ReasonHostRestart {
+			t.Fatalf("ta: %s (%s)", got.Status, got.Reason)
+		}
+		if got := getTask(t, b, "p", "tb"); got.Status != StatusRunning {
+			t.Fatalf("tb: %s, want still running on B", got.Status)
+		}
+		if as := listAttempts(t, b, "p", "tb"); as[len(as)-1].Number != attB.Number || as[len(as)-1].Status != AttemptRunning {
+			t.Fatalf("tb's attempt: %+v", as)
+		}
+	})
 }
 
 // TestSweepBound: one sweep takes at most MaxSweep tasks; the next takes
 // the rest.
 func TestSweepBound(t *testing.T) {
-	ctx := context.Background()
-	clock, hs := openFleet(t, "host-a", "host-b")
-	a, b := hs[0], hs[1]
-	for i := range MaxSweep + 1 {
-		runningTask(t, a, "p", fmt.Sprintf("t%03d", i))
-	}
-	clock.advance(testLease + time.Second)
-	if err := b.HeartbeatHost(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first, err := b.SweepLostHosts(ctx, testLease, 0, nil)
-	if err != nil || len(first) != MaxSweep {
-		t.Fatalf("first sweep took %d, %v; want %d", len(first), err, MaxSweep)
-	}
-	second, err := b.SweepLostHosts(ctx, testLease, 0, nil)
-	if err != nil || !reflect.DeepEqual(second, []string{fmt.Sprintf("t%03d", MaxSweep)}) {
-		t.Fatalf("second sweep took %v, %v", second, err)
-	}
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		clock, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		for i := range MaxSweep + 1 {
+			runningTask(t, a, "p", fmt.Sprintf("t%03d", i))
+		}
+		clock.advance(testLease + time.Second)
+		if err := b.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		first, err := b.SweepLostHosts(ctx, testLease, 0, nil)
+		if err != nil || len(first) != MaxSweep {
+			t.Fatalf("first sweep took %d, %v; want %d", len(first), err, MaxSweep)
+		}
+		second, err := b.SweepLostHosts(ctx, testLease, 0, nil)
+		if err != nil || !reflect.DeepEqual(second, []string{fmt.Sprintf("t%03d", MaxSweep)}) {
+			t.Fatalf("second sweep took %v, %v", second, err)
+		}
+	})
 }
 
 func TestHostIDBounds(t *testing.T) {

@@ -23,7 +23,8 @@ import (
 // in-process and each is one IMMEDIATE transaction; reads use a separate pool
 // of query-only connections that see the last committed state (WAL).
 type Store struct {
-	path string
+	path string  // the SQLite file, or a PostgreSQL database described without its password
+	d    dialect // the engine's differences
 	w    *sql.DB // the single writer; nil when opened read-only
 	r    *sql.DB // query-only readers
 	now  func() time.Time
@@ -58,7 +59,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, now: opts.Now, lim: opts.Limits, host: opts.HostID}
+	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, host: opts.HostID}
 	if err := s.open(ctx, opts); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one to report
 		if created {
@@ -443,7 +444,7 @@ func (s *Store) Close() error {
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
-	if s.w != nil {
+	if s.w != nil && s.w != s.r {
 		errs = append(errs, s.w.Close())
 	}
 	return errors.Join(errs...)

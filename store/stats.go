@@ -26,7 +26,7 @@ type AttemptKey struct {
 // approvals, in one read transaction so that the counts agree. An error
 // means the store did not answer a read.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	tx, err := s.r.BeginTx(ctx, nil)
+	tx, err := s.r.BeginTx(ctx, s.d.readTx())
 	if err != nil {
 		return Stats{}, s.dbErr(fmt.Errorf("store stats: %w", err))
 	}
@@ -81,7 +81,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 // Ping reports whether the store answers a read.
 func (s *Store) Ping(ctx context.Context) error {
 	var n int64
-	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM tasks LIMIT 1)`).Scan(&n); err != nil {
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM tasks LIMIT 1) AS one`).Scan(&n); err != nil {
 		return s.dbErr(fmt.Errorf("store ping: %w", err))
 	}
 	return nil

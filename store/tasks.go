@@ -55,7 +55,7 @@ func (s *Store) CreateTask(ctx context.Context, nt NewTask, events ...NewEvent) 
 		var err error
 		t, err = scanTask(tx.QueryRowContext(ctx, qInsertTask, nt.ID, nt.PrincipalID, nt.Executor, nt.Spec,
 			l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now))
-		if sqliteCode(err) == sqliteConstraint {
+		if s.d.constraint(err) {
 			return fmt.Errorf("task %s already exists: %w (%w)", nt.ID, ErrConflict, err)
 		}
 		if err != nil {
@@ -210,7 +210,7 @@ func (s *Store) Transition(ctx context.Context, principal, id string, from []Sta
 // the n statuses); the new run id is its lease epoch.
 func transitionSQL(n int) string {
 	return `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4,
-			run_id = run_id + (?1 = 'running' AND status IN ('pending', 'interrupted')),
+			run_id = run_id + CASE WHEN ?1 = 'running' AND status IN ('pending', 'interrupted') THEN 1 ELSE 0 END,
 			lease_host = CASE WHEN ?1 = 'running' AND status IN ('pending', 'interrupted') THEN ?` + fmt.Sprint(7+n) + ` ELSE lease_host END
 		WHERE id = ?5 AND principal_id = ?6 AND status IN (` + numbered(7, n) + `)
 		RETURNING ` + taskCols

@@ -60,6 +60,7 @@ type Config struct {
 	Principals    Principals          `toml:"principals"` // [principals] "UID" = "NAME"
 	API           API                 `toml:"api"`
 	Confinement   Confinement         `toml:"confinement"`
+	Store         Store               `toml:"store"`
 	Fleet         Fleet               `toml:"fleet"`
 }
 
@@ -193,6 +194,7 @@ func Default() Config {
 			MaxProcesses:      4096,
 		},
 		Model:      defaultModel(),
+		Store:      defaultStore(),
 		Tools:      defaultTools(),
 		Approvals:  Approvals{TimeoutSeconds: 3600},
 		Fleet:      defaultFleet(),
