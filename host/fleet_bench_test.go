@@ -28,7 +28,7 @@ func BenchmarkFleetCancel(b *testing.B) {
 		{"cross-host/poll=250ms(default)", true, FleetSettings{Heartbeat: quick.Heartbeat, Lease: quick.Lease, Poll: def.Poll}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			dir := b.TempDir()
+			dir := newSharedStore(b, "sqlite")
 			a := benchFleetHost(b, dir, "host-a", c.fs)
 			via := a
 			if c.cross {
@@ -65,7 +65,7 @@ func BenchmarkFleetCancel(b *testing.B) {
 // showing interrupted (host_lost) in the store, swept by another host. The
 // floor is the lease itself; the median is reported as ms/takeover.
 func BenchmarkFleetTakeover(b *testing.B) {
-	dir := b.TempDir()
+	dir := newSharedStore(b, "sqlite")
 	survivor := benchFleetHost(b, dir, "host-b", quick)
 	var lat []time.Duration
 	i := 0
@@ -106,7 +106,7 @@ func BenchmarkFleetTakeover(b *testing.B) {
 
 // benchFleetHost is newFleetHost whose launcher hands out a fresh fake
 // executor (with exe's StepF) per run, as a real one starts a process.
-func benchFleetHost(b *testing.B, dir, id string, fs FleetSettings) *fleetHost {
+func benchFleetHost(b *testing.B, dir sharedStore, id string, fs FleetSettings) *fleetHost {
 	h := newFleetHost(b, dir, id, fs)
 	h.l.LaunchF = func(context.Context, string, HostServices) (Executor, error) {
 		e := newFakeExecutor()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/internal/testpg"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -25,11 +26,41 @@ type fleetHost struct {
 	exe *fakeExecutor
 }
 
-// newFleetHost opens the store file in dir as host id and starts its fleet
-// duties with fs.
-func newFleetHost(t testing.TB, dir, id string, fs FleetSettings) *fleetHost {
+// sharedStore is one store a test's hosts share: a SQLite file, or a
+// PostgreSQL database of the test's own.
+type sharedStore struct{ path, dsn string }
+
+// newSharedStore makes a fresh store on driver ("sqlite" or "postgres";
+// the latter skips, with the reason, where there is no server).
+func newSharedStore(t testing.TB, driver string) sharedStore {
 	t.Helper()
-	st, err := store.Open(context.Background(), filepath.Join(dir, StoreFile), store.Options{Synchronous: "NORMAL", HostID: id})
+	if driver == "postgres" {
+		return sharedStore{dsn: testpg.DSN(t)}
+	}
+	return sharedStore{path: filepath.Join(t.TempDir(), StoreFile)}
+}
+
+func (ss sharedStore) open(id string) (*store.Store, error) {
+	opts := store.Options{Synchronous: "NORMAL", HostID: id}
+	if ss.dsn != "" {
+		return store.OpenPostgres(context.Background(), ss.dsn, opts, store.PoolOptions{})
+	}
+	return store.Open(context.Background(), ss.path, opts)
+}
+
+// forFleetDrivers runs test once per store driver, as subtests.
+func forFleetDrivers(t *testing.T, test func(t *testing.T, driver string)) {
+	t.Helper()
+	for _, d := range []string{"sqlite", "postgres"} {
+		t.Run(d, func(t *testing.T) { test(t, d) })
+	}
+}
+
+// newFleetHost opens the shared store as host id and starts its fleet
+// duties with fs.
+func newFleetHost(t testing.TB, dir sharedStore, id string, fs FleetSettings) *fleetHost {
+	t.Helper()
+	st, err := dir.open(id)
 	if err != nil {
 		t.Fatalf("open store as %s: %v", id, err)
 	}
@@ -103,110 +134,116 @@ func getTaskOf(t *testing.T, st *store.Store, id string) store.Task {
 // through B. The cancel commits on B and reaches A's step context through
 // the store; A closes the attempt as cancelled and stops its plugin.
 func TestFleetCrossHostCancel(t *testing.T) {
-	dir := t.TempDir()
-	a := newFleetHost(t, dir, "host-a", quick)
-	b := newFleetHost(t, dir, "host-b", quick)
-	started, causes := blockedStep(a.exe)
-	task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv(t, started, "A's step")
-	t0 := time.Now()
-	got, err := b.r.Cancel(context.Background(), alice, task.ID)
-	if err != nil || got.Status != store.StatusCancelled {
-		t.Fatalf("cancel on B: %s, %v", got.Status, err)
-	}
-	if cause := recv(t, causes, "A's step context cancelled"); !errors.Is(cause, errUserCancelled) {
-		t.Fatalf("A's step ended with %v, want the user's cancel", cause)
-	}
-	t.Logf("cross-host cancel reached A's step in %s (poll %s)", time.Since(t0), quick.Poll)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := a.r.Wait(ctx, task.ID); err != nil {
-		t.Fatal(err)
-	}
-	checkAttempts(t, listAttemptsOf(t, b.st, task.ID), []wantAttempt{{status: store.AttemptCancelled, reason: store.ReasonUserCancelled}})
-	if a.exe.stopCount() != 1 {
-		t.Fatalf("A stopped its plugin %d times, want 1", a.exe.stopCount())
-	}
+	forFleetDrivers(t, func(t *testing.T, driver string) {
+		dir := newSharedStore(t, driver)
+		a := newFleetHost(t, dir, "host-a", quick)
+		b := newFleetHost(t, dir, "host-b", quick)
+		started, causes := blockedStep(a.exe)
+		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, started, "A's step")
+		t0 := time.Now()
+		got, err := b.r.Cancel(context.Background(), alice, task.ID)
+		if err != nil || got.Status != store.StatusCancelled {
+			t.Fatalf("cancel on B: %s, %v", got.Status, err)
+		}
+		if cause := recv(t, causes, "A's step context cancelled"); !errors.Is(cause, errUserCancelled) {
+			t.Fatalf("A's step ended with %v, want the user's cancel", cause)
+		}
+		t.Logf("cross-host cancel reached A's step in %s (poll %s)", time.Since(t0), quick.Poll)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.r.Wait(ctx, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		checkAttempts(t, listAttemptsOf(t, b.st, task.ID), []wantAttempt{{status: store.AttemptCancelled, reason: store.ReasonUserCancelled}})
+		if a.exe.stopCount() != 1 {
+			t.Fatalf("A stopped its plugin %d times, want 1", a.exe.stopCount())
+		}
+	})
 }
 
 // TestFleetCrossHostApprove: A's step waits for an approval; the principal
 // approves it through B; A's step goes on and completes.
 func TestFleetCrossHostApprove(t *testing.T) {
-	dir := t.TempDir()
-	a := newFleetHost(t, dir, "host-a", quick)
-	b := newFleetHost(t, dir, "host-b", quick)
-	decided := make(chan error, 1)
-	a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
-		_, err := a.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "go on?"})
-		decided <- err
-		if err != nil {
-			return StepResult{}, err
+	forFleetDrivers(t, func(t *testing.T, driver string) {
+		dir := newSharedStore(t, driver)
+		a := newFleetHost(t, dir, "host-a", quick)
+		b := newFleetHost(t, dir, "host-b", quick)
+		decided := make(chan error, 1)
+		a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+			_, err := a.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "go on?"})
+			decided <- err
+			if err != nil {
+				return StepResult{}, err
+			}
+			return StepResult{Outcome: OutcomeComplete, Summary: "approved and done"}, nil
 		}
-		return StepResult{Outcome: OutcomeComplete, Summary: "approved and done"}, nil
-	}
-	task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pending []store.Approval
-	eventually(t, 10*time.Second, "a pending approval", func() bool {
-		pending, _ = b.r.Approvals(context.Background(), alice, store.ApprovalPending)
-		return len(pending) == 1
+		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending []store.Approval
+		eventually(t, 10*time.Second, "a pending approval", func() bool {
+			pending, _ = b.r.Approvals(context.Background(), alice, store.ApprovalPending)
+			return len(pending) == 1
+		})
+		if _, err := b.r.Approve(context.Background(), alice, pending[0].ID); err != nil {
+			t.Fatalf("approve on B: %v", err)
+		}
+		if err := recv(t, decided, "A's approval decision"); err != nil {
+			t.Fatalf("A's step got %v, want the approval", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.r.Wait(ctx, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := getTaskOf(t, b.st, task.ID); got.Status != store.StatusCompleted {
+			t.Fatalf("task %s (%s), want completed", got.Status, got.Reason)
+		}
 	})
-	if _, err := b.r.Approve(context.Background(), alice, pending[0].ID); err != nil {
-		t.Fatalf("approve on B: %v", err)
-	}
-	if err := recv(t, decided, "A's approval decision"); err != nil {
-		t.Fatalf("A's step got %v, want the approval", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := a.r.Wait(ctx, task.ID); err != nil {
-		t.Fatal(err)
-	}
-	if got := getTaskOf(t, b.st, task.ID); got.Status != store.StatusCompleted {
-		t.Fatalf("task %s (%s), want completed", got.Status, got.Reason)
-	}
 }
 
 // TestFleetCrossHostReject: a rejection through B fails the task and ends
 // A's waiting step.
 func TestFleetCrossHostReject(t *testing.T) {
-	dir := t.TempDir()
-	a := newFleetHost(t, dir, "host-a", quick)
-	b := newFleetHost(t, dir, "host-b", quick)
-	decided := make(chan error, 1)
-	a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
-		_, err := a.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "go on?"})
-		decided <- err
-		return StepResult{}, err
-	}
-	task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pending []store.Approval
-	eventually(t, 10*time.Second, "a pending approval", func() bool {
-		pending, _ = b.r.Approvals(context.Background(), alice, store.ApprovalPending)
-		return len(pending) == 1
+	forFleetDrivers(t, func(t *testing.T, driver string) {
+		dir := newSharedStore(t, driver)
+		a := newFleetHost(t, dir, "host-a", quick)
+		b := newFleetHost(t, dir, "host-b", quick)
+		decided := make(chan error, 1)
+		a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+			_, err := a.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "go on?"})
+			decided <- err
+			return StepResult{}, err
+		}
+		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending []store.Approval
+		eventually(t, 10*time.Second, "a pending approval", func() bool {
+			pending, _ = b.r.Approvals(context.Background(), alice, store.ApprovalPending)
+			return len(pending) == 1
+		})
+		if _, err := b.r.Reject(context.Background(), alice, pending[0].ID); err != nil {
+			t.Fatalf("reject on B: %v", err)
+		}
+		if err := recv(t, decided, "A's approval decision"); err == nil {
+			t.Fatal("A's step was let through a rejected approval")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.r.Wait(ctx, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := getTaskOf(t, b.st, task.ID); got.Status != store.StatusFailed || got.Reason != store.ReasonApprovalRejected {
+			t.Fatalf("task %s (%s), want failed (approval_rejected)", got.Status, got.Reason)
+		}
 	})
-	if _, err := b.r.Reject(context.Background(), alice, pending[0].ID); err != nil {
-		t.Fatalf("reject on B: %v", err)
-	}
-	if err := recv(t, decided, "A's approval decision"); err == nil {
-		t.Fatal("A's step was let through a rejected approval")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := a.r.Wait(ctx, task.ID); err != nil {
-		t.Fatal(err)
-	}
-	if got := getTaskOf(t, b.st, task.ID); got.Status != store.StatusFailed || got.Reason != store.ReasonApprovalRejected {
-		t.Fatalf("task %s (%s), want failed (approval_rejected)", got.Status, got.Reason)
-	}
 }
 
 // TestFleetTakeover: A stops heartbeating mid-step. B marks the task
@@ -215,136 +252,140 @@ func TestFleetCrossHostReject(t *testing.T) {
 // (silent) or only when its late outcome is refused (deaf), writes nothing
 // after the takeover: the task's attempts and events after it are B's run's.
 func TestFleetTakeover(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		a    FleetSettings
-	}{{"silent", silent}, {"deaf", deaf}} {
-		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			a := newFleetHost(t, dir, "host-a", c.a)
-			release := make(chan struct{})
-			started, causes := make(chan StepRequest, 1), make(chan error, 1)
-			a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
-				started <- req
-				select {
-				case <-ctx.Done():
-					causes <- context.Cause(ctx)
-				case <-release:
-					causes <- nil
+	forFleetDrivers(t, func(t *testing.T, driver string) {
+		for _, c := range []struct {
+			name string
+			a    FleetSettings
+		}{{"silent", silent}, {"deaf", deaf}} {
+			t.Run(c.name, func(t *testing.T) {
+				dir := newSharedStore(t, driver)
+				a := newFleetHost(t, dir, "host-a", c.a)
+				release := make(chan struct{})
+				started, causes := make(chan StepRequest, 1), make(chan error, 1)
+				a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+					started <- req
+					select {
+					case <-ctx.Done():
+						causes <- context.Cause(ctx)
+					case <-release:
+						causes <- nil
+					}
+					// A late outcome, as a paused host would send on waking.
+					return StepResult{Outcome: OutcomeComplete, Summary: "A's late answer", Result: []byte(`"from A"`)}, nil
 				}
-				// A late outcome, as a paused host would send on waking.
-				return StepResult{Outcome: OutcomeComplete, Summary: "A's late answer", Result: []byte(`"from A"`)}, nil
-			}
-			task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`), Limits: Limits{Steps: 5}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			recv(t, started, "A's step")
-			t0 := time.Now()
-			b := newFleetHost(t, dir, "host-b", quick)
-			var lost store.Task
-			eventually(t, 10*time.Second, "host_lost on B", func() bool {
-				lost = getTaskOf(t, b.st, task.ID)
-				return lost.Status == store.StatusInterrupted
+				task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`), Limits: Limits{Steps: 5}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				recv(t, started, "A's step")
+				t0 := time.Now()
+				b := newFleetHost(t, dir, "host-b", quick)
+				var lost store.Task
+				eventually(t, 10*time.Second, "host_lost on B", func() bool {
+					lost = getTaskOf(t, b.st, task.ID)
+					return lost.Status == store.StatusInterrupted
+				})
+				t.Logf("B took the task %s after it started (lease %s)", time.Since(t0), quick.Lease)
+				if lost.Reason != store.ReasonHostLost {
+					t.Fatalf("interrupted as %s, want host_lost", lost.Reason)
+				}
+				b.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+					if req.Remaining.Steps != 3 || req.RunID != 2 {
+						return StepResult{}, errors.New("unexpected request")
+					}
+					return StepResult{Outcome: OutcomeComplete, Summary: "B done", Result: []byte(`"from B"`)}, nil
+				}
+				if _, err := b.r.Resume(context.Background(), alice, task.ID); err != nil {
+					t.Fatalf("resume on B: %v", err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := b.r.Wait(ctx, task.ID); err != nil {
+					t.Fatal(err)
+				}
+				done := getTaskOf(t, b.st, task.ID)
+				if done.Status != store.StatusCompleted || string(done.Result) != `"from B"` || done.RunID != 2 {
+					t.Fatalf("after B's run: %s run %d result %s", done.Status, done.RunID, done.Result)
+				}
+				if c.a == deaf {
+					close(release)
+					if cause := recv(t, causes, "A's step end"); cause != nil {
+						t.Fatalf("deaf A's step was cancelled (%v): it must learn only from the refusal", cause)
+					}
+				} else if cause := recv(t, causes, "A's step cancelled"); !errors.Is(cause, errFenced) {
+					t.Fatalf("A's step ended with %v, want the lost lease", cause)
+				}
+				if err := a.r.Wait(ctx, task.ID); err != nil {
+					t.Fatal(err)
+				}
+				if n := a.exe.stopCount(); n != 1 {
+					t.Fatalf("A stopped its plugin %d times, want 1", n)
+				}
+				after := getTaskOf(t, b.st, task.ID)
+				if after.Status != store.StatusCompleted || string(after.Result) != `"from B"` || after.RunID != 2 ||
+					after.Budgets.Steps.Used != done.Budgets.Steps.Used {
+					t.Fatalf("A's late run changed the task: %+v", after)
+				}
+				checkAttempts(t, listAttemptsOf(t, b.st, task.ID), []wantAttempt{
+					{status: store.AttemptInterrupted, reason: store.ReasonHostLost},
+					{status: store.AttemptCompleted, outcome: "complete"},
+				})
+				evs, err := b.st.Events(context.Background(), alice, task.ID, 0, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var types []string
+				for _, e := range evs {
+					if e.RunID == 1 {
+						types = append(types, e.Type)
+					}
+				}
+				// Run 1's events end with the takeover; nothing of A's late
+				// answer was recorded.
+				if last := types[len(types)-1]; last != EventTaskInterrupted {
+					t.Fatalf("run 1's events %v: want them to end with the takeover", types)
+				}
+				if !sort.SliceIsSorted(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq }) || evs[len(evs)-1].RunID != 2 {
+					t.Fatalf("the last event is of run %d, want B's run 2", evs[len(evs)-1].RunID)
+				}
 			})
-			t.Logf("B took the task %s after it started (lease %s)", time.Since(t0), quick.Lease)
-			if lost.Reason != store.ReasonHostLost {
-				t.Fatalf("interrupted as %s, want host_lost", lost.Reason)
-			}
-			b.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
-				if req.Remaining.Steps != 3 || req.RunID != 2 {
-					return StepResult{}, errors.New("unexpected request")
-				}
-				return StepResult{Outcome: OutcomeComplete, Summary: "B done", Result: []byte(`"from B"`)}, nil
-			}
-			if _, err := b.r.Resume(context.Background(), alice, task.ID); err != nil {
-				t.Fatalf("resume on B: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := b.r.Wait(ctx, task.ID); err != nil {
-				t.Fatal(err)
-			}
-			done := getTaskOf(t, b.st, task.ID)
-			if done.Status != store.StatusCompleted || string(done.Result) != `"from B"` || done.RunID != 2 {
-				t.Fatalf("after B's run: %s run %d result %s", done.Status, done.RunID, done.Result)
-			}
-			if c.a == deaf {
-				close(release)
-				if cause := recv(t, causes, "A's step end"); cause != nil {
-					t.Fatalf("deaf A's step was cancelled (%v): it must learn only from the refusal", cause)
-				}
-			} else if cause := recv(t, causes, "A's step cancelled"); !errors.Is(cause, errFenced) {
-				t.Fatalf("A's step ended with %v, want the lost lease", cause)
-			}
-			if err := a.r.Wait(ctx, task.ID); err != nil {
-				t.Fatal(err)
-			}
-			if n := a.exe.stopCount(); n != 1 {
-				t.Fatalf("A stopped its plugin %d times, want 1", n)
-			}
-			after := getTaskOf(t, b.st, task.ID)
-			if after.Status != store.StatusCompleted || string(after.Result) != `"from B"` || after.RunID != 2 ||
-				after.Budgets.Steps.Used != done.Budgets.Steps.Used {
-				t.Fatalf("A's late run changed the task: %+v", after)
-			}
-			checkAttempts(t, listAttemptsOf(t, b.st, task.ID), []wantAttempt{
-				{status: store.AttemptInterrupted, reason: store.ReasonHostLost},
-				{status: store.AttemptCompleted, outcome: "complete"},
-			})
-			evs, err := b.st.Events(context.Background(), alice, task.ID, 0, 1000)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var types []string
-			for _, e := range evs {
-				if e.RunID == 1 {
-					types = append(types, e.Type)
-				}
-			}
-			// Run 1's events end with the takeover; nothing of A's late
-			// answer was recorded.
-			if last := types[len(types)-1]; last != EventTaskInterrupted {
-				t.Fatalf("run 1's events %v: want them to end with the takeover", types)
-			}
-			if !sort.SliceIsSorted(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq }) || evs[len(evs)-1].RunID != 2 {
-				t.Fatalf("the last event is of run %d, want B's run 2", evs[len(evs)-1].RunID)
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestFleetWatchFromOtherHost: a watch on B sees the events of a run on A
 // without any local change on B.
 func TestFleetWatchFromOtherHost(t *testing.T) {
-	dir := t.TempDir()
-	a := newFleetHost(t, dir, "host-a", quick)
-	b := newFleetHost(t, dir, "host-b", quick)
-	started, _ := blockedStep(a.exe)
-	task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv(t, started, "A's step")
-	evs, err := b.r.Events(context.Background(), alice, task.ID, 0)
-	if err != nil || len(evs) == 0 {
-		t.Fatalf("events on B: %v, %v", evs, err)
-	}
-	last := evs[len(evs)-1].Seq
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	got := make(chan []store.Event, 1)
-	go func() {
-		evs, _ := b.r.Events(ctx, alice, task.ID, last)
-		got <- evs
-	}()
-	if _, err := a.r.Cancel(context.Background(), alice, task.ID); err != nil {
-		t.Fatal(err)
-	}
-	next := recv(t, got, "B's watch to see A's cancel")
-	if len(next) == 0 || next[0].Type != EventTaskCancelled {
-		t.Fatalf("B's watch got %+v, want task.cancelled", next)
-	}
+	forFleetDrivers(t, func(t *testing.T, driver string) {
+		dir := newSharedStore(t, driver)
+		a := newFleetHost(t, dir, "host-a", quick)
+		b := newFleetHost(t, dir, "host-b", quick)
+		started, _ := blockedStep(a.exe)
+		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, started, "A's step")
+		evs, err := b.r.Events(context.Background(), alice, task.ID, 0)
+		if err != nil || len(evs) == 0 {
+			t.Fatalf("events on B: %v, %v", evs, err)
+		}
+		last := evs[len(evs)-1].Seq
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got := make(chan []store.Event, 1)
+		go func() {
+			evs, _ := b.r.Events(ctx, alice, task.ID, last)
+			got <- evs
+		}()
+		if _, err := a.r.Cancel(context.Background(), alice, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		next := recv(t, got, "B's watch to see A's cancel")
+		if len(next) == 0 || next[0].Type != EventTaskCancelled {
+			t.Fatalf("B's watch got %+v, want task.cancelled", next)
+		}
+	})
 }
 
 func listAttemptsOf(t *testing.T, st *store.Store, id string) []store.Attempt {
@@ -372,36 +413,38 @@ func TestHostIDFromKey(t *testing.T) {
 // workspace lives in the data dir of the host that wrote it, so a task
 // resumed on another host starts there without the files it had.
 func TestFleetResumeElsewhereHasNoFiles(t *testing.T) {
-	dir := t.TempDir()
-	a := newFleetHost(t, dir, "host-a", silent)
-	started, _ := blockedStep(a.exe)
-	task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`),
-		Files: []File{{Name: "notes.md", Data: []byte("from A")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv(t, started, "A's step")
-	b := newFleetHost(t, dir, "host-b", quick)
-	eventually(t, 10*time.Second, "host_lost on B", func() bool {
-		return getTaskOf(t, b.st, task.ID).Status == store.StatusInterrupted
-	})
-	seen := make(chan []string, 1)
-	b.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
-		entries, _ := os.ReadDir(b.r.workspace(req.TaskID))
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
+	forFleetDrivers(t, func(t *testing.T, driver string) {
+		dir := newSharedStore(t, driver)
+		a := newFleetHost(t, dir, "host-a", silent)
+		started, _ := blockedStep(a.exe)
+		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`),
+			Files: []File{{Name: "notes.md", Data: []byte("from A")}}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		seen <- names
-		return StepResult{Outcome: OutcomeComplete, Summary: "done"}, nil
-	}
-	if _, err := b.r.Resume(context.Background(), alice, task.ID); err != nil {
-		t.Fatal(err)
-	}
-	if names := recv(t, seen, "B's step"); len(names) != 0 {
-		t.Fatalf("B's workspace for the task holds %v: files are not carried between hosts", names)
-	}
-	if data, err := os.ReadFile(filepath.Join(a.r.workspace(task.ID), "notes.md")); err != nil || string(data) != "from A" {
-		t.Fatalf("A's copy: %q, %v", data, err)
-	}
+		recv(t, started, "A's step")
+		b := newFleetHost(t, dir, "host-b", quick)
+		eventually(t, 10*time.Second, "host_lost on B", func() bool {
+			return getTaskOf(t, b.st, task.ID).Status == store.StatusInterrupted
+		})
+		seen := make(chan []string, 1)
+		b.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+			entries, _ := os.ReadDir(b.r.workspace(req.TaskID))
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			seen <- names
+			return StepResult{Outcome: OutcomeComplete, Summary: "done"}, nil
+		}
+		if _, err := b.r.Resume(context.Background(), alice, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		if names := recv(t, seen, "B's step"); len(names) != 0 {
+			t.Fatalf("B's workspace for the task holds %v: files are not carried between hosts", names)
+		}
+		if data, err := os.ReadFile(filepath.Join(a.r.workspace(task.ID), "notes.md")); err != nil || string(data) != "from A" {
+			t.Fatalf("A's copy: %q, %v", data, err)
+		}
+	})
 }

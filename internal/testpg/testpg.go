@@ -291,3 +291,11 @@ func credential(dir string) (*syscall.Credential, error) {
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
+
+// Run is Main for a TestMain with work of its own around the tests: it
+// returns their status instead of exiting. The calling goroutine stays
+// locked to its thread (see Main).
+func Run(m *testing.M) int {
+	runtime.LockOSThread()
+	return run(m)
+}
