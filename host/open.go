@@ -110,16 +110,27 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		return fail(err)
 	}
 	hostID := cfg.Fleet.HostID
-	if hostID == "" {
+	switch {
+	case hostID == "" && cfg.Store.Driver == config.StorePostgres:
+		// The default id comes from the host key, which the hosts of a
+		// fleet share (a checkpoint sealed on one must verify on another):
+		// it would be the same on every host.
+		return fail(errors.New("[fleet] host_id is required with [store] driver = \"postgres\": give every host sharing the database its own id"))
+	case hostID == "":
 		hostID = HostIDFromKey(key)
 	}
-	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: opts.Synchronous, HostID: hostID, Limits: store.Limits{
+	sopts := store.Options{Synchronous: opts.Synchronous, HostID: hostID, Limits: store.Limits{
 		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
 		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
 		Result:        cfg.Limits.ResultBytes,
 		EventPayload:  cfg.Limits.EventBytes,
 		EventsPerTask: cfg.Limits.EventsPerTask,
-	}})
+	}}
+	if cfg.Store.Driver == config.StorePostgres {
+		h.Store, err = openPostgres(ctx, cfg.Store, sopts)
+	} else {
+		h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), sopts)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -279,6 +290,17 @@ func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
 }
 
 // settingsFrom maps the config onto the Runner's settings.
+// openPostgres opens the fleet's shared store: the DSN is read from the
+// environment variable [store] dsn_env names, never from the config file.
+func openPostgres(ctx context.Context, c config.Store, opts store.Options) (*store.Store, error) {
+	dsn := os.Getenv(c.DSNEnv)
+	if dsn == "" {
+		return nil, fmt.Errorf("store: the environment variable %s ([store] dsn_env) is unset or empty: set it to the PostgreSQL DSN", c.DSNEnv)
+	}
+	return store.OpenPostgres(ctx, dsn, opts, store.PoolOptions{MaxOpenConns: c.MaxOpenConns, MaxIdleConns: c.MaxIdleConns,
+		ConnMaxLifetime: time.Duration(c.ConnMaxLifetimeSeconds) * time.Second})
+}
+
 func settingsFrom(c config.Config) Settings {
 	s := DefaultSettings()
 	t := c.Tasks
