@@ -154,6 +154,9 @@ func (r *Runner) resolve(ctx context.Context, principal, id string, to store.App
 		default:
 		}
 	}
+	if w == nil {
+		r.notifyOwner(ctx, principal, a.TaskID) // its step may wait on another host
+	}
 	if ru != nil && to != store.ApprovalApproved {
 		cause := errApprovalRejected
 		if to == store.ApprovalExpired {

@@ -18,7 +18,8 @@ import (
 //     beat, sweeps: the running tasks of every other host whose heartbeat is
 //     older than FleetSettings.Lease become interrupted (host_lost), with
 //     step.interrupted and task.interrupted events; nothing resumes;
-//   - every FleetSettings.Poll, reads the lease of each run it holds and each
+//   - every FleetSettings.Poll — and at once when another host notifies it
+//     (PostgreSQL's LISTEN/NOTIFY, store/notify.go) — reads the lease of each run it holds and each
 //     approval one of its steps waits for: a cancel or an approval committed
 //     through another host reaches the run here — its step context is
 //     cancelled, or the waiting step goes on — within one poll interval;
@@ -66,6 +67,17 @@ func (r *Runner) StartFleet(ctx context.Context, version string) error {
 			return err
 		}
 		r.sweep()
+	}
+	if r.store.CanNotify() {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() { <-r.stopped; cancel() }()
+			_ = r.store.Listen(ctx, r.set.Fleet.Heartbeat, r.watchLeases, func(err error) {
+				r.log.Warn("fleet notifications lost; polling until they are back", "error", err)
+			})
+		}()
 	}
 	r.wg.Add(1)
 	go func() {
@@ -172,6 +184,22 @@ func (r *Runner) watchLeases() {
 	}
 	if changed {
 		r.notify()
+	}
+}
+
+// notifyOwner wakes the host that holds principal's task id, when that is
+// another host, after this one committed a change to the task (a cancel, an
+// approval): on PostgreSQL it hears at once instead of at its next poll.
+func (r *Runner) notifyOwner(ctx context.Context, principal, id string) {
+	if !r.store.CanNotify() {
+		return
+	}
+	l, err := r.store.TaskLease(ctx, principal, id)
+	if err == nil {
+		err = r.store.NotifyHost(ctx, l.Host)
+	}
+	if err != nil {
+		r.log.Warn("owner not notified; it will see the change at its next poll", "task", id, "error", err)
 	}
 }
 

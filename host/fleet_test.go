@@ -448,3 +448,27 @@ func TestFleetResumeElsewhereHasNoFiles(t *testing.T) {
 		}
 	})
 }
+
+// TestFleetNotifyWakesOwner: on PostgreSQL a cancel through B reaches A's
+// step through LISTEN/NOTIFY, with A's poll set so long that polling alone
+// could not deliver it within the test.
+func TestFleetNotifyWakesOwner(t *testing.T) {
+	noPoll := FleetSettings{Heartbeat: 20 * time.Millisecond, Lease: 200 * time.Millisecond, Poll: time.Hour}
+	dir := newSharedStore(t, "postgres")
+	a := newFleetHost(t, dir, "host-a", noPoll)
+	b := newFleetHost(t, dir, "host-b", noPoll)
+	started, causes := blockedStep(a.exe)
+	task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, started, "A's step")
+	t0 := time.Now()
+	if _, err := b.r.Cancel(context.Background(), alice, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cause := recv(t, causes, "A's step context cancelled by the notification"); !errors.Is(cause, errUserCancelled) {
+		t.Fatalf("A's step ended with %v, want the user's cancel", cause)
+	}
+	t.Logf("notified cancel reached A's step in %s", time.Since(t0))
+}

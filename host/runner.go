@@ -310,6 +310,8 @@ func (r *Runner) Cancel(ctx context.Context, principal, id string) (store.Task, 
 		case <-ru.done:
 		case <-ctx.Done():
 		}
+	} else {
+		r.notifyOwner(ctx, principal, id) // it may run on another host
 	}
 	return r.store.GetTask(ctx, principal, id)
 }

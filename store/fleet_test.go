@@ -478,3 +478,57 @@ func TestHostHeartbeat(t *testing.T) {
 		t.Fatalf("register without a host id: %v, want ErrInvalid", err)
 	}
 }
+
+func TestNotifyOnSQLite(t *testing.T) {
+	s := openTest(t, func(o *Options) { o.HostID = "solo" })
+	if s.CanNotify() {
+		t.Fatal("SQLite claims notifications")
+	}
+	if err := s.NotifyHost(context.Background(), "other"); err != nil {
+		t.Fatalf("NotifyHost on SQLite: %v, want a no-op", err)
+	}
+	if err := s.Listen(context.Background(), time.Second, func() {}, nil); !errors.Is(err, ErrNoNotify) {
+		t.Fatalf("Listen on SQLite: %v, want ErrNoNotify", err)
+	}
+}
+
+// TestNotifyReachesOnlyItsHost: on PostgreSQL a notification wakes the host
+// it names and no other; a bad host id is refused.
+func TestNotifyReachesOnlyItsHost(t *testing.T) {
+	_, hs := openFleet(t, "postgres", "host-a", "host-b", "host-c")
+	a, b, c := hs[0], hs[1], hs[2]
+	ctx, cancel := context.WithCancel(context.Background())
+	woke := map[string]chan struct{}{"host-b": make(chan struct{}, 4), "host-c": make(chan struct{}, 4)}
+	var wg sync.WaitGroup
+	for _, s := range []*Store{b, c} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Listen(ctx, 10*time.Millisecond, func() { woke[s.HostID()] <- struct{}{} }, nil) //nolint:errcheck // ends with ctx
+		}()
+	}
+	defer wg.Wait()
+	defer cancel() // before the Wait: the listeners end with ctx
+	// LISTEN takes effect once the listener is connected: notify until heard.
+	deadline := time.After(10 * time.Second)
+	for heard := false; !heard; {
+		if err := a.NotifyHost(ctx, "host-b"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-woke["host-b"]:
+			heard = true
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("host-b never heard its notification")
+		}
+	}
+	select {
+	case <-woke["host-c"]:
+		t.Fatal("host-c woke for host-b's notification")
+	default:
+	}
+	if err := a.NotifyHost(ctx, "bad host"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("notify a bad id: %v, want ErrInvalid", err)
+	}
+}

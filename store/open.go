@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -30,6 +31,9 @@ type Store struct {
 	now  func() time.Time
 	lim  Limits
 	host string // Options.HostID: the lease every run started here carries
+	// listenCfg is PostgreSQL's connection config, for the dedicated
+	// connection Listen holds; nil on SQLite.
+	listenCfg *pgx.ConnConfig
 
 	prepared   map[string]*sql.Stmt // writeQueries on w; read-only after Open
 	unprepared atomic.Int64         // write statements run without preparation (should stay 0)

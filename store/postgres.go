@@ -162,7 +162,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
-	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits, host: opts.HostID}
+	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits, host: opts.HostID, listenCfg: cfg.Copy()}
 	if !opts.ReadOnly {
 		s.w = db
 	}
