@@ -13,22 +13,26 @@ import (
 // BenchmarkFleetCancel measures how long a cancel takes to reach a running
 // step's context: through the host that runs it (local, the baseline) and
 // through another host of the fleet sharing the store (cross-host, carried
-// by the store and the owner's lease watch, at a 10 ms and at the default
-// 250 ms poll). It reports the
+// by the store and the owner's lease watch: on SQLite by its poll, at 10 ms
+// and at the default 250 ms; on PostgreSQL by LISTEN/NOTIFY). It reports the
 // median as ms/cancel; ns/op includes each iteration's set-up.
 func BenchmarkFleetCancel(b *testing.B) {
 	def := DefaultSettings().Fleet
+	defPoll := FleetSettings{Heartbeat: quick.Heartbeat, Lease: quick.Lease, Poll: def.Poll}
 	for _, c := range []struct {
-		name  string
-		cross bool
-		fs    FleetSettings
+		name   string
+		driver string
+		cross  bool
+		fs     FleetSettings
 	}{
-		{"local", false, quick},
-		{"cross-host/poll=10ms", true, quick},
-		{"cross-host/poll=250ms(default)", true, FleetSettings{Heartbeat: quick.Heartbeat, Lease: quick.Lease, Poll: def.Poll}},
+		{"sqlite/local", "sqlite", false, quick},
+		{"sqlite/cross-host/poll=10ms", "sqlite", true, quick},
+		{"sqlite/cross-host/poll=250ms(default)", "sqlite", true, defPoll},
+		{"postgres/local", "postgres", false, defPoll},
+		{"postgres/cross-host/notify+poll=250ms(default)", "postgres", true, defPoll},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			dir := newSharedStore(b, "sqlite")
+			dir := newSharedStore(b, c.driver)
 			a := benchFleetHost(b, dir, "host-a", c.fs)
 			via := a
 			if c.cross {
@@ -65,7 +69,13 @@ func BenchmarkFleetCancel(b *testing.B) {
 // showing interrupted (host_lost) in the store, swept by another host. The
 // floor is the lease itself; the median is reported as ms/takeover.
 func BenchmarkFleetTakeover(b *testing.B) {
-	dir := newSharedStore(b, "sqlite")
+	for _, driver := range []string{"sqlite", "postgres"} {
+		b.Run(driver, func(b *testing.B) { benchTakeover(b, driver) })
+	}
+}
+
+func benchTakeover(b *testing.B, driver string) {
+	dir := newSharedStore(b, driver)
 	survivor := benchFleetHost(b, dir, "host-b", quick)
 	var lat []time.Duration
 	i := 0
