@@ -2,8 +2,11 @@ package integration
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -23,9 +26,10 @@ const fleetDSNEnv = "TASKHOST_TEST_FLEET_DSN"
 // fleetTimings make a lost host noticed within seconds.
 const fleetTimings = "heartbeat_seconds = 1\nlease_seconds = 3\npoll_millis = 50\n"
 
-// startFleet starts one daemon per id on a fresh database; work is the
-// directory the test executor may write (pid files, markers).
-func startFleet(t *testing.T, ids ...string) (work string, hosts []*daemon) {
+// startFleet starts one daemon per id on a fresh database, each with extra
+// appended to its config; work is the directory the test executor may
+// write (pid files, markers).
+func startFleet(t *testing.T, extra string, ids ...string) (work string, hosts []*daemon) {
 	t.Helper()
 	t.Setenv(fleetDSNEnv, testpg.DSN(t))
 	work = shortTempDir(t)
@@ -37,8 +41,8 @@ func startFleet(t *testing.T, ids ...string) (work string, hosts []*daemon) {
 			t.Fatal(err)
 		}
 		cfg := writeConfig(t, conf, fmt.Sprintf("[executors.testexec]\npath = %q\nread_write = [%q]\n\n"+
-			"[store]\ndriver = \"postgres\"\ndsn_env = %q\n\n[fleet]\nhost_id = %q\n%s",
-			filepath.Join(binDir, "taskhost-executor-testexec"), work, fleetDSNEnv, id, fleetTimings))
+			"[store]\ndriver = \"postgres\"\ndsn_env = %q\n\n[fleet]\nhost_id = %q\n%s\n%s",
+			filepath.Join(binDir, "taskhost-executor-testexec"), work, fleetDSNEnv, id, fleetTimings, extra))
 		d := startDaemon(t, data, cfg)
 		t.Cleanup(func() {
 			select {
@@ -62,7 +66,7 @@ func status(t *testing.T, d *daemon, id string) statusJSON {
 // Create on A, cancel through B: the cancel commits on B and reaches the
 // executor's context on A through the store.
 func TestFleetCancelAcrossHosts(t *testing.T) {
-	work, hs := startFleet(t, "host-a", "host-b")
+	work, hs := startFleet(t, "", "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	marker := filepath.Join(work, "cancelled")
 	id := createTask(t, a, work, map[string]any{"goal": "sleep", "testexec": map[string]any{"sleep_ms": 60000, "cancel_marker": marker}})
@@ -90,7 +94,7 @@ func TestFleetCancelAcrossHosts(t *testing.T) {
 // SIGKILL A mid-step: B marks the task host_lost within the lease bound, a
 // resume on B completes it with what is left of the budgets.
 func TestFleetHostKilledResumedElsewhere(t *testing.T) {
-	work, hs := startFleet(t, "host-a", "host-b")
+	work, hs := startFleet(t, "", "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	pidFile := filepath.Join(work, "pid")
 	id := createTask(t, a, work, map[string]any{"goal": "survive a host", "testexec": map[string]any{
@@ -129,7 +133,7 @@ func TestFleetHostKilledResumedElsewhere(t *testing.T) {
 // then SIGCONT A: A's late run is fenced off — it stops its plugin, logs
 // the lost lease, and nothing of the task changes.
 func TestFleetPausedHostFenced(t *testing.T) {
-	work, hs := startFleet(t, "host-a", "host-b")
+	work, hs := startFleet(t, "", "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	pidFile := filepath.Join(work, "pid")
 	id := createTask(t, a, work, map[string]any{"goal": "outlive a pause", "testexec": map[string]any{
@@ -179,6 +183,60 @@ func TestFleetPausedHostFenced(t *testing.T) {
 	for _, att := range after.Attempts[1:] {
 		if att.RunID != 2 {
 			t.Fatalf("attempt %d is of run %d: after the takeover only B's run 2 may write", att.Attempt, att.RunID)
+		}
+	}
+}
+
+// Principals are the same on every host (the same config): a task is
+// visible to its principal through any host and to nobody else through any.
+func TestFleetPrincipalIsolation(t *testing.T) {
+	const ciTok, bobTok = "fleet-ci-token-0123456789-not-a-secret", "fleet-bob-token-0123456789-not-a-secret"
+	hash := func(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
+	work, hs := startFleet(t, fmt.Sprintf("[api]\ntcp_listen = \"127.0.0.1:0\"\n\n[api.tokens]\nci = %q\nbob = %q\n",
+		hash(ciTok), hash(bobTok)), "host-a", "host-b")
+	a, b := hs[0], hs[1]
+	as := func(d *daemon, tok string, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "taskhost"), append(args, "--address", d.tcp)...)
+		cmd.Env = []string{"HOME=/tmp", "TASKHOST_TOKEN=" + tok}
+		return runCmd(t, cmd)
+	}
+	// root's task, created on A through the socket.
+	rootTask := createTask(t, a, work, map[string]any{"goal": "root's", "testexec": map[string]any{"steps": 1}})
+	// ci's task, created on B through the token listener.
+	spec := writeSpec(t, work, map[string]any{"goal": "ci's", "testexec": map[string]any{"steps": 1}})
+	out, errOut, code := as(b, ciTok, "task", "create", "--executor", "testexec", "--spec-file", spec, "--json")
+	if code != 0 {
+		t.Fatalf("ci creates on B: exit %d %s%s", code, out, errOut)
+	}
+	ciTask := out[strings.Index(out, `"t_`)+1:]
+	ciTask = ciTask[:strings.IndexByte(ciTask, '"')]
+	// Each principal sees its own task through either host.
+	for _, d := range []*daemon{a, b} {
+		if _, errOut, code := d.cli(t, "task", "status", rootTask); code != 0 {
+			t.Fatalf("root's own task through %s: exit %d %s", d.dataDir, code, errOut)
+		}
+		if _, errOut, code := as(d, ciTok, "task", "status", ciTask); code != 0 {
+			t.Fatalf("ci's own task through %s: exit %d %s", d.dataDir, code, errOut)
+		}
+	}
+	// Nobody else does, through any host: not found, as for a missing task.
+	for _, d := range []*daemon{a, b} {
+		for _, c := range []struct {
+			who string
+			run func(args ...string) (string, string, int)
+			id  string
+		}{
+			{"bob", func(args ...string) (string, string, int) { return as(d, bobTok, args...) }, rootTask},
+			{"bob", func(args ...string) (string, string, int) { return as(d, bobTok, args...) }, ciTask},
+			{"root", func(args ...string) (string, string, int) { return d.cli(t, args...) }, ciTask},
+			{"ci", func(args ...string) (string, string, int) { return as(d, ciTok, args...) }, rootTask},
+		} {
+			for _, verb := range []string{"status", "cancel"} {
+				if _, errOut, code := c.run("task", verb, c.id); code != 3 || !strings.Contains(errOut, "not found") {
+					t.Fatalf("%s: task %s of another principal through %s: exit %d %s, want 3 (not found)", c.who, verb, d.dataDir, code, errOut)
+				}
+			}
 		}
 	}
 }
