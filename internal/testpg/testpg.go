@@ -118,15 +118,16 @@ func DSN(t testing.TB) string {
 			t.Errorf("testpg: drop database %s: %v", name, err)
 		}
 	})
-	dsn, err := withDatabase(admin, name)
+	dsn, err := WithDatabase(admin, name)
 	if err != nil {
 		t.Fatalf("testpg: %v", err)
 	}
 	return dsn
 }
 
-// withDatabase is dsn (a URL or key=value pairs) naming database db.
-func withDatabase(dsn, db string) (string, error) {
+// WithDatabase is dsn (a URL or key=value pairs) naming database db
+// instead of its own.
+func WithDatabase(dsn, db string) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
