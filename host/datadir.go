@@ -68,6 +68,7 @@ func dataDirEntries() []dataDirEntry {
 		{StoreFile + "-shm", kindFile},
 		{StoreFile + "-journal", kindFile},
 		{KeyFile, kindSecret},
+		{PostgresMarker, kindFile},
 		{SocketDirName, kindDir},
 		{WorkspaceDirName, kindDir},
 		{apiSocketFile, kindSocket},

@@ -101,7 +101,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.close()
 		return nil, err
 	}
-	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: opts.Synchronous, Limits: store.Limits{
+	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, Limits: store.Limits{
 		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
 		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
 		Result:        cfg.Limits.ResultBytes,

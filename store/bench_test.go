@@ -4,20 +4,53 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+
+	"github.com/taskhost/taskhost/internal/testpg"
 )
+
+// benchStores are the stores the benchmarks compare: SQLite in both
+// synchronous modes and PostgreSQL (on testpg's cluster, whose fsync is off
+// unless TASKHOST_TEST_POSTGRES names a durable server: compare ratios to
+// the commit baseline, not absolute times).
+func benchStores() []struct {
+	name string
+	open func(b *testing.B) *Store
+} {
+	sqlite := func(sync string) func(b *testing.B) *Store {
+		return func(b *testing.B) *Store {
+			s, err := Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			return s
+		}
+	}
+	return []struct {
+		name string
+		open func(b *testing.B) *Store
+	}{
+		{"FULL", sqlite("FULL")},
+		{"NORMAL", sqlite("NORMAL")},
+		{"postgres", func(b *testing.B) *Store {
+			s, err := OpenPostgres(context.Background(), testpg.DSN(b), Options{}, PoolOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			return s
+		}},
+	}
+}
 
 // BenchmarkClaimFinish measures one durable step as the runner performs it:
 // claim an attempt (charging the step budget) and record its outcome with a
 // 1 KiB checkpoint — two transactions, each with one event.
 func BenchmarkClaimFinish(b *testing.B) {
-	for _, sync := range []string{"FULL", "NORMAL"} {
-		b.Run(sync, func(b *testing.B) {
+	for _, st := range benchStores() {
+		b.Run(st.name, func(b *testing.B) {
 			ctx := context.Background()
-			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := st.open(b)
 			budgets := defaultBudgets()
 			budgets.Steps.Limit = int64(b.N) + 1
 			if _, err := s.CreateTask(ctx, NewTask{ID: "bench", PrincipalID: "p", Executor: "legacy",
@@ -52,17 +85,13 @@ func BenchmarkClaimFinish(b *testing.B) {
 }
 
 // BenchmarkCommitBaseline is the floor the step is measured against: one
-// transaction updating one row, on a file opened the same way, so results
+// transaction updating one row, on a store opened the same way, so results
 // from different machines (or loads) can be compared by ratio.
 func BenchmarkCommitBaseline(b *testing.B) {
-	for _, sync := range []string{"FULL", "NORMAL"} {
-		b.Run(sync, func(b *testing.B) {
+	for _, st := range benchStores() {
+		b.Run(st.name, func(b *testing.B) {
 			ctx := context.Background()
-			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := st.open(b)
 			createTask(b, s, "p", "bench")
 			task, err := s.StartRun(ctx, "p", "bench", StatusPending)
 			if err != nil {

@@ -85,6 +85,13 @@ func (pgDialect) retryable(err error) bool {
 
 func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(err), "23") }
 
+// lockTask takes the task row's lock before its events are numbered:
+// sequence numbers are handed out outside transactions, so without it two
+// transactions could number a task's events in one order and commit them
+// in the other, and a watcher past the later number would miss the
+// earlier. NO KEY: the attempts and events referencing the task still insert.
+func (pgDialect) lockTask() string { return `SELECT 1 FROM tasks WHERE id = ?1 FOR NO KEY UPDATE` }
+
 func (pgDialect) classify(where string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
