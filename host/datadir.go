@@ -70,6 +70,7 @@ func dataDirEntries() []dataDirEntry {
 		{KeyFile, kindSecret},
 		{SocketDirName, kindDir},
 		{WorkspaceDirName, kindDir},
+		{CacheDirName, kindDir},
 		{apiSocketFile, kindSocket},
 	}
 }
