@@ -103,7 +103,7 @@ func TestStateCacheKey(t *testing.T) {
 		t.Helper()
 		run := t.TempDir()
 		env := &runtimeEnv{dir: run, path: testSwipl, env: workerEnv(run),
-			cache: &stateCache{dir: dir, max: maxStateBytes, logger: hclog.NewNullLogger()},
+			cache:    &stateCache{dir: dir, max: maxStateBytes, logger: hclog.NewNullLogger()},
 			stateKey: stateKey(src.digest(), path, versionLine)}
 		if err := prepareRuntime(ctx, cfg, src, env); err != nil {
 			t.Fatal(err)
