@@ -71,6 +71,7 @@ func dataDirEntries() []dataDirEntry {
 		{PostgresMarker, kindFile},
 		{SocketDirName, kindDir},
 		{WorkspaceDirName, kindDir},
+		{CacheDirName, kindDir},
 		{apiSocketFile, kindSocket},
 	}
 }

@@ -32,6 +32,7 @@ type Store struct {
 
 	prepared   map[string]*sql.Stmt // writeQueries on w; read-only after Open
 	unprepared atomic.Int64         // write statements run without preparation (should stay 0)
+	statements atomic.Int64         // write statements run, for the tests that count a step's
 	readStmts  stmtCache            // reader statements, prepared on first use
 }
 

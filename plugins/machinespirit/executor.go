@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,9 +109,13 @@ type Config struct {
 	// if it cannot confine, the preflight fails (check "confine").
 	Trampoline string
 
-	StartMode   StartMode     // default StartFromState
-	CancelGrace time.Duration // default DefaultCancelGrace
-	KillGrace   time.Duration // default DefaultKillGrace
+	StartMode StartMode // default StartFromState
+	// StateCacheDir, absolute, keeps the built saved state across plugin
+	// starts (see statecache.go); "" builds it at every start. A directory
+	// that is missing or unusable only costs the cache (logged).
+	StateCacheDir string
+	CancelGrace   time.Duration // default DefaultCancelGrace
+	KillGrace     time.Duration // default DefaultKillGrace
 
 	// OnWorkerLost is called when the worker dies during a step, before
 	// Step returns an error wrapping ErrWorkerLost. The plugin binary
@@ -211,8 +216,34 @@ func New(ctx context.Context, cfg Config) *Executor {
 	}
 	if e.env != nil {
 		e.desc.Runtime["worker_confinement"] = e.env.policy.Summary(confine.Probe())
+		if e.env.stateFrom != "" {
+			e.desc.Runtime["saved_state"] = e.env.stateFrom
+		}
 	}
 	return e
+}
+
+// openStateCache returns the saved-state cache of cfg.StateCacheDir, or
+// nil when there is none to use. Only a relative path fails the
+// preflight (it is a wrong flag); a directory that cannot be used is
+// logged and the state is built as without a cache.
+func (e *Executor) openStateCache() (*stateCache, error) {
+	dir := e.cfg.StateCacheDir
+	if dir == "" || e.cfg.StartMode != StartFromState {
+		return nil, nil
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, failCheck("state_cache_dir", "%q is not an absolute path (--state-cache-dir)", truncate(dir, 200))
+	}
+	fi, err := os.Stat(dir)
+	if err == nil && !fi.IsDir() {
+		err = fmt.Errorf("%s is not a directory", dir)
+	}
+	if err != nil {
+		e.cfg.Logger.Warn("saved-state cache dir not usable; building the state at every start", "dir", dir, "error", err)
+		return nil, nil
+	}
+	return &stateCache{dir: dir, max: maxStateBytes, logger: e.cfg.Logger}, nil
 }
 
 // preflight checks the pinned runtime and keeps the worker it started for
@@ -256,10 +287,14 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 	}
 	env.work, env.trampoline = work, trampoline
 	env.policy = workerPolicy(e.cfg, dir, work)
-	env.version, err = checkVersion(ctx, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
+	env.version, env.versionLine, err = checkVersion(ctx, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
 	if err != nil {
 		return fail(err)
 	}
+	if env.cache, err = e.openStateCache(); err != nil {
+		return fail(err)
+	}
+	env.stateKey = stateKey(e.sources, e.cfg.SwiplPath, env.versionLine)
 	if env.opGraphs, err = readOperatorGraphs(e.cfg.GraphsDir, e.cfg.GraphPins); err != nil {
 		return fail(err)
 	}
@@ -267,6 +302,17 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 		return fail(err)
 	}
 	w, graphs, err := helloWorker(ctx, e.cfg, env)
+	if err != nil && env.stateFrom == stateCached {
+		// A state that hashes right but does not load (a swipl changed in
+		// place under the same version line) is built again, once.
+		e.cfg.Logger.Warn("the worker did not start from the cached saved state; building it again", "error", err)
+		env.cache.drop(env.stateKey)
+		env.stateFrom = stateRebuilt
+		if err := buildState(ctx, e.cfg, src, env); err != nil {
+			return fail(err)
+		}
+		w, graphs, err = helloWorker(ctx, e.cfg, env)
+	}
 	if err != nil {
 		return fail(err)
 	}
