@@ -220,6 +220,10 @@ func buildState(ctx context.Context, cfg Config, src sourceSet, env *runtimeEnv)
 		return failCheck("sources", "%w", err)
 	}
 	files := append([]string{filepath.Join(env.dir, mainSource)}, prefixAll(env.dir, src.extras())...)
+	// A cached state that did not load is there read-only (0400).
+	if err := os.Remove(env.state); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return failCheck("saved_state", "%w", err)
+	}
 	bctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	args := append([]string{"--no-packs", "-q", "-o", env.state, "-c"}, files...)
