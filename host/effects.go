@@ -557,6 +557,33 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 	return &pb.RequestApprovalResponse{Decision: "approved"}, nil
 }
 
+// RequestInput asks the task's principal a question, with the task in
+// waiting_approval, and answers the JSON value they approve it with
+// (`taskhost approve ID --value JSON`). Like any approval effect it is
+// replayed in a re-run of the step once answered, so a question is never
+// answered twice; one whose wait a crash cut off is asked again.
+func (s *services) RequestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
+	ts, err := s.authorizeState("RequestInput", req.GetTurnToken())
+	if err != nil {
+		return nil, err
+	}
+	question := tools.Printable(truncateChars(req.GetQuestion(), 500), 1900)
+	if question == "" {
+		return nil, status.Error(codes.InvalidArgument, "question: an input request needs a question")
+	}
+	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("input"), []byte(question)), Summary: "input"}
+	var answer []byte
+	gate := func(seq int64) (err error) {
+		answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question)
+		return err
+	}
+	out, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return answer, nil })
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RequestInputResponse{ValueJson: string(out)}, nil
+}
+
 func modelRequest(req *pb.CallModelRequest) (model.Request, error) {
 	if n := len(req.GetMessages()); n == 0 || n > maxModelMessages {
 		return model.Request{}, fmt.Errorf("a model request needs 1..%d messages, got %d", maxModelMessages, n)

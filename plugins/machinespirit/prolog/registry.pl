@@ -10,14 +10,23 @@
 
     Env is a dict: graph, node, input (the task's input object), goal,
     context_file (string or null), execution (the 1-based node execution
-    number). State is a dict of the graph's fields. Out is one of
+    number), resume (the answer to the interrupt the previous node paused
+    on, or null). State is a dict of the graph's fields. Out is one of
 
         patch(Patch)             Patch: a dict or a list of Field=Value
         patch(Patch, Note)       Note: a short text for the step summary
-        interrupt(Patch, Reason) commit Patch and hand control back to the
-                                 host; the next step continues at the next
-                                 node, so the effects of this one are never
-                                 repeated
+        interrupt(Patch, Question)
+                                 commit Patch and pause: the host asks its
+                                 principal Question (a non-empty text, cut
+                                 to 200 characters) and the next step runs
+                                 the next node with the answer, a JSON
+                                 value, as Env.resume; the effects of this
+                                 node are never repeated
+        interrupt(Patch, Question, Field)
+                                 the same, and the answer is applied to
+                                 Field first (reducer and type checked; an
+                                 answer that does not fit fails the task
+                                 with type_error)
 
     A handler may throw graph_failure(Code, Message) to fail the task with
     a typed code. A router is declared with router_decl(Pattern) and
@@ -82,6 +91,11 @@ handler(tool(Name, Args), _Env, _State, patch([])) :-
 handler_decl(tool(_, _, _)).
 handler(tool(Name, Args, Field), _Env, _State, patch([Field=Result])) :-
     ms_effects:tool(Name, Args, Result).
+
+%   input(Question, Field): pauses the task until its principal answers
+%   Question (`taskhost approve ID --value JSON`); the answer goes to Field.
+handler_decl(input(_, _)).
+handler(input(Question, Field), _Env, _State, interrupt([], Question, Field)).
 
 %   fail_graph(Code): fails the task with Code (an atom).
 handler_decl(fail_graph(_)).
