@@ -77,6 +77,29 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
+// TestAskHuman: the shipped ask_human graph asks the task's goal, and the
+// node after the pause uses the answer in an effect.
+func TestAskHuman(t *testing.T) {
+	e := newExecutor(t, testConfig(t, nil))
+	h := newFakeHost(1)
+	h.answer = json.RawMessage(`{"x":1}`)
+	sp := spec("ask_human", nil, "")
+	res, err := e.Step(context.Background(), h, stepReq(sp, nil))
+	if err != nil || res.Outcome != sdk.OutcomeContinue || len(h.Calls()) != 0 {
+		t.Fatalf("step 1: %+v, %v, calls %+v", res, err, h.Calls())
+	}
+	res, err = e.Step(context.Background(), h, stepReq(sp, res.Checkpoint))
+	if err != nil || res.Outcome != sdk.OutcomeComplete || string(res.Result) != `{"answer":{"x":1}}` {
+		t.Fatalf("step 2: %+v %s, %v", res, res.Result, err)
+	}
+	if calls := h.Calls(); len(calls) != 2 || calls[0].Kind != "input" || calls[0].Prompt != "test goal" {
+		t.Fatalf("calls %+v", calls)
+	}
+	if got := h.workspace["answer.json"]; got != `{"x":1}` {
+		t.Fatalf("answer.json = %q", got)
+	}
+}
+
 // TestInterruptNeedsAnAnswer: a pending interrupt is never passed over —
 // not by a host that cannot ask, and not by a run frame without an answer.
 func TestInterruptNeedsAnAnswer(t *testing.T) {

@@ -45,6 +45,7 @@
           ]).
 
 :- use_module(effects, []).
+:- use_module(library(http/json), [json_write_dict/3]).
 
 :- multifile
     handler_decl/1,
@@ -96,6 +97,20 @@ handler(tool(Name, Args, Field), _Env, _State, patch([Field=Result])) :-
 %   Question (`taskhost approve ID --value JSON`); the answer goes to Field.
 handler_decl(input(_, _)).
 handler(input(Question, Field), _Env, _State, interrupt([], Question, Field)).
+
+%   input_goal(Field): input/2 with the task's goal as the question.
+handler_decl(input_goal(_)).
+handler(input_goal(Field), Env, _State, interrupt([], Goal, Field)) :-
+    get_dict(goal, Env, Goal0),
+    (   Goal0 == "" -> Goal = "(the task has no goal text)" ; Goal = Goal0 ).
+
+%   write_json(Field, Path): writes the JSON of Field to workspace file
+%   Path (a tool effect).
+handler_decl(write_json(_, _)).
+handler(write_json(Field, Path), _Env, State, patch([])) :-
+    get_dict(Field, State, V),
+    with_output_to(string(Text), json_write_dict(current_output, V, [width(0)])),
+    ms_effects:tool('workspace.write', _{path: Path, content: Text}, _).
 
 %   fail_graph(Code): fails the task with Code (an atom).
 handler_decl(fail_graph(_)).
