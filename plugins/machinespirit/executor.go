@@ -9,6 +9,13 @@
 // steps is the worker's checkpoint snapshot (CheckpointSchema); the worker
 // itself keeps nothing a resume would need.
 //
+// A node that interrupts pauses the task: its step commits the checkpoint
+// with the interrupt's question pending, and the next step asks the task's
+// principal that question (sdk.Host.RequestInput, the task waiting in
+// waiting_approval) before anything else, then runs the next node with the
+// answer. A restart during the wait asks again on resume; an answer given
+// is replayed by the host to a re-run of its step, never asked twice.
+//
 // Failure policy:
 //   - the runtime is pinned and checked at start-up (Describe reports
 //     Runtime["preflight"]); a failed preflight refuses every step, there
