@@ -192,9 +192,18 @@ type ModelResponse struct {
 
 // ToolRequest is one tool call.
 type ToolRequest struct {
-	Name           string
-	Arguments      string // JSON
+	Name      string
+	Arguments string // JSON
+	// IdempotencyKey names the effect; the host records it and hands it
+	// back in StepRequest.Indeterminate.
 	IdempotencyKey string
+	// Idempotent asks the tool to de-duplicate the call by IdempotencyKey
+	// (required, at most 128 bytes): a call repeated with the same key has
+	// the effect of one, so after a crash the host re-admits it without an
+	// approval. Only a tool that honours a key accepts it (workspace.write:
+	// an append included); on any other the call fails with
+	// ErrInvalidArgument.
+	Idempotent bool
 }
 
 // ToolResponse is a tool's result.

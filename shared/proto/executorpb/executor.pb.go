@@ -1151,8 +1151,13 @@ type CallToolRequest struct {
 	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	ArgumentsJson  string                 `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The call is idempotent under idempotency_key: the tool de-duplicates by
+	// the key, so after a crash the host re-admits it without an approval.
+	// Only a tool that honours a key (workspace.write) accepts it; the key is
+	// then required, at most 128 bytes.
+	Idempotent    bool `protobuf:"varint,5,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallToolRequest) Reset() {
@@ -1211,6 +1216,13 @@ func (x *CallToolRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *CallToolRequest) GetIdempotent() bool {
+	if x != nil {
+		return x.Idempotent
+	}
+	return false
 }
 
 type CallToolResponse struct {
@@ -1744,13 +1756,16 @@ const file_executor_proto_rawDesc = "" +
 	"\n" +
 	"call_token\x18\x02 \x01(\tR\tcallToken\x12\x14\n" +
 	"\x05depth\x18\x03 \x01(\rR\x05depth\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed\"\x94\x01\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\"\xb4\x01\n" +
 	"\x0fCallToolRequest\x12\x1d\n" +
 	"\n" +
 	"turn_token\x18\x01 \x01(\tR\tturnToken\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"j\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x1e\n" +
+	"\n" +
+	"idempotent\x18\x05 \x01(\bR\n" +
+	"idempotent\"j\n" +
 	"\x10CallToolResponse\x12\x1f\n" +
 	"\vresult_json\x18\x01 \x01(\tR\n" +
 	"resultJson\x12\x19\n" +
