@@ -19,7 +19,7 @@ const examplesDir = "../../examples/machinespirit"
 // example's question through a scripted model.
 func TestExamples(t *testing.T) {
 	specs := map[string][]byte{}
-	for _, name := range []string{"rlm.json", "plan-act-review.json", "tool-pipeline.json"} {
+	for _, name := range []string{"rlm.json", "plan-act-review.json", "tool-pipeline.json", "ask-human.json"} {
 		b, err := os.ReadFile(filepath.Join(examplesDir, name))
 		if err != nil {
 			t.Fatal(err)
