@@ -51,6 +51,13 @@ func TestExamples(t *testing.T) {
 		t.Fatalf("plan_act_review: %+v %s", last, last.Result)
 	}
 
+	h = newFakeHost(1)
+	h.answer = []byte(`"release-2"`)
+	results, _ = runToEnd(t, e, h, specs["ask-human.json"], nil, 3)
+	if last := results[len(results)-1]; last.Outcome != sdk.OutcomeComplete || string(last.Result) != `{"answer":"release-2"}` || h.workspace["answer.json"] != `"release-2"` {
+		t.Fatalf("ask_human: %+v %s", last, last.Result)
+	}
+
 	ctxText, err := os.ReadFile(filepath.Join(examplesDir, "ctx.txt"))
 	if err != nil {
 		t.Fatal(err)
