@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -89,9 +88,4 @@ func (k keyedWrite) applied(keys []string) (bool, error) {
 		return true, nil
 	}
 	return false, nil
-}
-
-// xattrUnsupported reports a filesystem without user extended attributes.
-func xattrUnsupported(err error) bool {
-	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, syscall.EOPNOTSUPP)
 }

@@ -357,7 +357,9 @@ func (c *call) writeFile(ctx context.Context, root *os.Root, p, rel, content str
 		}
 		keys, err = fileKeys(f)
 		f.Close()
-		if err != nil && (c.key != "" || !xattrUnsupported(err)) {
+		// Only a keyed write depends on them; an unkeyed one goes on
+		// without (the file then forgets its keys).
+		if err != nil && c.key != "" {
 			return Result{}, fmt.Errorf("read the idempotency keys of %s: %w", p, err)
 		}
 	}
@@ -420,7 +422,7 @@ func (c *call) writeFile(ctx context.Context, root *os.Root, p, rel, content str
 	if err := tmp.Chmod(mode); err != nil {
 		return Result{}, fmt.Errorf("chmod: %w", err)
 	}
-	if err := setFileKeys(tmp, keys); err != nil && (c.key != "" || !xattrUnsupported(err)) {
+	if err := setFileKeys(tmp, keys); err != nil && c.key != "" {
 		return Result{}, fmt.Errorf("record the idempotency keys of %s: %w", p, err)
 	}
 	if err := tmp.Sync(); err != nil {
