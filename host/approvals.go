@@ -40,7 +40,7 @@ const inputTool = "(input)"
 // re-run of the step gets the same answer without asking again.
 const MaxInputValue = 64 << 10
 
-// ApprovalKind tells what a approval asks for.
+// ApprovalKind tells what an approval asks for.
 func ApprovalKind(a store.Approval) string {
 	switch a.Tool {
 	case "":
