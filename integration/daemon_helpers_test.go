@@ -177,6 +177,7 @@ type (
 		TaskID     string `json:"task_id"`
 		RunID      int64  `json:"run_id"`
 		Attempt    int64  `json:"attempt"`
+		Kind       string `json:"kind"`
 		Tool       string `json:"tool"`
 		Prompt     string `json:"prompt"`
 		Status     string `json:"status"`

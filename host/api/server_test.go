@@ -334,6 +334,10 @@ func TestRequestValidation(t *testing.T) {
 			return err
 		}},
 		{"empty approval id", "approval_id", func() error { _, err := ac.Approve(ctx, &apipb.ResolveApprovalRequest{}); return err }},
+		{"value on a rejection", "value_json", func() error {
+			_, err := ac.Reject(ctx, &apipb.ResolveApprovalRequest{ApprovalId: "a_1", ValueJson: "1"})
+			return err
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -9,6 +9,13 @@
 // steps is the worker's checkpoint snapshot (CheckpointSchema); the worker
 // itself keeps nothing a resume would need.
 //
+// A node that interrupts pauses the task: its step commits the checkpoint
+// with the interrupt's question pending, and the next step asks the task's
+// principal that question (sdk.Host.RequestInput, the task waiting in
+// waiting_approval) before anything else, then runs the next node with the
+// answer. A restart during the wait asks again on resume; an answer given
+// is replayed by the host to a re-run of its step, never asked twice.
+//
 // Failure policy:
 //   - the runtime is pinned and checked at start-up (Describe reports
 //     Runtime["preflight"]); a failed preflight refuses every step, there
@@ -408,9 +415,15 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	if err != nil {
 		return sdk.Fail("executor_failed", truncate("machinespirit: spec: "+err.Error(), maxFailMessage)), nil
 	}
-	cp, execs, err := readCheckpoint(req.Checkpoint, sp.Graph, e.cfg.CheckpointMaxBytes)
+	cp, hdr, err := readCheckpoint(req.Checkpoint, sp.Graph, e.cfg.CheckpointMaxBytes)
 	if err != nil {
 		return sdk.Fail("checkpoint_incompatible", truncate("machinespirit: "+err.Error(), maxFailMessage)), nil
+	}
+	// The question first: asked before any other host call of the step,
+	// it keeps its place in the step, so a re-run replays its answer.
+	resume, res, stop, err := e.askInterrupt(ctx, host, hdr.Interrupt)
+	if stop {
+		return res, err
 	}
 	if res, stop := e.resolveIndeterminate(ctx, host, req); stop {
 		return res, nil
@@ -429,7 +442,7 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	e.mu.Unlock()
 	run := runFrame{
 		Type: "run", ID: runID, Graph: sp.Graph, Input: sp.Input, Goal: sp.Goal,
-		Checkpoint: cp, CheckpointMaxBytes: e.cfg.CheckpointMaxBytes,
+		Checkpoint: cp, CheckpointMaxBytes: e.cfg.CheckpointMaxBytes, Resume: resume,
 	}
 	if sp.ContextFile != "" {
 		cf := sp.ContextFile
@@ -437,7 +450,7 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	}
 	st := &stepState{
 		e: e, w: w, host: host, req: req, runID: runID,
-		execution: execs + 1, tokenDepth: map[string]int{},
+		execution: hdr.Executions + 1, tokenDepth: map[string]int{},
 	}
 	if err := w.send(run); err != nil {
 		if errors.Is(err, errFrameTooLarge) {
@@ -446,6 +459,26 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		return st.lost(err)
 	}
 	return st.loop(ctx)
+}
+
+// askInterrupt asks the task's principal the question of a pending
+// interrupt (none: nothing to do) and returns the answer for the run. A
+// refusal of the host ends the step: stop is set, with a result or, when
+// the step's context ended, an error.
+func (e *Executor) askInterrupt(ctx context.Context, host sdk.Host, intr *cpInterrupt) (*resumeFrame, sdk.StepResult, bool, error) {
+	if intr == nil {
+		return nil, sdk.StepResult{}, false, nil
+	}
+	v, err := host.RequestInput(ctx, intr.Reason)
+	switch {
+	case err == nil:
+		return &resumeFrame{Value: v}, sdk.StepResult{}, false, nil
+	case ctx.Err() != nil:
+		return nil, sdk.StepResult{}, true, fmt.Errorf("machinespirit: step cancelled while waiting for an answer: %w", ctx.Err())
+	}
+	// A rejection has already failed the task; this answer only matters
+	// when the host could not ask at all.
+	return nil, sdk.Fail("executor_failed", truncate(fmt.Sprintf("machinespirit: node %s paused on a question that got no answer: %v", truncate(intr.Node, 64), err), maxFailMessage)), true, nil
 }
 
 // resolveIndeterminate applies the policy for effects that were in flight

@@ -1736,8 +1736,11 @@ type Approval struct {
 	CreatedUnixNano  int64  `protobuf:"varint,8,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	ExpiresUnixNano  int64  `protobuf:"varint,9,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
 	ResolvedUnixNano int64  `protobuf:"varint,10,opt,name=resolved_unix_nano,json=resolvedUnixNano,proto3" json:"resolved_unix_nano,omitempty"` // 0 while pending
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// tool (a gated tool call) | approval (an executor's yes/no question) |
+	// input (an executor's question answered with a JSON value)
+	Kind          string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -1840,6 +1843,13 @@ func (x *Approval) GetResolvedUnixNano() int64 {
 	return 0
 }
 
+func (x *Approval) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 type ListApprovalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// pending | approved | rejected | expired | cancelled, or "" for all.
@@ -1938,8 +1948,11 @@ func (x *ListApprovalsResponse) GetTruncated() bool {
 }
 
 type ResolveApprovalRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApprovalId    string                 `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ApprovalId string                 `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// Approve only, and only of an input approval: the answer, one JSON
+	// value of at most 64 KiB. Empty answers null.
+	ValueJson     string `protobuf:"bytes,2,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1977,6 +1990,13 @@ func (*ResolveApprovalRequest) Descriptor() ([]byte, []int) {
 func (x *ResolveApprovalRequest) GetApprovalId() string {
 	if x != nil {
 		return x.ApprovalId
+	}
+	return ""
+}
+
+func (x *ResolveApprovalRequest) GetValueJson() string {
+	if x != nil {
+		return x.ValueJson
 	}
 	return ""
 }
@@ -2474,7 +2494,7 @@ const file_api_proto_rawDesc = "" +
 	"\bsnapshot\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskH\x00R\bsnapshot\x12.\n" +
 	"\x05event\x18\x02 \x01(\v2\x16.taskhost.api.v1.EventH\x00R\x05event\x12-\n" +
 	"\x05final\x18\x03 \x01(\v2\x15.taskhost.api.v1.TaskH\x00R\x05finalB\x06\n" +
-	"\x04item\"\xae\x02\n" +
+	"\x04item\"\xc2\x02\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x15\n" +
@@ -2486,15 +2506,18 @@ const file_api_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\b \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
 	"\x11expires_unix_nano\x18\t \x01(\x03R\x0fexpiresUnixNano\x12,\n" +
 	"\x12resolved_unix_nano\x18\n" +
-	" \x01(\x03R\x10resolvedUnixNano\".\n" +
+	" \x01(\x03R\x10resolvedUnixNano\x12\x12\n" +
+	"\x04kind\x18\v \x01(\tR\x04kind\".\n" +
 	"\x14ListApprovalsRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\"n\n" +
 	"\x15ListApprovalsResponse\x127\n" +
 	"\tapprovals\x18\x01 \x03(\v2\x19.taskhost.api.v1.ApprovalR\tapprovals\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"9\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"X\n" +
 	"\x16ResolveApprovalRequest\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
-	"approvalId\"P\n" +
+	"approvalId\x12\x1d\n" +
+	"\n" +
+	"value_json\x18\x02 \x01(\tR\tvalueJson\"P\n" +
 	"\x17ResolveApprovalResponse\x125\n" +
 	"\bapproval\x18\x01 \x01(\v2\x19.taskhost.api.v1.ApprovalR\bapproval\"\x10\n" +
 	"\x0eGetInfoRequest\"\x95\x01\n" +
