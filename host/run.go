@@ -256,7 +256,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// The provider's own words, once: the executor's message wraps the
 		// same error again on its way back.
 		v = verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: store.ReasonModelAuth,
-			message: truncate(msg+"; check the key named by [model] api_key_env", 2000)}
+			message: truncate("model auth: "+msg+"; check the key named by [model] api_key_env", 2000)}
 		r.log.Warn("step ended on a model credentials refusal: the task fails (model_auth)", "task", ru.id, "attempt", att.Number)
 	}
 	if err := ts.storeError(); err != nil && !v.abandoned && v.attempt != store.AttemptCancelled {
