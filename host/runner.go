@@ -333,7 +333,12 @@ func (r *Runner) Get(ctx context.Context, principal, id string) (store.Task, err
 	return r.overlay(t), nil
 }
 
-// List pages through principal's tasks in creation order.
+// Count counts the tasks List would list over all pages.
+func (r *Runner) Count(ctx context.Context, principal string, q store.ListQuery) (int64, error) {
+	return r.store.CountTasks(ctx, principal, q)
+}
+
+// List pages through principal's tasks in q's order.
 func (r *Runner) List(ctx context.Context, principal string, q store.ListQuery) ([]store.Task, error) {
 	ts, err := r.store.ListTasks(ctx, principal, q)
 	for i := range ts {

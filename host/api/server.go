@@ -54,6 +54,8 @@ type Tasks interface {
 	Cancel(ctx context.Context, principal, id string) (store.Task, error)
 	Get(ctx context.Context, principal, id string) (store.Task, error)
 	List(ctx context.Context, principal string, q store.ListQuery) ([]store.Task, error)
+	// Count counts the tasks List would list over all pages.
+	Count(ctx context.Context, principal string, q store.ListQuery) (int64, error)
 	Attempts(ctx context.Context, principal, id string) ([]store.Attempt, error)
 	// Events blocks until there is at least one event after after, or ctx
 	// ends.

@@ -921,7 +921,16 @@ type ListTasksRequest struct {
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Every principal's tasks: only for an admin ([api] admins), anyone
 	// else gets PermissionDenied (NOT_ADMIN).
-	All           bool `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	All bool `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	// The order: "created" (oldest first; also ""), "-created" (newest
+	// first) or "status" (by status name, newest first within one). A page
+	// token holds only for the order and filters it was issued with.
+	Sort string `protobuf:"bytes,5,opt,name=sort,proto3" json:"sort,omitempty"`
+	// Only tasks of this executor kind (at most 64 bytes); "" means all.
+	Executor string `protobuf:"bytes,6,opt,name=executor,proto3" json:"executor,omitempty"`
+	// Only tasks created at or after this time (Unix nanoseconds); 0 means
+	// all.
+	SinceUnixNano int64 `protobuf:"varint,7,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -984,11 +993,35 @@ func (x *ListTasksRequest) GetAll() bool {
 	return false
 }
 
+func (x *ListTasksRequest) GetSort() string {
+	if x != nil {
+		return x.Sort
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetExecutor() string {
+	if x != nil {
+		return x.Executor
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
 type ListTasksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Tasks []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// "" when this is the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many tasks match the filters over all pages, counted with this
+	// page.
+	Total         int64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1035,6 +1068,13 @@ func (x *ListTasksResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListTasksResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
 }
 
 type ListTaskFilesRequest struct {
@@ -2429,16 +2469,20 @@ const file_api_proto_rawDesc = "" +
 	"\x0fGetTaskResponse\x12)\n" +
 	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\x124\n" +
 	"\battempts\x18\x02 \x03(\v2\x18.taskhost.api.v1.AttemptR\battempts\x12)\n" +
-	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\"x\n" +
+	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\"\xd0\x01\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x03(\tR\x06status\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x10\n" +
-	"\x03all\x18\x04 \x01(\bR\x03all\"h\n" +
+	"\x03all\x18\x04 \x01(\bR\x03all\x12\x12\n" +
+	"\x04sort\x18\x05 \x01(\tR\x04sort\x12\x1a\n" +
+	"\bexecutor\x18\x06 \x01(\tR\bexecutor\x12&\n" +
+	"\x0fsince_unix_nano\x18\a \x01(\x03R\rsinceUnixNano\"~\n" +
 	"\x11ListTasksResponse\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.taskhost.api.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\"C\n" +
 	"\x14ListTaskFilesRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"t\n" +
