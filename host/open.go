@@ -49,6 +49,8 @@ type Options struct {
 	// Trampoline starts every plugin confined (internal/confine); its main
 	// must call confine.Main first. Default: the running binary.
 	Trampoline string
+	// Observer is told what the metrics count as it happens; nil: no one.
+	Observer Observer
 }
 
 // Host is an open data dir: its store, its executors and its Runner. Only
@@ -101,7 +103,11 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.close()
 		return nil, err
 	}
-	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: opts.Synchronous, Limits: store.Limits{
+	obs := opts.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted, Limits: store.Limits{
 		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
 		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
 		Result:        cfg.Limits.ResultBytes,
@@ -142,7 +148,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	} else {
 		log.Warn("the kernel offers no Landlock: shell.run commands are not confined to their workspace", "confinement", svc.Tools.Confinement())
 	}
-	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
+	set := settingsFrom(cfg)
+	set.Observer = obs
+	h.Runner = New(h.Store, h.Registry, key, set, svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
 		return fail(fmt.Errorf("start-up recovery: %w", err))
 	}

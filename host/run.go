@@ -67,6 +67,7 @@ func (ru *run) loop() {
 		return
 	}
 	ru.exe = exe
+	ru.r.set.Observer.PluginStarted(ru.task.Executor)
 	if ru.desc, err = describeChecked(ru.ctx, ru.task.Executor, exe); err != nil {
 		ru.endRun(store.StatusInterrupted, store.ReasonExecutorUnavailable, err.Error())
 		return
@@ -230,6 +231,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	// executor.
 	stepCtx, cancelStep := context.WithCancelCause(ru.ctx)
 	go ru.wall.expire(stepCtx, cancelStep, errWallExceeded)
+	began := time.Now()
 	res, stepErr := ru.exe.Step(stepCtx, req)
 	cause := context.Cause(stepCtx)
 	cancelStep(nil)
@@ -265,6 +267,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// attempt is interrupted and its effects settled like a crash's.
 		v = storeVerdict(err)
 	}
+	r.set.Observer.StepFinished(ru.task.Executor, string(v.attempt), time.Since(began))
 	return ru.finish(v, att)
 }
 

@@ -40,6 +40,9 @@ type Settings struct {
 
 	// Heartbeat is how often active wall time is persisted (at most 5 s).
 	Heartbeat time.Duration
+	// Observer is told of plugin starts, crashes and step durations; nil
+	// tells no one.
+	Observer Observer
 }
 
 // Limits are budget limits; zero means "unset" in a request.
@@ -126,6 +129,9 @@ func New(st *store.Store, l Launcher, key []byte, set Settings, svc Services, wo
 	}
 	if set.Heartbeat <= 0 || set.Heartbeat > 5*time.Second {
 		set.Heartbeat = 5 * time.Second
+	}
+	if set.Observer == nil {
+		set.Observer = nopObserver{}
 	}
 	return &Runner{
 		store: st, launcher: l, set: set, seal: sealer{key: key}, log: log,

@@ -50,7 +50,12 @@ func (s *Store) write(ctx context.Context, fn func(tx *txn) error) error {
 		tx.Rollback() //nolint:errcheck // fn's error is the one to report
 		return s.dbErr(err)
 	}
-	return s.dbErr(tx.Commit())
+	start := time.Now()
+	if err := tx.Commit(); err != nil {
+		return s.dbErr(err)
+	}
+	s.observeCommit(time.Since(start))
+	return nil
 }
 
 // txn is a write transaction whose statements were prepared once, at Open:

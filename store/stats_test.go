@@ -37,18 +37,27 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	spent, sa := claimedTask(t, s, "alice", "t_spent")
+	if _, err := s.FinishAttempt(ctx, FinishAttempt{PrincipalID: "alice", TaskID: spent.ID, RunID: spent.RunID, Number: sa.Number,
+		Status: AttemptFailed, Outcome: "fail", Reason: ReasonToolBudgetExhausted, TaskTo: StatusFailed, TaskReason: ReasonToolBudgetExhausted}); err != nil {
+		t.Fatal(err)
+	}
+
 	got, err := s.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantTasks := map[Status]int64{StatusPending: 2, StatusWaitingApproval: 1, StatusFailed: 1}
+	if want := map[Reason]int64{ReasonToolBudgetExhausted: 1}; !maps.Equal(got.BudgetExhausted, want) {
+		t.Errorf("budgets: %v, want %v (executor_failed is not a budget)", got.BudgetExhausted, want)
+	}
+	wantTasks := map[Status]int64{StatusPending: 2, StatusWaitingApproval: 1, StatusFailed: 2}
 	if !maps.Equal(got.Tasks, wantTasks) {
 		t.Errorf("tasks: %v, want %v", got.Tasks, wantTasks)
 	}
 	wantAttempts := map[AttemptKey]int64{
 		{AttemptRunning, ""}:           1, // t_waiting's, waiting on its approval
 		{AttemptCompleted, "continue"}: 1,
-		{AttemptFailed, "fail"}:        1,
+		{AttemptFailed, "fail"}:        2,
 	}
 	if !maps.Equal(got.Attempts, wantAttempts) {
 		t.Errorf("attempts: %v, want %v", got.Attempts, wantAttempts)
