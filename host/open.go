@@ -61,6 +61,11 @@ type Host struct {
 	Store    *store.Store
 	DataDir  string
 	Recovery store.Recovery
+	// Model holds the model provider's preflight result.
+	Model *ModelChecker
+
+	stopPreflight context.CancelFunc
+	preflightDone chan struct{}
 
 	lock      *os.File
 	tools     *tools.Registry // closed at stop: its shell.run commands die with the host
@@ -166,6 +171,27 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if !cfg.MachineSpirit.Enabled {
 		h.Registry.MarkUnavailable("machinespirit", "disabled", "machinespirit is disabled: set [machine_spirit] enabled = true in the config to use it")
 	}
+	provider := cfg.Model.Provider
+	if provider == "" {
+		provider = config.ProviderScripted
+	}
+	// A backstop above the provider's own per-request timeout, which names
+	// itself in the result ("no response within ...").
+	timeout := time.Duration(cfg.Model.TimeoutSeconds)*time.Second + 5*time.Second
+	if cfg.Model.TimeoutSeconds <= 0 {
+		timeout = time.Minute + 5*time.Second
+	}
+	h.Model = newModelChecker(svc.Model, ModelStatus{Provider: provider, Name: cfg.Model.Name, Preflight: cfg.Model.Preflight}, timeout, log.Named("model"))
+	if cfg.Model.Preflight {
+		// In the background: a slow endpoint must not hold up the start.
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		h.stopPreflight = cancel
+		h.preflightDone = make(chan struct{})
+		go func() {
+			defer close(h.preflightDone)
+			h.Model.Check(pctx)
+		}()
+	}
 	return h, nil
 }
 
@@ -179,6 +205,10 @@ func (h *Host) Close(ctx context.Context) error {
 }
 
 func (h *Host) close() error {
+	if h.stopPreflight != nil {
+		h.stopPreflight()
+		<-h.preflightDone
+	}
 	var err error
 	if h.tools != nil {
 		// The runs have ended, and with them their tool calls; this kills
