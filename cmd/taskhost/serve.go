@@ -117,7 +117,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 	}
 
 	srv, err := api.New(api.Options{
-		Tasks: h.Runner, Events: h.Store, Executors: h.Registry,
+		Tasks: h.Runner, Events: h.Store, Executors: h.Registry, Model: h.Model,
 		Principals: principals, Tokens: cfg.API.Tokens,
 		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
 		MaxWatchesPerPrincipal: cfg.API.MaxWatchesPerPrincipal,

@@ -78,11 +78,21 @@ type Executors interface {
 	Spec(kind string) (host.PluginSpec, bool)
 }
 
+// ModelCheck reports the model provider's preflight; *host.ModelChecker
+// implements it.
+type ModelCheck interface {
+	Status() host.ModelStatus
+	Check(ctx context.Context) host.ModelStatus
+}
+
 // Options configure a Server.
 type Options struct {
 	Tasks     Tasks
 	Events    EventLog
 	Executors Executors
+	// Model reports the model provider's preflight in ListExecutors; nil
+	// leaves it out.
+	Model ModelCheck
 
 	// Principals maps a unix uid to its principal name.
 	Principals map[uint32]string
