@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"testing"
+	"time"
 )
 
 // TestStats counts tasks of two principals in four states, attempts that
@@ -71,5 +72,23 @@ func TestStats(t *testing.T) {
 	}
 	if _, err := s.Stats(ctx); err == nil {
 		t.Error("Stats on a closed store: no error")
+	}
+}
+
+// ObserveCommit sees every committed write and no refused one.
+func TestObserveCommit(t *testing.T) {
+	var commits []time.Duration
+	s := openTest(t, func(o *Options) { o.ObserveCommit = func(d time.Duration) { commits = append(commits, d) } })
+	createTask(t, s, "alice", "t_one")
+	if len(commits) != 1 || commits[0] <= 0 {
+		t.Fatalf("after one create: %v", commits)
+	}
+	// A duplicate id is refused inside the transaction: rolled back, not
+	// committed.
+	if _, err := s.CreateTask(context.Background(), NewTask{ID: "t_one", PrincipalID: "alice", Executor: "legacy", Spec: []byte(`{}`), Limits: defaultBudgets()}); err == nil {
+		t.Fatal("a duplicate id was accepted")
+	}
+	if len(commits) != 1 {
+		t.Fatalf("a refused write was observed: %v", commits)
 	}
 }

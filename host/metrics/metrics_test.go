@@ -352,3 +352,47 @@ func TestListen(t *testing.T) {
 		t.Errorf("after Close the listener still answers (err %v)", err)
 	}
 }
+
+// The host's events reach the exposition through the Instruments it was
+// given: starts and crashes by executor (and reason), step durations as a
+// histogram by executor and status, commit latencies; a store that ended a
+// task on a budget shows under that budget.
+func TestInstrumentsAndBudgets(t *testing.T) {
+	s := openStore(t)
+	inst := NewInstruments()
+	m, err := New(Options{Source: s, Version: "v", Instruments: inst})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTask(t, s, "t_spent", store.AttemptFailed, "fail", store.StatusFailed, store.ReasonToolBudgetExhausted)
+	inst.PluginStarted("legacy")
+	inst.PluginStarted("legacy")
+	inst.PluginCrashed("legacy", "executor_crashed")
+	inst.StepFinished("legacy", "completed", 300*time.Millisecond)
+	inst.StepFinished("legacy", "completed", 2*time.Second)
+	inst.StepFinished("legacy", "interrupted", time.Millisecond)
+	inst.StoreCommitted(2 * time.Millisecond)
+
+	_, body := scrape(t, m.Handler(), http.MethodGet, "/metrics")
+	got := parse(t, body)
+	for series, want := range map[string]float64{
+		`taskhost_plugin_starts_total{executor="legacy"}`:                                      2,
+		`taskhost_plugin_crashes_total{executor="legacy",reason="executor_crashed"}`:           1,
+		`taskhost_step_duration_seconds_count{executor="legacy",status="completed"}`:           2,
+		`taskhost_step_duration_seconds_sum{executor="legacy",status="completed"}`:             2.3,
+		`taskhost_step_duration_seconds_bucket{executor="legacy",le="0.5",status="completed"}`: 1,
+		`taskhost_step_duration_seconds_count{executor="legacy",status="interrupted"}`:         1,
+		`taskhost_store_commit_seconds_bucket{le="0.0025"}`:                                    1,
+		`taskhost_budget_exhausted_tasks{budget="tool_calls"}`:                                 1,
+		`taskhost_budget_exhausted_tasks{budget="steps"}`:                                      0,
+	} {
+		if g, ok := got[series]; !ok || g != want {
+			t.Errorf("%s = %v (present %v), want %v", series, g, ok, want)
+		}
+	}
+	// The commits of runTask itself went through another store: this
+	// Server's histogram saw only the one reported to its Instruments.
+	if got["taskhost_store_commit_seconds_count"] != 1 {
+		t.Errorf("commit count %v, want 1", got["taskhost_store_commit_seconds_count"])
+	}
+}
