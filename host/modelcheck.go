@@ -44,7 +44,13 @@ type ModelChecker struct {
 }
 
 func newModelChecker(p model.Provider, base ModelStatus, timeout time.Duration, log hclog.Logger) *ModelChecker {
-	return &ModelChecker{provider: p, base: base, timeout: timeout, log: log, last: base}
+	c := &ModelChecker{provider: p, base: base, timeout: timeout, log: log, last: base}
+	if _, ok := p.(model.Preflighter); base.Preflight && !ok {
+		// Nothing to reach (the scripted provider): ok from the start, not
+		// a preflight forever pending.
+		c.last.Checked, c.last.OK = time.Now(), true
+	}
+	return c
 }
 
 // Status returns the last preflight's result.

@@ -74,6 +74,19 @@ func TestModelPreflight(t *testing.T) {
 		})
 	}
 
+	t.Run("scripted", func(t *testing.T) {
+		cfg := testConfig()
+		cfg.Model = config.Model{Provider: config.ProviderScripted, Preflight: true}
+		h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close(context.Background()) })
+		if st := h.Model.Check(context.Background()); !st.Preflight || !st.OK || st.Checked.IsZero() || st.Provider != "scripted" {
+			t.Errorf("scripted with preflight on: %+v, want ok at once", st)
+		}
+	})
+
 	t.Run("off", func(t *testing.T) {
 		var hits atomic.Int64
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
