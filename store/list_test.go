@@ -218,3 +218,33 @@ func TestListOrdersFiltersAndCount(t *testing.T) {
 		t.Errorf("CountTasks with a long executor: %v", err)
 	}
 }
+
+// BenchmarkListPage measures one ListTasks page of 100 (oldest first, the
+// baseline, and newest first) and the CountTasks every API page adds, over
+// one principal's 20000 tasks.
+func BenchmarkListPage(b *testing.B) {
+	s := openTest(b)
+	ctx := context.Background()
+	for i := range 20000 {
+		if _, err := s.CreateTask(ctx, NewTask{ID: fmt.Sprintf("t%05d", i), PrincipalID: "p", Executor: "legacy", Spec: []byte(`{}`), Limits: defaultBudgets()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bc := range []struct {
+		name string
+		run  func() error
+	}{
+		{"created", func() error { _, err := s.ListTasks(ctx, "p", ListQuery{Limit: 100}); return err }},
+		{"newest", func() error { _, err := s.ListTasks(ctx, "p", ListQuery{Order: OrderNewest, Limit: 100}); return err }},
+		{"status", func() error { _, err := s.ListTasks(ctx, "p", ListQuery{Order: OrderStatus, Limit: 100}); return err }},
+		{"count", func() error { _, err := s.CountTasks(ctx, "p", ListQuery{}); return err }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := bc.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
