@@ -37,6 +37,7 @@ const (
 	errorDomain               = "taskhost.dev"
 	sdkReasonEffectUnsettled  = "EFFECT_UNSETTLED"
 	sdkReasonModelUnavailable = "MODEL_UNAVAILABLE"
+	sdkReasonModelFailed      = "MODEL_FAILED"
 )
 
 // maxModelMessages bounds one model request.
@@ -187,27 +188,54 @@ func (ts *turnState) modelOutage() string {
 	return ts.outage
 }
 
-// modelError is the status a failed model call reaches the executor with:
-// an outage is Unavailable with ErrorInfo MODEL_UNAVAILABLE
-// (sdk.ErrModelUnavailable), which an executor may retry, distinct from a
-// host that is gone; anything else is Aborted.
+// modelError is the status a failed model call reaches the executor with,
+// mapped here once: an outage (rate_limited, server, timeout) is Unavailable
+// with ErrorInfo MODEL_UNAVAILABLE, which an executor may retry and which is
+// distinct from a host that is gone; a failure for good (auth, request,
+// bad_response) is Aborted with ErrorInfo MODEL_FAILED. The ErrorInfo's
+// "kind" is the SDK's sdk.ModelErrorKind and the status message is the
+// provider's words alone, so the executor's error reads
+// "model <kind>: <message>" without a prefix per layer. Each failed call is
+// logged once, at WARN, with its task.
 func (s *services) modelError(ts *turnState, err error) error {
-	if model.KindOf(err) == model.KindAuth {
-		ts.noteAuthRefused(err.Error())
-		s.r.log.Warn("model refused the credentials", "task", ts.taskID, "attempt", ts.attempt, "error", err)
+	kind := sdkModelKind(model.KindOf(err))
+	msg := err.Error()
+	if merr, ok := errors.AsType[*model.Error](err); ok {
+		msg = merr.Message
 	}
-	if !model.Unavailable(err) {
-		return status.Error(codes.Aborted, err.Error())
+	log := []any{"task", ts.taskID, "attempt", ts.attempt, "kind", kind, "error", msg}
+	code, reason := codes.Aborted, sdkReasonModelFailed
+	switch {
+	case model.KindOf(err) == model.KindAuth:
+		ts.noteAuthRefused(msg)
+		s.r.log.Warn("model refused the credentials", log...)
+	case model.Unavailable(err):
+		code, reason = codes.Unavailable, sdkReasonModelUnavailable
+		ts.noteOutage(kind)
+		s.r.log.Warn("model unavailable", log...)
+	default:
+		s.r.log.Warn("model call failed", log...)
 	}
-	kind := model.KindOf(err).String()
-	ts.noteOutage(kind)
-	s.r.log.Warn("model unavailable", "task", ts.taskID, "attempt", ts.attempt, "kind", kind, "error", err)
-	st := status.New(codes.Unavailable, "model unavailable: "+err.Error())
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: sdkReasonModelUnavailable, Domain: errorDomain,
+	st := status.New(code, msg)
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain,
 		Metadata: map[string]string{"kind": kind}}); derr == nil {
 		st = d
 	}
 	return st.Err()
+}
+
+// sdkModelKind is the sdk.ModelErrorKind name of a provider's error kind: the
+// SDK's set is smaller, as an executor branches only on what it can act on.
+func sdkModelKind(k model.ErrorKind) string {
+	switch k {
+	case model.KindAuth, model.KindRateLimited, model.KindServer, model.KindTimeout, model.KindBadResponse:
+		return k.String()
+	case model.KindTransport, model.KindCanceled:
+		return model.KindTimeout.String()
+	case model.KindRequest, model.KindScript:
+		return model.KindRequest.String()
+	}
+	return model.KindBadResponse.String()
 }
 
 func (ts *turnState) approveRetry() {

@@ -54,6 +54,8 @@ type Options struct {
 	// Trampoline starts every plugin confined (internal/confine); its main
 	// must call confine.Main first. Default: the running binary.
 	Trampoline string
+	// Observer is told what the metrics count as it happens; nil: no one.
+	Observer Observer
 }
 
 // Host is an open data dir: its store, its executors and its Runner. Only
@@ -64,6 +66,11 @@ type Host struct {
 	Store    *store.Store
 	DataDir  string
 	Recovery store.Recovery
+	// Model holds the model provider's preflight result.
+	Model *ModelChecker
+
+	stopPreflight context.CancelFunc
+	preflightDone chan struct{}
 
 	lock      *os.File
 	tools     *tools.Registry // closed at stop: its shell.run commands die with the host
@@ -106,7 +113,11 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.close()
 		return nil, err
 	}
-	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, Limits: store.Limits{
+	obs := opts.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted, Limits: store.Limits{
 		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
 		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
 		Result:        cfg.Limits.ResultBytes,
@@ -147,7 +158,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	} else {
 		log.Warn("the kernel offers no Landlock: shell.run commands are not confined to their workspace", "confinement", svc.Tools.Confinement())
 	}
-	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
+	set := settingsFrom(cfg)
+	set.Observer = obs
+	h.Runner = New(h.Store, h.Registry, key, set, svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
 		return fail(fmt.Errorf("start-up recovery: %w", err))
 	}
@@ -163,6 +176,27 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if !cfg.MachineSpirit.Enabled {
 		h.Registry.MarkUnavailable("machinespirit", "disabled", "machinespirit is disabled: set [machine_spirit] enabled = true in the config to use it")
 	}
+	provider := cfg.Model.Provider
+	if provider == "" {
+		provider = config.ProviderScripted
+	}
+	// A backstop above the provider's own per-request timeout, which names
+	// itself in the result ("no response within ...").
+	timeout := time.Duration(cfg.Model.TimeoutSeconds)*time.Second + 5*time.Second
+	if cfg.Model.TimeoutSeconds <= 0 {
+		timeout = time.Minute + 5*time.Second
+	}
+	h.Model = newModelChecker(svc.Model, ModelStatus{Provider: provider, Name: cfg.Model.Name, Preflight: cfg.Model.Preflight}, timeout, log.Named("model"))
+	if cfg.Model.Preflight {
+		// In the background: a slow endpoint must not hold up the start.
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		h.stopPreflight = cancel
+		h.preflightDone = make(chan struct{})
+		go func() {
+			defer close(h.preflightDone)
+			h.Model.Check(pctx)
+		}()
+	}
 	return h, nil
 }
 
@@ -176,6 +210,10 @@ func (h *Host) Close(ctx context.Context) error {
 }
 
 func (h *Host) close() error {
+	if h.stopPreflight != nil {
+		h.stopPreflight()
+		<-h.preflightDone
+	}
 	var err error
 	if h.tools != nil {
 		// The runs have ended, and with them their tool calls; this kills

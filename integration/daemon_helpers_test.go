@@ -170,7 +170,11 @@ type (
 		AttemptsOmitted int64         `json:"attempts_omitted"`
 	}
 	listJSON struct {
-		Tasks []taskJSON `json:"tasks"`
+		Tasks   []taskJSON `json:"tasks"`
+		Shown   int        `json:"shown"`
+		Total   int64      `json:"total"`
+		Sort    string     `json:"sort"`
+		Omitted int64      `json:"omitted"`
 	}
 	approvalJSON struct {
 		ID         string `json:"id"`

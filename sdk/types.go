@@ -245,7 +245,10 @@ var (
 // on a status whose code alone does not say what happened.
 const (
 	ReasonModelUnavailable = "MODEL_UNAVAILABLE"
-	ReasonEffectUnsettled  = "EFFECT_UNSETTLED"
+	// ReasonModelFailed: the model provider failed the call for good
+	// (auth, request, bad_response); the ErrorInfo's "kind" names which.
+	ReasonModelFailed     = "MODEL_FAILED"
+	ReasonEffectUnsettled = "EFFECT_UNSETTLED"
 )
 
 // HostError is an error from a Host call. It matches one of the Err values
@@ -261,8 +264,9 @@ func (e *HostError) Unwrap() error { return e.Kind }
 
 // HostErrorKind names which of the Err values above err matches —
 // "unimplemented", "permission_denied", "budget_exhausted",
-// "invalid_argument", "model_unavailable", "effect_unsettled" or
-// "host_unavailable" — or "" for none. It is a stable
+// "invalid_argument", "model_unavailable", "model_error" (a [*ModelError]
+// that is not transient), "effect_unsettled" or "host_unavailable" — or ""
+// for none. It is a stable
 // code an executor may log or hand to its own runtime, where the error's
 // message must not go.
 func HostErrorKind(err error) string {
@@ -281,6 +285,9 @@ func HostErrorKind(err error) string {
 		if errors.Is(err, k.err) {
 			return k.name
 		}
+	}
+	if _, ok := errors.AsType[*ModelError](err); ok {
+		return "model_error"
 	}
 	return ""
 }

@@ -150,7 +150,8 @@ func (s *Store) readRows(ctx context.Context, query string, args ...any) (*sql.R
 // stmtCache holds prepared statements by query text (as written, before
 // rebind). Reader queries are
 // constants or vary only in the placeholder count of a deduplicated status
-// list, so it stays small.
+// list and in which of the task listing's fixed filters and orders are used,
+// so it stays small (a few hundred statements at most).
 type stmtCache struct {
 	mu sync.Mutex
 	m  map[string]*sql.Stmt

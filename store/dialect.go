@@ -97,7 +97,12 @@ func (s *Store) writeOnce(ctx context.Context, fn func(tx *txn) error) error {
 		tx.Rollback() //nolint:errcheck // fn's error is the one to report
 		return err
 	}
-	return tx.Commit()
+	start := time.Now()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.observeCommit(time.Since(start))
+	return nil
 }
 
 // sqlParamRE matches SQLite's parameters: "?" or "?N".

@@ -29,6 +29,8 @@ type Store struct {
 	r    *sql.DB // query-only readers
 	now  func() time.Time
 	lim  Limits
+	// observeCommit is Options.ObserveCommit, or a no-op.
+	observeCommit func(time.Duration)
 
 	prepared   map[string]*sql.Stmt // writeQueries on w; read-only after Open
 	unprepared atomic.Int64         // write statements run without preparation (should stay 0)
@@ -59,7 +61,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits}
+	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit}
+	if s.observeCommit == nil {
+		s.observeCommit = func(time.Duration) {}
+	}
 	if err := s.open(ctx, opts); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one to report
 		if created {

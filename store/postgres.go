@@ -169,7 +169,10 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
-	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits}
+	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit}
+	if s.observeCommit == nil {
+		s.observeCommit = func(time.Duration) {}
+	}
 	if !opts.ReadOnly {
 		s.w = db
 	}
