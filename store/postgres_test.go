@@ -338,3 +338,11 @@ func openPGStore(t *testing.T, dsn string) *Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+func TestPostgresBackupRefused(t *testing.T) {
+	s := openPostgres(t)
+	err := s.Backup(context.Background(), t.TempDir()+"/copy.db")
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "pg_dump") {
+		t.Fatalf("Backup: %v, want ErrInvalid pointing at pg_dump", err)
+	}
+}
