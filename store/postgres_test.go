@@ -346,3 +346,56 @@ func TestPostgresBackupRefused(t *testing.T) {
 		t.Fatalf("Backup: %v, want ErrInvalid pointing at pg_dump", err)
 	}
 }
+
+// TestPostgresQueryPlans is TestQueryPlans on PostgreSQL: with sequential
+// scans priced out, a statement the runner issues on every step (or a
+// listing) that still plans one has no index to use, and would scan a
+// table that grows with the store's history. Generic plans, so that no
+// parameter value is folded into the plan.
+func TestPostgresQueryPlans(t *testing.T) {
+	s := openPostgres(t)
+	ctx := context.Background()
+	conn, err := s.r.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, set := range []string{`SET enable_seqscan = off`, `SET plan_cache_mode = force_generic_plan`} {
+		if _, err := conn.ExecContext(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queries := append(writeQueries(), qTaskExists, qEvents,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? AND status IN (?, ?) ORDER BY seq LIMIT ?`,
+		`SELECT `+attemptCols+` FROM attempts WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2) ORDER BY number`,
+		(pgDialect{}).lockTask(),
+	)
+	for i, q := range queries {
+		name := fmt.Sprintf("q%d", i)
+		if _, err := conn.ExecContext(ctx, `PREPARE `+name+` AS `+(pgDialect{}).rebind(q)); err != nil {
+			t.Fatalf("prepare %s: %v", q, err)
+		}
+		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params(q)), ", ")
+		explain := `EXPLAIN EXECUTE ` + name
+		if nulls != "" {
+			explain += `(` + nulls + `)`
+		}
+		rows, err := conn.QueryContext(ctx, explain)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		rows.Close()
+		if joined := strings.Join(plan, "\n"); strings.Contains(joined, "Seq Scan") {
+			t.Errorf("a full scan in\n%s\nplan:\n%s", q, joined)
+		}
+	}
+}
