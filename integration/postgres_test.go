@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,5 +75,43 @@ func TestDaemonOnPostgres(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "pg_dump") {
 			t.Errorf("taskhost %s on a postgres data dir: exit %d\n%s", args[0], code, errOut)
 		}
+	}
+}
+
+// TestBenchCommandPostgres runs taskhost bench on a PostgreSQL store: the
+// step and its floor are measured there, recovery is reported skipped, and
+// a missing DSN variable is a usage error naming it.
+func TestBenchCommandPostgres(t *testing.T) {
+	t.Setenv(pgDSNEnv, testpg.DSN(t))
+	out, errOut, code := taskhost(t, "bench", "--store", "postgres", "--dsn-env", pgDSNEnv, "--steps", "20", "--reps", "2", "--json")
+	if code != 0 {
+		t.Fatalf("bench exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Figures []struct {
+			Name   string `json:"name"`
+			N      int    `json:"n"`
+			Median int64  `json:"median_ns"`
+			Note   string `json:"note"`
+		} `json:"figures"`
+		StepRatio float64 `json:"step_ratio"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+	if r.StepRatio <= 0 || len(r.Figures) < 7 {
+		t.Fatalf("report %+v", r)
+	}
+	skipped := false
+	for _, f := range r.Figures {
+		t.Logf("%-70s n=%-4d median %v %s", f.Name, f.N, time.Duration(f.Median), f.Note)
+		skipped = skipped || (f.Name == "start-up recovery" && strings.Contains(f.Note, "SQLite only"))
+	}
+	if !skipped {
+		t.Errorf("recovery not reported as skipped: %+v", r.Figures)
+	}
+	t.Logf("durable step / floor = %.2f", r.StepRatio)
+	if _, errOut, code := taskhost(t, "bench", "--store", "postgres", "--dsn-env", "TASKHOST_IT_UNSET_DSN"); code != 2 || !strings.Contains(errOut, "TASKHOST_IT_UNSET_DSN") {
+		t.Errorf("bench with the DSN variable unset: exit %d, want 2 naming it\n%s", code, errOut)
 	}
 }
