@@ -89,7 +89,9 @@ func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(er
 // sequence numbers are handed out outside transactions, so without it two
 // transactions could number a task's events in one order and commit them
 // in the other, and a watcher past the later number would miss the
-// earlier. NO KEY: the attempts and events referencing the task still insert.
+// earlier. NO KEY: the attempts and events referencing the task still
+// insert. A transaction that has updated the row already holds the lock
+// (txn.written) and skips it.
 func (pgDialect) lockTask() string { return `SELECT 1 FROM tasks WHERE id = ?1 FOR NO KEY UPDATE` }
 
 func (pgDialect) classify(where string, err error) error {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -397,5 +398,62 @@ func TestPostgresQueryPlans(t *testing.T) {
 		if joined := strings.Join(plan, "\n"); strings.Contains(joined, "Seq Scan") {
 			t.Errorf("a full scan in\n%s\nplan:\n%s", q, joined)
 		}
+	}
+}
+
+// TestPostgresWatcherMissesNoEvent appends events to one task from two
+// stores (two hosts) at once while a watcher polls with its "after seq"
+// cursor: the watcher sees every event, because a task's events commit in
+// the order of their numbers.
+func TestPostgresWatcherMissesNoEvent(t *testing.T) {
+	dsn := testpg.DSN(t)
+	ctx := context.Background()
+	a, b := openPGStore(t, dsn), openPGStore(t, dsn)
+	task := runningTask(t, a, "p", "t")
+	const each = 150
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, s := range []*Store{a, b} {
+		wg.Go(func() {
+			for j := range each {
+				if _, err := s.AppendEvents(ctx, "p", "t", task.RunID, NewEvent{Type: fmt.Sprintf("w%d.%d", i, j)}); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+	var seen []int64
+	var after int64
+	poll := func() {
+		page, err := b.Events(ctx, "p", "t", after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			seen = append(seen, e.Seq)
+			after = e.Seq
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		poll()
+	}
+	poll()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	var all []int64
+	for _, e := range allEvents(t, a, "p", "t") {
+		all = append(all, e.Seq)
+	}
+	if len(all) != 2*each+2 || !slices.Equal(seen, all) {
+		t.Fatalf("the watcher saw %d events, the store holds %d (want %d): a cursor skipped some", len(seen), len(all), 2*each+2)
 	}
 }
