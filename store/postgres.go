@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,10 +65,20 @@ func (pgDialect) rebind(q string) string {
 // bind cleans every string argument (cleanText): PostgreSQL's text refuses
 // NUL and invalid UTF-8, which a plugin's stderr or summary may hold, and
 // refusing the write would lose the step's outcome over a byte.
+// The caller's slice is never changed: a copy is made at the first string
+// that needs cleaning.
 func (pgDialect) bind(args []any) []any {
+	copied := false
 	for i, a := range args {
-		if s, ok := a.(string); ok {
-			args[i] = cleanText(s)
+		s, ok := a.(string)
+		if !ok {
+			continue
+		}
+		if c := cleanText(s); c != s {
+			if !copied {
+				args, copied = slices.Clone(args), true
+			}
+			args[i] = c
 		}
 	}
 	return args

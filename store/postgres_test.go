@@ -457,3 +457,14 @@ func TestPostgresWatcherMissesNoEvent(t *testing.T) {
 		t.Fatalf("the watcher saw %d events, the store holds %d (want %d): a cursor skipped some", len(seen), len(all), 2*each+2)
 	}
 }
+
+func TestPostgresBindKeepsCallerArgs(t *testing.T) {
+	args := []any{"ok", "nul\x00", int64(7), []byte("\x00")}
+	got := (pgDialect{}).bind(args)
+	if args[1] != "nul\x00" {
+		t.Fatalf("bind changed the caller's slice: %q", args[1])
+	}
+	if got[0] != "ok" || got[1] != "nul " || got[2] != int64(7) || string(got[3].([]byte)) != "\x00" {
+		t.Fatalf("bind = %q, want only the string cleaned (bytes go to BYTEA as they are)", got)
+	}
+}
