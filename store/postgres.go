@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -146,8 +147,10 @@ func pgUnavailable(err error) string {
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
-	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) ||
-		pgconn.SafeToRetry(err) || strings.Contains(err.Error(), "conn closed") {
+	// A connection the server dropped without a word (killed, a network
+	// cut) ends in EOF.
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return "server unavailable"
 	}
 	return ""

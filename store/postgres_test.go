@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -466,5 +467,43 @@ func TestPostgresBindKeepsCallerArgs(t *testing.T) {
 	}
 	if got[0] != "ok" || got[1] != "nul " || got[2] != int64(7) || string(got[3].([]byte)) != "\x00" {
 		t.Fatalf("bind = %q, want only the string cleaned (bytes go to BYTEA as they are)", got)
+	}
+}
+
+// TestPostgresServerDropsConnections has the server end every connection
+// of the store (as a restart or a failover does): each write that meets a
+// dead connection is an *UnavailableError, which the runner retries —
+// never another error, which would fail the task — and writes succeed
+// again on new connections.
+func TestPostgresServerDropsConnections(t *testing.T) {
+	dsn := testpg.DSN(t)
+	ctx := context.Background()
+	s := openPGStore(t, dsn)
+	task := runningTask(t, s, "p", "t")
+	admin := openPGDB(t, os.Getenv(testpg.EnvDSN))
+	var db string
+	if err := s.r.QueryRowContext(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		var killed int
+		if err := admin.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&killed); err != nil {
+			t.Fatal(err)
+		}
+		ok := false
+		for try := range 20 {
+			err := s.Heartbeat(ctx, "p", "t", task.RunID, int64(round*100+try))
+			if err == nil {
+				ok = true
+				break
+			}
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("round %d (%d connections ended), try %d: %v, want ErrUnavailable", round, killed, try, err)
+			}
+			t.Logf("round %d try %d: %v", round, try, err)
+		}
+		if !ok {
+			t.Fatalf("round %d: no write succeeded on new connections", round)
+		}
 	}
 }
