@@ -42,6 +42,7 @@ func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID 
 	if err != nil {
 		return Attempt{}, Task{}, err
 	}
+	tx.wrote(id)
 	var last int64
 	var running sql.NullInt64
 	if err := tx.QueryRowContext(ctx, qAttemptsHead, id).Scan(&last, &running); err != nil {
@@ -370,6 +371,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		if err != nil {
 			return err
 		}
+		tx.wrote(f.TaskID)
 		if _, err := tx.ExecContext(ctx, qFinishAttemptRow, string(f.Status), f.Outcome, f.Summary, string(f.Reason), f.Message, now,
 			f.ExitCode, f.ExitSignal, f.StderrTail, f.TaskID, f.Number); err != nil {
 			return err

@@ -43,6 +43,17 @@ func sqliteCode(err error) int {
 type txn struct {
 	tx *sql.Tx
 	s  *Store
+	// written holds the tasks whose row this transaction has updated, and
+	// so holds locked until it ends (appendEvents need not lock them again).
+	written map[string]bool
+}
+
+// wrote records that the transaction updated task id's row.
+func (t *txn) wrote(id string) {
+	if t.written == nil {
+		t.written = make(map[string]bool)
+	}
+	t.written[id] = true
 }
 
 func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {

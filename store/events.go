@@ -17,10 +17,11 @@ func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID 
 	if len(events) == 0 {
 		return nil, nil
 	}
-	if q := s.d.lockTask(); q != "" {
+	if q := s.d.lockTask(); q != "" && !tx.written[taskID] {
 		if _, err := tx.exec(ctx, q, taskID); err != nil {
 			return nil, err
 		}
+		tx.wrote(taskID)
 	}
 	now := s.now()
 	out := make([]Event, 0, len(events))

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -337,4 +339,171 @@ func openPGStore(t *testing.T, dsn string) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+func TestPostgresBackupRefused(t *testing.T) {
+	s := openPostgres(t)
+	err := s.Backup(context.Background(), t.TempDir()+"/copy.db")
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "pg_dump") {
+		t.Fatalf("Backup: %v, want ErrInvalid pointing at pg_dump", err)
+	}
+}
+
+// TestPostgresQueryPlans is TestQueryPlans on PostgreSQL: with sequential
+// scans priced out, a statement the runner issues on every step (or a
+// listing) that still plans one has no index to use, and would scan a
+// table that grows with the store's history. Generic plans, so that no
+// parameter value is folded into the plan.
+func TestPostgresQueryPlans(t *testing.T) {
+	s := openPostgres(t)
+	ctx := context.Background()
+	conn, err := s.r.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, set := range []string{`SET enable_seqscan = off`, `SET plan_cache_mode = force_generic_plan`} {
+		if _, err := conn.ExecContext(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queries := append(writeQueries(), qTaskExists, qEvents,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? AND status IN (?, ?) ORDER BY seq LIMIT ?`,
+		`SELECT `+attemptCols+` FROM attempts WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2) ORDER BY number`,
+		(pgDialect{}).lockTask(),
+	)
+	for i, q := range queries {
+		name := fmt.Sprintf("q%d", i)
+		if _, err := conn.ExecContext(ctx, `PREPARE `+name+` AS `+(pgDialect{}).rebind(q)); err != nil {
+			t.Fatalf("prepare %s: %v", q, err)
+		}
+		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params(q)), ", ")
+		explain := `EXPLAIN EXECUTE ` + name
+		if nulls != "" {
+			explain += `(` + nulls + `)`
+		}
+		rows, err := conn.QueryContext(ctx, explain)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		rows.Close()
+		if joined := strings.Join(plan, "\n"); strings.Contains(joined, "Seq Scan") {
+			t.Errorf("a full scan in\n%s\nplan:\n%s", q, joined)
+		}
+	}
+}
+
+// TestPostgresWatcherMissesNoEvent appends events to one task from two
+// stores (two hosts) at once while a watcher polls with its "after seq"
+// cursor: the watcher sees every event, because a task's events commit in
+// the order of their numbers.
+func TestPostgresWatcherMissesNoEvent(t *testing.T) {
+	dsn := testpg.DSN(t)
+	ctx := context.Background()
+	a, b := openPGStore(t, dsn), openPGStore(t, dsn)
+	task := runningTask(t, a, "p", "t")
+	const each = 150
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, s := range []*Store{a, b} {
+		wg.Go(func() {
+			for j := range each {
+				if _, err := s.AppendEvents(ctx, "p", "t", task.RunID, NewEvent{Type: fmt.Sprintf("w%d.%d", i, j)}); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+	var seen []int64
+	var after int64
+	poll := func() {
+		page, err := b.Events(ctx, "p", "t", after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			seen = append(seen, e.Seq)
+			after = e.Seq
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		poll()
+	}
+	poll()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	var all []int64
+	for _, e := range allEvents(t, a, "p", "t") {
+		all = append(all, e.Seq)
+	}
+	if len(all) != 2*each+2 || !slices.Equal(seen, all) {
+		t.Fatalf("the watcher saw %d events, the store holds %d (want %d): a cursor skipped some", len(seen), len(all), 2*each+2)
+	}
+}
+
+func TestPostgresBindKeepsCallerArgs(t *testing.T) {
+	args := []any{"ok", "nul\x00", int64(7), []byte("\x00")}
+	got := (pgDialect{}).bind(args)
+	if args[1] != "nul\x00" {
+		t.Fatalf("bind changed the caller's slice: %q", args[1])
+	}
+	if got[0] != "ok" || got[1] != "nul " || got[2] != int64(7) || string(got[3].([]byte)) != "\x00" {
+		t.Fatalf("bind = %q, want only the string cleaned (bytes go to BYTEA as they are)", got)
+	}
+}
+
+// TestPostgresServerDropsConnections has the server end every connection
+// of the store (as a restart or a failover does): each write that meets a
+// dead connection is an *UnavailableError, which the runner retries —
+// never another error, which would fail the task — and writes succeed
+// again on new connections.
+func TestPostgresServerDropsConnections(t *testing.T) {
+	dsn := testpg.DSN(t)
+	ctx := context.Background()
+	s := openPGStore(t, dsn)
+	task := runningTask(t, s, "p", "t")
+	admin := openPGDB(t, os.Getenv(testpg.EnvDSN))
+	var db string
+	if err := s.r.QueryRowContext(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		var killed int
+		if err := admin.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&killed); err != nil {
+			t.Fatal(err)
+		}
+		ok := false
+		for try := range 20 {
+			err := s.Heartbeat(ctx, "p", "t", task.RunID, int64(round*100+try))
+			if err == nil {
+				ok = true
+				break
+			}
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("round %d (%d connections ended), try %d: %v, want ErrUnavailable", round, killed, try, err)
+			}
+			t.Logf("round %d try %d: %v", round, try, err)
+		}
+		if !ok {
+			t.Fatalf("round %d: no write succeeded on new connections", round)
+		}
+	}
 }

@@ -312,6 +312,7 @@ func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, f
 		return Task{}, &TransitionError{TaskID: id, Current: cur, To: to}
 	}
 	if err == nil {
+		tx.wrote(id)
 		err = s.settleApprovals(ctx, tx, t)
 	}
 	return t, err
