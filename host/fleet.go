@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/taskhost/taskhost/store"
@@ -48,12 +49,18 @@ type FleetSettings struct {
 // errFenced is the cause a run is stopped with when its lease is gone.
 var errFenced = errors.New("lease lost: the task was taken over by another run")
 
-// HostIDFromKey derives a data dir's host id from its host key: stable
-// across restarts, and carried by a backup with the key, so a restored data
-// dir recovers its own runs. 64 bits of an HMAC: the key stays secret.
-func HostIDFromKey(key []byte) string {
+// HostIDFromKey derives a host id from a data dir's host key and, when the
+// key is shared by a fleet, what else tells the hosts apart (the machine's
+// name, the data dir's path): stable across restarts; with the key alone,
+// carried by a backup, so a restored data dir recovers its own runs. 64
+// bits of an HMAC: the key stays secret.
+func HostIDFromKey(key []byte, distinct ...string) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte("taskhost host id"))
+	for _, d := range distinct {
+		m.Write([]byte{0})
+		m.Write([]byte(d))
+	}
 	return "h-" + hex.EncodeToString(m.Sum(nil)[:8])
 }
 
@@ -176,8 +183,11 @@ func (r *Runner) watchLeases() {
 			continue
 		}
 		// The first decision wins; the local path may have delivered it.
+		// An approval resolved elsewhere carries no value: an input
+		// approval is only answered on the host its step waits on
+		// (answeredHere), so what arrives here is a plain yes or a no.
 		select {
-		case wt.w.decision <- a.Status:
+		case wt.w.decision <- resolution{status: a.Status, value: []byte("null")}:
 			changed = true
 		default:
 		}
@@ -201,6 +211,25 @@ func (r *Runner) notifyOwner(ctx context.Context, principal, id string) {
 	if err != nil {
 		r.log.Warn("owner not notified; it will see the change at its next poll", "task", id, "error", err)
 	}
+}
+
+// answeredHere refuses to approve an input approval whose step waits on
+// another host: the answer's value is not kept in the store, so only the
+// waiting host can hand it over. A rejection, or any other approval, may
+// come through any host.
+func (r *Runner) answeredHere(ctx context.Context, principal string, a store.Approval, to store.ApprovalStatus) error {
+	if to != store.ApprovalApproved || ApprovalKind(a) != ApprovalKindInput {
+		return nil
+	}
+	l, err := r.store.TaskLease(ctx, principal, a.TaskID)
+	if err != nil {
+		return err
+	}
+	if me := r.store.HostID(); l.Host != "" && me != "" && l.Host != me {
+		return fmt.Errorf("approval %s asks for an answer that only the host running its task can hand over: answer it through host %s: %w",
+			a.ID, l.Host, ErrConflict)
+	}
+	return nil
 }
 
 // leaseCause is why run ru must stop given the lease l the store shows, or

@@ -34,8 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	executorDir = dir
-	code := testpg.Run(m) // the fleet tests run on PostgreSQL too
-
+	code := testpg.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -40,6 +40,9 @@ type Settings struct {
 
 	// Heartbeat is how often active wall time is persisted (at most 5 s).
 	Heartbeat time.Duration
+	// Observer is told of plugin starts, crashes and step durations; nil
+	// tells no one.
+	Observer Observer
 	// Fleet are the timings of a host sharing its store (fleet.go).
 	Fleet FleetSettings
 }
@@ -129,6 +132,9 @@ func New(st *store.Store, l Launcher, key []byte, set Settings, svc Services, wo
 	}
 	if set.Heartbeat <= 0 || set.Heartbeat > 5*time.Second {
 		set.Heartbeat = 5 * time.Second
+	}
+	if set.Observer == nil {
+		set.Observer = nopObserver{}
 	}
 	if f, d := &set.Fleet, DefaultSettings().Fleet; f.Heartbeat <= 0 || f.Lease <= 2*f.Heartbeat || f.Poll <= 0 {
 		*f = d
@@ -341,7 +347,12 @@ func (r *Runner) Get(ctx context.Context, principal, id string) (store.Task, err
 	return r.overlay(t), nil
 }
 
-// List pages through principal's tasks in creation order.
+// Count counts the tasks List would list over all pages.
+func (r *Runner) Count(ctx context.Context, principal string, q store.ListQuery) (int64, error) {
+	return r.store.CountTasks(ctx, principal, q)
+}
+
+// List pages through principal's tasks in q's order.
 func (r *Runner) List(ctx context.Context, principal string, q store.ListQuery) ([]store.Task, error) {
 	ts, err := r.store.ListTasks(ctx, principal, q)
 	for i := range ts {

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := testpg.Run(m) // the fleet tests share a PostgreSQL cluster
+	code := testpg.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

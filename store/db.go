@@ -43,9 +43,21 @@ func sqliteCode(err error) int {
 type txn struct {
 	tx *sql.Tx
 	s  *Store
+	// written holds the tasks whose row this transaction has updated, and
+	// so holds locked until it ends (appendEvents need not lock them again).
+	written map[string]bool
+}
+
+// wrote records that the transaction updated task id's row.
+func (t *txn) wrote(id string) {
+	if t.written == nil {
+		t.written = make(map[string]bool)
+	}
+	t.written[id] = true
 }
 
 func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	t.s.statements.Add(1)
 	args = t.s.d.bind(args)
 	if st := t.s.prepared[query]; st != nil {
 		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
@@ -55,6 +67,7 @@ func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *s
 }
 
 func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	t.s.statements.Add(1)
 	args = t.s.d.bind(args)
 	if st := t.s.prepared[query]; st != nil {
 		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
@@ -64,6 +77,7 @@ func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql
 }
 
 func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	t.s.statements.Add(1)
 	args = t.s.d.bind(args)
 	if st := t.s.prepared[query]; st != nil {
 		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
@@ -87,6 +101,7 @@ func writeQueries() []string {
 		qInsertEvent, qTrimEvents,
 		qClaimTask, qClaimRefused, qAttemptsHead, qInsertAttempt,
 		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, qChargeWall,
+		qFinishClaimTask, qFinishRunningAttempt,
 		qInterruptTasks, qInterruptAttempts,
 	}
 	qs = append(qs, effectQueries()...)
@@ -104,6 +119,9 @@ func writeQueries() []string {
 	}
 	for n := 1; n <= len(liveStatuses); n++ {
 		qs = append(qs, finishTaskSQL(false, n), finishTaskSQL(true, n))
+	}
+	for n := 1; n <= maxEventRows; n++ {
+		qs = append(qs, insertEventsSQL(n))
 	}
 	return qs
 }
@@ -144,7 +162,8 @@ func (s *Store) readRows(ctx context.Context, query string, args ...any) (*sql.R
 // stmtCache holds prepared statements by query text (as written, before
 // rebind). Reader queries are
 // constants or vary only in the placeholder count of a deduplicated status
-// list, so it stays small.
+// list and in which of the task listing's fixed filters and orders are used,
+// so it stays small (a few hundred statements at most).
 type stmtCache struct {
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
@@ -215,14 +234,15 @@ const taskListCols = `seq, id, principal_id, executor, spec, status, reason, mes
 	steps_limit, steps_used, tool_calls_limit, tool_calls_used, model_calls_limit, model_calls_used,
 	depth_limit, depth_used, wall_ms_limit, wall_ms_used, NULL, checkpoint_attempt, result, created_ns, updated_ns`
 
-func scanTask(sc scanner) (Task, error) {
+// scanTask scans taskCols, then any extra columns into extra.
+func scanTask(sc scanner, extra ...any) (Task, error) {
 	var t Task
 	var created, updated int64
 	b := &t.Budgets
-	err := sc.Scan(&t.Seq, &t.ID, &t.PrincipalID, &t.Executor, &t.Spec, &t.Status, &t.Reason, &t.Message, &t.RunID,
+	err := sc.Scan(append([]any{&t.Seq, &t.ID, &t.PrincipalID, &t.Executor, &t.Spec, &t.Status, &t.Reason, &t.Message, &t.RunID,
 		&b.Steps.Limit, &b.Steps.Used, &b.ToolCalls.Limit, &b.ToolCalls.Used, &b.ModelCalls.Limit, &b.ModelCalls.Used,
 		&b.Depth.Limit, &b.Depth.Used, &b.WallMillis.Limit, &b.WallMillis.Used, &t.Checkpoint, &t.CheckpointAttempt, &t.Result,
-		&created, &updated)
+		&created, &updated}, extra...)...)
 	t.CreatedAt, t.UpdatedAt = fromNanos(created), fromNanos(updated)
 	return t, err
 }

@@ -34,6 +34,9 @@ type dialect interface {
 	classify(where string, err error) error
 	// constraint reports a violated constraint: a unique key, a CHECK.
 	constraint(err error) bool
+	// lockTask is a statement that locks task ?1's row until the
+	// transaction ends, or "" where the single writer already serialises.
+	lockTask() string
 }
 
 // sqliteDialect is the embedded default: the query text is already its own,
@@ -46,6 +49,7 @@ func (sqliteDialect) writeTx() *sql.TxOptions   { return nil } // IMMEDIATE, fro
 func (sqliteDialect) readTx() *sql.TxOptions    { return nil } // a WAL snapshot
 func (sqliteDialect) retryable(error) bool      { return false }
 func (sqliteDialect) constraint(err error) bool { return sqliteCode(err) == sqliteConstraint }
+func (sqliteDialect) lockTask() string          { return "" }
 func (sqliteDialect) classify(where string, err error) error {
 	switch sqliteCode(err) {
 	case sqliteReadOnly:
@@ -93,7 +97,12 @@ func (s *Store) writeOnce(ctx context.Context, fn func(tx *txn) error) error {
 		tx.Rollback() //nolint:errcheck // fn's error is the one to report
 		return err
 	}
-	return tx.Commit()
+	start := time.Now()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.observeCommit(time.Since(start))
+	return nil
 }
 
 // sqlParamRE matches SQLite's parameters: "?" or "?N".

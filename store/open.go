@@ -30,13 +30,16 @@ type Store struct {
 	r    *sql.DB // query-only readers
 	now  func() time.Time
 	lim  Limits
-	host string // Options.HostID: the lease every run started here carries
+	// observeCommit is Options.ObserveCommit, or a no-op.
+	observeCommit func(time.Duration)
+	host          string // Options.HostID: the lease every run started here carries
 	// listenCfg is PostgreSQL's connection config, for the dedicated
 	// connection Listen holds; nil on SQLite.
 	listenCfg *pgx.ConnConfig
 
 	prepared   map[string]*sql.Stmt // writeQueries on w; read-only after Open
 	unprepared atomic.Int64         // write statements run without preparation (should stay 0)
+	statements atomic.Int64         // write statements run, for the tests that count a step's
 	readStmts  stmtCache            // reader statements, prepared on first use
 }
 
@@ -63,7 +66,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, host: opts.HostID}
+	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit, host: opts.HostID}
+	if s.observeCommit == nil {
+		s.observeCommit = func(time.Duration) {}
+	}
 	if err := s.open(ctx, opts); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one to report
 		if created {

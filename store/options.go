@@ -26,6 +26,10 @@ type Options struct {
 	Now func() time.Time
 	// Limits bound every variable-size value the store accepts.
 	Limits Limits
+	// ObserveCommit, when set, is called with the duration of every write
+	// transaction's COMMIT that succeeded (the fsync of the write-ahead
+	// log, in FULL mode), for the daemon's metrics. It must not block.
+	ObserveCommit func(time.Duration)
 	// HostID names this host in a fleet sharing one store (see hosts.go):
 	// every run this Store starts is leased to it, and recovery touches
 	// only its own leases. Up to MaxHostID bytes of [A-Za-z0-9._-]; empty

@@ -6,7 +6,9 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,10 +66,20 @@ func (pgDialect) rebind(q string) string {
 // bind cleans every string argument (cleanText): PostgreSQL's text refuses
 // NUL and invalid UTF-8, which a plugin's stderr or summary may hold, and
 // refusing the write would lose the step's outcome over a byte.
+// The caller's slice is never changed: a copy is made at the first string
+// that needs cleaning.
 func (pgDialect) bind(args []any) []any {
+	copied := false
 	for i, a := range args {
-		if s, ok := a.(string); ok {
-			args[i] = cleanText(s)
+		s, ok := a.(string)
+		if !ok {
+			continue
+		}
+		if c := cleanText(s); c != s {
+			if !copied {
+				args, copied = slices.Clone(args), true
+			}
+			args[i] = c
 		}
 	}
 	return args
@@ -84,6 +96,15 @@ func (pgDialect) retryable(err error) bool {
 }
 
 func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(err), "23") }
+
+// lockTask takes the task row's lock before its events are numbered:
+// sequence numbers are handed out outside transactions, so without it two
+// transactions could number a task's events in one order and commit them
+// in the other, and a watcher past the later number would miss the
+// earlier. NO KEY: the attempts and events referencing the task still
+// insert. A transaction that has updated the row already holds the lock
+// (txn.written) and skips it.
+func (pgDialect) lockTask() string { return `SELECT 1 FROM tasks WHERE id = ?1 FOR NO KEY UPDATE` }
 
 func (pgDialect) classify(where string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -126,8 +147,10 @@ func pgUnavailable(err error) string {
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
-	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) ||
-		pgconn.SafeToRetry(err) || strings.Contains(err.Error(), "conn closed") {
+	// A connection the server dropped without a word (killed, a network
+	// cut) ends in EOF.
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return "server unavailable"
 	}
 	return ""
@@ -162,7 +185,11 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
-	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits, host: opts.HostID, listenCfg: cfg.Copy()}
+	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit,
+		host: opts.HostID, listenCfg: cfg.Copy()}
+	if s.observeCommit == nil {
+		s.observeCommit = func(time.Duration) {}
+	}
 	if !opts.ReadOnly {
 		s.w = db
 	}

@@ -23,12 +23,20 @@ func (hs *hostService) GetInfo(ctx context.Context, _ *apipb.GetInfoRequest) (*a
 
 // ListExecutors reports every executor kind the daemon knows, available or
 // not, with what its preflight found.
-func (hs *hostService) ListExecutors(ctx context.Context, _ *apipb.ListExecutorsRequest) (*apipb.ListExecutorsResponse, error) {
+func (hs *hostService) ListExecutors(ctx context.Context, req *apipb.ListExecutorsRequest) (*apipb.ListExecutorsResponse, error) {
 	if _, err := principalOf(ctx); err != nil {
 		return nil, err
 	}
 	reg := hs.s.opts.Executors
 	resp := &apipb.ListExecutorsResponse{}
+	if m := hs.s.opts.Model; m != nil {
+		st := m.Status()
+		if req.GetModelPreflight() {
+			st = m.Check(ctx)
+		}
+		resp.Model = &apipb.ModelStatus{Provider: st.Provider, Name: st.Name, Preflight: st.Preflight,
+			CheckedUnixNano: nanos(st.Checked), Ok: st.OK, Kind: st.Kind, Message: st.Message}
+	}
 	for _, kind := range reg.Kinds() {
 		e := &apipb.Executor{Kind: kind, Default: kind == hs.s.opts.DefaultExecutor}
 		if spec, ok := reg.Spec(kind); ok {

@@ -69,6 +69,9 @@
 //	                          checkpoint, where kind is unimplemented,
 //	                          permission_denied, budget_exhausted,
 //	                          invalid_argument, host_unavailable or other.
+//	model_error_text  bool    with call_model, return Continue("model error:
+//	                          <kind>: <sdk.ModelError kind or none>: <error>")
+//	                          instead, for the exact text an executor sees.
 //
 // Attempts count from 1 across the task's life (the host's attempt index);
 // steps count completed steps from the checkpoint.

@@ -49,18 +49,19 @@ const EnvDSN = "TASKHOST_TEST_POSTGRES"
 // SkipReason is why DSN skips when there is no cluster.
 const SkipReason = "PostgreSQL tests need initdb/pg_ctl (apt-get install postgresql) or " + EnvDSN + " (a DSN of an admin database)"
 
-// Main runs the tests of m, with a throw-away cluster started first when
-// EnvDSN is unset and PostgreSQL's binaries are installed, and exits with
-// their status. A cluster that cannot start fails the run: the binaries
-// are there, so a skip would hide a broken set-up.
-func Main(m *testing.M) {
+// Main is Run followed by os.Exit with its status, for a TestMain with
+// nothing else to do.
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run runs the tests of m, with a throw-away cluster started first when
+// EnvDSN is unset and PostgreSQL's binaries are installed, and returns
+// their exit status. A cluster that cannot start fails the run: the
+// binaries are there, so a skip would hide a broken set-up. Call it from
+// TestMain, in place of m.Run.
+func Run(m *testing.M) int {
 	// The cluster's postmaster dies with this thread (Pdeathsig), which
 	// must therefore live as long as the tests: TestMain's is locked.
 	runtime.LockOSThread()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
 	if os.Getenv(EnvDSN) != "" {
 		return m.Run()
 	}
@@ -86,7 +87,7 @@ func DSN(t testing.TB) string {
 	admin := os.Getenv(EnvDSN)
 	if admin == "" {
 		if findBin() != "" {
-			t.Fatalf("testpg: PostgreSQL is installed but %s is unset: the package's TestMain must call testpg.Main(m)", EnvDSN)
+			t.Fatalf("testpg: PostgreSQL is installed but %s is unset: the package's TestMain must call testpg.Main(m) or testpg.Run(m)", EnvDSN)
 		}
 		t.Skip(SkipReason)
 	}
@@ -117,15 +118,16 @@ func DSN(t testing.TB) string {
 			t.Errorf("testpg: drop database %s: %v", name, err)
 		}
 	})
-	dsn, err := withDatabase(admin, name)
+	dsn, err := WithDatabase(admin, name)
 	if err != nil {
 		t.Fatalf("testpg: %v", err)
 	}
 	return dsn
 }
 
-// withDatabase is dsn (a URL or key=value pairs) naming database db.
-func withDatabase(dsn, db string) (string, error) {
+// WithDatabase is dsn (a URL or key=value pairs) naming database db
+// instead of its own.
+func WithDatabase(dsn, db string) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -290,12 +292,4 @@ func credential(dir string) (*syscall.Credential, error) {
 		return nil, err
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// Run is Main for a TestMain with work of its own around the tests: it
-// returns their status instead of exiting. The calling goroutine stays
-// locked to its thread (see Main).
-func Run(m *testing.M) int {
-	runtime.LockOSThread()
-	return run(m)
 }
