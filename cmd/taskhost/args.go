@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,12 +14,21 @@ import (
 // ok is false when the command must exit with code (2 after a usage error
 // printed to stderr, 0 after --help).
 func parseArgs(e *env, fs *flag.FlagSet, args []string, minArgs, maxArgs int) (pos []string, code int, ok bool) {
-	fs.SetOutput(e.stderr)
+	// The flag package prints its complaint and the usage together: held
+	// here, the complaint alone becomes the JSON error under --json.
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	defer fs.SetOutput(e.stderr)
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, exitOK, false
+			if errors.Is(err, flag.ErrHelp) || !e.jsonErrors {
+				e.stderr.Write(out.Bytes()) //nolint:errcheck // best effort, as the flag package's own
+				if errors.Is(err, flag.ErrHelp) {
+					return nil, exitOK, false
+				}
+				return nil, exitUsage, false
 			}
+			errorf(e, "%s: %v", fs.Name(), err)
 			return nil, exitUsage, false
 		}
 		rest := fs.Args()
@@ -31,13 +41,16 @@ func parseArgs(e *env, fs *flag.FlagSet, args []string, minArgs, maxArgs int) (p
 	if len(pos) < minArgs || len(pos) > maxArgs {
 		switch {
 		case maxArgs == 0:
-			fmt.Fprintf(e.stderr, "taskhost %s: unexpected argument %q\n", fs.Name(), pos[0])
+			errorf(e, "%s: unexpected argument %q", fs.Name(), pos[0])
 		case len(pos) < minArgs:
-			fmt.Fprintf(e.stderr, "taskhost %s: missing argument\n", fs.Name())
+			errorf(e, "%s: missing argument", fs.Name())
 		default:
-			fmt.Fprintf(e.stderr, "taskhost %s: too many arguments: %s\n", fs.Name(), strings.Join(pos, " "))
+			errorf(e, "%s: too many arguments: %s", fs.Name(), strings.Join(pos, " "))
 		}
-		fs.Usage()
+		if !e.jsonErrors {
+			fs.SetOutput(e.stderr)
+			fs.Usage()
+		}
 		return nil, exitUsage, false
 	}
 	return pos, exitOK, true
@@ -68,8 +81,11 @@ func subcommand(e *env, group string, subs []command, args []string, run func(c 
 			return run(c, args[1:])
 		}
 	}
-	fmt.Fprintf(e.stderr, "taskhost %s: unknown command %q\n\n", group, args[0])
-	subUsage(e.stderr, group, subs)
+	errorf(e, "%s: unknown command %q", group, args[0])
+	if !e.jsonErrors {
+		fmt.Fprintln(e.stderr)
+		subUsage(e.stderr, group, subs)
+	}
 	return exitUsage
 }
 

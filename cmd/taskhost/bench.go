@@ -28,8 +28,8 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(fs.Output(), "Usage: taskhost bench [flags]\n\nMeasures, on a temporary data dir with the test executor: the durable step\noverhead against a floor measured in the same run (one go-plugin round trip\nplus one store commit), plugin SIGKILL → interrupted, cancel latency, plugin\nstart, a machinespirit node step and start-up recovery. Medians and p95s.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(e, fs, args); err != nil {
-		return exitUsage
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
 	}
 	var recSizes []int
 	for _, f := range strings.Split(*sizes, ",") {

@@ -218,6 +218,7 @@ func (c *clientFlags) fail(e *env, err error) int {
 		v.ExitCode = code
 		data, _ := json.Marshal(v)
 		fmt.Fprintln(e.stderr, string(data))
+		e.jsonFailed = true
 		return code
 	}
 	errorf(e, "%s", msg)

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -59,19 +58,6 @@ func localPrincipal() string {
 		return u.Username
 	}
 	return "uid-" + strconv.Itoa(os.Getuid())
-}
-
-// parseFlags parses args and reports a usage error on stderr.
-func parseFlags(e *env, fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(e.stderr)
-	if err := fs.Parse(args); err != nil {
-		return errUsage
-	}
-	if fs.NArg() > 0 && fs.Name() != "inspect" {
-		fmt.Fprintf(e.stderr, "taskhost %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return errUsage
-	}
-	return nil
 }
 
 // exitCodeFor maps an error to the documented exit codes.

@@ -21,12 +21,9 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(fs.Output(), "Usage: taskhost inspect [flags] [ID]\n\nPrints the tasks of a principal, or one task with its budgets and attempts,\nstraight from the store (read-only; safe while a host runs).\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(e, fs, args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() > 1 {
-		errorf(e, "inspect: at most one task id")
-		return exitUsage
+	ids, code, ok := parseArgs(e, fs, args, 0, 1)
+	if !ok {
+		return code
 	}
 	if err := host.RefusePostgres(*dataDir, "inspect it"); err != nil {
 		errorf(e, "inspect: %v", err)
@@ -39,8 +36,8 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 	}
 	defer st.Close()
 	p := newPrinter(e, *jsonOut)
-	if fs.NArg() == 1 {
-		return inspectOne(ctx, p, st, *principal, fs.Arg(0))
+	if len(ids) == 1 {
+		return inspectOne(ctx, p, st, *principal, ids[0])
 	}
 	var all []store.Task
 	var after int64

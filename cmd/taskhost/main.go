@@ -18,6 +18,7 @@
 //	taskhost backup DIR                                    the store and host.key, while it runs
 //	taskhost restore DIR --data-dir NEW                    a backup into a new data dir
 //	taskhost token hash < TOKEN-FILE                       the SHA-256 for [api.tokens]
+//	taskhost completion bash|zsh|fish                      a shell completion script
 //	taskhost version
 //
 // Every client command takes --json. Run 'taskhost COMMAND --help' for a
@@ -27,10 +28,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/taskhost/taskhost/internal/confine"
@@ -60,6 +63,13 @@ type command struct {
 type env struct {
 	stdout, stderr io.Writer
 	stdin          io.Reader
+
+	// jsonErrors: the command line has --json, so errorf holds its
+	// messages in failures for finish to report as one JSON object;
+	// jsonFailed: the command already wrote that object.
+	jsonErrors bool
+	jsonFailed bool
+	failures   []string
 }
 
 func commands() []command {
@@ -78,6 +88,7 @@ func commands() []command {
 		{"restore", "restore a backup into a new data dir and verify its checkpoints", restoreCmd},
 		{"bench", "measure step overhead, crash and cancel latency, plugin start, recovery", benchCmd},
 		{"token", "token hash: print the SHA-256 of a token read from stdin, for [api.tokens]", tokenCmd},
+		{"completion", "print a shell completion script: bash, zsh or fish", completionCmd},
 		{"version", "print the version", versionCmd},
 	}
 }
@@ -95,6 +106,11 @@ func main() {
 }
 
 func dispatch(ctx context.Context, e *env, args []string) int {
+	e.jsonErrors = wantsJSON(args)
+	return e.finish(dispatchCommand(ctx, e, args))
+}
+
+func dispatchCommand(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(e.stdout)
 		if len(args) == 0 {
@@ -107,8 +123,11 @@ func dispatch(ctx context.Context, e *env, args []string) int {
 			return c.run(ctx, e, args[1:])
 		}
 	}
-	fmt.Fprintf(e.stderr, "taskhost: unknown command %q\n\n", args[0])
-	usage(e.stderr)
+	errorf(e, "unknown command %q", args[0])
+	if !e.jsonErrors {
+		fmt.Fprintln(e.stderr)
+		usage(e.stderr)
+	}
 	return exitUsage
 }
 
@@ -123,13 +142,28 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "6 interrupted, 7 refused (unknown principal or bad token), 130 stopped by Ctrl-C.")
 }
 
-func versionCmd(_ context.Context, e *env, _ []string) int {
+func versionCmd(_ context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	jsonOut := fs.Bool("json", false, `print {"version": ..., "go": ...}`)
+	fs.Usage = usageFunc(fs, "taskhost version [--json]", "Prints taskhost's version and the Go release it was built with.")
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
+	}
+	if *jsonOut {
+		newPrinter(e, true).emit(map[string]string{"version": version, "go": runtime.Version()})
+		return exitOK
+	}
 	fmt.Fprintln(e.stdout, "taskhost", version)
 	return exitOK
 }
 
-// errorf prints a one-line error for the user.
+// errorf prints a one-line error for the user; with --json it is held for
+// finish, which reports the command's failure as one JSON object.
 func errorf(e *env, format string, args ...any) {
+	if e.jsonErrors {
+		e.failures = append(e.failures, fmt.Sprintf(format, args...))
+		return
+	}
 	fmt.Fprintf(e.stderr, "taskhost: "+format+"\n", args...)
 }
 

@@ -31,8 +31,8 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(fs.Output(), "Usage: taskhost run --goal TEXT [--executor NAME] [flags]\n       taskhost run --resume ID [flags]\n\nRuns a foreground host for one task and prints each event as it happens.\nExits 0 when the task completes, 1 when it fails or is cancelled, 6 when it is\ninterrupted (resume it with --resume ID). Ctrl-C interrupts it.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(e, fs, args); err != nil {
-		return exitUsage
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
 	}
 	if (*resume == "") == (*goal == "" && *specFile == "") {
 		errorf(e, "run: give --goal or --spec-file to start a task, or --resume ID to resume one")

@@ -40,7 +40,7 @@ func watchTask(ctx context.Context, e *env, cf *clientFlags, tc apipb.TaskServic
 		o.reconnect = defaultReconnect
 	}
 	w := &watchView{e: e, json: cf.json}
-	if !cf.json && !o.noProgress {
+	if !cf.json && !o.noProgress && escapesAllowed(os.Getenv) {
 		w.width, w.progress = terminalWidth(e.stdout)
 	}
 	if w.progress {
@@ -275,6 +275,13 @@ func (w *watchView) clearProgress() {
 		fmt.Fprint(w.e.stdout, "\r\033[2K")
 		w.shown = false
 	}
+}
+
+// escapesAllowed reports whether the terminal may be sent escape sequences
+// (the redrawn progress line): not when NO_COLOR is set to anything
+// (no-color.org: the user wants plain output) or TERM is "dumb".
+func escapesAllowed(getenv func(string) string) bool {
+	return getenv("NO_COLOR") == "" && getenv("TERM") != "dumb"
 }
 
 // terminalWidth reports whether w is a terminal and its width in columns
