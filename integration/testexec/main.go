@@ -69,6 +69,10 @@
 //	                          checkpoint, where kind is unimplemented,
 //	                          permission_denied, budget_exhausted,
 //	                          invalid_argument, host_unavailable or other.
+//	log_warn          string  log this at WARN through sdk.Logger each step
+//	                          (with a forged "task" field the host must rename).
+//	stderr_lines      int     write this many plain lines to os.Stderr each step.
+//	log_lines         int     log this many lines at INFO through sdk.Logger each step.
 //
 // Attempts count from 1 across the task's life (the host's attempt index);
 // steps count completed steps from the checkpoint.
