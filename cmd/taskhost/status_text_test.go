@@ -51,3 +51,18 @@ func TestTaskDetailStderrTail(t *testing.T) {
 		})
 	}
 }
+
+func TestExecutorLiveState(t *testing.T) {
+	for check, want := range map[string]string{
+		"checksum":      "pin mismatch",
+		"binary":        "missing or not executable",
+		"handshake":     "handshake failed",
+		"start_timeout": "handshake failed",
+		"disabled":      "disabled",
+		"preflight":     "unavailable (preflight)",
+	} {
+		if got := liveState(check); got != want {
+			t.Errorf("liveState(%q) = %q, want %q", check, got, want)
+		}
+	}
+}
