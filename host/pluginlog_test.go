@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -233,5 +234,36 @@ func TestPluginLogFieldBound(t *testing.T) {
 	}
 	if n != maxLogFields || got[0]["fields_omitted"] != float64(5) {
 		t.Errorf("%d plugin fields kept, omitted %v; want %d and 5", n, got[0]["fields_omitted"], maxLogFields)
+	}
+}
+
+// Lines dropped in a flood are reported where forwarding resumes, before
+// the first line let through again, so the gap shows in place.
+func TestPluginLogDropReportSitsAtTheGap(t *testing.T) {
+	var c logCapture
+	pl := newPluginLog(c.logger(), "testexec", launchLabels{task: "t_1", run: 1})
+	at := time.Unix(1, 0)
+	pl.now = func() time.Time { return at }
+	tr := newTailReader(io.NopCloser(strings.NewReader("")), 20)
+	tr.log = pl
+	var flood strings.Builder
+	for i := range logBurst + 7 {
+		fmt.Fprintf(&flood, "flood %d\n", i)
+	}
+	w := &streamWriter{t: tr}
+	if _, err := w.Write([]byte(flood.String())); err != nil {
+		t.Fatal(err)
+	}
+	at = at.Add(time.Second) // the bucket refills
+	if _, err := w.Write([]byte("after the gap\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := c.entries(t)
+	if len(got) != logBurst+2 {
+		t.Fatalf("%d entries, want the burst, a report and the next line", len(got))
+	}
+	report, next := got[logBurst], got[logBurst+1]
+	if report["@message"] != dropMessage || report["dropped_lines"] != float64(7) || next["@message"] != "after the gap" {
+		t.Errorf("after the burst: %v then %v; want a report of 7 dropped lines, then the next line", report, next)
 	}
 }
