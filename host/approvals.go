@@ -1,8 +1,11 @@
 package host
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,10 +21,47 @@ var (
 	errApprovalExpired  = errors.New("approval expired")
 )
 
+// Approval kinds, as the API reports them: a gated tool call, an
+// executor's yes/no question, or an executor's question answered with a
+// JSON value (sdk.Host.RequestInput).
+const (
+	ApprovalKindTool     = "tool"
+	ApprovalKindApproval = "approval"
+	ApprovalKindInput    = "input"
+)
+
+// inputTool marks an input approval in the approvals row's tool column: no
+// tool is named so (tool names are dotted words), and the row needs no
+// column of its own for the kind.
+const inputTool = "(input)"
+
+// MaxInputValue bounds the JSON value an input approval is answered with,
+// as the principal sent it; it fits the effect ledger's replay bound, so a
+// re-run of the step gets the same answer without asking again.
+const MaxInputValue = 64 << 10
+
+// ApprovalKind tells what an approval asks for.
+func ApprovalKind(a store.Approval) string {
+	switch a.Tool {
+	case "":
+		return ApprovalKindApproval
+	case inputTool:
+		return ApprovalKindInput
+	}
+	return ApprovalKindTool
+}
+
+// resolution is how an approval was resolved, with the answer of an input
+// approval.
+type resolution struct {
+	status store.ApprovalStatus
+	value  []byte
+}
+
 // waiter is a step blocked on one approval.
 type waiter struct {
 	taskID   string
-	decision chan store.ApprovalStatus // buffered 1
+	decision chan resolution // buffered 1
 }
 
 // awaitApproval records a pending approval, moving the task to
@@ -29,12 +69,19 @@ type waiter struct {
 // resolved — approved (nil), rejected or expired (the task has failed and the
 // run is ending) — or ctx ends (a cancel, a shutdown).
 func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, tool, prompt string) error {
+	_, err := r.awaitAnswer(ctx, ts, seq, tool, prompt)
+	return err
+}
+
+// awaitAnswer is awaitApproval returning the value an input approval
+// (tool inputTool) was answered with: compact JSON, "null" when none.
+func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool, prompt string) ([]byte, error) {
 	timeout := r.svc.ApprovalTimeout
 	if timeout <= 0 {
 		timeout = time.Hour
 	}
 	id := "a_" + randomToken()[:26]
-	w := &waiter{taskID: ts.taskID, decision: make(chan store.ApprovalStatus, 1)}
+	w := &waiter{taskID: ts.taskID, decision: make(chan resolution, 1)}
 	r.mu.Lock()
 	r.waiters[id] = w
 	r.mu.Unlock()
@@ -46,7 +93,7 @@ func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, to
 
 	t, err := r.store.GetTask(ctx, ts.principal, ts.taskID)
 	if err != nil {
-		return status.Error(codes.FailedPrecondition, err.Error())
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	t.Status = store.StatusWaitingApproval
 	// The wait is not active time: the clock pauses before the event reads
@@ -59,21 +106,21 @@ func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, to
 	}, newEvent(EventTaskWaitingApproval, r.liveMeters(t), EventPayload{Attempt: ts.attempt, Note: id}))
 	r.notify()
 	if err != nil {
-		return effectError(ts, err)
+		return nil, effectError(ts, err)
 	}
 	expiry := time.AfterFunc(timeout, func() {
-		_, _ = r.resolve(context.Background(), ts.principal, id, store.ApprovalExpired)
+		_, _ = r.resolve(context.Background(), ts.principal, id, store.ApprovalExpired, nil)
 	})
 	defer expiry.Stop()
 
 	select {
 	case d := <-w.decision:
-		if d == store.ApprovalApproved {
-			return nil
+		if d.status == store.ApprovalApproved {
+			return d.value, nil
 		}
-		return status.Errorf(codes.Aborted, "approval %s %s", id, d)
+		return nil, status.Errorf(codes.Aborted, "approval %s %s", id, d.status)
 	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
 
@@ -103,22 +150,44 @@ func (r *Runner) Approvals(ctx context.Context, principal string, st store.Appro
 // the gated effect proceeds. It is refused if the approval was already
 // resolved or its task cancelled.
 func (r *Runner) Approve(ctx context.Context, principal, id string) (store.Approval, error) {
-	return r.resolve(ctx, principal, id, store.ApprovalApproved)
+	return r.resolve(ctx, principal, id, store.ApprovalApproved, nil)
+}
+
+// Answer approves an input approval with value, one JSON value of at most
+// MaxInputValue bytes, which the waiting step receives. A value for an
+// approval of another kind is refused: it would be dropped unread.
+func (r *Runner) Answer(ctx context.Context, principal, id string, value []byte) (store.Approval, error) {
+	if len(value) > MaxInputValue {
+		return store.Approval{}, &FieldError{Field: "value_json", Message: fmt.Sprintf("the value is %d bytes, limit %d", len(value), MaxInputValue)}
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, value); err != nil {
+		return store.Approval{}, &FieldError{Field: "value_json", Message: fmt.Sprintf("the value (%d bytes) is not one JSON value: %v", len(value), err)}
+	}
+	return r.resolve(ctx, principal, id, store.ApprovalApproved, b.Bytes())
 }
 
 // Reject resolves a pending approval as rejected: the task fails
 // (approval_rejected) and its step is stopped.
 func (r *Runner) Reject(ctx context.Context, principal, id string) (store.Approval, error) {
-	return r.resolve(ctx, principal, id, store.ApprovalRejected)
+	return r.resolve(ctx, principal, id, store.ApprovalRejected, nil)
 }
 
 // resolve is the one path every resolution takes: a compare-and-set on the
 // approval and its task in one transaction, then the waiting step is told,
-// and a refused one is ended.
-func (r *Runner) resolve(ctx context.Context, principal, id string, to store.ApprovalStatus) (store.Approval, error) {
+// and a refused one is ended. value is the answer of an input approval
+// (nil: none, which answers null).
+func (r *Runner) resolve(ctx context.Context, principal, id string, to store.ApprovalStatus, value []byte) (store.Approval, error) {
 	cur, err := r.store.GetApproval(ctx, principal, id)
 	if err != nil {
 		return store.Approval{}, err
+	}
+	if kind := ApprovalKind(cur); value != nil && kind != ApprovalKindInput {
+		return store.Approval{}, &FieldError{Field: "value_json", Message: fmt.Sprintf(
+			"approval %s is a %s approval, which takes no value (only an executor's question, kind input, does): approve it without one", id, kind)}
+	}
+	if value == nil {
+		value = []byte("null")
 	}
 	t, err := r.store.GetTask(ctx, principal, cur.TaskID)
 	if err != nil {
@@ -147,7 +216,7 @@ func (r *Runner) resolve(ctx context.Context, principal, id string, to store.App
 	ru := r.runs[a.TaskID]
 	r.mu.Unlock()
 	if w != nil {
-		w.decision <- to
+		w.decision <- resolution{status: to, value: value}
 	}
 	if ru != nil && to != store.ApprovalApproved {
 		cause := errApprovalRejected

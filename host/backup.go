@@ -30,6 +30,9 @@ type BackupInfo struct {
 // a daemon runs), and KeyFile, the host key every checkpoint is sealed
 // with. A backup that fails is removed.
 func Backup(ctx context.Context, dataDir, dest string) (info BackupInfo, err error) {
+	if err := RefusePostgres(dataDir, "back it up"); err != nil {
+		return BackupInfo{}, fmt.Errorf("backup: %w", err)
+	}
 	key, err := readKey(filepath.Join(dataDir, KeyFile))
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup: %w", err)

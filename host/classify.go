@@ -213,6 +213,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		ru.settleEffects()
 	}
 	if v.crashed {
+		r.set.Observer.PluginCrashed(t.Executor, string(v.reason))
 		ru.log("executor crashed", "attempt", att.Number, "exit", v.exit.String())
 	}
 	if v.attempt == store.AttemptCompleted {

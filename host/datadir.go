@@ -68,8 +68,10 @@ func dataDirEntries() []dataDirEntry {
 		{StoreFile + "-shm", kindFile},
 		{StoreFile + "-journal", kindFile},
 		{KeyFile, kindSecret},
+		{PostgresMarker, kindFile},
 		{SocketDirName, kindDir},
 		{WorkspaceDirName, kindDir},
+		{CacheDirName, kindDir},
 		{apiSocketFile, kindSocket},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ const (
 	errorDomain               = "taskhost.dev"
 	sdkReasonEffectUnsettled  = "EFFECT_UNSETTLED"
 	sdkReasonModelUnavailable = "MODEL_UNAVAILABLE"
+	sdkReasonModelFailed      = "MODEL_FAILED"
 )
 
 // maxModelMessages bounds one model request.
@@ -186,27 +188,54 @@ func (ts *turnState) modelOutage() string {
 	return ts.outage
 }
 
-// modelError is the status a failed model call reaches the executor with:
-// an outage is Unavailable with ErrorInfo MODEL_UNAVAILABLE
-// (sdk.ErrModelUnavailable), which an executor may retry, distinct from a
-// host that is gone; anything else is Aborted.
+// modelError is the status a failed model call reaches the executor with,
+// mapped here once: an outage (rate_limited, server, timeout) is Unavailable
+// with ErrorInfo MODEL_UNAVAILABLE, which an executor may retry and which is
+// distinct from a host that is gone; a failure for good (auth, request,
+// bad_response) is Aborted with ErrorInfo MODEL_FAILED. The ErrorInfo's
+// "kind" is the SDK's sdk.ModelErrorKind and the status message is the
+// provider's words alone, so the executor's error reads
+// "model <kind>: <message>" without a prefix per layer. Each failed call is
+// logged once, at WARN, with its task.
 func (s *services) modelError(ts *turnState, err error) error {
-	if model.KindOf(err) == model.KindAuth {
-		ts.noteAuthRefused(err.Error())
-		s.r.log.Warn("model refused the credentials", "task", ts.taskID, "attempt", ts.attempt, "error", err)
+	kind := sdkModelKind(model.KindOf(err))
+	msg := err.Error()
+	if merr, ok := errors.AsType[*model.Error](err); ok {
+		msg = merr.Message
 	}
-	if !model.Unavailable(err) {
-		return status.Error(codes.Aborted, err.Error())
+	log := []any{"task", ts.taskID, "attempt", ts.attempt, "kind", kind, "error", msg}
+	code, reason := codes.Aborted, sdkReasonModelFailed
+	switch {
+	case model.KindOf(err) == model.KindAuth:
+		ts.noteAuthRefused(msg)
+		s.r.log.Warn("model refused the credentials", log...)
+	case model.Unavailable(err):
+		code, reason = codes.Unavailable, sdkReasonModelUnavailable
+		ts.noteOutage(kind)
+		s.r.log.Warn("model unavailable", log...)
+	default:
+		s.r.log.Warn("model call failed", log...)
 	}
-	kind := model.KindOf(err).String()
-	ts.noteOutage(kind)
-	s.r.log.Warn("model unavailable", "task", ts.taskID, "attempt", ts.attempt, "kind", kind, "error", err)
-	st := status.New(codes.Unavailable, "model unavailable: "+err.Error())
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: sdkReasonModelUnavailable, Domain: errorDomain,
+	st := status.New(code, msg)
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain,
 		Metadata: map[string]string{"kind": kind}}); derr == nil {
 		st = d
 	}
 	return st.Err()
+}
+
+// sdkModelKind is the sdk.ModelErrorKind name of a provider's error kind: the
+// SDK's set is smaller, as an executor branches only on what it can act on.
+func sdkModelKind(k model.ErrorKind) string {
+	switch k {
+	case model.KindAuth, model.KindRateLimited, model.KindServer, model.KindTimeout, model.KindBadResponse:
+		return k.String()
+	case model.KindTransport, model.KindCanceled:
+		return model.KindTimeout.String()
+	case model.KindRequest, model.KindScript:
+		return model.KindRequest.String()
+	}
+	return model.KindBadResponse.String()
 }
 
 func (ts *turnState) approveRetry() {
@@ -230,6 +259,20 @@ func rerunSafe(name string, args []byte) bool {
 		return json.Unmarshal(args, &a) == nil && (a.Append == nil || !*a.Append)
 	}
 	return false
+}
+
+// idempotentMark ends the ledger summary of a tool effect the executor
+// marked idempotent under its key (sdk.ToolRequest.Idempotent).
+const idempotentMark = " (idempotent)"
+
+// idempotentRetry reports whether e may run again after prev, the same call
+// an earlier attempt left unsettled, without an approval: both were marked
+// idempotent under the same key, which the tool honours. A call marked so
+// only now is not: its first run recorded no key, so the tool could not
+// tell it happened.
+func idempotentRetry(e store.NewEffect, prev store.Effect) bool {
+	return e.IdempotencyKey != "" && e.IdempotencyKey == prev.IdempotencyKey &&
+		strings.HasSuffix(e.Summary, idempotentMark) && strings.HasSuffix(prev.Summary, idempotentMark)
 }
 
 // unsettledError refuses to run e again: the executor re-issued an effect an
@@ -366,6 +409,11 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		if err != nil {
 			return nil, false, effectError(ts, err)
 		}
+		if ok && idempotentRetry(e, prev) {
+			// The tool de-duplicates by the key both attempts gave it: if
+			// the first one happened, this one does nothing.
+			ok = false
+		}
 		if ok {
 			s.r.log.Warn("re-run of an unsettled effect refused: no approval for the retry", "task", ts.taskID,
 				"attempt", ts.attempt, "effect_attempt", prev.Attempt, "effect_seq", prev.Seq, "status", prev.Status)
@@ -497,6 +545,19 @@ func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.C
 	}
 	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
 		IdempotencyKey: truncate(req.GetIdempotencyKey(), 128), Summary: tools.Summarize(name, args)}
+	env := tools.Env{TaskID: ts.taskID, Workspace: s.r.workspace(ts.taskID)}
+	if req.GetIdempotent() {
+		key := req.GetIdempotencyKey()
+		switch {
+		case !reg.HonoursKey(name):
+			return nil, status.Errorf(codes.InvalidArgument, "idempotent: tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))
+		case key == "":
+			return nil, status.Error(codes.InvalidArgument, "idempotency_key: an idempotent call needs the key its tool de-duplicates by")
+		case len(key) > tools.MaxIdempotencyKeyBytes:
+			return nil, status.Errorf(codes.InvalidArgument, "idempotency_key: %d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)
+		}
+		e.IdempotencyKey, e.Summary, env.IdempotencyKey = key, e.Summary+idempotentMark, key
+	}
 	var gate func(int64) error
 	if pol.NeedsApproval {
 		gate = func(seq int64) error {
@@ -507,7 +568,7 @@ func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.C
 		}
 	}
 	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, error) {
-		res, err := reg.Call(ctx, tools.Env{TaskID: ts.taskID, Workspace: s.r.workspace(ts.taskID)}, name, args)
+		res, err := reg.Call(ctx, env, name, args)
 		if err != nil {
 			var ae *tools.ArgError
 			switch {
@@ -555,6 +616,33 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 	// way a person said yes to the retry.
 	ts.approveRetry()
 	return &pb.RequestApprovalResponse{Decision: "approved"}, nil
+}
+
+// RequestInput asks the task's principal a question, with the task in
+// waiting_approval, and answers the JSON value they approve it with
+// (`taskhost approve ID --value JSON`). Like any approval effect it is
+// replayed in a re-run of the step once answered, so a question is never
+// answered twice; one whose wait a crash cut off is asked again.
+func (s *services) RequestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
+	ts, err := s.authorizeState("RequestInput", req.GetTurnToken())
+	if err != nil {
+		return nil, err
+	}
+	question := tools.Printable(truncateChars(req.GetQuestion(), 500), 1900)
+	if question == "" {
+		return nil, status.Error(codes.InvalidArgument, "question: an input request needs a question")
+	}
+	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("input"), []byte(question)), Summary: "input"}
+	var answer []byte
+	gate := func(seq int64) (err error) {
+		answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question)
+		return err
+	}
+	out, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return answer, nil })
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RequestInputResponse{ValueJson: string(out)}, nil
 }
 
 func modelRequest(req *pb.CallModelRequest) (model.Request, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/internal/testbin"
+	"github.com/taskhost/taskhost/internal/testpg"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	executorDir = dir
-	code := m.Run()
+	code := testpg.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -103,3 +103,75 @@ func closedURL(t *testing.T) string {
 	l.Close()
 	return "http://" + addr
 }
+
+// Every kind of model failure reaches the executor, through the real SDK, as
+// a *sdk.ModelError of the matching kind, with the provider's words once
+// ("model <kind>: <message>"), the transient ones also matching
+// sdk.ErrModelUnavailable; and the daemon logs each failed call once at
+// WARN with the task id.
+func TestModelErrorKindsReachExecutor(t *testing.T) {
+	body := func(code int, msg string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "0")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			io.WriteString(w, `{"error":{"message":"`+msg+`"}}`)
+		}
+	}
+	cases := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    string // the attempt's summary: what the executor saw
+		log     string
+	}{
+		{"401", body(401, "bad key"),
+			"model error: model_error: auth: model auth: HTTP 401: the endpoint refused the credentials: \"bad key\"", "model refused the credentials"},
+		{"429", body(429, "slow down"),
+			"model error: model_unavailable: rate_limited: model rate_limited: HTTP 429: rate limited: \"slow down\" (after 2 attempts)", "model unavailable"},
+		{"503", body(503, "overloaded"),
+			"model error: model_unavailable: server: model server: HTTP 503: server error: \"overloaded\" (after 2 attempts)", "model unavailable"},
+		{"timeout", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+			"model error: model_unavailable: timeout: model timeout: no response within 1s", "model unavailable"},
+		{"bad body", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"choices": [`) },
+			"model error: model_error: bad_response: model bad_response: the response is not valid chat-completions JSON: unexpected end of JSON input", "model call failed"},
+		{"400", body(400, "no such model"),
+			"model error: model_error: request: model request: HTTP 400: the endpoint refused the request: \"no such model\"", "model call failed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				tc.handler(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			var logs syncBuffer
+			cfg := testConfig()
+			cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 1, MaxRetries: 1}
+			h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir,
+				Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { h.Close(context.Background()) })
+
+			task := create(t, h, alice, map[string]any{"call_model": true, "model_error_text": true}, Limits{Steps: 1})
+			waitEnd(t, h, alice, task.ID)
+			atts, err := h.Store.ListAttempts(context.Background(), alice, task.ID)
+			if err != nil || len(atts) != 1 {
+				t.Fatalf("attempts = %+v, %v", atts, err)
+			}
+			if atts[0].Summary != tc.want {
+				t.Errorf("the executor saw\n%q, want\n%q", atts[0].Summary, tc.want)
+			}
+			var lines []string
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, tc.log+":") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 1 || !strings.Contains(lines[0], "[WARN]") || !strings.Contains(lines[0], "task="+task.ID) {
+				t.Errorf("want one WARN %q line with task=%s, got %q in:\n%s", tc.log, task.ID, lines, logs.String())
+			}
+		})
+	}
+}

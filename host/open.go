@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +30,10 @@ const (
 	SocketDirName = "plugins"
 	// WorkspaceDirName holds one workspace per task.
 	WorkspaceDirName = "workspaces"
+	// CacheDirName holds what executors keep across their starts, one dir
+	// per kind (machinespirit's compiled saved state); anything in it may
+	// be deleted while no daemon runs.
+	CacheDirName = "cache"
 
 	// ExecutorPrefix names executor binaries found beside the taskhost
 	// binary: taskhost-executor-KIND.
@@ -49,6 +54,8 @@ type Options struct {
 	// Trampoline starts every plugin confined (internal/confine); its main
 	// must call confine.Main first. Default: the running binary.
 	Trampoline string
+	// Observer is told what the metrics count as it happens; nil: no one.
+	Observer Observer
 }
 
 // Host is an open data dir: its store, its executors and its Runner. Only
@@ -59,6 +66,11 @@ type Host struct {
 	Store    *store.Store
 	DataDir  string
 	Recovery store.Recovery
+	// Model holds the model provider's preflight result.
+	Model *ModelChecker
+
+	stopPreflight context.CancelFunc
+	preflightDone chan struct{}
 
 	lock        *os.File
 	executorDir string          // Options.ExecutorDir, for ReloadExecutors
@@ -102,7 +114,11 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.close()
 		return nil, err
 	}
-	h.Store, err = store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: opts.Synchronous, Limits: store.Limits{
+	obs := opts.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted, Limits: store.Limits{
 		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
 		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
 		Result:        cfg.Limits.ResultBytes,
@@ -143,11 +159,13 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	} else {
 		log.Warn("the kernel offers no Landlock: shell.run commands are not confined to their workspace", "confinement", svc.Tools.Confinement())
 	}
-	h.Runner = New(h.Store, h.Registry, key, settingsFrom(cfg), svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
+	set := settingsFrom(cfg)
+	set.Observer = obs
+	h.Runner = New(h.Store, h.Registry, key, set, svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
 		return fail(fmt.Errorf("start-up recovery: %w", err))
 	}
-	specs, err := executorSpecs(opts.ExecutorDir, cfg)
+	specs, err := executorSpecs(opts.ExecutorDir, filepath.Join(dir, CacheDirName), cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -158,6 +176,27 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	}
 	if !cfg.MachineSpirit.Enabled {
 		h.Registry.MarkUnavailable("machinespirit", "disabled", machineSpiritDisabled)
+	}
+	provider := cfg.Model.Provider
+	if provider == "" {
+		provider = config.ProviderScripted
+	}
+	// A backstop above the provider's own per-request timeout, which names
+	// itself in the result ("no response within ...").
+	timeout := time.Duration(cfg.Model.TimeoutSeconds)*time.Second + 5*time.Second
+	if cfg.Model.TimeoutSeconds <= 0 {
+		timeout = time.Minute + 5*time.Second
+	}
+	h.Model = newModelChecker(svc.Model, ModelStatus{Provider: provider, Name: cfg.Model.Name, Preflight: cfg.Model.Preflight}, timeout, log.Named("model"))
+	if cfg.Model.Preflight {
+		// In the background: a slow endpoint must not hold up the start.
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		h.stopPreflight = cancel
+		h.preflightDone = make(chan struct{})
+		go func() {
+			defer close(h.preflightDone)
+			h.Model.Check(pctx)
+		}()
 	}
 	return h, nil
 }
@@ -172,6 +211,10 @@ func (h *Host) Close(ctx context.Context) error {
 }
 
 func (h *Host) close() error {
+	if h.stopPreflight != nil {
+		h.stopPreflight()
+		<-h.preflightDone
+	}
 	var err error
 	if h.tools != nil {
 		// The runs have ended, and with them their tool calls; this kills
@@ -219,8 +262,9 @@ func lockDataDir(dir string) (*os.File, error) {
 
 // executorSpecs lists the executors to register: every
 // taskhost-executor-KIND binary in dir, then [executors.KIND] from the
-// config, which overrides a discovered one of the same kind.
-func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
+// config, which overrides a discovered one of the same kind. cacheDir is
+// where machinespirit keeps its saved state.
+func executorSpecs(dir, cacheDir string, cfg config.Config) ([]PluginSpec, error) {
 	if dir == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -257,6 +301,17 @@ func executorSpecs(dir string, cfg config.Config) ([]PluginSpec, error) {
 			// It runs its pinned swipl as a worker process.
 			ms.Confine.Subprocesses = true
 			ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, cfg.MachineSpirit.SwiplPath)
+			// Its compiled saved state is kept across starts (~0.4 s each
+			// to build). A plugin run as another user cannot reach the
+			// data dir, and builds at every start.
+			if ms.Confine.User == "" {
+				msCache := filepath.Join(cacheDir, config.ExecutorMachineSpirit)
+				if err := os.MkdirAll(msCache, 0o700); err != nil {
+					return nil, fmt.Errorf("executor cache dir: %w", err)
+				}
+				ms.Args = append(ms.Args, "--state-cache-dir", msCache)
+				ms.Confine.ReadWrite = append(slices.Clip(ms.Confine.ReadWrite), msCache)
+			}
 			found[config.ExecutorMachineSpirit] = ms
 		}
 	}

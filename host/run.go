@@ -67,6 +67,7 @@ func (ru *run) loop() {
 		return
 	}
 	ru.exe = exe
+	ru.r.set.Observer.PluginStarted(ru.task.Executor)
 	if ru.desc, err = describeChecked(ru.ctx, ru.task.Executor, exe); err != nil {
 		ru.endRun(store.StatusInterrupted, store.ReasonExecutorUnavailable, err.Error())
 		return
@@ -230,6 +231,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	// executor.
 	stepCtx, cancelStep := context.WithCancelCause(ru.ctx)
 	go ru.wall.expire(stepCtx, cancelStep, errWallExceeded)
+	began := time.Now()
 	res, stepErr := ru.exe.Step(stepCtx, req)
 	cause := context.Cause(stepCtx)
 	cancelStep(nil)
@@ -256,7 +258,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// The provider's own words, once: the executor's message wraps the
 		// same error again on its way back.
 		v = verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: store.ReasonModelAuth,
-			message: truncate(msg+"; check the key named by [model] api_key_env", 2000)}
+			message: truncate("model auth: "+msg+"; check the key named by [model] api_key_env", 2000)}
 		r.log.Warn("step ended on a model credentials refusal: the task fails (model_auth)", "task", ru.id, "attempt", att.Number)
 	}
 	if err := ts.storeError(); err != nil && !v.abandoned && v.attempt != store.AttemptCancelled {
@@ -265,6 +267,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// attempt is interrupted and its effects settled like a crash's.
 		v = storeVerdict(err)
 	}
+	r.set.Observer.StepFinished(ru.task.Executor, string(v.attempt), time.Since(began))
 	return ru.finish(v, att)
 }
 

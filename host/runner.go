@@ -40,6 +40,9 @@ type Settings struct {
 
 	// Heartbeat is how often active wall time is persisted (at most 5 s).
 	Heartbeat time.Duration
+	// Observer is told of plugin starts, crashes and step durations; nil
+	// tells no one.
+	Observer Observer
 }
 
 // Limits are budget limits; zero means "unset" in a request.
@@ -126,6 +129,9 @@ func New(st *store.Store, l Launcher, key []byte, set Settings, svc Services, wo
 	}
 	if set.Heartbeat <= 0 || set.Heartbeat > 5*time.Second {
 		set.Heartbeat = 5 * time.Second
+	}
+	if set.Observer == nil {
+		set.Observer = nopObserver{}
 	}
 	return &Runner{
 		store: st, launcher: l, set: set, seal: sealer{key: key}, log: log,
@@ -349,7 +355,12 @@ func (r *Runner) Get(ctx context.Context, principal, id string) (store.Task, err
 	return r.overlay(t), nil
 }
 
-// List pages through principal's tasks in creation order.
+// Count counts the tasks List would list over all pages.
+func (r *Runner) Count(ctx context.Context, principal string, q store.ListQuery) (int64, error) {
+	return r.store.CountTasks(ctx, principal, q)
+}
+
+// List pages through principal's tasks in q's order.
 func (r *Runner) List(ctx context.Context, principal string, q store.ListQuery) ([]store.Task, error) {
 	ts, err := r.store.ListTasks(ctx, principal, q)
 	for i := range ts {

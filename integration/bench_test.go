@@ -26,11 +26,23 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("report %+v", r)
 	}
 	grandchild := false
+	msStarts, msSkipped := 0, false
 	for _, f := range r.Figures {
+		switch f.Name {
+		case "machinespirit plugin start, cold (saved state built)", "machinespirit plugin start, warm (saved state cached)":
+			if f.N == 2 {
+				msStarts++
+			}
+		case "machinespirit plugin start":
+			msSkipped = true // no swipl here: the row says why
+		}
 		if f.N > 0 && f.Median <= 0 {
 			t.Errorf("figure %q has %d samples and no median", f.Name, f.N)
 		}
 		grandchild = grandchild || (f.Name == "plugin SIGKILL → interrupted persisted, grandchild holding stderr" && f.N == 2)
+	}
+	if msStarts != 2 && !msSkipped {
+		t.Errorf("no cold and warm machinespirit start rows with 2 samples each: %+v", r.Figures)
 	}
 	if !grandchild {
 		t.Errorf("no crash row with a grandchild holding the plugin's stderr: %+v", r.Figures)

@@ -45,7 +45,7 @@ func TestDaemonCreateWatchComplete(t *testing.T) {
 	}
 	var list listJSON
 	d.cliJSON(t, &list, "task", "list", "--status", "completed")
-	if len(list.Tasks) != 1 || list.Tasks[0].ID != id {
+	if len(list.Tasks) != 1 || list.Tasks[0].ID != id || list.Shown != 1 || list.Total != 1 || list.Sort != "-created" {
 		t.Fatalf("list: %+v", list)
 	}
 	// Watching a finished task replays it and ends at once.

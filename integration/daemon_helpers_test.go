@@ -170,13 +170,18 @@ type (
 		AttemptsOmitted int64         `json:"attempts_omitted"`
 	}
 	listJSON struct {
-		Tasks []taskJSON `json:"tasks"`
+		Tasks   []taskJSON `json:"tasks"`
+		Shown   int        `json:"shown"`
+		Total   int64      `json:"total"`
+		Sort    string     `json:"sort"`
+		Omitted int64      `json:"omitted"`
 	}
 	approvalJSON struct {
 		ID         string `json:"id"`
 		TaskID     string `json:"task_id"`
 		RunID      int64  `json:"run_id"`
 		Attempt    int64  `json:"attempt"`
+		Kind       string `json:"kind"`
 		Tool       string `json:"tool"`
 		Prompt     string `json:"prompt"`
 		Status     string `json:"status"`

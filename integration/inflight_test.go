@@ -76,14 +76,15 @@ var inflightBoundaries = []boundary{
 
 // The in-flight step under a host killed at each of its effect boundaries:
 // every step makes two shell.run calls that each append a line to a file
-// in the workspace (the real side effects), and `taskhost run` is SIGTERMed
-// or SIGKILLed when the second call's dispatch is written, while it runs,
-// once its observation is written, and once the step is committed. Each
-// round resumes the task to completion (approving the retries the executor
-// asks for) and checks that the lines written never exceed the tool calls
-// charged: an observed call is replayed, never run again, and a retried
-// one is charged again. TASKHOST_PROOF_ROUNDS sets the rounds per boundary
-// and signal (default 5; the issue's proof is 50).
+// in the workspace (the real side effects), and the host — `taskhost run`,
+// and the `taskhost serve` daemon — is SIGTERMed or SIGKILLed when the
+// second call's dispatch is written, while it runs, once its observation
+// is written, and once the step is committed. Each round resumes the task
+// to completion (approving the retries the executor asks for) and checks
+// that the lines written never exceed the tool calls charged: an observed
+// call is replayed, never run again, and a retried one is charged again.
+// TASKHOST_PROOF_ROUNDS sets the rounds per host, boundary and signal
+// (default 5; the issue's proof is 50).
 func TestInflightStepKilledAtEveryBoundary(t *testing.T) {
 	rounds := envInt(t, "TASKHOST_PROOF_ROUNDS", 5)
 	if testing.Short() {
@@ -91,23 +92,29 @@ func TestInflightStepKilledAtEveryBoundary(t *testing.T) {
 	}
 	start := time.Now()
 	var total, maxLines int
-	for _, b := range inflightBoundaries {
-		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-			t.Run(b.name+"/"+strings.ToUpper(unixSigName(sig)), func(t *testing.T) {
-				retried := 0
-				for i := range rounds {
-					lines := inflightRound(t, b, sig, i)
-					total++
-					if lines > 6 {
-						retried++
+	for _, serve := range []bool{false, true} {
+		hostName := "run"
+		if serve {
+			hostName = "serve"
+		}
+		for _, b := range inflightBoundaries {
+			for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+				t.Run(hostName+"/"+b.name+"/"+strings.ToUpper(unixSigName(sig)), func(t *testing.T) {
+					retried := 0
+					for i := range rounds {
+						lines := inflightRound(t, serve, b, sig, i)
+						total++
+						if lines > 6 {
+							retried++
+						}
+						maxLines = max(maxLines, lines)
 					}
-					maxLines = max(maxLines, lines)
-				}
-				t.Logf("%d rounds, %d where the in-flight call had written and wrote again on its approved, charged retry", rounds, retried)
-			})
+					t.Logf("%d rounds, %d where the in-flight call had written and wrote again on its approved, charged retry", rounds, retried)
+				})
+			}
 		}
 	}
-	t.Logf("%d rounds (%d per boundary and signal) in %v; at most %d writes in a round", total, rounds, time.Since(start).Round(time.Millisecond), maxLines)
+	t.Logf("%d rounds (%d per host, boundary and signal) in %v; at most %d writes in a round", total, rounds, time.Since(start).Round(time.Millisecond), maxLines)
 }
 
 func unixSigName(sig syscall.Signal) string {
@@ -117,10 +124,10 @@ func unixSigName(sig syscall.Signal) string {
 	return "sigterm"
 }
 
-// inflightRound runs one task to the kill at b, resumes it to completion
-// and checks its real writes against its charged tool calls. It returns
-// the number of writes.
-func inflightRound(t *testing.T, b boundary, sig syscall.Signal, round int) int {
+// inflightRound runs one task to the kill at b of its host (the daemon when
+// serve, else `taskhost run`), resumes it to completion and checks its real
+// writes against its charged tool calls. It returns the number of writes.
+func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, round int) int {
 	t.Helper()
 	data, work := shortTempDir(t), shortTempDir(t)
 	waitFile := filepath.Join(work, "step.go")
@@ -137,8 +144,13 @@ func inflightRound(t *testing.T, b boundary, sig syscall.Signal, round int) int 
 	cfg := writeConfig(t, work, fmt.Sprintf("[executors.testexec]\npath = %q\nread_write = [%q]\n[tools.\"shell.run\"]\napproval = \"never\"\ntimeout_seconds = 600\n",
 		filepath.Join(binDir, "taskhost-executor-testexec"), work))
 
-	h := startTaskhost(t, "run", "--data-dir", data, "--config", cfg, "--executor", "testexec", "--spec-file", specFile, "--approve-all")
-	id := strings.Fields(h.line(t, func(l string) bool { return strings.HasPrefix(l, "task ") }))[1]
+	var h inflightHost
+	if serve {
+		h = startServeHost(t, data, cfg)
+	} else {
+		h = &runHost{started: startTaskhost(t, "run", "--data-dir", data, "--config", cfg, "--executor", "testexec", "--spec-file", specFile, "--approve-all")}
+	}
+	id := h.create(t, specFile)
 	ws := filepath.Join(data, "workspaces", id)
 	release := func() {
 		t.Helper()
@@ -166,20 +178,11 @@ func inflightRound(t *testing.T, b boundary, sig syscall.Signal, round int) int 
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("round %d: %s not reached in 30 s; stderr:\n%s", round, b.name, h.stderr)
+			t.Fatalf("round %d: %s not reached in 30 s; log:\n%s", round, b.name, h.log())
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-	if err := h.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { h.cmd.Wait(); close(exited) }()
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("round %d: taskhost run did not exit 30 s after %v", round, sig)
-	}
+	h.kill(t, sig)
 	if data, err := os.ReadFile(filepath.Join(ws, "tool.pid")); err == nil {
 		var pid int
 		if _, err := fmt.Sscan(string(data), &pid); err == nil {
@@ -198,10 +201,7 @@ func inflightRound(t *testing.T, b boundary, sig syscall.Signal, round int) int 
 		}
 	}
 	if v.Task.Status != "completed" {
-		out, errOut, code := taskhost(t, "run", "--data-dir", data, "--config", cfg, "--resume", id, "--approve-all")
-		if code != 0 {
-			t.Fatalf("round %d: resume exit %d\nstdout:\n%s\nstderr:\n%s", round, code, out, errOut)
-		}
+		h.resume(t, data, cfg, id)
 		v = inspect(t, data, id)
 	}
 	if v.Task.Status != "completed" {
@@ -224,3 +224,111 @@ func inflightRound(t *testing.T, b boundary, sig syscall.Signal, round int) int 
 	}
 	return lines
 }
+
+// inflightHost is the host process a round kills.
+type inflightHost interface {
+	// create starts the task of specFile and returns its id.
+	create(t *testing.T, specFile string) string
+	// kill signals the host and waits for it to exit.
+	kill(t *testing.T, sig syscall.Signal)
+	// resume runs the task to completion in a new host, answering every
+	// approval, and leaves no host running.
+	resume(t *testing.T, data, cfg, id string)
+	log() string
+}
+
+// runHost is `taskhost run`, which started the task itself.
+type runHost struct{ *started }
+
+func (h *runHost) create(t *testing.T, _ string) string {
+	return strings.Fields(h.line(t, func(l string) bool { return strings.HasPrefix(l, "task ") }))[1]
+}
+
+func (h *runHost) kill(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { h.cmd.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("taskhost run did not exit 30 s after %v", sig)
+	}
+}
+
+func (h *runHost) resume(t *testing.T, data, cfg, id string) {
+	t.Helper()
+	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--config", cfg, "--resume", id, "--approve-all")
+	if code != 0 {
+		t.Fatalf("resume exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+func (h *runHost) log() string { return h.stderr.String() }
+
+// serveHost is the `taskhost serve` daemon, driven through the CLI.
+type serveHost struct{ d *daemon }
+
+func startServeHost(t *testing.T, data, cfg string) *serveHost {
+	t.Helper()
+	return &serveHost{d: startDaemon(t, data, cfg)}
+}
+
+func (h *serveHost) create(t *testing.T, specFile string) string {
+	t.Helper()
+	var v oneTask
+	h.d.cliJSON(t, &v, "task", "create", "--executor", "testexec", "--spec-file", specFile)
+	return v.Task.ID
+}
+
+func (h *serveHost) kill(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := h.d.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.d.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("taskhost serve did not exit 30 s after %v", sig)
+	}
+}
+
+func (h *serveHost) resume(t *testing.T, data, cfg, id string) {
+	t.Helper()
+	d := startDaemon(t, data, cfg)
+	var v oneTask
+	d.cliJSON(t, &v, "task", "resume", id)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var st statusJSON
+		d.cliJSON(t, &st, "task", "status", id)
+		switch st.Task.Status {
+		case "completed":
+			if code := d.stop(t); code != 0 {
+				t.Fatalf("the daemon exited %d after SIGTERM", code)
+			}
+			return
+		case "waiting_approval":
+			var list approvalsJSON
+			d.cliJSON(t, &list, "approvals", "list")
+			for _, a := range list.Approvals {
+				if a.TaskID == id {
+					d.cliJSON(t, &struct {
+						Approval approvalJSON `json:"approval"`
+					}{}, "approve", a.ID)
+				}
+			}
+		case "running", "pending":
+		default:
+			t.Fatalf("task %s after resume: %+v\n%s", id, st.Task, d.logText())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s did not complete within 60 s of its resume:\n%s", id, d.logText())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (h *serveHost) log() string { return h.d.logText() }

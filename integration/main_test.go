@@ -20,6 +20,7 @@ import (
 
 	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/internal/testbin"
+	"github.com/taskhost/taskhost/internal/testpg"
 )
 
 // binDir holds taskhost and the executors, built once for the package.
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := m.Run()
+	code := testpg.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

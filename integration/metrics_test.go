@@ -104,13 +104,22 @@ func TestDaemonMetricsHealthAndReflection(t *testing.T) {
 		`taskhost_tasks{status="completed"}`:                          1,
 		`taskhost_tasks{status="running"}`:                            0,
 		`taskhost_running_plugins`:                                    0,
-		`taskhost_steps_total{status="completed",outcome="continue"}`: 2,
-		`taskhost_steps_total{status="completed",outcome="complete"}`: 1,
+		`taskhost_steps_total{outcome="continue",status="completed"}`: 2,
+		`taskhost_steps_total{outcome="complete",status="completed"}`: 1,
 		`taskhost_approvals_pending`:                                  0,
+		`taskhost_plugin_starts_total{executor="testexec"}`:           1,
+		// Counted by the runner as they happened, not read from the store.
+		`taskhost_step_duration_seconds_count{executor="testexec",status="completed"}`: 3,
+		`taskhost_effects{kind="tool",status="observed"}`:                              0,
+		`taskhost_budget_exhausted_tasks{budget="steps"}`:                              0,
 	} {
 		if got, ok := after[series]; !ok || got != want {
 			t.Errorf("after the task %s = %v (present %v), want %v\n%s", series, got, ok, want, body)
 		}
+	}
+
+	if after["taskhost_store_commit_seconds_count"] < 3 || after[`taskhost_step_duration_seconds_sum{executor="testexec",status="completed"}`] < 3*0.4 {
+		t.Errorf("commit latency and step duration not observed:\n%s", body)
 	}
 
 	conn, err := grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -130,6 +130,7 @@ func toolRequestToPB(token string, r ToolRequest) *executorpb.CallToolRequest {
 		Name:           r.Name,
 		ArgumentsJson:  r.Arguments,
 		IdempotencyKey: r.IdempotencyKey,
+		Idempotent:     r.Idempotent,
 	}
 }
 

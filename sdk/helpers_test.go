@@ -102,6 +102,7 @@ type fakeHost struct {
 	model     *executorpb.CallModelResponse
 	tool      *executorpb.CallToolResponse
 	decision  string
+	answer    string // what RequestInput answers
 	toolSpecs []*executorpb.ToolSpec
 	// called, when set, receives the method name of every call as it
 	// arrives.
@@ -159,6 +160,16 @@ func (f *fakeHost) RequestApproval(ctx context.Context, in *executorpb.RequestAp
 	defer f.mu.Unlock()
 	f.prompts = append(f.prompts, in.GetPrompt())
 	return &executorpb.RequestApprovalResponse{Decision: f.decision}, nil
+}
+
+func (f *fakeHost) RequestInput(ctx context.Context, in *executorpb.RequestInputRequest) (*executorpb.RequestInputResponse, error) {
+	if err := f.record(ctx, "RequestInput", in.GetTurnToken()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prompts = append(f.prompts, in.GetQuestion())
+	return &executorpb.RequestInputResponse{ValueJson: f.answer}, nil
 }
 
 func (f *fakeHost) Progress(ctx context.Context, in *executorpb.ProgressRequest) (*executorpb.ProgressResponse, error) {

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 
@@ -84,6 +85,23 @@ func (h *stepHost) RequestApproval(ctx context.Context, prompt string) (Decision
 	}
 	// Fail closed: anything but an explicit approval must not read as one.
 	return "", &HostError{Kind: ErrHostUnavailable, Message: fmt.Sprintf("RequestApproval: host answered with unknown decision %q", out.GetDecision())}
+}
+
+func (h *stepHost) RequestInput(ctx context.Context, question string) (json.RawMessage, error) {
+	in := &executorpb.RequestInputRequest{TurnToken: h.token, Question: question}
+	if err := h.ready("RequestInput", in); err != nil {
+		return nil, err
+	}
+	out, err := h.client.RequestInput(ctx, in)
+	if err != nil {
+		return nil, hostCallError(ctx, "RequestInput", err)
+	}
+	v := json.RawMessage(out.GetValueJson())
+	if !json.Valid(v) {
+		// Fail closed: an answer that is not JSON is no answer.
+		return nil, &HostError{Kind: ErrHostUnavailable, Message: fmt.Sprintf("RequestInput: host answered with %d bytes that are not JSON", len(v))}
+	}
+	return v, nil
 }
 
 func (h *stepHost) Progress(ctx context.Context, note string) error {

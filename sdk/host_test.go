@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -308,5 +309,43 @@ func TestHostUnknownDecisionIsNotApproval(t *testing.T) {
 	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
 	if d == Approved || err == nil {
 		t.Errorf("RequestApproval = (%q, %v), want an error", d, err)
+	}
+}
+
+// RequestInput carries the question and the step's token to the host and
+// hands back its JSON answer; an answer that is not JSON is no answer.
+func TestHostRequestInput(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer string
+		ok           bool
+	}{
+		{"object", `{"x":1}`, true},
+		{"null", `null`, true},
+		{"not JSON", `{"x":`, false},
+		{"empty", ``, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fh := &fakeHost{answer: tc.answer}
+			b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
+			var v json.RawMessage
+			var err error
+			es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+				v, err = h.RequestInput(ctx, "What is x?")
+				return nil
+			}), b)
+			defer es.conns.close()
+			runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "turn-1", HostServicesId: 1})
+			if tc.ok && (err != nil || string(v) != tc.answer) {
+				t.Fatalf("RequestInput = %s, %v; want %s", v, err, tc.answer)
+			}
+			if !tc.ok && (err == nil || !errors.Is(err, ErrHostUnavailable)) {
+				t.Fatalf("RequestInput = %s, %v; want ErrHostUnavailable", v, err)
+			}
+			fh.set(func(f *fakeHost) {
+				if !reflect.DeepEqual(f.prompts, []string{"What is x?"}) || !reflect.DeepEqual(f.tokens, []string{"turn-1"}) {
+					t.Errorf("host got questions %q, tokens %q", f.prompts, f.tokens)
+				}
+			})
+		})
 	}
 }

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -40,6 +41,58 @@ func TestHostCallErrorReadsErrorInfo(t *testing.T) {
 			}
 			if !errors.Is(tc.want, ErrHostUnavailable) && errors.Is(got, ErrHostUnavailable) {
 				t.Fatalf("%v also matches ErrHostUnavailable", got)
+			}
+		})
+	}
+}
+
+// A model failure becomes a *ModelError of the host's kind whose text is
+// the provider's message once; only the transient kinds match
+// ErrModelUnavailable, and none matches ErrHostUnavailable.
+func TestHostCallErrorModelError(t *testing.T) {
+	cases := []struct {
+		code      codes.Code
+		reason    string
+		kind      string
+		wantKind  ModelErrorKind
+		transient bool
+		hostKind  string
+	}{
+		{codes.Aborted, ReasonModelFailed, "auth", ModelKindAuth, false, "model_error"},
+		{codes.Aborted, ReasonModelFailed, "bad_response", ModelKindBadResponse, false, "model_error"},
+		{codes.Aborted, ReasonModelFailed, "request", ModelKindRequest, false, "model_error"},
+		{codes.Unavailable, ReasonModelUnavailable, "rate_limited", ModelKindRateLimited, true, "model_unavailable"},
+		{codes.Unavailable, ReasonModelUnavailable, "server", ModelKindServer, true, "model_unavailable"},
+		{codes.Unavailable, ReasonModelUnavailable, "timeout", ModelKindTimeout, true, "model_unavailable"},
+		// An older host's kind for a connection failure: still an outage.
+		{codes.Unavailable, ReasonModelUnavailable, "transport", ModelKindTimeout, true, "model_unavailable"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.kind, func(t *testing.T) {
+			st, err := status.New(tc.code, "HTTP 4xx: words").WithDetails(&errdetails.ErrorInfo{Reason: tc.reason, Domain: "taskhost.dev",
+				Metadata: map[string]string{"kind": tc.kind}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := hostCallError(context.Background(), "CallModel", st.Err())
+			merr, ok := errors.AsType[*ModelError](fmt.Errorf("wrapped: %w", got))
+			if !ok || merr.Kind != tc.wantKind {
+				t.Fatalf("hostCallError = %#v, want a *ModelError of kind %s", got, tc.wantKind)
+			}
+			if want := "model " + string(tc.wantKind) + ": HTTP 4xx: words"; got.Error() != want {
+				t.Errorf("Error() = %q, want %q", got.Error(), want)
+			}
+			if errors.Is(got, ErrModelUnavailable) != tc.transient || merr.Kind.Transient() != tc.transient {
+				t.Errorf("transient = %v, want %v", errors.Is(got, ErrModelUnavailable), tc.transient)
+			}
+			if errors.Is(got, ErrHostUnavailable) {
+				t.Errorf("%v matches ErrHostUnavailable", got)
+			}
+			if !errors.Is(got, &ModelError{Kind: tc.wantKind}) {
+				t.Errorf("errors.Is(err, &ModelError{Kind: %s}) = false", tc.wantKind)
+			}
+			if k := HostErrorKind(got); k != tc.hostKind {
+				t.Errorf("HostErrorKind = %q, want %q", k, tc.hostKind)
 			}
 		})
 	}

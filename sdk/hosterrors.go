@@ -20,6 +20,9 @@ func hostCallError(ctx context.Context, method string, err error) error {
 	if !ok {
 		return &HostError{Kind: ErrHostUnavailable, Message: fmt.Sprintf("%s: %v", method, err)}
 	}
+	if merr := modelError(st); merr != nil {
+		return merr
+	}
 	if kind := detailKind(st); kind != nil {
 		return &HostError{Kind: kind, Message: fmt.Sprintf("%s: %s", method, st.Message())}
 	}
@@ -44,6 +47,30 @@ func hostCallError(ctx context.Context, method string, err error) error {
 		}
 	}
 	return &HostError{Kind: hostErrorKind(st.Code()), Message: fmt.Sprintf("%s: %s", method, st.Message())}
+}
+
+// modelError is the *ModelError the status's ErrorInfo describes, if any:
+// the host names the provider's failure kind in the "kind" metadata and
+// sends the provider's message alone as the status message, so the error
+// reads "model <kind>: <message>" with no prefix repeated.
+func modelError(st *status.Status) *ModelError {
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok {
+			continue
+		}
+		switch info.GetReason() {
+		case ReasonModelUnavailable, ReasonModelFailed:
+			kind := modelErrorKind(info.GetMetadata()["kind"])
+			if info.GetReason() == ReasonModelUnavailable && !kind.Transient() {
+				// An older host named kinds this SDK calls otherwise
+				// ("transport"): still an outage.
+				kind = ModelKindTimeout
+			}
+			return &ModelError{Kind: kind, Message: st.Message()}
+		}
+	}
+	return nil
 }
 
 // detailKind is the Err value the status's ErrorInfo names, if any: the

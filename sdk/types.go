@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -135,6 +136,15 @@ type Host interface {
 	CallModel(ctx context.Context, req ModelRequest) (ModelResponse, error)
 	CallTool(ctx context.Context, req ToolRequest) (ToolResponse, error)
 	RequestApproval(ctx context.Context, prompt string) (Decision, error)
+	// RequestInput asks the task's principal a question and returns the
+	// JSON value they answer with (`taskhost approve ID --value JSON`;
+	// "null" when they approve without one). The task waits in
+	// waiting_approval meanwhile; a rejection fails the task, and the call
+	// returns an error. Ask from the step that needs the answer: once
+	// answered, a re-run of the same step (after a crash) gets the same
+	// value without asking again; a question whose wait a crash cut off
+	// is asked again. The question is cut to 500 characters.
+	RequestInput(ctx context.Context, question string) (json.RawMessage, error)
 	// Progress reports a short note that becomes a task event.
 	Progress(ctx context.Context, note string) error
 	// Tools lists the tools the task may call, to offer to a model.
@@ -182,9 +192,18 @@ type ModelResponse struct {
 
 // ToolRequest is one tool call.
 type ToolRequest struct {
-	Name           string
-	Arguments      string // JSON
+	Name      string
+	Arguments string // JSON
+	// IdempotencyKey names the effect; the host records it and hands it
+	// back in StepRequest.Indeterminate.
 	IdempotencyKey string
+	// Idempotent asks the tool to de-duplicate the call by IdempotencyKey
+	// (required, at most 128 bytes): a call repeated with the same key has
+	// the effect of one, so after a crash the host re-admits it without an
+	// approval. Only a tool that honours a key accepts it (workspace.write:
+	// an append included); on any other the call fails with
+	// ErrInvalidArgument.
+	Idempotent bool
 }
 
 // ToolResponse is a tool's result.
@@ -226,7 +245,10 @@ var (
 // on a status whose code alone does not say what happened.
 const (
 	ReasonModelUnavailable = "MODEL_UNAVAILABLE"
-	ReasonEffectUnsettled  = "EFFECT_UNSETTLED"
+	// ReasonModelFailed: the model provider failed the call for good
+	// (auth, request, bad_response); the ErrorInfo's "kind" names which.
+	ReasonModelFailed     = "MODEL_FAILED"
+	ReasonEffectUnsettled = "EFFECT_UNSETTLED"
 )
 
 // HostError is an error from a Host call. It matches one of the Err values
@@ -242,8 +264,9 @@ func (e *HostError) Unwrap() error { return e.Kind }
 
 // HostErrorKind names which of the Err values above err matches —
 // "unimplemented", "permission_denied", "budget_exhausted",
-// "invalid_argument", "model_unavailable", "effect_unsettled" or
-// "host_unavailable" — or "" for none. It is a stable
+// "invalid_argument", "model_unavailable", "model_error" (a [*ModelError]
+// that is not transient), "effect_unsettled" or "host_unavailable" — or ""
+// for none. It is a stable
 // code an executor may log or hand to its own runtime, where the error's
 // message must not go.
 func HostErrorKind(err error) string {
@@ -262,6 +285,9 @@ func HostErrorKind(err error) string {
 		if errors.Is(err, k.err) {
 			return k.name
 		}
+	}
+	if _, ok := errors.AsType[*ModelError](err); ok {
+		return "model_error"
 	}
 	return ""
 }

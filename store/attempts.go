@@ -42,6 +42,7 @@ func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID 
 	if err != nil {
 		return Attempt{}, Task{}, err
 	}
+	tx.wrote(id)
 	var last int64
 	var running sql.NullInt64
 	if err := tx.QueryRowContext(ctx, qAttemptsHead, id).Scan(&last, &running); err != nil {
@@ -215,6 +216,10 @@ func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents 
 	err = s.write(ctx, func(tx *txn) error {
 		next, exhausted = nil, nil
 		var err error
+		var fast bool
+		if t, next, fast, err = s.finishAndClaimFast(ctx, tx, f, nextEvents); fast || err != nil {
+			return err
+		}
 		if t, err = s.finish(ctx, tx, f, from); err != nil {
 			return err
 		}
@@ -236,6 +241,101 @@ func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents 
 	}
 	return t, next, exhausted, nil
 }
+
+// eventTrimSteps is how often the step path trims a task's events: at
+// every attempt number divisible by it. Between two trims a running task
+// may hold up to that many steps' events beyond Limits.EventsPerTask;
+// every other writer of events trims at once.
+const eventTrimSteps = 16
+
+// finishAndClaimFast is FinishAndClaim's common case — the task running in
+// f.RunID with steps left, the attempt ending other than interrupted — in
+// two statements beyond the attempt rows: one task update that records
+// the outcome and charges the next step (and tells whether any effect
+// result awaits dropping), and one insert of all the events. The attempt
+// is checked by the update of its row (rows affected) instead of a read
+// first, the next number is f.Number+1 (the running attempt is the last
+// one: a claim refuses to start another while one runs), effect results
+// are dropped only when some exist, and events are trimmed every
+// eventTrimSteps attempts.
+//
+// fast is false, with nothing written, when the task is not in that case;
+// the caller then takes the general path, which explains any refusal. An
+// attempt that is not running in f.RunID is reported as the general path
+// would, and tx must then be rolled back.
+func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt, nextEvents []NewEvent) (t Task, next *Attempt, fast bool, err error) {
+	if f.Status == AttemptInterrupted {
+		return Task{}, nil, false, nil
+	}
+	now := nanos(s.now())
+	var checkpoint any // nil binds NULL: coalesce keeps the stored value
+	newCheckpoint := 0
+	if len(f.Checkpoint) > 0 {
+		checkpoint, newCheckpoint = f.Checkpoint, 1
+	}
+	var results bool
+	row := tx.QueryRowContext(ctx, qFinishClaimTask, f.WallMillisUsed, f.WallMillisUsed, checkpoint, newCheckpoint, f.Number, now,
+		f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number)
+	t, err = scanTask(row, &results)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Task{}, nil, false, nil
+	}
+	if err != nil {
+		return Task{}, nil, true, err
+	}
+	res, err := tx.ExecContext(ctx, qFinishRunningAttempt, string(f.Status), f.Outcome, f.Summary, string(f.Reason), f.Message, now,
+		f.ExitCode, f.ExitSignal, f.StderrTail, f.TaskID, f.Number, f.RunID)
+	if err != nil {
+		return Task{}, nil, true, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		if err == nil {
+			if err = runningAttempt(ctx, tx, f.PrincipalID, f.TaskID, f.Number, f.RunID); err == nil {
+				err = fmt.Errorf("task %s: attempt %d was not closed: %w", f.TaskID, f.Number, ErrConflict)
+			}
+		}
+		return Task{}, nil, true, err
+	}
+	if results {
+		if _, err := tx.ExecContext(ctx, qDropEffectResults, f.TaskID); err != nil {
+			return Task{}, nil, true, err
+		}
+	}
+	a, err := scanAttempt(tx.QueryRowContext(ctx, qInsertAttempt, f.TaskID, f.Number+1, f.RunID, now))
+	if err != nil {
+		return Task{}, nil, true, err
+	}
+	if err := s.insertEvents(ctx, tx, f.TaskID, t.RunID, now, append(slices.Clip(f.Events), nextEvents...)); err != nil {
+		return Task{}, nil, true, err
+	}
+	if a.Number%eventTrimSteps == 0 {
+		if _, err := tx.ExecContext(ctx, qTrimEvents, f.TaskID, s.lim.EventsPerTask); err != nil {
+			return Task{}, nil, true, err
+		}
+	}
+	return t, &a, true, nil
+}
+
+const (
+	// qFinishClaimTask: the outcome's task side (as finishTaskSQL, for a
+	// task that stays running) and the next claim's charge in one
+	// compare-and-set; the EXISTS says whether an effect result of an
+	// attempt after the last completed one is left to drop. Plain ?
+	// placeholders and no SQLite-only function, so it reads the same on
+	// PostgreSQL.
+	qFinishClaimTask = `UPDATE tasks SET
+			wall_ms_used = CASE WHEN wall_ms_used < ? THEN ? ELSE wall_ms_used END,
+			checkpoint = coalesce(?, checkpoint),
+			checkpoint_attempt = CASE WHEN ? = 1 THEN ? ELSE checkpoint_attempt END,
+			steps_used = steps_used + 1, updated_ns = ?
+		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND steps_used < steps_limit
+		RETURNING ` + taskCols + `, EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND result IS NOT NULL
+			AND attempt > coalesce((SELECT number FROM attempts WHERE task_id = ? AND number < ? AND status = 'completed'
+				ORDER BY number DESC LIMIT 1), 0))`
+	qFinishRunningAttempt = `UPDATE attempts SET status = ?, outcome = ?, summary = ?, reason = ?,
+			message = ?, ended_ns = ?, exit_code = ?, exit_signal = ?, stderr_tail = ?
+		WHERE task_id = ? AND number = ? AND run_id = ? AND status = 'running'`
+)
 
 // finish is FinishAttempt inside tx, after checkFinish.
 func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Status) (Task, error) {
@@ -271,6 +371,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		if err != nil {
 			return err
 		}
+		tx.wrote(f.TaskID)
 		if _, err := tx.ExecContext(ctx, qFinishAttemptRow, string(f.Status), f.Outcome, f.Summary, string(f.Reason), f.Message, now,
 			f.ExitCode, f.ExitSignal, f.StderrTail, f.TaskID, f.Number); err != nil {
 			return err

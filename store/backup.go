@@ -14,6 +14,9 @@ import (
 // store (WAL readers never block the writer). path must not exist; the copy
 // is created with mode 0600, since it holds every principal's tasks.
 func (s *Store) Backup(ctx context.Context, path string) error {
+	if _, ok := s.d.(pgDialect); ok {
+		return fmt.Errorf("backup: store %s is in PostgreSQL: back it up with pg_dump: %w", s.path, ErrInvalid)
+	}
 	if _, err := os.Lstat(path); err == nil {
 		return fmt.Errorf("backup: %s already exists: choose a new file", path)
 	} else if !errors.Is(err, fs.ErrNotExist) {

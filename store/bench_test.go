@@ -4,20 +4,53 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+
+	"github.com/taskhost/taskhost/internal/testpg"
 )
+
+// benchStores are the stores the benchmarks compare: SQLite in both
+// synchronous modes and PostgreSQL (on testpg's cluster, whose fsync is off
+// unless TASKHOST_TEST_POSTGRES names a durable server: compare ratios to
+// the commit baseline, not absolute times).
+func benchStores() []struct {
+	name string
+	open func(b *testing.B) *Store
+} {
+	sqlite := func(sync string) func(b *testing.B) *Store {
+		return func(b *testing.B) *Store {
+			s, err := Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			return s
+		}
+	}
+	return []struct {
+		name string
+		open func(b *testing.B) *Store
+	}{
+		{"FULL", sqlite("FULL")},
+		{"NORMAL", sqlite("NORMAL")},
+		{"postgres", func(b *testing.B) *Store {
+			s, err := OpenPostgres(context.Background(), testpg.DSN(b), Options{}, PoolOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			return s
+		}},
+	}
+}
 
 // BenchmarkClaimFinish measures one durable step as the runner performs it:
 // claim an attempt (charging the step budget) and record its outcome with a
 // 1 KiB checkpoint — two transactions, each with one event.
 func BenchmarkClaimFinish(b *testing.B) {
-	for _, sync := range []string{"FULL", "NORMAL"} {
-		b.Run(sync, func(b *testing.B) {
+	for _, st := range benchStores() {
+		b.Run(st.name, func(b *testing.B) {
 			ctx := context.Background()
-			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := st.open(b)
 			budgets := defaultBudgets()
 			budgets.Steps.Limit = int64(b.N) + 1
 			if _, err := s.CreateTask(ctx, NewTask{ID: "bench", PrincipalID: "p", Executor: "legacy",
@@ -52,17 +85,13 @@ func BenchmarkClaimFinish(b *testing.B) {
 }
 
 // BenchmarkCommitBaseline is the floor the step is measured against: one
-// transaction updating one row, on a file opened the same way, so results
+// transaction updating one row, on a store opened the same way, so results
 // from different machines (or loads) can be compared by ratio.
 func BenchmarkCommitBaseline(b *testing.B) {
-	for _, sync := range []string{"FULL", "NORMAL"} {
-		b.Run(sync, func(b *testing.B) {
+	for _, st := range benchStores() {
+		b.Run(st.name, func(b *testing.B) {
 			ctx := context.Background()
-			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := st.open(b)
 			createTask(b, s, "p", "bench")
 			task, err := s.StartRun(ctx, "p", "bench", StatusPending)
 			if err != nil {
@@ -74,6 +103,57 @@ func BenchmarkCommitBaseline(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkFinishAndClaim measures one durable step as the runner records
+// it: the outcome of an attempt (1 KiB checkpoint, step.completed) and the
+// claim of the next (step.started) in one transaction. It reports the write
+// statements per step besides the time.
+func BenchmarkFinishAndClaim(b *testing.B) {
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		b.Run(sync, func(b *testing.B) {
+			ctx := context.Background()
+			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			budgets := defaultBudgets()
+			budgets.Steps.Limit = int64(b.N) + 2
+			if _, err := s.CreateTask(ctx, NewTask{ID: "bench", PrincipalID: "p", Executor: "legacy",
+				Spec: []byte(`{"goal":"bench"}`), Limits: budgets}); err != nil {
+				b.Fatal(err)
+			}
+			task, err := s.StartRun(ctx, "p", "bench", StatusPending)
+			if err != nil {
+				b.Fatal(err)
+			}
+			a, _, err := s.ClaimAttempt(ctx, "p", "bench", task.RunID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			checkpoint := make([]byte, 1024)
+			started := []byte(`{"attempt":2,"steps":"2/20"}`)
+			completed := []byte(`{"attempt":1,"outcome":"continue","steps":"1/20"}`)
+			b.ReportAllocs()
+			before := s.statements.Load()
+			b.ResetTimer()
+			for i := range b.N {
+				_, next, _, err := s.FinishAndClaim(ctx, FinishAttempt{
+					PrincipalID: "p", TaskID: "bench", RunID: task.RunID, Number: a.Number,
+					Status: AttemptCompleted, Outcome: "continue", Summary: "did a step",
+					Checkpoint: checkpoint, WallMillisUsed: int64(i),
+					Events: []NewEvent{{Type: "step.completed", Payload: completed}},
+				}, NewEvent{Type: "step.started", Payload: started})
+				if err != nil || next == nil {
+					b.Fatalf("step %d: next %v, %v", i, next, err)
+				}
+				a = *next
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(s.statements.Load()-before)/float64(b.N), "stmts/step")
 		})
 	}
 }

@@ -14,53 +14,55 @@ import (
 // The attempt that wrote the checkpoint is recorded with it, in the same
 // statement; an outcome without a checkpoint keeps both.
 func TestFinishRecordsCheckpointAttempt(t *testing.T) {
-	ctx := context.Background()
-	s := openTest(t)
-	task, a := claimedTask(t, s, "p", "t1")
-	if task.CheckpointAttempt != 0 {
-		t.Fatalf("new task: checkpoint_attempt = %d, want 0", task.CheckpointAttempt)
-	}
-	finish := func(n int64, cp []byte) FinishAttempt {
-		return FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: task.RunID, Number: n,
-			Status: AttemptCompleted, Outcome: "continue", Checkpoint: cp}
-	}
-	steps := []struct {
-		cp         []byte
-		wantCP     string
-		wantNumber int64
-	}{
-		{[]byte("cp-1"), "cp-1", 1},
-		{nil, "cp-1", 1}, // no checkpoint: attempt 1's is kept, and so is its number
-		{[]byte("cp-3"), "cp-3", 3},
-	}
-	for i, st := range steps {
-		got, next, _, err := s.FinishAndClaim(ctx, finish(a.Number, st.cp), NewEvent{Type: "step.started"})
+	forDrivers(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		s := open(t)
+		task, a := claimedTask(t, s, "p", "t1")
+		if task.CheckpointAttempt != 0 {
+			t.Fatalf("new task: checkpoint_attempt = %d, want 0", task.CheckpointAttempt)
+		}
+		finish := func(n int64, cp []byte) FinishAttempt {
+			return FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: task.RunID, Number: n,
+				Status: AttemptCompleted, Outcome: "continue", Checkpoint: cp}
+		}
+		steps := []struct {
+			cp         []byte
+			wantCP     string
+			wantNumber int64
+		}{
+			{[]byte("cp-1"), "cp-1", 1},
+			{nil, "cp-1", 1}, // no checkpoint: attempt 1's is kept, and so is its number
+			{[]byte("cp-3"), "cp-3", 3},
+		}
+		for i, st := range steps {
+			got, next, _, err := s.FinishAndClaim(ctx, finish(a.Number, st.cp), NewEvent{Type: "step.started"})
+			if err != nil {
+				t.Fatalf("step %d: %v", i+1, err)
+			}
+			if string(got.Checkpoint) != st.wantCP || got.CheckpointAttempt != st.wantNumber {
+				t.Fatalf("after attempt %d: checkpoint %q of attempt %d, want %q of attempt %d",
+					a.Number, got.Checkpoint, got.CheckpointAttempt, st.wantCP, st.wantNumber)
+			}
+			if g := getTask(t, s, "p", "t1"); g.CheckpointAttempt != st.wantNumber {
+				t.Fatalf("GetTask after attempt %d: checkpoint_attempt %d, want %d", a.Number, g.CheckpointAttempt, st.wantNumber)
+			}
+			a = *next
+		}
+		// A failed attempt that ends the task keeps the last checkpoint's number.
+		f := finish(a.Number, nil)
+		f.Status, f.Outcome, f.TaskTo, f.TaskReason = AttemptFailed, "fail", StatusFailed, ReasonExecutorFailed
+		got, err := s.FinishAttempt(ctx, f)
 		if err != nil {
-			t.Fatalf("step %d: %v", i+1, err)
+			t.Fatal(err)
 		}
-		if string(got.Checkpoint) != st.wantCP || got.CheckpointAttempt != st.wantNumber {
-			t.Fatalf("after attempt %d: checkpoint %q of attempt %d, want %q of attempt %d",
-				a.Number, got.Checkpoint, got.CheckpointAttempt, st.wantCP, st.wantNumber)
+		if string(got.Checkpoint) != "cp-3" || got.CheckpointAttempt != 3 {
+			t.Fatalf("after a failed attempt: checkpoint %q of attempt %d, want cp-3 of attempt 3", got.Checkpoint, got.CheckpointAttempt)
 		}
-		if g := getTask(t, s, "p", "t1"); g.CheckpointAttempt != st.wantNumber {
-			t.Fatalf("GetTask after attempt %d: checkpoint_attempt %d, want %d", a.Number, g.CheckpointAttempt, st.wantNumber)
+		list, err := s.ListTasks(ctx, "p", ListQuery{})
+		if err != nil || len(list) != 1 || list[0].CheckpointAttempt != 3 {
+			t.Fatalf("listed: %+v, %v; want checkpoint_attempt 3", list, err)
 		}
-		a = *next
-	}
-	// A failed attempt that ends the task keeps the last checkpoint's number.
-	f := finish(a.Number, nil)
-	f.Status, f.Outcome, f.TaskTo, f.TaskReason = AttemptFailed, "fail", StatusFailed, ReasonExecutorFailed
-	got, err := s.FinishAttempt(ctx, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got.Checkpoint) != "cp-3" || got.CheckpointAttempt != 3 {
-		t.Fatalf("after a failed attempt: checkpoint %q of attempt %d, want cp-3 of attempt 3", got.Checkpoint, got.CheckpointAttempt)
-	}
-	list, err := s.ListTasks(ctx, "p", ListQuery{})
-	if err != nil || len(list) != 1 || list[0].CheckpointAttempt != 3 {
-		t.Fatalf("listed: %+v, %v; want checkpoint_attempt 3", list, err)
-	}
+	})
 }
 
 // envelope builds a sealed-checkpoint-shaped blob with the given JSON header,

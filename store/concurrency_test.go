@@ -80,54 +80,56 @@ func TestTwoStoresOneFile(t *testing.T) {
 // writer commits: every read sees a committed state (steps used equals the
 // number of attempts), never a half-written one.
 func TestConcurrentReadersAndWriter(t *testing.T) {
-	s := openTest(t)
-	ctx := context.Background()
-	task := runningTask(t, s, "p", "t")
-	const steps = 20 // the task's step budget
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
+	forDrivers(t, func(t *testing.T, open opener) {
+		s := open(t)
+		ctx := context.Background()
+		task := runningTask(t, s, "p", "t")
+		const steps = 20 // the task's step budget
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					// One read transaction, so both counts come from one snapshot.
+					tx, err := s.r.BeginTx(ctx, s.d.readTx())
+					if err != nil {
+						errs <- err
+						return
+					}
+					var used, attempts int64
+					err = tx.QueryRow(`SELECT steps_used, (SELECT count(*) FROM attempts WHERE task_id = 't') FROM tasks WHERE id = 't'`).Scan(&used, &attempts)
+					tx.Rollback()
+					if err != nil {
+						errs <- err
+						return
+					}
+					if used != attempts {
+						errs <- fmt.Errorf("read a half-written claim: steps used %d, attempts %d", used, attempts)
+						return
+					}
 				}
-				// One read transaction, so both counts come from one snapshot.
-				tx, err := s.r.BeginTx(ctx, nil)
-				if err != nil {
-					errs <- err
-					return
-				}
-				var used, attempts int64
-				err = tx.QueryRow(`SELECT steps_used, (SELECT count(*) FROM attempts WHERE task_id = 't') FROM tasks WHERE id = 't'`).Scan(&used, &attempts)
-				tx.Rollback()
-				if err != nil {
-					errs <- err
-					return
-				}
-				if used != attempts {
-					errs <- fmt.Errorf("read a half-written claim: steps used %d, attempts %d", used, attempts)
-					return
-				}
+			}()
+		}
+		for range steps {
+			a, _, err := s.ClaimAttempt(ctx, "p", "t", task.RunID)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
-	}
-	for range steps {
-		a, _, err := s.ClaimAttempt(ctx, "p", "t", task.RunID)
-		if err != nil {
+			finishContinue(t, s, task, a, 1)
+		}
+		close(done)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
 			t.Fatal(err)
 		}
-		finishContinue(t, s, task, a, 1)
-	}
-	close(done)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	})
 }

@@ -35,24 +35,6 @@ func sqliteCode(err error) int {
 	return 0
 }
 
-// write runs fn in one IMMEDIATE transaction on the writer connection and
-// commits it if fn returns nil. Every multi-row change goes through here, so
-// either all of it is stored or none of it.
-func (s *Store) write(ctx context.Context, fn func(tx *txn) error) error {
-	if s.w == nil {
-		return ErrReadOnly
-	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return s.dbErr(err)
-	}
-	if err := fn(&txn{tx: tx, s: s}); err != nil {
-		tx.Rollback() //nolint:errcheck // fn's error is the one to report
-		return s.dbErr(err)
-	}
-	return s.dbErr(tx.Commit())
-}
-
 // txn is a write transaction whose statements were prepared once, at Open:
 // parsing and planning costs more than executing these small statements, and
 // the runner issues the same few on every step. (They cannot be prepared
@@ -61,30 +43,53 @@ func (s *Store) write(ctx context.Context, fn func(tx *txn) error) error {
 type txn struct {
 	tx *sql.Tx
 	s  *Store
+	// written holds the tasks whose row this transaction has updated, and
+	// so holds locked until it ends (appendEvents need not lock them again).
+	written map[string]bool
+}
+
+// wrote records that the transaction updated task id's row.
+func (t *txn) wrote(id string) {
+	if t.written == nil {
+		t.written = make(map[string]bool)
+	}
+	t.written[id] = true
 }
 
 func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	t.s.statements.Add(1)
+	args = t.s.d.bind(args)
 	if st := t.s.prepared[query]; st != nil {
 		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
 	t.s.unprepared.Add(1)
-	return t.tx.QueryRowContext(ctx, query, args...)
+	return t.tx.QueryRowContext(ctx, t.s.d.rebind(query), args...)
 }
 
 func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	t.s.statements.Add(1)
+	args = t.s.d.bind(args)
 	if st := t.s.prepared[query]; st != nil {
 		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
 	t.s.unprepared.Add(1)
-	return t.tx.QueryContext(ctx, query, args...)
+	return t.tx.QueryContext(ctx, t.s.d.rebind(query), args...)
 }
 
 func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	t.s.statements.Add(1)
+	args = t.s.d.bind(args)
 	if st := t.s.prepared[query]; st != nil {
 		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
 	t.s.unprepared.Add(1)
-	return t.tx.ExecContext(ctx, query, args...)
+	return t.tx.ExecContext(ctx, t.s.d.rebind(query), args...)
+}
+
+// exec runs a statement that is not worth preparing (a bulk fill), in the
+// engine's text.
+func (t *txn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(ctx, t.s.d.rebind(query), t.s.d.bind(args)...)
 }
 
 // writeQueries is every statement the write paths run. A query missing here
@@ -96,6 +101,7 @@ func writeQueries() []string {
 		qInsertEvent, qTrimEvents,
 		qClaimTask, qClaimRefused, qAttemptsHead, qInsertAttempt,
 		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, qChargeWall,
+		qFinishClaimTask, qFinishRunningAttempt,
 		qInterruptTasks, qInterruptAttempts,
 	}
 	qs = append(qs, effectQueries()...)
@@ -113,14 +119,17 @@ func writeQueries() []string {
 	for n := 1; n <= len(liveStatuses); n++ {
 		qs = append(qs, finishTaskSQL(false, n), finishTaskSQL(true, n))
 	}
+	for n := 1; n <= maxEventRows; n++ {
+		qs = append(qs, insertEventsSQL(n))
+	}
 	return qs
 }
 
-// prepare prepares writeQueries on the writer.
+// prepare prepares writeQueries on the writer, in the engine's text.
 func (s *Store) prepare(ctx context.Context) error {
 	s.prepared = make(map[string]*sql.Stmt)
 	for _, q := range writeQueries() {
-		st, err := s.w.PrepareContext(ctx, q)
+		st, err := s.w.PrepareContext(ctx, s.d.rebind(q))
 		if err != nil {
 			return fmt.Errorf("prepare %q: %w", q, err)
 		}
@@ -133,36 +142,39 @@ func (s *Store) prepare(ctx context.Context) error {
 // filled statement cache (readers hold no transaction, so a prepare can
 // always get a connection).
 func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
-	st, err := s.readStmts.get(ctx, s.r, query)
+	args = s.d.bind(args)
+	st, err := s.readStmts.get(ctx, s.r, query, s.d.rebind)
 	if err != nil {
-		return s.r.QueryRowContext(ctx, query, args...) // reports the same error
+		return s.r.QueryRowContext(ctx, s.d.rebind(query), args...) // reports the same error
 	}
 	return st.QueryRowContext(ctx, args...)
 }
 
 func (s *Store) readRows(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	st, err := s.readStmts.get(ctx, s.r, query)
+	st, err := s.readStmts.get(ctx, s.r, query, s.d.rebind)
 	if err != nil {
-		return nil, err
+		return nil, s.dbErr(err)
 	}
-	return st.QueryContext(ctx, args...)
+	return st.QueryContext(ctx, s.d.bind(args)...)
 }
 
-// stmtCache holds prepared statements by query text. Reader queries are
+// stmtCache holds prepared statements by query text (as written, before
+// rebind). Reader queries are
 // constants or vary only in the placeholder count of a deduplicated status
-// list, so it stays small.
+// list and in which of the task listing's fixed filters and orders are used,
+// so it stays small (a few hundred statements at most).
 type stmtCache struct {
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
 }
 
-func (c *stmtCache) get(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+func (c *stmtCache) get(ctx context.Context, db *sql.DB, query string, rebind func(string) string) (*sql.Stmt, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st, ok := c.m[query]; ok {
 		return st, nil
 	}
-	st, err := db.PrepareContext(ctx, query)
+	st, err := db.PrepareContext(ctx, rebind(query))
 	if err != nil {
 		return nil, err
 	}
@@ -184,24 +196,15 @@ func (c *stmtCache) close() error {
 	return errors.Join(errs...)
 }
 
-// dbErr makes a SQLite read-only refusal recognisable (errors.Is
-// ErrReadOnly) and names the file, and makes a full disk or an I/O error an
-// *UnavailableError (errors.Is ErrUnavailable), which the runner retries;
-// other errors pass unchanged.
+// dbErr makes an engine's refusal to write recognisable: read-only
+// (errors.Is ErrReadOnly) or unavailable — a full disk, an I/O error, a lost
+// server — as an *UnavailableError (errors.Is ErrUnavailable), which the
+// runner retries. Other errors pass unchanged.
 func (s *Store) dbErr(err error) error {
 	if err == nil || errors.Is(err, ErrReadOnly) || errors.Is(err, ErrUnavailable) {
 		return err
 	}
-	switch sqliteCode(err) {
-	case sqliteReadOnly:
-		return fmt.Errorf("store file %s is read-only (check the file's and the data dir's permissions): %w: %w",
-			s.path, ErrReadOnly, err)
-	case sqliteFull:
-		return &UnavailableError{Class: "disk full", Err: fmt.Errorf("store file %s: %w", s.path, err)}
-	case sqliteIOErr:
-		return &UnavailableError{Class: "I/O error", Err: fmt.Errorf("store file %s: %w", s.path, err)}
-	}
-	return err
+	return s.d.classify(s.path, err)
 }
 
 // nanos is how times are stored: unix nanoseconds, so order and sub-second
@@ -230,14 +233,15 @@ const taskListCols = `seq, id, principal_id, executor, spec, status, reason, mes
 	steps_limit, steps_used, tool_calls_limit, tool_calls_used, model_calls_limit, model_calls_used,
 	depth_limit, depth_used, wall_ms_limit, wall_ms_used, NULL, checkpoint_attempt, result, created_ns, updated_ns`
 
-func scanTask(sc scanner) (Task, error) {
+// scanTask scans taskCols, then any extra columns into extra.
+func scanTask(sc scanner, extra ...any) (Task, error) {
 	var t Task
 	var created, updated int64
 	b := &t.Budgets
-	err := sc.Scan(&t.Seq, &t.ID, &t.PrincipalID, &t.Executor, &t.Spec, &t.Status, &t.Reason, &t.Message, &t.RunID,
+	err := sc.Scan(append([]any{&t.Seq, &t.ID, &t.PrincipalID, &t.Executor, &t.Spec, &t.Status, &t.Reason, &t.Message, &t.RunID,
 		&b.Steps.Limit, &b.Steps.Used, &b.ToolCalls.Limit, &b.ToolCalls.Used, &b.ModelCalls.Limit, &b.ModelCalls.Used,
 		&b.Depth.Limit, &b.Depth.Used, &b.WallMillis.Limit, &b.WallMillis.Used, &t.Checkpoint, &t.CheckpointAttempt, &t.Result,
-		&created, &updated)
+		&created, &updated}, extra...)...)
 	t.CreatedAt, t.UpdatedAt = fromNanos(created), fromNanos(updated)
 	return t, err
 }

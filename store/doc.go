@@ -1,22 +1,63 @@
 // Package store is taskhost's only store: tasks, their step attempts and
-// their events in one SQLite file (DESIGN §2, §3, §5, §7, §9).
+// their events, in one SQLite file (Open, the default) or in one PostgreSQL
+// database that several hosts may share (OpenPostgres) (DESIGN §2, §3, §5,
+// §7, §9).
 //
-// What it guarantees, whatever its callers do:
+// What it guarantees, whatever its callers do, on either engine:
 //
 //   - Every status change is one compare-and-set UPDATE checked against the
 //     state machine (Legal), so of two racing changes exactly one wins and the
-//     loser gets a typed error (*TransitionError, ErrNotFound).
+//     loser gets a typed error (*TransitionError, ErrNotFound) — also when
+//     the two come from two hosts on one PostgreSQL database.
 //   - Every multi-row change — a claim and its step charge, an outcome with
 //     its checkpoint, counters and status, any change with its events — is
-//     one IMMEDIATE transaction on a single writer connection: nothing is ever
-//     half-written.
+//     one transaction: nothing is ever half-written. On SQLite it is
+//     IMMEDIATE on a single writer connection. On PostgreSQL it is
+//     SERIALIZABLE, and one that loses a race to a concurrent write (a
+//     serialization failure, a deadlock) is run again from the start, up to
+//     10 times with a jittered backoff, then reported as an
+//     *UnavailableError ("busy"). SERIALIZABLE rather than READ COMMITTED
+//     with row locks: the write paths check, then compare-and-set, then
+//     write rows that depend on both, as a single writer allows;
+//     SERIALIZABLE keeps that meaning for every path, present and future,
+//     where row locks would have to be right in each one.
 //   - Budgets never exceed their limits (the schema checks it too) and wall
 //     time never goes backwards.
 //   - Every call is scoped to a principal; another principal's task is
 //     indistinguishable from a missing one.
 //   - Every variable-size value is bounded (Limits) and checked before the
 //     transaction starts.
+//   - A failure outside the request — a full disk, an I/O error, a
+//     PostgreSQL server gone, restarting, out of connections or too busy —
+//     is an *UnavailableError (errors.Is ErrUnavailable) naming its class,
+//     with nothing written; the same write may succeed later.
 //   - Open fails closed, with an *OpenError that says what to do, on a file
 //     that is missing, read-only, not a taskhost store, corrupt, or of a
-//     newer schema, and never writes to a file it refuses.
+//     newer schema, and never writes to a file it refuses. OpenPostgres
+//     does the same for a database that cannot be reached, holds another
+//     application's tables, or has a newer schema; its errors never repeat
+//     the DSN's password.
+//
+// The engines differ only in a dialect inside the package: the queries are
+// written once, in SQLite's text, and rebound centrally for PostgreSQL
+// ("?N" to "$N", SQLite's INDEXED BY hint dropped; two-argument max and min
+// exist as SQL functions there). Each engine has its own migration list
+// (SQLite: PRAGMA user_version, v1..v4; PostgreSQL: the
+// taskhost_schema_version table, whose v1 is SQLite's v4, applied under an
+// advisory lock so that hosts starting together migrate once).
+//
+// What differs, and is so by design:
+//
+//   - SQLite only: the integrity check at open (PRAGMA quick_check), the
+//     file trust checks (owner, symlinks, companions), Options.Synchronous
+//     and BusyTimeout, WAL, and Backup (VACUUM INTO a file). A PostgreSQL
+//     store is backed up with pg_dump; Backup refuses it.
+//   - PostgreSQL only: the connection pool (PoolOptions). Text it is given
+//     that PostgreSQL's text type cannot hold — NUL, invalid UTF-8, as a
+//     plugin's stderr may carry — is stored with each such byte replaced
+//     ('?', NUL by a space), at the same length; SQLite stores the bytes.
+//   - A task's events commit in the order of their sequence numbers on both
+//     (on PostgreSQL the task's row is locked before they are numbered), so
+//     a watcher's "after seq" cursor misses none; numbers of different
+//     tasks' events may commit out of order there, which no reader relies on.
 package store

@@ -203,7 +203,7 @@ func (s *Store) AdmitEffect(ctx context.Context, e NewEffect, events ...NewEvent
 		now := nanos(s.now())
 		out, err = scanEffect(tx.QueryRowContext(ctx, qInsertEffect, e.TaskID, e.Attempt, e.Seq, string(e.Kind),
 			e.Fingerprint, e.IdempotencyKey, string(status), e.Summary, e.Depth, replayed, e.Result, now, now))
-		if sqliteCode(err) == sqliteConstraint {
+		if s.d.constraint(err) {
 			return fmt.Errorf("task %s attempt %d: effect %d already exists: %w", e.TaskID, e.Attempt, e.Seq, ErrConflict)
 		}
 		if err != nil {

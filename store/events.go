@@ -5,6 +5,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
+	"strings"
 )
 
 // appendEvents inserts events for a task inside tx — the transaction of the
@@ -14,6 +16,12 @@ import (
 func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID int64, events []NewEvent) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
+	}
+	if q := s.d.lockTask(); q != "" && !tx.written[taskID] {
+		if _, err := tx.exec(ctx, q, taskID); err != nil {
+			return nil, err
+		}
+		tx.wrote(taskID)
 	}
 	now := s.now()
 	out := make([]Event, 0, len(events))
@@ -34,6 +42,37 @@ func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID 
 	}
 	_, err := tx.ExecContext(ctx, qTrimEvents, taskID, s.lim.EventsPerTask)
 	return out, err
+}
+
+// maxEventRows is the most events one INSERT of insertEvents writes; a
+// step writes two to four.
+const maxEventRows = 4
+
+// insertEvents inserts events for a task inside tx as appendEvents does,
+// but in multi-row INSERTs and without reading their seqs back or
+// trimming: the step path, whose caller needs neither.
+func (s *Store) insertEvents(ctx context.Context, tx *txn, taskID string, runID, now int64, events []NewEvent) error {
+	for chunk := range slices.Chunk(events, maxEventRows) {
+		args := make([]any, 0, 5*len(chunk))
+		for _, e := range chunk {
+			payload := e.Payload
+			if len(payload) == 0 {
+				payload = []byte("{}")
+			}
+			args = append(args, taskID, runID, e.Type, now, payload)
+		}
+		if _, err := tx.ExecContext(ctx, insertEventsSQL(len(chunk)), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertEventsSQL inserts n events; seq comes from AUTOINCREMENT in the
+// order of the rows.
+func insertEventsSQL(n int) string {
+	return `INSERT INTO events (task_id, run_id, type, time_ns, payload) VALUES (?, ?, ?, ?, ?)` +
+		strings.Repeat(`, (?, ?, ?, ?, ?)`, n-1)
 }
 
 const (

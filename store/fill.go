@@ -21,7 +21,7 @@ func (s *Store) Fill(ctx context.Context, principal string, n, live int, limits 
 			if i < live {
 				status = StatusRunning
 			}
-			if _, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (id, principal_id, executor, spec, status, run_id,
+			if _, err := tx.exec(ctx, `INSERT INTO tasks (id, principal_id, executor, spec, status, run_id,
 					steps_limit, steps_used, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns)
 				VALUES (?, ?, 'testexec', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				id, principal, []byte(`{"goal":"fill"}`), string(status), run, max(limits.Steps.Limit, 1), used, limits.ToolCalls.Limit,
@@ -33,7 +33,7 @@ func (s *Store) Fill(ctx context.Context, principal string, n, live int, limits 
 			if i < live {
 				attempt, ended = "running", nil
 			}
-			if _, err := tx.tx.ExecContext(ctx, `INSERT INTO attempts (task_id, number, run_id, status, started_ns, ended_ns)
+			if _, err := tx.exec(ctx, `INSERT INTO attempts (task_id, number, run_id, status, started_ns, ended_ns)
 				VALUES (?, 1, 1, ?, ?, ?)`, id, attempt, now, ended); err != nil {
 				return err
 			}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testpg"
 )
 
 // testClock is a deterministic clock: every reading is 1 ms after the last.
@@ -153,3 +155,46 @@ func wantErrIs(t testing.TB, err, target error) {
 // allStatuses is every task status.
 var allStatuses = []Status{StatusPending, StatusRunning, StatusWaitingApproval, StatusCompleted,
 	StatusFailed, StatusCancelled, StatusInterrupted}
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+// opener opens a fresh, empty store of one driver for a test.
+type opener func(t testing.TB, mods ...func(*Options)) *Store
+
+// drivers are the store's engines, each with how a test opens a fresh
+// store on it: SQLite in a temporary file, PostgreSQL in a database of its
+// own (testpg; skipped, with the reason, where there is no server).
+var drivers = []struct {
+	name string
+	open opener
+}{
+	{"sqlite", openTest},
+	{"postgres", openPostgres},
+}
+
+// forDrivers runs test once per driver, as subtests named after them.
+func forDrivers(t *testing.T, test func(t *testing.T, open opener)) {
+	t.Helper()
+	for _, d := range drivers {
+		t.Run(d.name, func(t *testing.T) { test(t, d.open) })
+	}
+}
+
+// openPostgres opens a fresh store in a new PostgreSQL database.
+func openPostgres(t testing.TB, mods ...func(*Options)) *Store {
+	t.Helper()
+	opts := Options{Now: newClock().Now}
+	for _, m := range mods {
+		m(&opts)
+	}
+	s, err := OpenPostgres(context.Background(), testpg.DSN(t), opts, PoolOptions{})
+	if err != nil {
+		t.Fatalf("OpenPostgres: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}

@@ -14,7 +14,9 @@ const applicationID = 0x74736b68
 // migration is one step of the schema history. Versions are 1, 2, 3, ... in
 // order; PRAGMA user_version records the last one applied. A released
 // migration is never edited: a change of schema is a new migration appended
-// to the list.
+// to the list — and its PostgreSQL spelling appended to pgMigrations, whose
+// versions are numbered apart (TestPostgresMigrations and the store suite
+// on both engines check they agree).
 type migration struct {
 	version int
 	name    string

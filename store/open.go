@@ -23,14 +23,18 @@ import (
 // in-process and each is one IMMEDIATE transaction; reads use a separate pool
 // of query-only connections that see the last committed state (WAL).
 type Store struct {
-	path string
+	path string  // the SQLite file, or a PostgreSQL database described without its password
+	d    dialect // the engine's differences
 	w    *sql.DB // the single writer; nil when opened read-only
 	r    *sql.DB // query-only readers
 	now  func() time.Time
 	lim  Limits
+	// observeCommit is Options.ObserveCommit, or a no-op.
+	observeCommit func(time.Duration)
 
 	prepared   map[string]*sql.Stmt // writeQueries on w; read-only after Open
 	unprepared atomic.Int64         // write statements run without preparation (should stay 0)
+	statements atomic.Int64         // write statements run, for the tests that count a step's
 	readStmts  stmtCache            // reader statements, prepared on first use
 }
 
@@ -57,7 +61,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, now: opts.Now, lim: opts.Limits}
+	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit}
+	if s.observeCommit == nil {
+		s.observeCommit = func(time.Duration) {}
+	}
 	if err := s.open(ctx, opts); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one to report
 		if created {
@@ -442,7 +449,7 @@ func (s *Store) Close() error {
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
-	if s.w != nil {
+	if s.w != nil && s.w != s.r {
 		errs = append(errs, s.w.Close())
 	}
 	return errors.Join(errs...)

@@ -26,6 +26,10 @@ type Options struct {
 	Now func() time.Time
 	// Limits bound every variable-size value the store accepts.
 	Limits Limits
+	// ObserveCommit, when set, is called with the duration of every write
+	// transaction's COMMIT that succeeded (the fsync of the write-ahead
+	// log, in FULL mode), for the daemon's metrics. It must not block.
+	ObserveCommit func(time.Duration)
 }
 
 // Limits bound every variable-size value the store accepts (DESIGN §9). A

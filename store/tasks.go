@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // NewTask is what CreateTask needs; the store fills in the rest.
@@ -55,7 +56,7 @@ func (s *Store) CreateTask(ctx context.Context, nt NewTask, events ...NewEvent) 
 		var err error
 		t, err = scanTask(tx.QueryRowContext(ctx, qInsertTask, nt.ID, nt.PrincipalID, nt.Executor, nt.Spec,
 			l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now))
-		if sqliteCode(err) == sqliteConstraint {
+		if s.d.constraint(err) {
 			return fmt.Errorf("task %s already exists: %w (%w)", nt.ID, ErrConflict, err)
 		}
 		if err != nil {
@@ -97,35 +98,118 @@ func (s *Store) TaskOwner(ctx context.Context, id string) (string, error) {
 
 // ListQuery selects a page of a principal's tasks.
 type ListQuery struct {
-	Status   []Status // any of these; empty = all
-	AfterSeq int64    // tasks with Seq > AfterSeq: pass the last Seq of the previous page
-	Limit    int      // default 100, at most 1000
+	Status []Status // any of these; empty = all
+	// Executor, when set, keeps only the tasks of that executor kind (at
+	// most MaxExecutorBytes).
+	Executor string
+	// Since, when not zero, keeps only the tasks created at or after it.
+	Since time.Time
+	// Order is the order of the listing; the zero value is creation order.
+	Order ListOrder
+	// AfterSeq and AfterStatus are the cursor: the Seq (and, for
+	// OrderStatus, the Status) of the last task of the previous page; a
+	// zero AfterSeq is the first page.
+	AfterSeq    int64
+	AfterStatus Status
+	Limit       int // default 100, at most 1000
 	// AllPrincipals lists every principal's tasks, for an admin; the
 	// principal argument is then ignored.
 	AllPrincipals bool
 }
 
-// ListTasks returns a page of principal's tasks in creation order (Seq
-// ascending). Listed tasks carry no Checkpoint (it can be hundreds of KiB
-// each); GetTask returns it.
-func (s *Store) ListTasks(ctx context.Context, principal string, q ListQuery) ([]Task, error) {
-	args := []any{principal, q.AfterSeq}
-	where := `principal_id = ? AND seq > ?`
+// ListOrder is the order of a task listing. Every order ends in Seq, so it
+// is total and a cursor never skips nor repeats a task.
+type ListOrder int
+
+// The orders of ListTasks.
+const (
+	// OrderCreated is creation order, oldest first (Seq ascending).
+	OrderCreated ListOrder = iota
+	// OrderNewest is newest first (Seq descending).
+	OrderNewest
+	// OrderStatus groups by status name (ascending), newest first within
+	// a status.
+	OrderStatus
+)
+
+// MaxExecutorBytes bounds an executor kind, as the tasks table does.
+const MaxExecutorBytes = 64
+
+// listWhere is the WHERE clause and its arguments of q's filters, without
+// the cursor.
+func listWhere(principal string, q ListQuery) (string, []any, error) {
+	where, args := `principal_id = ?`, []any{principal}
 	if q.AllPrincipals {
-		args, where = []any{q.AfterSeq}, `seq > ?`
+		where, args = `1`, nil
 	}
 	if len(q.Status) > 0 {
 		sts := uniq(q.Status)
 		for _, st := range sts {
 			if !st.valid() {
-				return nil, invalidf("unknown status %q", st)
+				return "", nil, invalidf("unknown status %q", st)
 			}
 			args = append(args, string(st))
 		}
 		where += ` AND status IN (` + placeholders(len(sts)) + `)`
 	}
+	if q.Executor != "" {
+		if len(q.Executor) > MaxExecutorBytes {
+			return "", nil, invalidf("executor is %d bytes, at most %d", len(q.Executor), MaxExecutorBytes)
+		}
+		where += ` AND executor = ?`
+		args = append(args, q.Executor)
+	}
+	if !q.Since.IsZero() {
+		where += ` AND created_ns >= ?`
+		args = append(args, q.Since.UnixNano())
+	}
+	return where, args, nil
+}
+
+// ListTasks returns a page of principal's tasks in q.Order. Listed tasks
+// carry no Checkpoint (it can be hundreds of KiB each); GetTask returns it.
+func (s *Store) ListTasks(ctx context.Context, principal string, q ListQuery) ([]Task, error) {
+	where, args, err := listWhere(principal, q)
+	if err != nil {
+		return nil, err
+	}
+	var order string
+	switch q.Order {
+	case OrderCreated:
+		where += ` AND seq > ?`
+		args = append(args, q.AfterSeq)
+		order = `seq`
+	case OrderNewest:
+		if q.AfterSeq > 0 {
+			where += ` AND seq < ?`
+			args = append(args, q.AfterSeq)
+		}
+		order = `seq DESC`
+	case OrderStatus:
+		if q.AfterSeq > 0 {
+			where += ` AND (status > ? OR (status = ? AND seq < ?))`
+			args = append(args, string(q.AfterStatus), string(q.AfterStatus), q.AfterSeq)
+		}
+		order = `status, seq DESC`
+	default:
+		return nil, invalidf("unknown list order %d", q.Order)
+	}
 	args = append(args, pageSize(q.Limit))
-	return s.queryTasks(ctx, `SELECT `+taskListCols+` FROM tasks WHERE `+where+` ORDER BY seq LIMIT ?`, args...)
+	return s.queryTasks(ctx, `SELECT `+taskListCols+` FROM tasks WHERE `+where+` ORDER BY `+order+` LIMIT ?`, args...)
+}
+
+// CountTasks counts the tasks ListTasks would list over all its pages: q's
+// filters, not its cursor, order or limit.
+func (s *Store) CountTasks(ctx context.Context, principal string, q ListQuery) (int64, error) {
+	where, args, err := listWhere(principal, q)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := s.readRow(ctx, `SELECT count(*) FROM tasks WHERE `+where, args...).Scan(&n); err != nil {
+		return 0, s.dbErr(fmt.Errorf("store: count tasks: %w", err))
+	}
+	return n, nil
 }
 
 // queryTasks reads the tasks a SELECT of taskCols or taskListCols returns.
@@ -207,7 +291,7 @@ func (s *Store) Transition(ctx context.Context, principal, id string, from []Sta
 // interrupted (SET expressions see the row as it was).
 func transitionSQL(n int) string {
 	return `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4,
-			run_id = run_id + (?1 = 'running' AND status IN ('pending', 'interrupted'))
+			run_id = run_id + CASE WHEN ?1 = 'running' AND status IN ('pending', 'interrupted') THEN 1 ELSE 0 END
 		WHERE id = ?5 AND principal_id = ?6 AND status IN (` + numbered(7, n) + `)
 		RETURNING ` + taskCols
 }
@@ -228,6 +312,7 @@ func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, f
 		return Task{}, &TransitionError{TaskID: id, Current: cur, To: to}
 	}
 	if err == nil {
+		tx.wrote(id)
 		err = s.settleApprovals(ctx, tx, t)
 	}
 	return t, err

@@ -21,7 +21,7 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 	cf.register(fs)
 	st := fs.String("status", "pending", "pending, approved, rejected, expired, cancelled, or all")
 	fs.Usage = usageFunc(fs, "taskhost approvals list [--status S] [flags]",
-		"Lists your approvals, oldest first. Answer one with 'taskhost approve ID' or\n'taskhost reject ID'.")
+		"Lists your approvals, oldest first. Answer one with 'taskhost approve ID' or\n'taskhost reject ID'; a question (WHAT starts with '(input)') with\n'taskhost approve ID --value JSON'.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
@@ -57,8 +57,12 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 	// approver must not decide on a cut command.
 	fmt.Fprintln(tw, "ID\tTASK\tATTEMPT\tSTATUS\tEXPIRES\tWHAT")
 	for _, a := range resp.Approvals {
+		tool := a.Tool
+		if a.Kind == "input" {
+			tool = "(input)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", a.Id, a.TaskId, a.Attempt, a.Status,
-			fromNanos(a.ExpiresUnixNano).Local().Format(time.DateTime), approvalText(a.Tool, a.Prompt))
+			fromNanos(a.ExpiresUnixNano).Local().Format(time.DateTime), approvalText(tool, a.Prompt))
 	}
 	tw.Flush()
 	if resp.Truncated {
@@ -68,7 +72,7 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 }
 
 func approveCmd(ctx context.Context, e *env, args []string) int {
-	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.")
+	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.\nAn executor's question (kind input) is answered with --value JSON, one JSON\nvalue of at most 64 KiB (without it, the answer is null).")
 }
 
 func rejectCmd(ctx context.Context, e *env, args []string) int {
@@ -79,6 +83,10 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
+	var value *string
+	if verb == "approve" {
+		value = fs.String("value", "", "the answer to a question (kind input): one JSON value, e.g. '{\"x\":1}'")
+	}
 	fs.Usage = usageFunc(fs, "taskhost "+verb+" ID [flags]", description+"\nAn approval already resolved, or of a cancelled task, is a conflict (exit 4).")
 	pos, code, ok := parseArgs(e, fs, args, 1, 1)
 	if !ok {
@@ -93,6 +101,9 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	req := &apipb.ResolveApprovalRequest{ApprovalId: pos[0]}
+	if value != nil {
+		req.ValueJson = *value
+	}
 	var resp *apipb.ResolveApprovalResponse
 	if verb == "approve" {
 		resp, err = ac.Approve(cctx, req)

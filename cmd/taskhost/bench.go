@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/bench"
+	"github.com/taskhost/taskhost/host/config"
 )
 
 func benchCmd(ctx context.Context, e *env, args []string) int {
@@ -21,6 +22,8 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 	reps := fs.Int("reps", 10, "repetitions of the crash, cancel and start measurements")
 	sizes := fs.String("recovery-sizes", "10000,100000", "store sizes (tasks) for start-up recovery, comma-separated; empty skips it")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	storeDriver := fs.String("store", config.StoreSQLite, "the store to measure: sqlite (a temporary file) or postgres (the database in --dsn-env; its tasks stay there)")
+	dsnEnv := fs.String("dsn-env", "TASKHOST_BENCH_POSTGRES", "with --store postgres: the environment variable holding the DSN of a database for benchmarks")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: taskhost bench [flags]\n\nMeasures, on a temporary data dir with the test executor: the durable step\noverhead against a floor measured in the same run (one go-plugin round trip\nplus one store commit), plugin SIGKILL → interrupted, cancel latency, plugin\nstart, a machinespirit node step and start-up recovery. Medians and p95s.\n\nFlags:")
 		fs.PrintDefaults()
@@ -47,13 +50,26 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 		errorf(e, "bench: --steps must be 10..100000 and --reps 1..1000")
 		return exitUsage
 	}
+	st := config.Default().Store
+	switch *storeDriver {
+	case config.StoreSQLite:
+	case config.StorePostgres:
+		if os.Getenv(*dsnEnv) == "" {
+			errorf(e, "bench: --store postgres: the environment variable %s (--dsn-env) is unset or empty: set it to the DSN of a database for benchmarks", *dsnEnv)
+			return exitUsage
+		}
+		st.Driver, st.DSNEnv = config.StorePostgres, *dsnEnv
+	default:
+		errorf(e, "bench: --store must be sqlite or postgres, not %q", *storeDriver)
+		return exitUsage
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		errorf(e, "bench: %v", err)
 		return exitUnavailable
 	}
 	r, err := bench.Run(ctx, bench.Options{
-		ExecutorDir: filepath.Dir(exe), Steps: *steps, Reps: *reps, RecoverySizes: recSizes,
+		ExecutorDir: filepath.Dir(exe), Steps: *steps, Reps: *reps, RecoverySizes: recSizes, Store: st,
 		Progress: func(s string) { fmt.Fprintln(e.stderr, "bench:", s) },
 	})
 	if err != nil {

@@ -20,7 +20,8 @@ func executorsCmd(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("executors", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	fs.Usage = usageFunc(fs, "taskhost executors [reload] [flags]",
+	modelPreflight := fs.Bool("model-preflight", false, "run the model preflight ([model] preflight) now and show its result")
+	fs.Usage = usageFunc(fs, "taskhost executors [reload] [--model-preflight] [flags]",
 		"Lists the daemon's executors: version, whether the binary is pinned by SHA-256,\nthe preflight result against the binary on disk now (ok, pin mismatch, missing,\nhandshake failed, disabled: why one that cannot run is unavailable) and how its\nplugin processes are confined. 'taskhost executors reload' makes the daemon\nre-read its config file's executor settings (as SIGHUP does).")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
@@ -32,7 +33,7 @@ func executorsCmd(ctx context.Context, e *env, args []string) int {
 	defer conn.Close()
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	resp, err := apipb.NewHostServiceClient(conn).ListExecutors(cctx, &apipb.ListExecutorsRequest{})
+	resp, err := apipb.NewHostServiceClient(conn).ListExecutors(cctx, &apipb.ListExecutorsRequest{ModelPreflight: *modelPreflight})
 	if err != nil {
 		return cf.fail(e, err)
 	}
@@ -87,7 +88,11 @@ func printExecutors(e *env, cf clientFlags, resp *apipb.ListExecutorsResponse) i
 		for _, x := range resp.Executors {
 			views = append(views, executorJSON(x))
 		}
-		newPrinter(e, true).emit(map[string]any{"executors": views})
+		out := map[string]any{"executors": views}
+		if resp.Model != nil {
+			out["model"] = modelJSON(resp.Model)
+		}
+		newPrinter(e, true).emit(out)
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -121,5 +126,46 @@ func printExecutors(e *env, cf clientFlags, resp *apipb.ListExecutorsResponse) i
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", kind, version, pin, pre, confinement, strings.Join(rt, " "))
 	}
 	tw.Flush()
+	if resp.Model != nil {
+		fmt.Fprintln(e.stdout, modelLine(modelJSON(resp.Model)))
+	}
 	return exitOK
+}
+
+// modelView is the JSON of the model provider's preflight.
+type modelView struct {
+	Provider  string     `json:"provider"`
+	Name      string     `json:"name,omitempty"`
+	Preflight bool       `json:"preflight"`
+	Checked   *time.Time `json:"checked_at,omitempty"`
+	OK        bool       `json:"ok"`
+	Kind      string     `json:"kind,omitempty"`
+	Message   string     `json:"message,omitempty"`
+}
+
+func modelJSON(m *apipb.ModelStatus) modelView {
+	v := modelView{Provider: m.Provider, Name: m.Name, Preflight: m.Preflight, OK: m.Ok, Kind: m.Kind, Message: m.Message}
+	if m.CheckedUnixNano > 0 {
+		at := time.Unix(0, m.CheckedUnixNano).UTC()
+		v.Checked = &at
+	}
+	return v
+}
+
+// modelLine is the model provider in one line: which, and what its last
+// preflight said.
+func modelLine(v modelView) string {
+	name := v.Provider
+	if v.Name != "" {
+		name += " " + v.Name
+	}
+	switch {
+	case !v.Preflight:
+		return "model: " + name + ": preflight off ([model] preflight = true to check the endpoint at start)"
+	case v.Checked == nil:
+		return "model: " + name + ": preflight running"
+	case v.OK:
+		return "model: " + name + ": preflight ok (" + v.Checked.Local().Format(time.DateTime) + ")"
+	}
+	return "model: " + name + ": preflight failed (" + v.Kind + "): " + truncateLine(v.Message, 160) + " (" + v.Checked.Local().Format(time.DateTime) + ")"
 }

@@ -28,6 +28,10 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 		errorf(e, "inspect: at most one task id")
 		return exitUsage
 	}
+	if err := host.RefusePostgres(*dataDir, "inspect it"); err != nil {
+		errorf(e, "inspect: %v", err)
+		return exitUnavailable
+	}
 	st, err := store.Open(ctx, filepath.Join(*dataDir, host.StoreFile), store.Options{ReadOnly: true})
 	if err != nil {
 		errorf(e, "%v", err)

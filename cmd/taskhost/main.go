@@ -70,6 +70,7 @@ func commands() []command {
 		{"approve", "approve a pending approval", approveCmd},
 		{"reject", "reject a pending approval", rejectCmd},
 		{"executors", "list executors: version, pin, preflight", executorsCmd},
+		{"status", "is the daemon up: version, store, executors, model, task counts", statusCmd},
 		{"demo", "run the demo on a temporary data dir", demoCmd},
 		{"run", "run one task in the foreground (or --resume one)", runCmd},
 		{"inspect", "print tasks, or one task with its attempts, from the store (read-only)", inspectCmd},

@@ -18,7 +18,7 @@ type daemonMetrics struct {
 
 // listenMetrics binds addr (a loopback address) and serves on it; /healthz
 // stays 503 until serving. An empty addr is off.
-func listenMetrics(log hclog.Logger, addr string, src metrics.Source) (daemonMetrics, error) {
+func listenMetrics(log hclog.Logger, addr string, src metrics.Source, inst *metrics.Instruments) (daemonMetrics, error) {
 	if addr == "" {
 		return daemonMetrics{}, nil
 	}
@@ -26,7 +26,7 @@ func listenMetrics(log hclog.Logger, addr string, src metrics.Source) (daemonMet
 	if err != nil {
 		return daemonMetrics{}, err
 	}
-	m, err := metrics.New(metrics.Options{Source: src, Version: version, Logger: log})
+	m, err := metrics.New(metrics.Options{Source: src, Version: version, Logger: log, Instruments: inst})
 	if err != nil {
 		ln.Close()
 		return daemonMetrics{}, err

@@ -21,6 +21,7 @@ import (
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/api"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/metrics"
 )
 
 // stopTimeout bounds a graceful stop: tasks interrupted, plugins stopped,
@@ -172,7 +173,8 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		}
 	}
 
-	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: cfg, Logger: log, ExecutorDir: o.executorDir})
+	inst := metrics.NewInstruments() // counts from the start, whether or not /metrics is served
+	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: cfg, Logger: log, ExecutorDir: o.executorDir, Observer: inst})
 	if err != nil {
 		if errors.Is(err, host.ErrDataDirLocked) {
 			errorf(e, "%v; a second daemon on the same data dir is refused", err)
@@ -206,7 +208,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 	}
 	srv, err := api.New(api.Options{
 		Reloader: reloader,
-		Tasks:    h.Runner, Events: h.Store, Executors: h.Registry,
+		Tasks:    h.Runner, Events: h.Store, Executors: h.Registry, Model: h.Model,
 		Principals: principals, Tokens: cfg.API.Tokens,
 		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
 		MaxWatchesPerPrincipal: cfg.API.MaxWatchesPerPrincipal,
@@ -241,7 +243,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 			return exitUnavailable
 		}
 	}
-	met, err := listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, h.Store)
+	met, err := listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, h.Store, inst)
 	if err != nil {
 		unixLn.Close()
 		if tcpLn != nil {

@@ -113,14 +113,27 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 	var cf clientFlags
 	cf.register(fs)
 	statuses := fs.String("status", "", "only tasks in these statuses, comma-separated (pending, running, waiting_approval, completed, failed, cancelled, interrupted)")
-	limit := fs.Int("limit", 1000, "list at most this many tasks, the newest (1..100000)")
+	limit := fs.Int("limit", 1000, "list at most this many tasks (1..100000)")
+	sortBy := fs.String("sort", "-created", "the order: -created (newest first), created (oldest first) or status (by status, newest first within one)")
+	executor := fs.String("executor", "", "only tasks of this executor kind")
+	since := fs.String("since", "", "only tasks created since then: a duration back from now (24h, 90m) or an RFC 3339 time")
 	allPrincipals := fs.Bool("all", false, "every principal's tasks, with a PRINCIPAL column (admins only: [api] admins)")
-	fs.Usage = usageFunc(fs, "taskhost task list [--status S[,S...]] [--limit N] [--all] [flags]", "Lists your newest tasks (--limit of them), oldest of those first; a cut list\nsays how many older ones it leaves out.")
+	fs.Usage = usageFunc(fs, "taskhost task list [--status S[,S...]] [--executor KIND] [--since D|TIME] [--sort ORDER] [--limit N] [--all] [flags]",
+		"Lists your tasks, newest first (--sort to change), at most --limit of them;\na cut list says how many it shows of how many match.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
 	if *limit < 1 || *limit > 100000 {
 		return cf.fail(e, usageError("task list: --limit must be 1..100000"))
+	}
+	switch *sortBy {
+	case "created", "-created", "status":
+	default:
+		return cf.fail(e, usageError(fmt.Sprintf("task list: --sort %q: use -created, created or status", truncateLine(*sortBy, 40))))
+	}
+	sinceNano, err := parseSince(*since, time.Now())
+	if err != nil {
+		return cf.fail(e, usageError("task list: --since: "+err.Error()))
 	}
 	var filter []string
 	if *statuses != "" {
@@ -133,14 +146,15 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		return cf.fail(e, err)
 	}
 	defer closeConn()
-	// The API pages from the oldest; the newest --limit are kept (at most
-	// twice that in memory), so a long history never hides the latest.
+	// The daemon sorts and filters; the CLI reads pages until it has
+	// --limit tasks, and the first page's total says how many match.
 	var all []store.Task
-	total := 0
+	total := int64(-1)
 	token := ""
-	for {
+	for len(all) < *limit {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: filter, PageSize: 500, PageToken: token, All: *allPrincipals})
+		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: filter, PageSize: int32(min(500, *limit-len(all))), PageToken: token,
+			All: *allPrincipals, Sort: *sortBy, Executor: *executor, SinceUnixNano: sinceNano})
 		cancel()
 		if err != nil {
 			return cf.fail(e, err)
@@ -148,24 +162,22 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		for _, t := range resp.Tasks {
 			all = append(all, taskFromPB(t))
 		}
-		total += len(resp.Tasks)
-		if len(all) > 2**limit {
-			all = append(all[:0:0], all[len(all)-*limit:]...)
+		if total < 0 {
+			total = resp.Total
 		}
 		if token = resp.NextPageToken; token == "" {
 			break
 		}
 	}
-	if len(all) > *limit {
-		all = all[len(all)-*limit:]
-	}
-	omitted := total - len(all)
+	all = all[:min(len(all), *limit)]
+	total = max(total, int64(len(all)))
+	omitted := total - int64(len(all))
 	if cf.json {
 		views := make([]taskView, 0, len(all))
 		for _, t := range all {
 			views = append(views, taskJSON(t))
 		}
-		out := map[string]any{"tasks": views}
+		out := map[string]any{"tasks": views, "shown": len(all), "total": total, "sort": *sortBy}
 		if omitted > 0 {
 			out["omitted"] = omitted
 		}
@@ -182,9 +194,34 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		writeTaskTable(e.stdout, all)
 	}
 	if omitted > 0 {
-		fmt.Fprintf(e.stderr, "showing the newest %d of %d tasks; %d older ones are not shown (--limit %d shows them all)\n", len(all), total, omitted, total)
+		fmt.Fprintf(e.stderr, "showing %d of %d tasks (--sort %s); %d are not shown (--limit %d shows them all)\n", len(all), total, *sortBy, omitted, total)
 	}
 	return exitOK
+}
+
+// maxSince bounds --since as a duration: a century back is every task.
+const maxSince = 100 * 365 * 24 * time.Hour
+
+// parseSince reads --since: "" (no filter, 0), a positive Go duration back
+// from now, or an RFC 3339 time; it returns Unix nanoseconds.
+func parseSince(v string, now time.Time) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 || d > maxSince {
+			return 0, fmt.Errorf("%s: a duration must be positive and at most %s", v, maxSince)
+		}
+		return now.Add(-d).UnixNano(), nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is neither a duration (24h, 90m) nor an RFC 3339 time (2026-01-02T15:04:05Z)", truncateLine(v, 64))
+	}
+	if at.UnixNano() <= 0 {
+		return 0, fmt.Errorf("%s is before 1970", v)
+	}
+	return at.UnixNano(), nil
 }
 
 func taskStatusCmd(ctx context.Context, e *env, args []string) int {

@@ -68,6 +68,7 @@ type approvalView struct {
 	TaskID     string `json:"task_id"`
 	RunID      int64  `json:"run_id"`
 	Attempt    int64  `json:"attempt"`
+	Kind       string `json:"kind,omitempty"` // tool | approval | input
 	Tool       string `json:"tool,omitempty"`
 	Prompt     string `json:"prompt"`
 	Status     string `json:"status"`
@@ -78,7 +79,7 @@ type approvalView struct {
 
 func approvalJSON(a *apipb.Approval) approvalView {
 	return approvalView{
-		ID: a.GetId(), TaskID: a.GetTaskId(), RunID: a.GetRunId(), Attempt: a.GetAttempt(), Tool: a.GetTool(),
+		ID: a.GetId(), TaskID: a.GetTaskId(), RunID: a.GetRunId(), Attempt: a.GetAttempt(), Kind: a.GetKind(), Tool: a.GetTool(),
 		Prompt: a.GetPrompt(), Status: a.GetStatus(), CreatedAt: rfc3339(a.GetCreatedUnixNano()),
 		ExpiresAt: rfc3339(a.GetExpiresUnixNano()), ResolvedAt: rfc3339(a.GetResolvedUnixNano()),
 	}

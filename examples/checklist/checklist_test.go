@@ -24,8 +24,21 @@ func TestConformance(t *testing.T) {
 		// directive in go.mod).
 		taskhost = goBuild(t, "../..", "./cmd/taskhost", filepath.Join(dir, "taskhost"))
 	}
+	// The schema_upgrade check resumes with exe a task that the previous
+	// release started: CHECKLIST_OLD_BINARY names its build, else it is
+	// built from the git ref CHECKLIST_OLD_REF (a release tag; default
+	// HEAD, the last commit).
+	old := os.Getenv("CHECKLIST_OLD_BINARY")
+	if old == "" {
+		ref := os.Getenv("CHECKLIST_OLD_REF")
+		if ref == "" {
+			ref = "HEAD"
+		}
+		old = executortest.BuildAt(t, ref, "./cmd/taskhost-executor-checklist")
+	}
 	executortest.Run(t, executortest.Options{
 		Binary:      exe,
+		OldBinary:   old,
 		Kind:        "checklist",
 		TaskhostBin: taskhost,
 		Spec:        spec,

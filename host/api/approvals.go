@@ -40,10 +40,21 @@ func (as *approvalService) ListApprovals(ctx context.Context, req *apipb.ListApp
 }
 
 func (as *approvalService) Approve(ctx context.Context, req *apipb.ResolveApprovalRequest) (*apipb.ResolveApprovalResponse, error) {
+	if req.ValueJson != "" {
+		// The runner checks the value's size and syntax, then, on the
+		// caller's own approval only, that it is a question.
+		answer := func(ctx context.Context, principal, id string) (store.Approval, error) {
+			return as.s.opts.Tasks.Answer(ctx, principal, id, []byte(req.ValueJson))
+		}
+		return as.resolve(ctx, req, answer, "answered")
+	}
 	return as.resolve(ctx, req, as.s.opts.Tasks.Approve, "approved")
 }
 
 func (as *approvalService) Reject(ctx context.Context, req *apipb.ResolveApprovalRequest) (*apipb.ResolveApprovalResponse, error) {
+	if req.ValueJson != "" {
+		return nil, invalid("value_json", "a rejection takes no value")
+	}
 	return as.resolve(ctx, req, as.s.opts.Tasks.Reject, "rejected")
 }
 

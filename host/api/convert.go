@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -78,9 +79,13 @@ func eventPB(e store.Event) *apipb.Event {
 }
 
 func approvalPB(a store.Approval) *apipb.Approval {
+	kind, tool := host.ApprovalKind(a), a.Tool
+	if kind != host.ApprovalKindTool {
+		tool = ""
+	}
 	return &apipb.Approval{
-		Id: a.ID, TaskId: a.TaskID, RunId: a.RunID, Attempt: a.Attempt, Tool: a.Tool, Prompt: a.Prompt,
+		Id: a.ID, TaskId: a.TaskID, RunId: a.RunID, Attempt: a.Attempt, Tool: tool, Prompt: a.Prompt,
 		Status: string(a.Status), CreatedUnixNano: nanos(a.CreatedAt), ExpiresUnixNano: nanos(a.ExpiresAt),
-		ResolvedUnixNano: nanos(a.ResolvedAt),
+		ResolvedUnixNano: nanos(a.ResolvedAt), Kind: kind,
 	}
 }

@@ -103,14 +103,38 @@ func (f *fakeTasks) List(_ context.Context, principal string, q store.ListQuery)
 	f.calls++
 	f.lastQuery = q
 	var out []store.Task
-	for seq := q.AfterSeq + 1; seq <= f.seq && len(out) < q.Limit; seq++ {
+	from, to, step := q.AfterSeq+1, f.seq+1, int64(1)
+	if q.Order == store.OrderNewest {
+		from, to, step = f.seq, 0, -1
+		if q.AfterSeq > 0 {
+			from = q.AfterSeq - 1
+		}
+	}
+	for seq := from; seq != to && len(out) < q.Limit; seq += step {
 		for _, t := range f.tasks {
-			if t.Seq == seq && (q.AllPrincipals || t.PrincipalID == principal) && (len(q.Status) == 0 || slices.Contains(q.Status, t.Status)) {
+			if t.Seq == seq && f.matches(t, principal, q) {
 				out = append(out, t)
 			}
 		}
 	}
 	return out, nil
+}
+
+func (f *fakeTasks) matches(t store.Task, principal string, q store.ListQuery) bool {
+	return (q.AllPrincipals || t.PrincipalID == principal) && (len(q.Status) == 0 || slices.Contains(q.Status, t.Status)) &&
+		(q.Executor == "" || t.Executor == q.Executor)
+}
+
+func (f *fakeTasks) Count(_ context.Context, principal string, q store.ListQuery) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var n int64
+	for _, t := range f.tasks {
+		if f.matches(t, principal, q) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (f *fakeTasks) Attempts(_ context.Context, principal, id string) ([]store.Attempt, error) {
@@ -163,6 +187,10 @@ func (f *fakeTasks) Approvals(context.Context, string, store.ApprovalStatus) ([]
 }
 
 func (f *fakeTasks) Approve(_ context.Context, principal, id string) (store.Approval, error) {
+	return store.Approval{}, fmt.Errorf("approval %s: %w", id, store.ErrNotFound)
+}
+
+func (f *fakeTasks) Answer(_ context.Context, principal, id string, _ []byte) (store.Approval, error) {
 	return store.Approval{}, fmt.Errorf("approval %s: %w", id, store.ErrNotFound)
 }
 

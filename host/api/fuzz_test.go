@@ -15,7 +15,7 @@ func FuzzRequestValidation(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(pages.seal("me", 7))
+	f.Add(pages.seal("me", "", cursor{seq: 7}))
 	f.Fuzz(func(t *testing.T, s string) {
 		if err := checkID("task_id", s); err == nil {
 			if s == "" || len(s) > maxIDBytes || strings.ContainsAny(s, "/.\x00 ") {
@@ -23,12 +23,15 @@ func FuzzRequestValidation(f *testing.F) {
 			}
 		}
 		// Only a token sealed for "me" opens, and only as "me".
-		if n, err := pages.open("me", s); err == nil && s != "" {
-			if n <= 0 {
-				t.Fatalf("open(%q) = %d, accepted", s, n)
+		if n, err := pages.open("me", "", s); err == nil && s != "" {
+			if n.seq <= 0 {
+				t.Fatalf("open(%q) = %+v, accepted", s, n)
 			}
-			if _, err := pages.open("other", s); err == nil {
+			if _, err := pages.open("other", "", s); err == nil {
 				t.Fatalf("open(%q) accepted for another principal", s)
+			}
+			if _, err := pages.open("me", "-created", s); err == nil {
+				t.Fatalf("open(%q) accepted for another listing", s)
 			}
 		}
 	})

@@ -28,11 +28,11 @@ func (hs *hostService) GetInfo(ctx context.Context, _ *apipb.GetInfoRequest) (*a
 // ListExecutors reports every executor kind the daemon knows, available or
 // not, with what its preflight found — against the binary on disk now, for
 // a registry that can check it (*host.Registry can).
-func (hs *hostService) ListExecutors(ctx context.Context, _ *apipb.ListExecutorsRequest) (*apipb.ListExecutorsResponse, error) {
+func (hs *hostService) ListExecutors(ctx context.Context, req *apipb.ListExecutorsRequest) (*apipb.ListExecutorsResponse, error) {
 	if _, err := principalOf(ctx); err != nil {
 		return nil, err
 	}
-	return hs.listExecutors(ctx), nil
+	return hs.listExecutors(ctx, req.GetModelPreflight()), nil
 }
 
 // ExecutorReloader re-reads the daemon's config and applies its executor
@@ -59,7 +59,7 @@ func (hs *hostService) ReloadExecutors(ctx context.Context, _ *apipb.ReloadExecu
 		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, "reload: "+err.Error())
 	}
 	hs.s.log.Info("executor config reloaded", "principal", p)
-	return hs.listExecutors(ctx), nil
+	return hs.listExecutors(ctx, false), nil
 }
 
 // localOwner says whether the caller is the daemon's own uid, or root, on
@@ -73,9 +73,19 @@ func localOwner(ctx context.Context) bool {
 	return ok && !pc.Confined && (pc.UID == 0 || int(pc.UID) == os.Getuid())
 }
 
-func (hs *hostService) listExecutors(ctx context.Context) *apipb.ListExecutorsResponse {
+// listExecutors lists the executors and the model's status, checking the
+// model now when modelPreflight.
+func (hs *hostService) listExecutors(ctx context.Context, modelPreflight bool) *apipb.ListExecutorsResponse {
 	reg := hs.s.opts.Executors
 	resp := &apipb.ListExecutorsResponse{}
+	if m := hs.s.opts.Model; m != nil {
+		st := m.Status()
+		if modelPreflight {
+			st = m.Check(ctx)
+		}
+		resp.Model = &apipb.ModelStatus{Provider: st.Provider, Name: st.Name, Preflight: st.Preflight,
+			CheckedUnixNano: nanos(st.Checked), Ok: st.OK, Kind: st.Kind, Message: st.Message}
+	}
 	for _, kind := range reg.Kinds() {
 		e := &apipb.Executor{Kind: kind, Default: kind == hs.s.opts.DefaultExecutor}
 		if spec, ok := reg.Spec(kind); ok {

@@ -54,12 +54,16 @@ type Tasks interface {
 	Cancel(ctx context.Context, principal, id string) (store.Task, error)
 	Get(ctx context.Context, principal, id string) (store.Task, error)
 	List(ctx context.Context, principal string, q store.ListQuery) ([]store.Task, error)
+	// Count counts the tasks List would list over all pages.
+	Count(ctx context.Context, principal string, q store.ListQuery) (int64, error)
 	Attempts(ctx context.Context, principal, id string) ([]store.Attempt, error)
 	// Events blocks until there is at least one event after after, or ctx
 	// ends.
 	Events(ctx context.Context, principal, id string, after int64) ([]store.Event, error)
 	Approvals(ctx context.Context, principal string, st store.ApprovalStatus) ([]store.Approval, error)
 	Approve(ctx context.Context, principal, id string) (store.Approval, error)
+	// Answer approves an input approval with a JSON value.
+	Answer(ctx context.Context, principal, id string, value []byte) (store.Approval, error)
 	Reject(ctx context.Context, principal, id string) (store.Approval, error)
 }
 
@@ -76,11 +80,21 @@ type Executors interface {
 	Spec(kind string) (host.PluginSpec, bool)
 }
 
+// ModelCheck reports the model provider's preflight; *host.ModelChecker
+// implements it.
+type ModelCheck interface {
+	Status() host.ModelStatus
+	Check(ctx context.Context) host.ModelStatus
+}
+
 // Options configure a Server.
 type Options struct {
 	Tasks     Tasks
 	Events    EventLog
 	Executors Executors
+	// Model reports the model provider's preflight in ListExecutors; nil
+	// leaves it out.
+	Model ModelCheck
 
 	// Principals maps a unix uid to its principal name.
 	Principals map[uint32]string

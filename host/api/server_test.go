@@ -334,6 +334,10 @@ func TestRequestValidation(t *testing.T) {
 			return err
 		}},
 		{"empty approval id", "approval_id", func() error { _, err := ac.Approve(ctx, &apipb.ResolveApprovalRequest{}); return err }},
+		{"value on a rejection", "value_json", func() error {
+			_, err := ac.Reject(ctx, &apipb.ResolveApprovalRequest{ApprovalId: "a_1", ValueJson: "1"})
+			return err
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -595,5 +599,84 @@ func TestCreateTaskPassesFiles(t *testing.T) {
 	got := ts.fake.lastFiles
 	if len(got) != 2 || got[0].Name != "ctx.txt" || string(got[0].Data) != "context" || got[1].Name != "dir/b.bin" {
 		t.Fatalf("files reaching the runner: %+v", got)
+	}
+}
+
+// ListTasks lists newest first on request, filters by executor, says how
+// many match, binds its page tokens to the listing they came from, and
+// refuses a bad sort, executor or since naming the field.
+func TestListSortFiltersAndTotal(t *testing.T) {
+	ts := startServer(t)
+	for i := range 5 {
+		x := ts.fake.add(self, fmt.Sprintf("t_%d", i), store.StatusCompleted)
+		if i%2 == 1 {
+			x.Executor = "legacy"
+			ts.fake.tasks[x.ID] = x
+		}
+	}
+	ts.fake.add("someone-else", "theirs", store.StatusCompleted)
+	tc := apipb.NewTaskServiceClient(ts.unixConn(t))
+	list := func(req *apipb.ListTasksRequest) (ids []string, total int64) {
+		t.Helper()
+		for {
+			resp, err := tc.ListTasks(ctxT(t), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range resp.Tasks {
+				ids = append(ids, x.Id)
+			}
+			total = resp.Total
+			if req.PageToken = resp.NextPageToken; req.PageToken == "" {
+				return ids, total
+			}
+		}
+	}
+	for _, tc := range []struct {
+		req   *apipb.ListTasksRequest
+		want  string
+		total int64
+	}{
+		{&apipb.ListTasksRequest{PageSize: 2}, "t_0,t_1,t_2,t_3,t_4", 5},
+		{&apipb.ListTasksRequest{PageSize: 2, Sort: "-created"}, "t_4,t_3,t_2,t_1,t_0", 5},
+		{&apipb.ListTasksRequest{PageSize: 1, Sort: "-created", Executor: "legacy"}, "t_3,t_1", 2},
+		{&apipb.ListTasksRequest{Executor: "none"}, "", 0},
+	} {
+		ids, total := list(tc.req)
+		if strings.Join(ids, ",") != tc.want || total != tc.total {
+			t.Errorf("%v: %v (total %d), want %s (total %d)", tc.req, ids, total, tc.want, tc.total)
+		}
+	}
+
+	since := time.Unix(1700000000, 5)
+	if _, err := tc.ListTasks(ctxT(t), &apipb.ListTasksRequest{SinceUnixNano: since.UnixNano()}); err != nil || !ts.fake.lastQuery.Since.Equal(since) {
+		t.Fatalf("since reached the store as %v (%v)", ts.fake.lastQuery.Since, err)
+	}
+	if _, err := tc.ListTasks(ctxT(t), &apipb.ListTasksRequest{Executor: strings.Repeat("x", store.MaxExecutorBytes)}); err != nil {
+		t.Fatalf("an executor at the limit: %v", err)
+	}
+
+	// A token of one listing does not page another.
+	first, err := tc.ListTasks(ctxT(t), &apipb.ListTasksRequest{PageSize: 1, Sort: "-created"})
+	if err != nil || first.NextPageToken == "" {
+		t.Fatalf("first page: %v", err)
+	}
+	_, err = tc.ListTasks(ctxT(t), &apipb.ListTasksRequest{PageSize: 1, PageToken: first.NextPageToken})
+	if st := wantCode(t, err, codes.InvalidArgument, ""); !strings.Contains(st.Message(), "page_token") {
+		t.Errorf("a token used with another sort: %v", st.Message())
+	}
+
+	for _, bad := range []struct {
+		req  *apipb.ListTasksRequest
+		want string
+	}{
+		{&apipb.ListTasksRequest{Sort: "newest"}, `sort: "newest" is not an order: use created, -created or status`},
+		{&apipb.ListTasksRequest{Executor: strings.Repeat("x", store.MaxExecutorBytes+1)}, "executor: is 65 bytes, at most 64"},
+		{&apipb.ListTasksRequest{SinceUnixNano: -1}, "since_unix_nano: is -1, must not be negative"},
+	} {
+		_, err := tc.ListTasks(ctxT(t), bad.req)
+		if st := wantCode(t, err, codes.InvalidArgument, ""); !strings.Contains(st.Message(), bad.want) {
+			t.Errorf("%v: %q, want it to say %q", bad.req, st.Message(), bad.want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
@@ -119,22 +121,62 @@ func (ts *taskService) ListTasks(ctx context.Context, req *apipb.ListTasksReques
 		}
 		q.Status = append(q.Status, st)
 	}
-	if q.AfterSeq, err = ts.s.pages.open(p, req.PageToken); err != nil {
+	var ok bool
+	if q.Order, ok = listOrders[req.Sort]; !ok {
+		return nil, invalid("sort", fmt.Sprintf("%q is not an order: use created, -created or status", truncate(req.Sort, 40)))
+	}
+	if len(req.Executor) > store.MaxExecutorBytes {
+		return nil, invalid("executor", fmt.Sprintf("is %d bytes, at most %d", len(req.Executor), store.MaxExecutorBytes))
+	}
+	q.Executor = req.Executor
+	switch {
+	case req.SinceUnixNano < 0:
+		return nil, invalid("since_unix_nano", fmt.Sprintf("is %d, must not be negative", req.SinceUnixNano))
+	case req.SinceUnixNano > 0:
+		q.Since = time.Unix(0, req.SinceUnixNano)
+	}
+	scope := listScope(req)
+	cur, err := ts.s.pages.open(p, scope, req.PageToken)
+	if err != nil {
 		return nil, err
 	}
+	q.AfterSeq, q.AfterStatus = cur.seq, cur.status
 	tasks, err := ts.s.opts.Tasks.List(ctx, p, q)
 	if err != nil {
 		return nil, ts.s.toStatus(ctx, err, "task", "")
 	}
 	resp := &apipb.ListTasksResponse{}
+	if resp.Total, err = ts.s.opts.Tasks.Count(ctx, p, q); err != nil {
+		return nil, ts.s.toStatus(ctx, err, "task", "")
+	}
 	if len(tasks) > size {
 		tasks = tasks[:size]
-		resp.NextPageToken = ts.s.pages.seal(p, tasks[size-1].Seq)
+		last := tasks[size-1]
+		resp.NextPageToken = ts.s.pages.seal(p, scope, cursor{seq: last.Seq, status: last.Status})
 	}
 	for _, t := range tasks {
 		resp.Tasks = append(resp.Tasks, taskPB(t, false))
 	}
 	return resp, nil
+}
+
+// listOrders are the ListTasks sort values; "" keeps the API's first order,
+// oldest first, for the clients written before there was a choice.
+var listOrders = map[string]store.ListOrder{
+	"": store.OrderCreated, "created": store.OrderCreated, "-created": store.OrderNewest, "status": store.OrderStatus,
+}
+
+// listScope names a listing's order and filters, to which its page tokens
+// are bound.
+func listScope(req *apipb.ListTasksRequest) string {
+	return fmt.Sprintf("%d|%s|%d|%d|%s", listOrders[req.Sort], req.Executor, req.SinceUnixNano, boolInt(req.All), strings.Join(req.Status, ","))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (ts *taskService) CancelTask(ctx context.Context, req *apipb.CancelTaskRequest) (*apipb.CancelTaskResponse, error) {

@@ -1,8 +1,9 @@
 // Package bench measures what taskhost promises about speed, each figure
 // against a baseline taken in the same run: the durable step overhead
 // against a floor of one go-plugin round trip plus one store commit, crash
-// and cancel latencies, plugin start, a machinespirit node step, and
-// start-up recovery of a large store.
+// and cancel latencies, plugin start, machinespirit plugin start with and
+// without its cached saved state, a machinespirit node step, and start-up
+// recovery of a large store.
 package bench
 
 import (
@@ -29,7 +30,11 @@ type Options struct {
 	Steps         int    // steps timed for the step overhead (default 200)
 	Reps          int    // repetitions of the slower measurements (default 10)
 	RecoverySizes []int  // store sizes for start-up recovery (default 10k, 100k)
-	Progress      func(string)
+	// Store is the [store] section the measured host opens; a zero Driver
+	// is SQLite in the temporary data dir. With PostgreSQL the tasks the
+	// run creates stay in the database: give it one of its own.
+	Store    config.Store
+	Progress func(string)
 }
 
 // Figure is one measurement: a median and a 95th percentile of N samples.
@@ -86,6 +91,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	cfg.Tasks.MaxConcurrent = 4
 	cfg.Tasks.MaxStepsCap = 100000
 	cfg.MachineSpirit.Enabled = true
+	if o.Store.Driver != "" {
+		cfg.Store = o.Store
+	}
 	// The test executor writes its pid files here: a confined plugin may
 	// write nowhere else outside its own dir.
 	pids := filepath.Join(dir, "pids")
@@ -161,6 +169,22 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	r.Figures = append(r.Figures, figure("plugin start to first reply", starts, ""))
 
+	say("machinespirit plugin start, cold and warm saved state, %d times each", o.Reps)
+	if _, err := h.Registry.Describe("machinespirit"); err != nil {
+		r.Figures = append(r.Figures, Figure{Name: "machinespirit plugin start", Note: "skipped: " + err.Error()})
+	} else {
+		cold, warm, err := machineSpiritStarts(ctx, h, o.Reps)
+		if err != nil {
+			return r, err
+		}
+		cf, wf := figure("machinespirit plugin start, cold (saved state built)", cold, ""),
+			figure("machinespirit plugin start, warm (saved state cached)", warm, "")
+		if wf.Median > 0 {
+			wf.Note = fmt.Sprintf("cold/warm = %.1f×", float64(cf.Median)/float64(wf.Median))
+		}
+		r.Figures = append(r.Figures, cf, wf)
+	}
+
 	say("plugin SIGKILL → interrupted, %d times", o.Reps)
 	crash, err := crashLatency(ctx, h, who, pids, o.Reps, false)
 	if err != nil {
@@ -194,6 +218,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		r.Figures = append(r.Figures, figure("machinespirit node step (plan_act_review)", ms, ""))
 	}
 
+	if cfg.Store.Driver == config.StorePostgres && len(o.RecoverySizes) > 0 {
+		// It fills a store with Fill on a fresh SQLite file per size.
+		r.Figures = append(r.Figures, Figure{Name: "start-up recovery", Note: "skipped: measured on SQLite only"})
+		o.RecoverySizes = nil
+	}
 	for _, n := range o.RecoverySizes {
 		say("start-up recovery with %d tasks in the store", n)
 		d, err := recovery(ctx, dir, o.ExecutorDir, n)
@@ -203,6 +232,55 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		r.Figures = append(r.Figures, figure(fmt.Sprintf("start-up recovery, %d tasks (1%% live)", n), d, "host open: integrity check, migrations, recovery, executor registration"))
 	}
 	return r, nil
+}
+
+// machineSpiritStarts times machinespirit plugin starts to their first
+// reply: cold with the saved-state cache emptied before each, warm from
+// the state the previous start cached. Each start's Describe must say
+// which it was, so a cache that silently stopped working fails the bench.
+func machineSpiritStarts(ctx context.Context, h *host.Host, reps int) (cold, warm []time.Duration, err error) {
+	cache := filepath.Join(h.DataDir, host.CacheDirName, "machinespirit")
+	start := func(want string) (time.Duration, error) {
+		t0 := time.Now()
+		e, err := h.Registry.Launch(ctx, "machinespirit", pb.UnimplementedHostServicesServer{})
+		if err != nil {
+			return 0, err
+		}
+		defer e.Stop()
+		d, err := e.Describe(ctx)
+		took := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+		if got := d.Runtime["saved_state"]; got != want {
+			return 0, fmt.Errorf("machinespirit start: saved_state %q, want %q (preflight: %s)", got, want, d.Runtime["preflight"])
+		}
+		return took, nil
+	}
+	for range reps {
+		entries, err := os.ReadDir(cache)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, ent := range entries {
+			if err := os.RemoveAll(filepath.Join(cache, ent.Name())); err != nil {
+				return nil, nil, err
+			}
+		}
+		d, err := start("built")
+		if err != nil {
+			return nil, nil, err
+		}
+		cold = append(cold, d)
+	}
+	for range reps {
+		d, err := start("cached")
+		if err != nil {
+			return nil, nil, err
+		}
+		warm = append(warm, d)
+	}
+	return cold, warm, nil
 }
 
 func create(ctx context.Context, h *host.Host, who, spec string, steps int64) (store.Task, error) {

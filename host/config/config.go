@@ -60,6 +60,7 @@ type Config struct {
 	Principals    Principals          `toml:"principals"` // [principals] "UID" = "NAME"
 	API           API                 `toml:"api"`
 	Confinement   Confinement         `toml:"confinement"`
+	Store         Store               `toml:"store"`
 }
 
 // Tasks is the [tasks] section: whether tasks run at all, the default
@@ -192,6 +193,7 @@ func Default() Config {
 			MaxProcesses:      4096,
 		},
 		Model:      defaultModel(),
+		Store:      defaultStore(),
 		Tools:      defaultTools(),
 		Approvals:  Approvals{TimeoutSeconds: 3600},
 		Principals: Principals{},

@@ -33,6 +33,10 @@ type Model struct {
 	APIKey         string `toml:"api_key"`
 	TimeoutSeconds int    `toml:"timeout_seconds"` // 1..600, default 60
 	MaxRetries     int    `toml:"max_retries"`     // 0..10, default 3 (on 429 and 5xx)
+	// Preflight sends one cheap request (openai: GET {base_url}/models) when
+	// the daemon starts and whenever `taskhost executors --model-preflight`
+	// asks, so a bad key or a dead endpoint shows before a task fails on it.
+	Preflight bool `toml:"preflight"`
 }
 
 // resolveModelScript makes a relative model.script absolute by joining it to

@@ -52,6 +52,7 @@ func (c Config) validate() problems {
 	c.Principals.validate(&ps)
 	c.API.validate(&ps)
 	c.Confinement.validate(&ps)
+	c.Store.validate(&ps)
 	c.validateDefaultExecutor(&ps)
 	c.validateMessageSize(&ps)
 	return ps

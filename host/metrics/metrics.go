@@ -1,29 +1,40 @@
-// Package metrics serves the daemon's /metrics (the Prometheus text
-// exposition format, version 0.0.4, written by hand: no client library) and
-// /healthz over plain HTTP on an optional loopback listener
+// Package metrics serves the daemon's /metrics (the Prometheus exposition,
+// written by github.com/prometheus/client_golang from a registry of this
+// Server's own) and /healthz over plain HTTP on an optional loopback listener
 // ([api] metrics_listen).
 //
-// Every series is read from the store at scrape time, so the numbers are
-// those of the store, the only source of truth, and survive a restart: the
-// counters of finished attempts never go down because a finished attempt
-// is never rewritten. Every label takes its values from a closed set (the
-// store's statuses and outcomes), so the exposition has a bounded size
-// however many tasks there are.
+// Two kinds of series are exported:
+//
+//   - Read from the store at scrape time (a custom Collector): tasks by
+//     status, finished step attempts by status and outcome, the effect
+//     ledger by kind and status, tasks that ended on a budget by budget,
+//     pending approvals. They are the store's numbers, the only source of
+//     truth, so they survive a restart: the counters of finished attempts
+//     never go down because a finished attempt is never rewritten.
+//   - Counted as they happen by [Instruments], which the host is given as
+//     its Observer: plugin starts and crashes by executor (and reason),
+//     step durations by executor and attempt status, store commit
+//     latency. They start from zero with the daemon.
+//
+// Every label takes its values from a closed set (the store's statuses,
+// kinds and reasons, the configured executor kinds), so the exposition has a
+// bounded size however many tasks there are.
 package metrics
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/store"
@@ -50,6 +61,9 @@ type Options struct {
 	Source  Source
 	Version string // the daemon's version, for taskhost_build_info
 	Logger  hclog.Logger
+	// Instruments are the live series the host reports to; nil: a fresh
+	// set nobody reports to.
+	Instruments *Instruments
 }
 
 // Server holds the handlers' state: whether the daemon serves its API, and
@@ -72,16 +86,38 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	if opts.Instruments == nil {
+		opts.Instruments = NewInstruments()
+	}
 	s := &Server{opts: opts, log: opts.Logger, inFlight: make(chan struct{}, maxInFlight)}
+	reg := prometheus.NewRegistry()
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskhost_build_info", Help: "The daemon's version and Go version; always 1."},
+		[]string{"version", "goversion"})
+	build.WithLabelValues(opts.Version, runtime.Version()).Set(1)
+	cs := []prometheus.Collector{
+		build,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskhost_serving", Help: "1 while the daemon serves its API, 0 while it starts or stops."},
+			func() float64 { return boolFloat(s.serving.Load()) }),
+		newStoreCollector(s),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+	for _, c := range append(cs, opts.Instruments.collectors()...) {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	errLog := opts.Logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	exposition := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: errLog, ErrorHandling: promhttp.ContinueOnError})
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", s.bounded(s.metrics))
+	mux.Handle("/metrics", s.bounded(exposition.ServeHTTP))
 	mux.HandleFunc("/healthz", s.bounded(s.healthz))
 	s.http = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: readHeaderTimeout,
 		WriteTimeout:      writeTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          opts.Logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		ErrorLog:          errLog,
 	}
 	return s, nil
 }
@@ -178,21 +214,6 @@ func (s *Server) Health(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	st, err := s.opts.Source.Stats(ctx)
-	if err != nil {
-		s.readErrors.Add(1)
-		s.log.Warn("metrics: store read failed", "error", err)
-	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	var b strings.Builder
-	s.write(&b, st, err == nil)
-	_, _ = io.WriteString(w, b.String())
-}
-
 // Closed label sets: the store's CHECK constraints. A value outside them
 // (a newer store read by an older binary) is not exported, so the series
 // stay bounded.
@@ -203,57 +224,151 @@ var (
 	}
 	finishedAttempts = []store.AttemptStatus{store.AttemptCompleted, store.AttemptFailed, store.AttemptInterrupted, store.AttemptCancelled}
 	outcomes         = []string{"continue", "complete", "fail", ""}
+	effectKinds      = []store.EffectKind{store.EffectModel, store.EffectTool, store.EffectApproval}
+	effectStatuses   = []store.EffectStatus{store.EffectAdmitted, store.EffectDispatching, store.EffectObserved,
+		store.EffectFailed, store.EffectIndeterminate}
 )
 
-// write writes the exposition. Without a store read (ok false) the series
-// read from the store are left out, which a scraper shows as absent rather
-// than as zeros.
-func (s *Server) write(b *strings.Builder, st store.Stats, ok bool) {
-	family(b, "taskhost_build_info", "gauge", "The daemon's version and Go version; always 1.")
-	fmt.Fprintf(b, "taskhost_build_info{version=%s,goversion=%s} 1\n", label(s.opts.Version), label(runtime.Version()))
-	family(b, "taskhost_serving", "gauge", "1 while the daemon serves its API, 0 while it starts or stops.")
-	fmt.Fprintf(b, "taskhost_serving %d\n", boolInt(s.serving.Load()))
-	family(b, "taskhost_store_up", "gauge", "1 when this scrape's store read succeeded, else 0.")
-	fmt.Fprintf(b, "taskhost_store_up %d\n", boolInt(ok))
-	family(b, "taskhost_store_read_errors_total", "counter", "Store reads of /metrics and /healthz that failed since the daemon started.")
-	fmt.Fprintf(b, "taskhost_store_read_errors_total %d\n", s.readErrors.Load())
-	if !ok {
+// budgetLabel is the budget label of a budget reason.
+func budgetLabel(r store.Reason) string {
+	switch r {
+	case store.ReasonStepBudgetExhausted:
+		return "steps"
+	case store.ReasonToolBudgetExhausted:
+		return "tool_calls"
+	case store.ReasonModelBudgetExhausted:
+		return "model_calls"
+	case store.ReasonDepthBudgetExhausted:
+		return "depth"
+	case store.ReasonWallClockExceeded:
+		return "wall"
+	}
+	return ""
+}
+
+// storeCollector reads the store once per scrape.
+type storeCollector struct {
+	s *Server
+
+	up, readErrors, tasks, runningPlugins, stepsRunning, steps, effects, budgets, approvals *prometheus.Desc
+}
+
+func newStoreCollector(s *Server) *storeCollector {
+	d := prometheus.NewDesc
+	return &storeCollector{
+		s:              s,
+		up:             d("taskhost_store_up", "1 when this scrape's store read succeeded, else 0.", nil, nil),
+		readErrors:     d("taskhost_store_read_errors_total", "Store reads of /metrics and /healthz that failed since the daemon started.", nil, nil),
+		tasks:          d("taskhost_tasks", "Tasks by status, of every principal.", []string{"status"}, nil),
+		runningPlugins: d("taskhost_running_plugins", "Tasks running or waiting for an approval: each holds one executor process.", nil, nil),
+		stepsRunning:   d("taskhost_steps_running", "Step attempts running now.", nil, nil),
+		steps:          d("taskhost_steps_total", "Finished step attempts by status and outcome (none: the step returned no outcome, e.g. a crash).", []string{"status", "outcome"}, nil),
+		effects:        d("taskhost_effects", "Effects in the ledger (model calls, tool calls, approvals) by kind and status.", []string{"kind", "status"}, nil),
+		budgets:        d("taskhost_budget_exhausted_tasks", "Stored tasks that ended because a budget ran out, by budget.", []string{"budget"}, nil),
+		approvals:      d("taskhost_approvals_pending", "Approvals waiting for a decision.", nil, nil),
+	}
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.up, c.readErrors, c.tasks, c.runningPlugins, c.stepsRunning, c.steps, c.effects, c.budgets, c.approvals} {
+		ch <- d
+	}
+}
+
+// Collect reads the store. Without a store read the series read from it are
+// left out, which a scraper shows as absent rather than as zeros. The read
+// error count is reported here, after the read, so that a scrape whose read
+// failed counts itself (the registry runs collectors concurrently).
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	st, err := c.s.opts.Source.Stats(ctx)
+	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	if err != nil {
+		c.s.readErrors.Add(1)
+		c.s.log.Warn("metrics: store read failed", "error", err)
+	}
+	ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.CounterValue, float64(c.s.readErrors.Load()))
+	if err != nil {
+		gauge(c.up, 0)
 		return
 	}
-	family(b, "taskhost_tasks", "gauge", "Tasks by status, of every principal.")
+	gauge(c.up, 1)
 	for _, status := range taskStatuses {
-		fmt.Fprintf(b, "taskhost_tasks{status=%s} %d\n", label(string(status)), st.Tasks[status])
+		gauge(c.tasks, st.Tasks[status], string(status))
 	}
-	family(b, "taskhost_running_plugins", "gauge", "Tasks running or waiting for an approval: each holds one executor process.")
-	fmt.Fprintf(b, "taskhost_running_plugins %d\n", st.Tasks[store.StatusRunning]+st.Tasks[store.StatusWaitingApproval])
-	family(b, "taskhost_steps_running", "gauge", "Step attempts running now.")
-	fmt.Fprintf(b, "taskhost_steps_running %d\n", st.Attempts[store.AttemptKey{Status: store.AttemptRunning}])
-	family(b, "taskhost_steps_total", "counter", "Finished step attempts by status and outcome (none: the step returned no outcome, e.g. a crash).")
+	gauge(c.runningPlugins, st.Tasks[store.StatusRunning]+st.Tasks[store.StatusWaitingApproval])
+	gauge(c.stepsRunning, st.Attempts[store.AttemptKey{Status: store.AttemptRunning}])
 	for _, status := range finishedAttempts {
 		for _, outcome := range outcomes {
 			name := outcome
 			if name == "" {
 				name = "none"
 			}
-			fmt.Fprintf(b, "taskhost_steps_total{status=%s,outcome=%s} %d\n", label(string(status)), label(name),
-				st.Attempts[store.AttemptKey{Status: status, Outcome: outcome}])
+			ch <- prometheus.MustNewConstMetric(c.steps, prometheus.CounterValue,
+				float64(st.Attempts[store.AttemptKey{Status: status, Outcome: outcome}]), string(status), name)
 		}
 	}
-	family(b, "taskhost_approvals_pending", "gauge", "Approvals waiting for a decision.")
-	fmt.Fprintf(b, "taskhost_approvals_pending %d\n", st.PendingApprovals)
+	for _, kind := range effectKinds {
+		for _, status := range effectStatuses {
+			gauge(c.effects, st.Effects[store.EffectKey{Kind: kind, Status: status}], string(kind), string(status))
+		}
+	}
+	for _, r := range store.BudgetReasons() {
+		gauge(c.budgets, st.BudgetExhausted[r], budgetLabel(r))
+	}
+	gauge(c.approvals, st.PendingApprovals)
 }
 
-func family(b *strings.Builder, name, typ, help string) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+// Instruments count what the store does not keep, as it happens. It
+// implements host.Observer; its methods never block. Create it before the
+// host (which reports to it) and hand it to New.
+type Instruments struct {
+	pluginStarts  *prometheus.CounterVec
+	pluginCrashes *prometheus.CounterVec
+	stepDuration  *prometheus.HistogramVec
+	storeCommit   prometheus.Histogram
 }
 
-// label quotes a label value as the exposition format wants it.
-func label(v string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return `"` + r.Replace(v) + `"`
+// NewInstruments returns zeroed Instruments.
+func NewInstruments() *Instruments {
+	return &Instruments{
+		pluginStarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskhost_plugin_starts_total",
+			Help: "Executor plugin processes started (one per run of a task) since the daemon started, by executor."}, []string{"executor"}),
+		pluginCrashes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskhost_plugin_crashes_total",
+			Help: "Executor plugin processes that died during a step since the daemon started, by executor and reason."}, []string{"executor", "reason"}),
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskhost_step_duration_seconds",
+			Help:    "Wall time of step attempts (approval waits included) since the daemon started, by executor and attempt status.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800}}, []string{"executor", "status"}),
+		storeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskhost_store_commit_seconds",
+			Help:    "Latency of the store's write-transaction commits since the daemon started.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5}}),
+	}
 }
 
-func boolInt(v bool) int {
+// PluginStarted counts a plugin start.
+func (i *Instruments) PluginStarted(executor string) { i.pluginStarts.WithLabelValues(executor).Inc() }
+
+// PluginCrashed counts a plugin crash.
+func (i *Instruments) PluginCrashed(executor, reason string) {
+	i.pluginCrashes.WithLabelValues(executor, reason).Inc()
+}
+
+// StepFinished observes a step attempt's duration.
+func (i *Instruments) StepFinished(executor, status string, d time.Duration) {
+	i.stepDuration.WithLabelValues(executor, status).Observe(d.Seconds())
+}
+
+// StoreCommitted observes a commit's latency.
+func (i *Instruments) StoreCommitted(d time.Duration) { i.storeCommit.Observe(d.Seconds()) }
+
+func (i *Instruments) collectors() []prometheus.Collector {
+	return []prometheus.Collector{i.pluginStarts, i.pluginCrashes, i.stepDuration, i.storeCommit}
+}
+
+func boolFloat(v bool) float64 {
 	if v {
 		return 1
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,8 +97,19 @@ func parse(t *testing.T, body string) map[string]float64 {
 		if err != nil {
 			t.Fatalf("sample %q: %v", line, err)
 		}
-		name, _, _ := strings.Cut(series, "{")
-		if !typed[name] {
+		name, labels, _ := strings.Cut(series, "{")
+		if labels != "" {
+			// The exposition's label order is the library's: sort them, so
+			// a series is found by its labels in any order.
+			pairs := strings.Split(strings.TrimSuffix(labels, "}"), `",`)
+			for i := range pairs {
+				pairs[i] = strings.TrimSuffix(pairs[i], `"`) + `"`
+			}
+			slices.Sort(pairs)
+			series = name + "{" + strings.Join(pairs, ",") + "}"
+		}
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+		if !typed[name] && !typed[base] {
 			t.Errorf("sample %q has no # TYPE before it", line)
 		}
 		if _, dup := out[series]; dup {
@@ -132,7 +144,7 @@ func TestMetricsCountTheStore(t *testing.T) {
 	}
 	got := parse(t, body)
 	want := map[string]float64{
-		`taskhost_build_info{version="1.2.3-test\"x",goversion="` + runtime.Version() + `"}`: 1,
+		`taskhost_build_info{goversion="` + runtime.Version() + `",version="1.2.3-test\"x"}`: 1,
 		`taskhost_serving`:                   1,
 		`taskhost_store_up`:                  1,
 		`taskhost_store_read_errors_total`:   0,
@@ -141,11 +153,11 @@ func TestMetricsCountTheStore(t *testing.T) {
 		`taskhost_tasks{status="running"}`: 0, `taskhost_tasks{status="waiting_approval"}`: 0, `taskhost_tasks{status="cancelled"}`: 0,
 		`taskhost_running_plugins`:                                    0,
 		`taskhost_steps_running`:                                      0,
-		`taskhost_steps_total{status="completed",outcome="continue"}`: 3,
-		`taskhost_steps_total{status="completed",outcome="complete"}`: 1,
-		`taskhost_steps_total{status="failed",outcome="fail"}`:        1,
-		`taskhost_steps_total{status="interrupted",outcome="none"}`:   1,
-		`taskhost_steps_total{status="cancelled",outcome="none"}`:     0,
+		`taskhost_steps_total{outcome="continue",status="completed"}`: 3,
+		`taskhost_steps_total{outcome="complete",status="completed"}`: 1,
+		`taskhost_steps_total{outcome="fail",status="failed"}`:        1,
+		`taskhost_steps_total{outcome="none",status="interrupted"}`:   1,
+		`taskhost_steps_total{outcome="none",status="cancelled"}`:     0,
 		`taskhost_approvals_pending`:                                  0,
 	}
 	for series, v := range want {
@@ -153,10 +165,17 @@ func TestMetricsCountTheStore(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", series, g, ok, v)
 		}
 	}
-	// 4 finished statuses × 4 outcomes, 7 task statuses, 7 single series:
-	// the size does not grow with the number of tasks.
-	if len(got) != 16+7+7 {
-		t.Errorf("%d series, want %d:\n%s", len(got), 16+7+7, body)
+	// 4 finished statuses × 4 outcomes, 7 task statuses, 3 effect kinds ×
+	// 5 statuses, 5 budgets, 7 single series: the size of the store's
+	// part does not grow with the number of tasks.
+	n := 0
+	for series := range got {
+		if strings.HasPrefix(series, "taskhost_") && !strings.HasPrefix(series, "taskhost_store_commit_") {
+			n++
+		}
+	}
+	if n != 16+7+15+5+7 {
+		t.Errorf("%d taskhost_ series, want %d:\n%s", n, 16+7+15+5+7, body)
 	}
 
 	// A task resumed and running: one plugin, one step running.
@@ -321,7 +340,7 @@ func TestListen(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/plain; version=0.0.4; charset=utf-8" || !strings.Contains(string(body), `taskhost_build_info{version="v"`) {
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4; charset=utf-8") || !strings.Contains(string(body), `taskhost_build_info{goversion=`) || !strings.Contains(string(body), `version="v"} 1`) {
 		t.Errorf("GET /metrics over HTTP: %d %q\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -331,5 +350,49 @@ func TestListen(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + ln.Addr().String() + "/healthz"); err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("after Close the listener still answers (err %v)", err)
+	}
+}
+
+// The host's events reach the exposition through the Instruments it was
+// given: starts and crashes by executor (and reason), step durations as a
+// histogram by executor and status, commit latencies; a store that ended a
+// task on a budget shows under that budget.
+func TestInstrumentsAndBudgets(t *testing.T) {
+	s := openStore(t)
+	inst := NewInstruments()
+	m, err := New(Options{Source: s, Version: "v", Instruments: inst})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTask(t, s, "t_spent", store.AttemptFailed, "fail", store.StatusFailed, store.ReasonToolBudgetExhausted)
+	inst.PluginStarted("legacy")
+	inst.PluginStarted("legacy")
+	inst.PluginCrashed("legacy", "executor_crashed")
+	inst.StepFinished("legacy", "completed", 300*time.Millisecond)
+	inst.StepFinished("legacy", "completed", 2*time.Second)
+	inst.StepFinished("legacy", "interrupted", time.Millisecond)
+	inst.StoreCommitted(2 * time.Millisecond)
+
+	_, body := scrape(t, m.Handler(), http.MethodGet, "/metrics")
+	got := parse(t, body)
+	for series, want := range map[string]float64{
+		`taskhost_plugin_starts_total{executor="legacy"}`:                                      2,
+		`taskhost_plugin_crashes_total{executor="legacy",reason="executor_crashed"}`:           1,
+		`taskhost_step_duration_seconds_count{executor="legacy",status="completed"}`:           2,
+		`taskhost_step_duration_seconds_sum{executor="legacy",status="completed"}`:             2.3,
+		`taskhost_step_duration_seconds_bucket{executor="legacy",le="0.5",status="completed"}`: 1,
+		`taskhost_step_duration_seconds_count{executor="legacy",status="interrupted"}`:         1,
+		`taskhost_store_commit_seconds_bucket{le="0.0025"}`:                                    1,
+		`taskhost_budget_exhausted_tasks{budget="tool_calls"}`:                                 1,
+		`taskhost_budget_exhausted_tasks{budget="steps"}`:                                      0,
+	} {
+		if g, ok := got[series]; !ok || g != want {
+			t.Errorf("%s = %v (present %v), want %v", series, g, ok, want)
+		}
+	}
+	// The commits of runTask itself went through another store: this
+	// Server's histogram saw only the one reported to its Instruments.
+	if got["taskhost_store_commit_seconds_count"] != 1 {
+		t.Errorf("commit count %v, want 1", got["taskhost_store_commit_seconds_count"])
 	}
 }

@@ -88,6 +88,13 @@ type Provider interface {
 	Complete(ctx context.Context, req Request) (Response, error)
 }
 
+// Preflighter is a Provider that can check cheaply, without a completion,
+// that it can serve: the openai provider (GET /models). The error is an
+// [*Error] like Complete's.
+type Preflighter interface {
+	Preflight(ctx context.Context) error
+}
+
 // Option adjusts a provider built by [New].
 type Option func(*options)
 

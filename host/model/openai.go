@@ -184,27 +184,66 @@ func (p *openAI) attempt(ctx context.Context, body []byte, priorCalls int, names
 	if oversized {
 		data = data[:MaxResponseBodyBytes]
 	}
-	switch {
-	case status >= 200 && status <= 299:
+	if status >= 200 && status <= 299 {
 		if oversized {
 			return Response{}, p.fail(KindBadResponse, status, nil, "the response body exceeds %d bytes", MaxResponseBodyBytes)
 		}
 		return p.decode(data, status, priorCalls, names)
+	}
+	return Response{}, p.statusError(status, hresp.Header, data)
+}
+
+// statusError classifies a response that is not a 2xx.
+func (p *openAI) statusError(status int, h http.Header, data []byte) *Error {
+	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return Response{}, p.fail(KindAuth, status, nil, "HTTP %d: the endpoint refused the credentials: %s", status, p.errorText(data))
+		return p.fail(KindAuth, status, nil, "HTTP %d: the endpoint refused the credentials: %s", status, p.errorText(data))
 	case status == http.StatusTooManyRequests:
 		e := p.fail(KindRateLimited, status, nil, "HTTP %d: rate limited: %s", status, p.errorText(data))
-		e.RetryAfter = p.retryAfter(hresp.Header.Get("Retry-After"))
-		return Response{}, e
+		e.RetryAfter = p.retryAfter(h.Get("Retry-After"))
+		return e
 	case status >= 500 && status <= 599:
 		e := p.fail(KindServer, status, nil, "HTTP %d: server error: %s", status, p.errorText(data))
-		e.RetryAfter = p.retryAfter(hresp.Header.Get("Retry-After"))
-		return Response{}, e
+		e.RetryAfter = p.retryAfter(h.Get("Retry-After"))
+		return e
 	case status >= 400 && status <= 499:
-		return Response{}, p.fail(KindRequest, status, nil, "HTTP %d: the endpoint refused the request: %s", status, p.errorText(data))
+		return p.fail(KindRequest, status, nil, "HTTP %d: the endpoint refused the request: %s", status, p.errorText(data))
 	default:
-		return Response{}, p.fail(KindBadResponse, status, nil, "unexpected HTTP status %d (redirects are not followed)", status)
+		return p.fail(KindBadResponse, status, nil, "unexpected HTTP status %d (redirects are not followed)", status)
 	}
+}
+
+// Preflight is one cheap request, GET {base_url}/models with the key, under
+// the per-request timeout and without retries: it checks the endpoint
+// answers and accepts the key, and spends no tokens. The body is read up to
+// MaxResponseBodyBytes and must be JSON.
+func (p *openAI) Preflight(ctx context.Context) error {
+	actx, cancel := context.WithTimeoutCause(ctx, p.timeout, errAttemptTimeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(actx, http.MethodGet, strings.TrimSuffix(p.endpoint, "/chat/completions")+"/models", nil)
+	if err != nil {
+		return p.fail(KindRequest, 0, err, "building the request: %v", err)
+	}
+	hreq.Header.Set("Accept", "application/json")
+	if p.apiKey != "" {
+		hreq.Header.Set("Authorization", "Bearer "+p.apiKey)
+	}
+	hresp, err := p.client.Do(hreq)
+	if err != nil {
+		return p.roundTripError(ctx, actx, err, "sending the request")
+	}
+	defer hresp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(hresp.Body, MaxResponseBodyBytes+1))
+	if err != nil {
+		return p.roundTripError(ctx, actx, err, "reading the response")
+	}
+	if status := hresp.StatusCode; status < 200 || status > 299 {
+		return p.statusError(status, hresp.Header, data)
+	}
+	if len(data) > MaxResponseBodyBytes || !json.Valid(data) {
+		return p.fail(KindBadResponse, hresp.StatusCode, nil, "GET /models: the response is not JSON of at most %d bytes", MaxResponseBodyBytes)
+	}
+	return nil
 }
 
 // roundTripError classifies a failure to get or read a response: the

@@ -19,6 +19,10 @@ type builtin struct {
 	// bind validates the arguments and returns the tool's work. It does no
 	// I/O, so a refused call has touched nothing.
 	bind func(c *call) (action, error)
+	// honoursKey: the tool de-duplicates a call by its idempotency key
+	// (Env.IdempotencyKey), so a call repeated with the same key has the
+	// effect of one.
+	honoursKey bool
 }
 
 // builtins returns the built-in tools. It builds them on each call so the
@@ -53,9 +57,10 @@ func builtins() []builtin {
 					`"append":{"type":"boolean","description":"append instead of replacing (default false)"}` +
 					`},"required":["path","content"],"additionalProperties":false}`,
 			},
-			fields:  []string{"append", "content", "path"},
-			maxArgs: MaxWriteArgsBytes,
-			bind:    bindWrite,
+			fields:     []string{"append", "content", "path"},
+			maxArgs:    MaxWriteArgsBytes,
+			bind:       bindWrite,
+			honoursKey: true,
 		},
 		{
 			spec: Spec{

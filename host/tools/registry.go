@@ -274,7 +274,15 @@ func (r *Registry) Call(ctx context.Context, env Env, name string, args json.Raw
 	if err != nil {
 		return Result{}, err
 	}
-	c := &call{r: r, tool: name, taskID: env.TaskID, ws: ws, fields: fields, timeout: pol.Timeout}
+	if env.IdempotencyKey != "" {
+		switch {
+		case !b.honoursKey:
+			return Result{}, &ArgError{Tool: name, Field: "idempotency_key", Message: "this tool does not honour an idempotency key (workspace.write does): call it without one"}
+		case len(env.IdempotencyKey) > MaxIdempotencyKeyBytes:
+			return Result{}, &ArgError{Tool: name, Field: "idempotency_key", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(env.IdempotencyKey), MaxIdempotencyKeyBytes)}
+		}
+	}
+	c := &call{r: r, tool: name, taskID: env.TaskID, ws: ws, fields: fields, timeout: pol.Timeout, key: env.IdempotencyKey}
 	act, err := b.bind(c)
 	if err != nil {
 		return Result{}, err
@@ -356,6 +364,14 @@ type call struct {
 	fields  map[string]json.RawMessage
 	timeout time.Duration // the tool's policy timeout
 	start   time.Time     // set just before the timeout starts
+	key     string        // the idempotency key, for a tool that honours one
+}
+
+// HonoursKey reports whether tool name de-duplicates calls by their
+// idempotency key (Env.IdempotencyKey).
+func (r *Registry) HonoursKey(name string) bool {
+	b, ok := r.tools[name]
+	return ok && b.honoursKey
 }
 
 // action is a tool's work, with its arguments already validated.

@@ -79,6 +79,11 @@ const (
 	MaxCommandBytes = 8 << 10
 	// MaxSummaryBytes bounds the text Summarize returns.
 	MaxSummaryBytes = 120
+	// MaxIdempotencyKeyBytes bounds Env.IdempotencyKey.
+	MaxIdempotencyKeyBytes = 128
+	// keysKept is how many idempotency keys a file remembers (its last
+	// keyed writes).
+	keysKept = 16
 	// time.sleep's seconds are bounded by the tool's own timeout (Policy).
 )
 
@@ -105,6 +110,11 @@ type Env struct {
 	// cannot point a task at another directory: when set, it must equal
 	// the derived directory. The directory is created on first use, 0700.
 	Workspace string
+	// IdempotencyKey, when set, makes the call idempotent: a call with a
+	// key the tool already applied does nothing more and says so. Only a
+	// tool that honours keys (Registry.HonoursKey) accepts one; Call
+	// refuses it on any other. At most MaxIdempotencyKeyBytes.
+	IdempotencyKey string
 }
 
 // Result is what a tool that ran reports.

@@ -347,6 +347,36 @@ func (c *call) writeFile(ctx context.Context, root *os.Root, p, rel, content str
 	case !errors.Is(err, fs.ErrNotExist):
 		return failure(p, err)
 	}
+	// The file's idempotency keys go with every write of it, keyed or
+	// not, so a keyed write repeated after others is still known.
+	var keys []string
+	if fi != nil && fi.Mode().IsRegular() {
+		f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return failure(p, err)
+		}
+		keys, err = fileKeys(f)
+		f.Close()
+		// Only a keyed write depends on them; an unkeyed one goes on
+		// without (the file then forgets its keys).
+		if err != nil && c.key != "" {
+			return Result{}, fmt.Errorf("read the idempotency keys of %s: %w", p, err)
+		}
+	}
+	if c.key != "" {
+		kw := newKeyedWrite(c.key, content, appendMode)
+		done, err := kw.applied(keys)
+		if err != nil {
+			return Result{}, c.argErr("idempotency_key", "%v", err)
+		}
+		if done {
+			return Result{Output: mustJSON(struct {
+				Written      int  `json:"written"`
+				Deduplicated bool `json:"deduplicated"`
+			}{len(content), true})}, nil
+		}
+		keys = append(keys, kw.line())
+	}
 	size := int64(len(content))
 	if appendMode {
 		size += old
@@ -391,6 +421,9 @@ func (c *call) writeFile(ctx context.Context, root *os.Root, p, rel, content str
 	// stays executable); the umask must not change it either.
 	if err := tmp.Chmod(mode); err != nil {
 		return Result{}, fmt.Errorf("chmod: %w", err)
+	}
+	if err := setFileKeys(tmp, keys); err != nil && c.key != "" {
+		return Result{}, fmt.Errorf("record the idempotency keys of %s: %w", p, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		return Result{}, fmt.Errorf("sync: %w", err)

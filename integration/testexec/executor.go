@@ -149,6 +149,13 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			if ctx.Err() != nil {
 				return sdk.StepResult{}, fmt.Errorf("testexec: model: %w", err)
 			}
+			if o.ModelErrorText {
+				kind := "none"
+				if merr, ok := errors.AsType[*sdk.ModelError](err); ok {
+					kind = string(merr.Kind)
+				}
+				return sdk.Continue(fmt.Sprintf("model error: %s: %s: %v", hostErrorKind(err), kind, err), nil), nil
+			}
 			return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
 		}
 	}

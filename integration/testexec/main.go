@@ -73,6 +73,9 @@
 //	                          (with a forged "task" field the host must rename).
 //	stderr_lines      int     write this many plain lines to os.Stderr each step.
 //	log_lines         int     log this many lines at INFO through sdk.Logger each step.
+//	model_error_text  bool    with call_model, return Continue("model error:
+//	                          <kind>: <sdk.ModelError kind or none>: <error>")
+//	                          instead, for the exact text an executor sees.
 //
 // Attempts count from 1 across the task's life (the host's attempt index);
 // steps count completed steps from the checkpoint.

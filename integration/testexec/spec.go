@@ -33,6 +33,7 @@ type options struct {
 	FailReason      string `json:"fail_reason"`
 	Progress        bool   `json:"progress"`
 	CallModel       bool   `json:"call_model"`
+	ModelErrorText  bool   `json:"model_error_text"`
 
 	KillEveryAttempt bool `json:"kill_every_attempt"`
 	SleepAtAttempt   int  `json:"sleep_at_attempt"`

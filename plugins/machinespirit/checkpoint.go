@@ -14,9 +14,11 @@ import (
 //
 //	{"schema": "machinespirit.graph/1", "graph": ID, "graph_hash": SHA256,
 //	 "next": NODE, "state": {...}, "visits": {...}, "executions": N,
-//	 "interrupt": null | {"node": ..., "reason": ...}}
+//	 "interrupt": null | {"node": ..., "reason": ..., "field": ...}}
 //
-// No transcript: what a graph needs later is in its state.
+// No transcript: what a graph needs later is in its state. An interrupt
+// that is not null is a pending question: the next step asks it of the
+// task's principal (sdk.Host.RequestInput) before the worker runs "next".
 const CheckpointSchema = "machinespirit.graph/1"
 
 // DefaultCheckpointMaxBytes is the host's default checkpoint_max_bytes.
@@ -25,9 +27,17 @@ const DefaultCheckpointMaxBytes = 256 << 10
 // cpHeader is the part of a checkpoint the plugin reads itself. The worker
 // checks the whole snapshot against the compiled graph.
 type cpHeader struct {
-	Schema     string `json:"schema"`
-	Graph      string `json:"graph"`
-	Executions int64  `json:"executions"`
+	Schema     string       `json:"schema"`
+	Graph      string       `json:"graph"`
+	Executions int64        `json:"executions"`
+	Interrupt  *cpInterrupt `json:"interrupt"`
+}
+
+// cpInterrupt is a pending interrupt: the question the node that paused
+// asks (the worker checks the rest).
+type cpInterrupt struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
 }
 
 // checkpointError is a checkpoint the executor cannot continue from.
@@ -36,35 +46,37 @@ type checkpointError struct{ msg string }
 func (e *checkpointError) Error() string { return e.msg }
 
 // readCheckpoint checks the host's last checkpoint (nil on a first step)
-// and returns its payload (JSON null when there is none) and the number of
-// node executions it records.
-func readCheckpoint(cp *sdk.Checkpoint, graph string, maxBytes int) (json.RawMessage, int64, error) {
+// and returns its payload (JSON null when there is none) and its header.
+func readCheckpoint(cp *sdk.Checkpoint, graph string, maxBytes int) (json.RawMessage, cpHeader, error) {
+	var h cpHeader
 	if cp == nil {
-		return json.RawMessage("null"), 0, nil
+		return json.RawMessage("null"), h, nil
 	}
 	if cp.Schema != CheckpointSchema {
-		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint schema %q, want %q", truncate(cp.Schema, 64), CheckpointSchema)}
+		return nil, h, &checkpointError{fmt.Sprintf("checkpoint schema %q, want %q", truncate(cp.Schema, 64), CheckpointSchema)}
 	}
 	if len(cp.Payload) > maxBytes {
-		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint of %d bytes exceeds the %d-byte bound", len(cp.Payload), maxBytes)}
+		return nil, h, &checkpointError{fmt.Sprintf("checkpoint of %d bytes exceeds the %d-byte bound", len(cp.Payload), maxBytes)}
 	}
 	if !isJSONObject(cp.Payload) {
-		return nil, 0, &checkpointError{"checkpoint payload is not a JSON object"}
+		return nil, h, &checkpointError{"checkpoint payload is not a JSON object"}
 	}
-	var h cpHeader
 	if err := json.Unmarshal(cp.Payload, &h); err != nil {
-		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint payload: %v", err)}
+		return nil, h, &checkpointError{fmt.Sprintf("checkpoint payload: %v", err)}
 	}
 	if h.Schema != CheckpointSchema {
-		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint payload schema %q, want %q", truncate(h.Schema, 64), CheckpointSchema)}
+		return nil, h, &checkpointError{fmt.Sprintf("checkpoint payload schema %q, want %q", truncate(h.Schema, 64), CheckpointSchema)}
 	}
 	if h.Graph != graph {
-		return nil, 0, &checkpointError{fmt.Sprintf("checkpoint of graph %q, but the task runs graph %q", truncate(h.Graph, 64), graph)}
+		return nil, h, &checkpointError{fmt.Sprintf("checkpoint of graph %q, but the task runs graph %q", truncate(h.Graph, 64), graph)}
 	}
 	if h.Executions < 0 {
-		return nil, 0, &checkpointError{"checkpoint records a negative number of executions"}
+		return nil, h, &checkpointError{"checkpoint records a negative number of executions"}
 	}
-	return json.RawMessage(cp.Payload), h.Executions, nil
+	if h.Interrupt != nil && h.Interrupt.Reason == "" {
+		return nil, h, &checkpointError{"checkpoint has an interrupt without a question"}
+	}
+	return json.RawMessage(cp.Payload), h, nil
 }
 
 // checkpointTooLarge is a snapshot over the bound. It fails the step as

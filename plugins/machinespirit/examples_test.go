@@ -19,7 +19,7 @@ const examplesDir = "../../examples/machinespirit"
 // example's question through a scripted model.
 func TestExamples(t *testing.T) {
 	specs := map[string][]byte{}
-	for _, name := range []string{"rlm.json", "plan-act-review.json", "tool-pipeline.json"} {
+	for _, name := range []string{"rlm.json", "plan-act-review.json", "tool-pipeline.json", "ask-human.json"} {
 		b, err := os.ReadFile(filepath.Join(examplesDir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -49,6 +49,13 @@ func TestExamples(t *testing.T) {
 	results, _ = runToEnd(t, e, newFakeHost(1), specs["plan-act-review.json"], nil, 10)
 	if last := results[len(results)-1]; last.Outcome != sdk.OutcomeComplete || !strings.Contains(string(last.Result), `"verdict":"accepted"`) {
 		t.Fatalf("plan_act_review: %+v %s", last, last.Result)
+	}
+
+	h = newFakeHost(1)
+	h.answer = []byte(`"release-2"`)
+	results, _ = runToEnd(t, e, h, specs["ask-human.json"], nil, 3)
+	if last := results[len(results)-1]; last.Outcome != sdk.OutcomeComplete || string(last.Result) != `{"answer":"release-2"}` || h.workspace["answer.json"] != `"release-2"` {
+		t.Fatalf("ask_human: %+v %s", last, last.Result)
 	}
 
 	ctxText, err := os.ReadFile(filepath.Join(examplesDir, "ctx.txt"))

@@ -9,6 +9,13 @@
 // steps is the worker's checkpoint snapshot (CheckpointSchema); the worker
 // itself keeps nothing a resume would need.
 //
+// A node that interrupts pauses the task: its step commits the checkpoint
+// with the interrupt's question pending, and the next step asks the task's
+// principal that question (sdk.Host.RequestInput, the task waiting in
+// waiting_approval) before anything else, then runs the next node with the
+// answer. A restart during the wait asks again on resume; an answer given
+// is replayed by the host to a re-run of its step, never asked twice.
+//
 // Failure policy:
 //   - the runtime is pinned and checked at start-up (Describe reports
 //     Runtime["preflight"]); a failed preflight refuses every step, there
@@ -30,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,9 +116,13 @@ type Config struct {
 	// if it cannot confine, the preflight fails (check "confine").
 	Trampoline string
 
-	StartMode   StartMode     // default StartFromState
-	CancelGrace time.Duration // default DefaultCancelGrace
-	KillGrace   time.Duration // default DefaultKillGrace
+	StartMode StartMode // default StartFromState
+	// StateCacheDir, absolute, keeps the built saved state across plugin
+	// starts (see statecache.go); "" builds it at every start. A directory
+	// that is missing or unusable only costs the cache (logged).
+	StateCacheDir string
+	CancelGrace   time.Duration // default DefaultCancelGrace
+	KillGrace     time.Duration // default DefaultKillGrace
 
 	// OnWorkerLost is called when the worker dies during a step, before
 	// Step returns an error wrapping ErrWorkerLost. The plugin binary
@@ -211,8 +223,34 @@ func New(ctx context.Context, cfg Config) *Executor {
 	}
 	if e.env != nil {
 		e.desc.Runtime["worker_confinement"] = e.env.policy.Summary(confine.Probe())
+		if e.env.stateFrom != "" {
+			e.desc.Runtime["saved_state"] = e.env.stateFrom
+		}
 	}
 	return e
+}
+
+// openStateCache returns the saved-state cache of cfg.StateCacheDir, or
+// nil when there is none to use. Only a relative path fails the
+// preflight (it is a wrong flag); a directory that cannot be used is
+// logged and the state is built as without a cache.
+func (e *Executor) openStateCache() (*stateCache, error) {
+	dir := e.cfg.StateCacheDir
+	if dir == "" || e.cfg.StartMode != StartFromState {
+		return nil, nil
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, failCheck("state_cache_dir", "%q is not an absolute path (--state-cache-dir)", truncate(dir, 200))
+	}
+	fi, err := os.Stat(dir)
+	if err == nil && !fi.IsDir() {
+		err = fmt.Errorf("%s is not a directory", dir)
+	}
+	if err != nil {
+		e.cfg.Logger.Warn("saved-state cache dir not usable; building the state at every start", "dir", dir, "error", err)
+		return nil, nil
+	}
+	return &stateCache{dir: dir, max: maxStateBytes, logger: e.cfg.Logger}, nil
 }
 
 // preflight checks the pinned runtime and keeps the worker it started for
@@ -256,10 +294,14 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 	}
 	env.work, env.trampoline = work, trampoline
 	env.policy = workerPolicy(e.cfg, dir, work)
-	env.version, err = checkVersion(ctx, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
+	env.version, env.versionLine, err = checkVersion(ctx, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
 	if err != nil {
 		return fail(err)
 	}
+	if env.cache, err = e.openStateCache(); err != nil {
+		return fail(err)
+	}
+	env.stateKey = stateKey(e.sources, e.cfg.SwiplPath, env.versionLine)
 	if env.opGraphs, err = readOperatorGraphs(e.cfg.GraphsDir, e.cfg.GraphPins); err != nil {
 		return fail(err)
 	}
@@ -267,6 +309,17 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 		return fail(err)
 	}
 	w, graphs, err := helloWorker(ctx, e.cfg, env)
+	if err != nil && env.stateFrom == stateCached {
+		// A state that hashes right but does not load (a swipl changed in
+		// place under the same version line) is built again, once.
+		e.cfg.Logger.Warn("the worker did not start from the cached saved state; building it again", "error", err)
+		env.cache.drop(env.stateKey)
+		env.stateFrom = stateRebuilt
+		if err := buildState(ctx, e.cfg, src, env); err != nil {
+			return fail(err)
+		}
+		w, graphs, err = helloWorker(ctx, e.cfg, env)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -362,9 +415,15 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	if err != nil {
 		return sdk.Fail("executor_failed", truncate("machinespirit: spec: "+err.Error(), maxFailMessage)), nil
 	}
-	cp, execs, err := readCheckpoint(req.Checkpoint, sp.Graph, e.cfg.CheckpointMaxBytes)
+	cp, hdr, err := readCheckpoint(req.Checkpoint, sp.Graph, e.cfg.CheckpointMaxBytes)
 	if err != nil {
 		return sdk.Fail("checkpoint_incompatible", truncate("machinespirit: "+err.Error(), maxFailMessage)), nil
+	}
+	// The question first: asked before any other host call of the step,
+	// it keeps its place in the step, so a re-run replays its answer.
+	resume, res, stop, err := e.askInterrupt(ctx, host, hdr.Interrupt)
+	if stop {
+		return res, err
 	}
 	if res, stop := e.resolveIndeterminate(ctx, host, req); stop {
 		return res, nil
@@ -383,7 +442,7 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	e.mu.Unlock()
 	run := runFrame{
 		Type: "run", ID: runID, Graph: sp.Graph, Input: sp.Input, Goal: sp.Goal,
-		Checkpoint: cp, CheckpointMaxBytes: e.cfg.CheckpointMaxBytes,
+		Checkpoint: cp, CheckpointMaxBytes: e.cfg.CheckpointMaxBytes, Resume: resume,
 	}
 	if sp.ContextFile != "" {
 		cf := sp.ContextFile
@@ -391,7 +450,7 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	}
 	st := &stepState{
 		e: e, w: w, host: host, req: req, runID: runID,
-		execution: execs + 1, tokenDepth: map[string]int{},
+		execution: hdr.Executions + 1, tokenDepth: map[string]int{},
 	}
 	if err := w.send(run); err != nil {
 		if errors.Is(err, errFrameTooLarge) {
@@ -400,6 +459,26 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		return st.lost(err)
 	}
 	return st.loop(ctx)
+}
+
+// askInterrupt asks the task's principal the question of a pending
+// interrupt (none: nothing to do) and returns the answer for the run. A
+// refusal of the host ends the step: stop is set, with a result or, when
+// the step's context ended, an error.
+func (e *Executor) askInterrupt(ctx context.Context, host sdk.Host, intr *cpInterrupt) (*resumeFrame, sdk.StepResult, bool, error) {
+	if intr == nil {
+		return nil, sdk.StepResult{}, false, nil
+	}
+	v, err := host.RequestInput(ctx, intr.Reason)
+	switch {
+	case err == nil:
+		return &resumeFrame{Value: v}, sdk.StepResult{}, false, nil
+	case ctx.Err() != nil:
+		return nil, sdk.StepResult{}, true, fmt.Errorf("machinespirit: step cancelled while waiting for an answer: %w", ctx.Err())
+	}
+	// A rejection has already failed the task; this answer only matters
+	// when the host could not ask at all.
+	return nil, sdk.Fail("executor_failed", truncate(fmt.Sprintf("machinespirit: node %s paused on a question that got no answer: %v", truncate(intr.Node, 64), err), maxFailMessage)), true, nil
 }
 
 // resolveIndeterminate applies the policy for effects that were in flight

@@ -246,6 +246,12 @@ type runFrame struct {
 	ContextFile        *string         `json:"context_file"`
 	Checkpoint         json.RawMessage `json:"checkpoint"`
 	CheckpointMaxBytes int             `json:"checkpoint_max_bytes"`
+	// Resume answers the checkpoint's pending interrupt.
+	Resume *resumeFrame `json:"resume,omitempty"`
+}
+
+type resumeFrame struct {
+	Value json.RawMessage `json:"value"`
 }
 
 type cancelFrame struct {

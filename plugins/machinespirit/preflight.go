@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -67,14 +68,23 @@ type runtimeEnv struct {
 	dir  string // private temp dir: staged sources, saved state
 	work string // the worker's working directory: dir/work, empty
 	// trampoline and policy confine every worker (confine.Command).
-	trampoline string
-	policy     confine.Policy
-	path       string
-	args       []string
-	env        []string
-	version    string // the version swipl reported
-	graphs     []string
-	opGraphs   []opGraph
+	trampoline  string
+	policy      confine.Policy
+	path        string
+	args        []string
+	env         []string
+	version     string // the version swipl reported
+	versionLine string // all of what swipl --version printed
+	graphs      []string
+	opGraphs    []opGraph
+
+	// StartFromState: the worker's saved state, the cache it may come
+	// from (nil: none) and its key there, and how it was obtained
+	// (stateBuilt, stateCached or stateRebuilt).
+	state     string
+	cache     *stateCache
+	stateKey  string
+	stateFrom string
 }
 
 // checkBinary: absolute, exists, a regular file, executable by us.
@@ -102,26 +112,26 @@ func checkBinary(path string) error {
 }
 
 // checkVersion runs `swipl --version` and requires exactly the pinned
-// version. It returns the version found.
-func checkVersion(ctx context.Context, path, pinned string, env []string) (string, error) {
+// version. It returns the version found and the whole line.
+func checkVersion(ctx context.Context, path, pinned string, env []string) (version, line string, err error) {
 	if !pinnedVersionRE.MatchString(pinned) {
-		return "", failCheck("swipl_version", "pinned version %q is not X.Y.Z (--swipl-version)", truncate(pinned, 40))
+		return "", "", failCheck("swipl_version", "pinned version %q is not X.Y.Z (--swipl-version)", truncate(pinned, 40))
 	}
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
 	out, err := runBounded(ctx, path, []string{"--version"}, env, "")
 	if err != nil {
-		return "", failCheck("swipl_version", "%s --version: %w", path, err)
+		return "", "", failCheck("swipl_version", "%s --version: %w", path, err)
 	}
-	line := strings.TrimSpace(out)
+	line = strings.TrimSpace(out)
 	m := versionLineRE.FindStringSubmatch(line)
 	if m == nil {
-		return "", failCheck("swipl_version", "unexpected output of %s --version: %q", path, truncate(line, 200))
+		return "", "", failCheck("swipl_version", "unexpected output of %s --version: %q", path, truncate(line, 200))
 	}
 	if m[1] != pinned {
-		return m[1], failCheck("swipl_version", "%s is SWI-Prolog %s, pinned %s", path, m[1], pinned)
+		return m[1], line, failCheck("swipl_version", "%s is SWI-Prolog %s, pinned %s", path, m[1], pinned)
 	}
-	return m[1], nil
+	return m[1], line, nil
 }
 
 // runBounded runs a short command and returns its combined output, cut to
@@ -165,34 +175,79 @@ func workerEnv(dir string) []string {
 	return []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "HOME=" + dir, "TMPDIR=" + dir}
 }
 
-// prepareRuntime stages the sources in a private temp dir and, in
-// StartFromState mode, compiles them into a saved state there.
+// prepareRuntime stages the sources in a private temp dir (StartFromSource)
+// or puts the worker's saved state there (StartFromState): from the
+// saved-state cache when it holds a verified one, else built.
 func prepareRuntime(ctx context.Context, cfg Config, src sourceSet, env *runtimeEnv) error {
-	if err := src.stage(env.dir); err != nil {
-		return failCheck("sources", "%w", err)
-	}
-	files := append([]string{filepath.Join(env.dir, mainSource)}, prefixAll(env.dir, src.extras())...)
 	workerOpts := []string{
 		"--max-frame-bytes=" + strconv.Itoa(cfg.MaxFrameBytes),
 		"--stack-limit-bytes=" + strconv.FormatInt(cfg.StackLimitBytes, 10),
 		"--task-stack-limit-bytes=" + strconv.FormatInt(cfg.TaskStackLimitBytes, 10),
 	}
-	switch cfg.StartMode {
-	case StartFromSource:
+	if cfg.StartMode == StartFromSource {
+		if err := src.stage(env.dir); err != nil {
+			return failCheck("sources", "%w", err)
+		}
+		files := append([]string{filepath.Join(env.dir, mainSource)}, prefixAll(env.dir, src.extras())...)
 		env.args = append(append([]string{"--no-packs", "-q", "--no-tty"}, files...), append([]string{"--"}, workerOpts...)...)
-	default:
-		state := filepath.Join(env.dir, "worker.state")
-		bctx, cancel := context.WithTimeout(ctx, buildTimeout)
-		defer cancel()
-		args := append([]string{"--no-packs", "-q", "-o", state, "-c"}, files...)
-		if _, err := runBounded(bctx, env.path, args, env.env, env.dir); err != nil {
-			return failCheck("saved_state", "building the saved state: %w", err)
-		}
-		if fi, err := os.Stat(state); err != nil || fi.Size() == 0 {
-			return failCheck("saved_state", "swipl wrote no saved state")
-		}
-		env.args = append([]string{"-x", state, "--no-tty", "--"}, workerOpts...)
+		return nil
 	}
+	env.state = filepath.Join(env.dir, "worker.state")
+	env.args = append([]string{"-x", env.state, "--no-tty", "--"}, workerOpts...)
+	if env.cache != nil {
+		payload, err := env.cache.load(env.stateKey)
+		switch {
+		case err == nil:
+			if err := os.WriteFile(env.state, payload, 0o400); err != nil {
+				return failCheck("saved_state", "copying the cached saved state: %w", err)
+			}
+			env.stateFrom = stateCached
+			return nil
+		case errors.Is(err, fs.ErrNotExist):
+		default:
+			cfg.Logger.Warn("saved-state cache entry not used; building it again", "error", err)
+			env.stateFrom = stateRebuilt
+		}
+	}
+	return buildState(ctx, cfg, src, env)
+}
+
+// buildState compiles the sources into env.state and, with a cache,
+// stores the result there for the next start. A failure to cache is
+// logged: the state built is as good.
+func buildState(ctx context.Context, cfg Config, src sourceSet, env *runtimeEnv) error {
+	if err := src.stage(env.dir); err != nil {
+		return failCheck("sources", "%w", err)
+	}
+	files := append([]string{filepath.Join(env.dir, mainSource)}, prefixAll(env.dir, src.extras())...)
+	// A cached state that did not load is there read-only (0400).
+	if err := os.Remove(env.state); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return failCheck("saved_state", "%w", err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	args := append([]string{"--no-packs", "-q", "-o", env.state, "-c"}, files...)
+	if _, err := runBounded(bctx, env.path, args, env.env, env.dir); err != nil {
+		return failCheck("saved_state", "building the saved state: %w", err)
+	}
+	if fi, err := os.Stat(env.state); err != nil || fi.Size() == 0 {
+		return failCheck("saved_state", "swipl wrote no saved state")
+	}
+	if env.stateFrom == "" {
+		env.stateFrom = stateBuilt
+	}
+	if env.cache == nil {
+		return nil
+	}
+	payload, err := readSmallFile(env.state, env.cache.max)
+	if err == nil {
+		err = env.cache.store(env.stateKey, payload)
+	}
+	if err != nil {
+		cfg.Logger.Warn("saved state not cached", "error", err)
+		return nil
+	}
+	env.cache.prune(env.stateKey)
 	return nil
 }
 

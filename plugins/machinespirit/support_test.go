@@ -122,7 +122,7 @@ func runToEnd(t *testing.T, e *Executor, host sdk.Host, sp []byte, cp *sdk.Check
 
 // hostCall is one call the fake host served.
 type hostCall struct {
-	Kind   string // model, tool, approval, progress
+	Kind   string // model, tool, approval, input, progress
 	Name   string // tool name
 	Args   map[string]any
 	Key    string
@@ -153,12 +153,14 @@ type fakeHost struct {
 	// onTool runs before a tool call is served (e.g. to kill the worker).
 	onTool   func(name string, args map[string]any)
 	decision sdk.Decision
+	// answer is the value every RequestInput gets; nil answers null.
+	answer json.RawMessage
 }
 
 func newFakeHost(maxDepth int) *fakeHost {
 	h := &fakeHost{maxDepth: maxDepth, tokens: map[string]int{}, workspace: map[string]string{}, decision: sdk.Approved}
 	h.Host = &sdktest.Host{CallModelF: h.callModel, CallToolF: h.callTool, RequestApprovalF: h.requestApproval,
-		ToolsF: h.tools, ProgressF: h.progress}
+		RequestInputF: h.requestInput, ToolsF: h.tools, ProgressF: h.progress}
 	return h
 }
 
@@ -291,6 +293,14 @@ func (h *fakeHost) callTool(ctx context.Context, req sdk.ToolRequest) (sdk.ToolR
 func (h *fakeHost) requestApproval(_ context.Context, prompt string) (sdk.Decision, error) {
 	h.record(hostCall{Kind: "approval", Prompt: prompt})
 	return h.decision, nil
+}
+
+func (h *fakeHost) requestInput(_ context.Context, question string) (json.RawMessage, error) {
+	h.record(hostCall{Kind: "input", Prompt: question})
+	if h.answer == nil {
+		return json.RawMessage("null"), nil
+	}
+	return h.answer, nil
 }
 
 func (h *fakeHost) tools(context.Context) ([]sdk.ToolSpec, error) {

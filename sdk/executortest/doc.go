@@ -72,7 +72,8 @@
 //     complete it; the new build must accept the schema the old one writes.
 //     There is no black-box way to seed the store with a checkpoint (the host
 //     seals checkpoints with a per-data-dir key), so without an old build the
-//     check is skipped and left to a manual test.
+//     check is skipped and left to a manual test. BuildAt builds the old
+//     release from a git tag or commit of the repository the test runs in.
 //   - determinism (optional): the deterministic scenario, run twice, gives
 //     the same steps (outcome and summary) and the same result.
 //

@@ -86,6 +86,7 @@ type Options struct {
 	// OldBinary, when set, is a build of an earlier release of the
 	// executor. The schema_upgrade check interrupts a task run by it and
 	// resumes the task with Binary, which must accept the old checkpoint.
+	// BuildAt builds one from a git ref.
 	OldBinary string
 	// Skip lists checks (the Check constants) the executor opts out of;
 	// each needs a reason in SkipReasons, which the test log shows.

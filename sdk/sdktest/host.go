@@ -5,6 +5,7 @@ package sdktest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ const (
 	CallModel       Method = "CallModel"
 	CallTool        Method = "CallTool"
 	RequestApproval Method = "RequestApproval"
+	RequestInput    Method = "RequestInput"
 	Progress        Method = "Progress"
 	Tools           Method = "Tools"
 )
@@ -28,7 +30,7 @@ type Call struct {
 	Method Method
 	Model  sdk.ModelRequest // CallModel: a copy the executor cannot change afterwards
 	Tool   sdk.ToolRequest  // CallTool
-	Prompt string           // RequestApproval
+	Prompt string           // RequestApproval, RequestInput
 	Note   string           // Progress
 	// Err is what the call returned.
 	Err error
@@ -36,8 +38,8 @@ type Call struct {
 
 // Host is an sdk.Host for executor tests, in the style of Nomad's
 // MockDriver: each method calls its function field when set. Unset, a call
-// that would reach the outside world (CallModel, CallTool, RequestApproval)
-// fails with sdk.ErrUnimplemented — an approval is never granted by
+// that would reach the outside world (CallModel, CallTool, RequestApproval,
+// RequestInput) fails with sdk.ErrUnimplemented — an approval is never granted by
 // default — while Progress succeeds and Tools lists nothing.
 //
 // Like the SDK's own handle, a call whose ctx has ended returns the
@@ -50,6 +52,7 @@ type Host struct {
 	CallModelF       func(ctx context.Context, req sdk.ModelRequest) (sdk.ModelResponse, error)
 	CallToolF        func(ctx context.Context, req sdk.ToolRequest) (sdk.ToolResponse, error)
 	RequestApprovalF func(ctx context.Context, prompt string) (sdk.Decision, error)
+	RequestInputF    func(ctx context.Context, question string) (json.RawMessage, error)
 	ProgressF        func(ctx context.Context, note string) error
 	ToolsF           func(ctx context.Context) ([]sdk.ToolSpec, error)
 
@@ -144,6 +147,21 @@ func (h *Host) RequestApproval(ctx context.Context, prompt string) (sdk.Decision
 	}
 	done(err)
 	return d, err
+}
+
+func (h *Host) RequestInput(ctx context.Context, question string) (json.RawMessage, error) {
+	done := h.begin(Call{Method: RequestInput, Prompt: question})
+	var v json.RawMessage
+	err := h.refused(ctx, RequestInput)
+	switch {
+	case err != nil:
+	case h.RequestInputF != nil:
+		v, err = h.RequestInputF(ctx, question)
+	default:
+		err = unscripted(RequestInput)
+	}
+	done(err)
+	return v, err
 }
 
 func (h *Host) Progress(ctx context.Context, note string) error {

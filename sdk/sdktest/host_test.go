@@ -18,25 +18,26 @@ func TestUnscriptedCalls(t *testing.T) {
 	_, errModel := h.CallModel(ctx, sdk.ModelRequest{})
 	_, errTool := h.CallTool(ctx, sdk.ToolRequest{Name: "shell.run"})
 	d, errApproval := h.RequestApproval(ctx, "may I?")
+	v, errInput := h.RequestInput(ctx, "what?")
 	errProgress := h.Progress(ctx, "half way")
 	specs, errTools := h.Tools(ctx)
-	for name, err := range map[string]error{"CallModel": errModel, "CallTool": errTool, "RequestApproval": errApproval} {
+	for name, err := range map[string]error{"CallModel": errModel, "CallTool": errTool, "RequestApproval": errApproval, "RequestInput": errInput} {
 		if !errors.Is(err, sdk.ErrUnimplemented) {
 			t.Errorf("unscripted %s = %v, want sdk.ErrUnimplemented", name, err)
 		}
 	}
-	if d == sdk.Approved {
-		t.Error("an unscripted approval was granted")
+	if d == sdk.Approved || v != nil {
+		t.Errorf("an unscripted approval was granted (%q) or a question answered (%s)", d, v)
 	}
 	if errProgress != nil || errTools != nil || specs != nil {
 		t.Errorf("Progress = %v, Tools = %v %v; want success with no tools", errProgress, specs, errTools)
 	}
-	want := []sdktest.Method{sdktest.CallModel, sdktest.CallTool, sdktest.RequestApproval, sdktest.Progress, sdktest.Tools}
+	want := []sdktest.Method{sdktest.CallModel, sdktest.CallTool, sdktest.RequestApproval, sdktest.RequestInput, sdktest.Progress, sdktest.Tools}
 	if got := h.Methods(); !reflect.DeepEqual(got, want) {
 		t.Errorf("methods = %v, want %v", got, want)
 	}
-	if calls := h.Calls(); !errors.Is(calls[0].Err, sdk.ErrUnimplemented) || calls[3].Err != nil {
-		t.Errorf("recorded errors %v / %v", calls[0].Err, calls[3].Err)
+	if calls := h.Calls(); !errors.Is(calls[0].Err, sdk.ErrUnimplemented) || calls[4].Err != nil || calls[3].Prompt != "what?" {
+		t.Errorf("recorded %+v", calls)
 	}
 	if n, p := h.Notes(), h.Prompts(); !reflect.DeepEqual(n, []string{"half way"}) || !reflect.DeepEqual(p, []string{"may I?"}) {
 		t.Errorf("notes %q prompts %q", n, p)

@@ -10,8 +10,11 @@
         effect_error(Kind, Error, Message)
 
     where Error is one of budget_exhausted, permission_denied,
-    invalid_argument, unimplemented, host_unavailable, too_large,
-    tool_error, refused or other. A handler may catch it.
+    invalid_argument, unimplemented, host_unavailable, model_unavailable
+    (a model outage: rate_limited, server, timeout), model_error (the
+    model provider refused for good: auth, request, bad_response; Message
+    says which), effect_unsettled, too_large, tool_error, refused or
+    other. A handler may catch it.
 
     Time spent waiting for an effect does not count against the node's
     time limit: the node's alarm is paused while the host works (a model

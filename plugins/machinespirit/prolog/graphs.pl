@@ -3,7 +3,11 @@
     rlm              the recursive-language-model loop (see rlm.pl);
     plan_act_review  plan -> act -> review with a conditional router and a
                      bounded retry loop; it calls no model at all, which
-                     shows the runtime does not depend on one.
+                     shows the runtime does not depend on one;
+    ask_human        an interrupt: asks the task's principal the task's
+                     goal as a question, pauses until they answer
+                     (taskhost approve ID --value JSON), and writes the
+                     answer to answer.json.
 */
 :- module(ms_graphs, []).
 :- use_module(registry).
@@ -66,4 +70,21 @@ ms_registry:graph_spec(
                      node_inferences(10_000_000)
                    ]),
             output([verdict, attempt, plan, log])
+          ])).
+
+ms_registry:graph_spec(
+    graph(ask_human,
+          [ description("Asks the task's principal its goal as a question, pauses until they answer with a JSON value, writes the answer to answer.json."),
+            state([ field(answer, json, null, replace) ]),
+            nodes([ node(ask, input_goal(answer)),
+                    node(record, write_json(answer, "answer.json"))
+                  ]),
+            edges([ edge(start, ask),
+                    edge(ask, record),
+                    edge(record, end)
+                  ]),
+            limits([ max_node_executions(4),
+                     node_seconds(30)
+                   ]),
+            output([answer])
           ])).

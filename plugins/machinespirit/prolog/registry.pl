@@ -10,14 +10,23 @@
 
     Env is a dict: graph, node, input (the task's input object), goal,
     context_file (string or null), execution (the 1-based node execution
-    number). State is a dict of the graph's fields. Out is one of
+    number), resume (the answer to the interrupt the previous node paused
+    on, or null). State is a dict of the graph's fields. Out is one of
 
         patch(Patch)             Patch: a dict or a list of Field=Value
         patch(Patch, Note)       Note: a short text for the step summary
-        interrupt(Patch, Reason) commit Patch and hand control back to the
-                                 host; the next step continues at the next
-                                 node, so the effects of this one are never
-                                 repeated
+        interrupt(Patch, Question)
+                                 commit Patch and pause: the host asks its
+                                 principal Question (a non-empty text, cut
+                                 to 200 characters) and the next step runs
+                                 the next node with the answer, a JSON
+                                 value, as Env.resume; the effects of this
+                                 node are never repeated
+        interrupt(Patch, Question, Field)
+                                 the same, and the answer is applied to
+                                 Field first (reducer and type checked; an
+                                 answer that does not fit fails the task
+                                 with type_error)
 
     A handler may throw graph_failure(Code, Message) to fail the task with
     a typed code. A router is declared with router_decl(Pattern) and
@@ -36,6 +45,7 @@
           ]).
 
 :- use_module(effects, []).
+:- use_module(library(http/json), [json_write_dict/3]).
 
 :- multifile
     handler_decl/1,
@@ -82,6 +92,25 @@ handler(tool(Name, Args), _Env, _State, patch([])) :-
 handler_decl(tool(_, _, _)).
 handler(tool(Name, Args, Field), _Env, _State, patch([Field=Result])) :-
     ms_effects:tool(Name, Args, Result).
+
+%   input(Question, Field): pauses the task until its principal answers
+%   Question (`taskhost approve ID --value JSON`); the answer goes to Field.
+handler_decl(input(_, _)).
+handler(input(Question, Field), _Env, _State, interrupt([], Question, Field)).
+
+%   input_goal(Field): input/2 with the task's goal as the question.
+handler_decl(input_goal(_)).
+handler(input_goal(Field), Env, _State, interrupt([], Goal, Field)) :-
+    get_dict(goal, Env, Goal0),
+    (   Goal0 == "" -> Goal = "(the task has no goal text)" ; Goal = Goal0 ).
+
+%   write_json(Field, Path): writes the JSON of Field to workspace file
+%   Path (a tool effect).
+handler_decl(write_json(_, _)).
+handler(write_json(Field, Path), _Env, State, patch([])) :-
+    get_dict(Field, State, V),
+    with_output_to(string(Text), json_write_dict(current_output, V, [width(0)])),
+    ms_effects:tool('workspace.write', _{path: Path, content: Text}, _).
 
 %   fail_graph(Code): fails the task with Code (an atom).
 handler_decl(fail_graph(_)).

@@ -12,11 +12,20 @@
           "state":      { field: value, ... }   (exactly the schema's fields),
           "visits":     { node: count, ... },
           "executions": total node executions so far,
-          "interrupt":  null | { "node": N, "reason": R } }
+          "interrupt":  null | { "node": N, "reason": Q [, "field": F] } }
 
     There is no transcript: what a node needs later must be in the state.
     A resume continues from "next", so the effects of a committed node are
-    never repeated. A checkpoint that does not match the compiled graph
+    never repeated.
+
+    An interrupt is a pause: the node that returns interrupt(Patch, Q) or
+    interrupt(Patch, Q, Field) commits its patch and the next node with
+    the interrupt pending. The plugin asks the host question Q and sends
+    the answer (one JSON value) with the next run as resume.value: it is
+    applied to Field (through its reducer, type checked) and handed to
+    the next node as Env.resume; that step's checkpoint clears the
+    interrupt. A run of a checkpoint with an interrupt pending and no
+    answer fails (no_answer): an interrupt is never passed over. A checkpoint that does not match the compiled graph
     exactly (schema, id, hash, fields, types) is refused as
     checkpoint_incompatible, never repaired.
 */
@@ -67,28 +76,62 @@ step(Run, Reply) :-
     ->  initial_snapshot(G, Snap0)
     ;   decode_checkpoint(G, Cp, Snap0)
     ),
-    Snap0 = snap(Node, _, _, _, _),
-    (   Node == end
+    Snap0 = snap(Node, _, _, _, Intr0),
+    (   Node == end, Intr0 == null
     ->  fail_step(already_complete, "the checkpoint is of a completed run", [])
     ;   true
     ),
-    check_bounds(G, Snap0),
-    exec_node(G, Env, Snap0, Snap1, Note),
+    (   Node == end
+    ->  % The last node paused: its answer is all there is left to take.
+        answer_interrupt(G, Run, Snap0, Snap1, Env, _),
+        Note = "answered"
+    ;   check_bounds(G, Snap0),
+        answer_interrupt(G, Run, Snap0, Snap0a, Env, Env1),
+        exec_node(G, Env1, Snap0a, Snap1, Note)
+    ),
     Snap1 = snap(Next, State, _, Execs, Interrupt),
     summary(GId, Node, Next, Execs, Interrupt, Note, Summary),
     encode_checkpoint(G, Snap1, CpOut),
     get_dict(checkpoint_max_bytes, Run, MaxCp),
     check_checkpoint_size(G, CpOut, MaxCp),
-    (   Next == end
+    %   An interrupt pauses even the last node: the run completes only
+    %   once it is answered.
+    (   Interrupt \== null
+    ->  Reply = _{outcome: interrupt, summary: Summary, checkpoint: CpOut,
+                  node: Node, next: Next}
+    ;   Next == end
     ->  output(G, State, Result),
         Reply = _{outcome: complete, summary: Summary, checkpoint: CpOut,
                   result: Result, node: Node, next: Next}
-    ;   Interrupt \== null
-    ->  Reply = _{outcome: interrupt, summary: Summary, checkpoint: CpOut,
-                  node: Node, next: Next}
     ;   Reply = _{outcome: continue, summary: Summary, checkpoint: CpOut,
                   node: Node, next: Next}
     ).
+
+%!  answer_interrupt(+G, +Run, +Snap0, -Snap, +Env0, -Env) is det.
+%
+%   Applies the answer the run carries to the pending interrupt of Snap0,
+%   if there is one.
+answer_interrupt(_, _, Snap, Snap, Env0, Env) :-
+    Snap = snap(_, _, _, _, null), !,
+    put_dict(resume, Env0, null, Env).
+answer_interrupt(G, Run, snap(N, S0, Vs, X, Intr), snap(N, S, Vs, X, null), Env0, Env) :-
+    (   get_dict(resume, Run, R), is_dict(R), get_dict(value, R, Value)
+    ->  true
+    ;   get_dict(reason, Intr, Q),
+        fail_step(no_answer, "graph ~w: the run has no answer to the pending interrupt (~s)", [G.id, Q])
+    ),
+    (   get_dict(field, Intr, FS)
+    ->  atom_string(F, FS),
+        graph_field(G, field(F, Type, _, _)),
+        (   from_json(Type, Value, FV) -> true
+        ;   format(string(VS), "~W", [Value, [max_depth(8), quoted(true)]]),
+            truncate_text(VS, 200, VShort),
+            fail_step(type_error, "graph ~w: the answer ~s to the interrupt does not fit field ~q (~q)", [G.id, VShort, F, Type])
+        ),
+        apply_patch(G, S0, [F=FV], S)
+    ;   S = S0
+    ),
+    put_dict(resume, Env0, Value, Env).
 
 run_env(Run, Env) :-
     get_dict(input, Run, Input0),
@@ -171,17 +214,44 @@ node_body(G, Handler, Env, Node, S0, S, Next, Interrupt, Note) :-
     run_handler(Handler, Env, S0, Out),
     handler_out(Out, Node, Patch, Interrupt, Note),
     apply_patch(G, S0, Patch, S),
+    check_interrupt_field(G, Node, Interrupt),
     route(G, Env, Node, S, Next).
+
+%   The field an interrupt's answer goes to is named now, when the node
+%   that asks is at fault, not when the answer comes.
+check_interrupt_field(G, Node, Intr) :-
+    (   is_dict(Intr), get_dict(field, Intr, FS)
+    ->  atom_string(F, FS),
+        (   graph_field(G, field(F, _, _, _)) -> true
+        ;   fail_step(undeclared_field, "graph ~w: node ~w interrupts with the answer for undeclared field ~q", [G.id, Node, F])
+        )
+    ;   true
+    ).
 
 handler_out(patch(P), _, P, null, "") :- !.
 handler_out(patch(P, Note0), _, P, null, Note) :- !,
     truncate_text(Note0, 200, Note).
 handler_out(interrupt(P, Reason0), Node, P, _{node: NodeS, reason: Reason}, Note) :- !,
     atom_string(Node, NodeS),
-    truncate_text(Reason0, 200, Reason),
+    interrupt_text(Node, Reason0, Reason),
+    format(string(Note), "interrupt: ~s", [Reason]).
+handler_out(interrupt(P, Reason0, Field), Node, P, _{node: NodeS, reason: Reason, field: FieldS}, Note) :- !,
+    (   atom(Field) -> true
+    ;   fail_step(bad_output, "node ~w: the field of interrupt/3 is an atom, not ~q", [Node, Field])
+    ),
+    atom_string(Node, NodeS),
+    atom_string(Field, FieldS),
+    interrupt_text(Node, Reason0, Reason),
     format(string(Note), "interrupt: ~s", [Reason]).
 handler_out(Out, Node, _, _, _) :-
     fail_step(bad_output, "node ~w returned ~q, not patch(...) or interrupt(...)", [Node, Out]).
+
+%   The question is asked of a person: it must say something.
+interrupt_text(Node, Reason0, Reason) :-
+    (   ( string(Reason0) ; atom(Reason0) ), Reason0 \== '', Reason0 \== ""
+    ->  truncate_text(Reason0, 200, Reason)
+    ;   fail_step(bad_output, "node ~w: an interrupt's question is a non-empty text, not ~q", [Node, Reason0])
+    ).
 
 %!  apply_patch(+G, +S0, +Patch, -S) is det.
 %
@@ -310,9 +380,21 @@ decode_checkpoint(G, Cp, snap(Next, State, Visits, Execs, Interrupt)) :-
     ;   incompatible("executions must be a count", [])
     ),
     (   get_dict(interrupt, Cp, Interrupt),
-        ( Interrupt == null ; is_dict(Interrupt) )
+        ( Interrupt == null ; valid_interrupt(G, Interrupt) )
     ->  true
-    ;   incompatible("interrupt must be null or an object", [])
+    ;   incompatible("interrupt must be null or {node, reason[, field]} naming a node and a field of the graph", [])
+    ).
+
+valid_interrupt(G, I) :-
+    is_dict(I),
+    dict_pairs(I, _, Pairs), pairs_keys(Pairs, Keys),
+    ( Keys == [node, reason] ; Keys == [field, node, reason] ),
+    get_dict(node, I, NS), string(NS), atom_string(N, NS),
+    get_dict(nodes, G, Nodes), get_dict(N, Nodes, _),
+    get_dict(reason, I, R), string(R), R \== "",
+    (   get_dict(field, I, FS)
+    ->  string(FS), atom_string(F, FS), graph_field(G, field(F, _, _, _))
+    ;   true
     ).
 
 decode_state(G, SJ, State) :-
@@ -411,13 +493,19 @@ sub_env(Parent, GraphId, Input, Env) :-
     (   get_dict(goal, Input, Goal), string(Goal) -> true ; get_dict(goal, Parent, Goal) ),
     (   get_dict(context_file, Input, CF), string(CF) -> true ; get_dict(context_file, Parent, CF) ),
     Env = env{graph: GraphId, node: none, execution: 0, input: Input,
-              goal: Goal, context_file: CF}.
+              goal: Goal, context_file: CF, resume: null}.
 
+%   A sub-run is part of one node and is not checkpointed: it cannot
+%   pause, so an interrupt in it fails it rather than be passed over.
 sub_run(G, Env, Snap, State) :-
     Snap = snap(Next, S, _, _, _),
     (   Next == end
     ->  State = S
     ;   check_bounds(G, Snap),
         exec_node(G, Env, Snap, Snap1, _),
+        Snap1 = snap(_, _, _, _, Intr),
+        (   Intr == null -> true
+        ;   fail_step(interrupt_in_subrun, "graph ~w: node ~w interrupted, but a sub-run cannot pause", [G.id, Intr.node])
+        ),
         sub_run(G, Env, Snap1, State)
     ).

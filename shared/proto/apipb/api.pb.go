@@ -921,7 +921,16 @@ type ListTasksRequest struct {
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Every principal's tasks: only for an admin ([api] admins), anyone
 	// else gets PermissionDenied (NOT_ADMIN).
-	All           bool `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	All bool `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	// The order: "created" (oldest first; also ""), "-created" (newest
+	// first) or "status" (by status name, newest first within one). A page
+	// token holds only for the order and filters it was issued with.
+	Sort string `protobuf:"bytes,5,opt,name=sort,proto3" json:"sort,omitempty"`
+	// Only tasks of this executor kind (at most 64 bytes); "" means all.
+	Executor string `protobuf:"bytes,6,opt,name=executor,proto3" json:"executor,omitempty"`
+	// Only tasks created at or after this time (Unix nanoseconds); 0 means
+	// all.
+	SinceUnixNano int64 `protobuf:"varint,7,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -984,11 +993,35 @@ func (x *ListTasksRequest) GetAll() bool {
 	return false
 }
 
+func (x *ListTasksRequest) GetSort() string {
+	if x != nil {
+		return x.Sort
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetExecutor() string {
+	if x != nil {
+		return x.Executor
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
 type ListTasksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Tasks []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// "" when this is the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many tasks match the filters over all pages, counted with this
+	// page.
+	Total         int64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1035,6 +1068,13 @@ func (x *ListTasksResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListTasksResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
 }
 
 type ListTaskFilesRequest struct {
@@ -1736,8 +1776,11 @@ type Approval struct {
 	CreatedUnixNano  int64  `protobuf:"varint,8,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	ExpiresUnixNano  int64  `protobuf:"varint,9,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
 	ResolvedUnixNano int64  `protobuf:"varint,10,opt,name=resolved_unix_nano,json=resolvedUnixNano,proto3" json:"resolved_unix_nano,omitempty"` // 0 while pending
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// tool (a gated tool call) | approval (an executor's yes/no question) |
+	// input (an executor's question answered with a JSON value)
+	Kind          string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -1840,6 +1883,13 @@ func (x *Approval) GetResolvedUnixNano() int64 {
 	return 0
 }
 
+func (x *Approval) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 type ListApprovalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// pending | approved | rejected | expired | cancelled, or "" for all.
@@ -1938,8 +1988,11 @@ func (x *ListApprovalsResponse) GetTruncated() bool {
 }
 
 type ResolveApprovalRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApprovalId    string                 `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ApprovalId string                 `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// Approve only, and only of an input approval: the answer, one JSON
+	// value of at most 64 KiB. Empty answers null.
+	ValueJson     string `protobuf:"bytes,2,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1977,6 +2030,13 @@ func (*ResolveApprovalRequest) Descriptor() ([]byte, []int) {
 func (x *ResolveApprovalRequest) GetApprovalId() string {
 	if x != nil {
 		return x.ApprovalId
+	}
+	return ""
+}
+
+func (x *ResolveApprovalRequest) GetValueJson() string {
+	if x != nil {
+		return x.ValueJson
 	}
 	return ""
 }
@@ -2130,9 +2190,12 @@ func (x *GetInfoResponse) GetDefaultExecutor() string {
 }
 
 type ListExecutorsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run the model preflight ([model] preflight) now, and report its
+	// result; otherwise the last result is reported.
+	ModelPreflight bool `protobuf:"varint,15,opt,name=model_preflight,json=modelPreflight,proto3" json:"model_preflight,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListExecutorsRequest) Reset() {
@@ -2163,6 +2226,13 @@ func (x *ListExecutorsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListExecutorsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutorsRequest) Descriptor() ([]byte, []int) {
 	return file_api_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListExecutorsRequest) GetModelPreflight() bool {
+	if x != nil {
+		return x.ModelPreflight
+	}
+	return false
 }
 
 type Executor struct {
@@ -2311,8 +2381,10 @@ func (x *Executor) GetConfinement() string {
 }
 
 type ListExecutorsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Executors     []*Executor            `protobuf:"bytes,1,rep,name=executors,proto3" json:"executors,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Executors []*Executor            `protobuf:"bytes,1,rep,name=executors,proto3" json:"executors,omitempty"`
+	// The model provider and its last preflight.
+	Model         *ModelStatus `protobuf:"bytes,15,opt,name=model,proto3" json:"model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2354,6 +2426,108 @@ func (x *ListExecutorsResponse) GetExecutors() []*Executor {
 	return nil
 }
 
+func (x *ListExecutorsResponse) GetModel() *ModelStatus {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
+type ModelStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Provider  string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`    // scripted | openai
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`            // the model name (openai)
+	Preflight bool                   `protobuf:"varint,3,opt,name=preflight,proto3" json:"preflight,omitempty"` // [model] preflight is on
+	// When the last preflight ended; 0: none yet (off, or still running).
+	CheckedUnixNano int64 `protobuf:"varint,4,opt,name=checked_unix_nano,json=checkedUnixNano,proto3" json:"checked_unix_nano,omitempty"`
+	Ok              bool  `protobuf:"varint,5,opt,name=ok,proto3" json:"ok,omitempty"`
+	// A failed preflight's kind (auth, rate_limited, server, timeout,
+	// bad_response, request) and the provider's words, at most 300 bytes.
+	Kind          string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelStatus) Reset() {
+	*x = ModelStatus{}
+	mi := &file_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStatus) ProtoMessage() {}
+
+func (x *ModelStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStatus.ProtoReflect.Descriptor instead.
+func (*ModelStatus) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ModelStatus) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ModelStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelStatus) GetPreflight() bool {
+	if x != nil {
+		return x.Preflight
+	}
+	return false
+}
+
+func (x *ModelStatus) GetCheckedUnixNano() int64 {
+	if x != nil {
+		return x.CheckedUnixNano
+	}
+	return 0
+}
+
+func (x *ModelStatus) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *ModelStatus) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ModelStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ReloadExecutorsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2362,7 +2536,7 @@ type ReloadExecutorsRequest struct {
 
 func (x *ReloadExecutorsRequest) Reset() {
 	*x = ReloadExecutorsRequest{}
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2548,7 @@ func (x *ReloadExecutorsRequest) String() string {
 func (*ReloadExecutorsRequest) ProtoMessage() {}
 
 func (x *ReloadExecutorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2561,7 @@ func (x *ReloadExecutorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadExecutorsRequest.ProtoReflect.Descriptor instead.
 func (*ReloadExecutorsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{36}
+	return file_api_proto_rawDescGZIP(), []int{37}
 }
 
 var File_api_proto protoreflect.FileDescriptor
@@ -2465,16 +2639,20 @@ const file_api_proto_rawDesc = "" +
 	"\x0fGetTaskResponse\x12)\n" +
 	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\x124\n" +
 	"\battempts\x18\x02 \x03(\v2\x18.taskhost.api.v1.AttemptR\battempts\x12)\n" +
-	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\"x\n" +
+	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\"\xd0\x01\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x03(\tR\x06status\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x10\n" +
-	"\x03all\x18\x04 \x01(\bR\x03all\"h\n" +
+	"\x03all\x18\x04 \x01(\bR\x03all\x12\x12\n" +
+	"\x04sort\x18\x05 \x01(\tR\x04sort\x12\x1a\n" +
+	"\bexecutor\x18\x06 \x01(\tR\bexecutor\x12&\n" +
+	"\x0fsince_unix_nano\x18\a \x01(\x03R\rsinceUnixNano\"~\n" +
 	"\x11ListTasksResponse\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.taskhost.api.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\"C\n" +
 	"\x14ListTaskFilesRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"t\n" +
@@ -2510,7 +2688,7 @@ const file_api_proto_rawDesc = "" +
 	"\bsnapshot\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskH\x00R\bsnapshot\x12.\n" +
 	"\x05event\x18\x02 \x01(\v2\x16.taskhost.api.v1.EventH\x00R\x05event\x12-\n" +
 	"\x05final\x18\x03 \x01(\v2\x15.taskhost.api.v1.TaskH\x00R\x05finalB\x06\n" +
-	"\x04item\"\xae\x02\n" +
+	"\x04item\"\xc2\x02\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x15\n" +
@@ -2522,15 +2700,18 @@ const file_api_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\b \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
 	"\x11expires_unix_nano\x18\t \x01(\x03R\x0fexpiresUnixNano\x12,\n" +
 	"\x12resolved_unix_nano\x18\n" +
-	" \x01(\x03R\x10resolvedUnixNano\".\n" +
+	" \x01(\x03R\x10resolvedUnixNano\x12\x12\n" +
+	"\x04kind\x18\v \x01(\tR\x04kind\".\n" +
 	"\x14ListApprovalsRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\"n\n" +
 	"\x15ListApprovalsResponse\x127\n" +
 	"\tapprovals\x18\x01 \x03(\v2\x19.taskhost.api.v1.ApprovalR\tapprovals\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"9\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"X\n" +
 	"\x16ResolveApprovalRequest\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
-	"approvalId\"P\n" +
+	"approvalId\x12\x1d\n" +
+	"\n" +
+	"value_json\x18\x02 \x01(\tR\tvalueJson\"P\n" +
 	"\x17ResolveApprovalResponse\x125\n" +
 	"\bapproval\x18\x01 \x01(\v2\x19.taskhost.api.v1.ApprovalR\bapproval\"\x10\n" +
 	"\x0eGetInfoRequest\"\x95\x01\n" +
@@ -2539,8 +2720,9 @@ const file_api_proto_rawDesc = "" +
 	"\vapi_version\x18\x02 \x01(\tR\n" +
 	"apiVersion\x12\x1c\n" +
 	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12)\n" +
-	"\x10default_executor\x18\x04 \x01(\tR\x0fdefaultExecutor\"\x16\n" +
-	"\x14ListExecutorsRequest\"\x96\x04\n" +
+	"\x10default_executor\x18\x04 \x01(\tR\x0fdefaultExecutor\"?\n" +
+	"\x14ListExecutorsRequest\x12'\n" +
+	"\x0fmodel_preflight\x18\x0f \x01(\bR\x0emodelPreflight\"\x96\x04\n" +
 	"\bExecutor\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
 	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x18\n" +
@@ -2558,9 +2740,18 @@ const file_api_proto_rawDesc = "" +
 	"\vconfinement\x18\r \x01(\tR\vconfinement\x1a:\n" +
 	"\fRuntimeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x84\x01\n" +
 	"\x15ListExecutorsResponse\x127\n" +
-	"\texecutors\x18\x01 \x03(\v2\x19.taskhost.api.v1.ExecutorR\texecutors\"\x18\n" +
+	"\texecutors\x18\x01 \x03(\v2\x19.taskhost.api.v1.ExecutorR\texecutors\x122\n" +
+	"\x05model\x18\x0f \x01(\v2\x1c.taskhost.api.v1.ModelStatusR\x05model\"\xc5\x01\n" +
+	"\vModelStatus\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tpreflight\x18\x03 \x01(\bR\tpreflight\x12*\n" +
+	"\x11checked_unix_nano\x18\x04 \x01(\x03R\x0fcheckedUnixNano\x12\x0e\n" +
+	"\x02ok\x18\x05 \x01(\bR\x02ok\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\"\x18\n" +
 	"\x16ReloadExecutorsRequest2\xa0\x06\n" +
 	"\vTaskService\x12U\n" +
 	"\n" +
@@ -2597,7 +2788,7 @@ func file_api_proto_rawDescGZIP() []byte {
 	return file_api_proto_rawDescData
 }
 
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_api_proto_goTypes = []any{
 	(*Meter)(nil),                   // 0: taskhost.api.v1.Meter
 	(*Budgets)(nil),                 // 1: taskhost.api.v1.Budgets
@@ -2635,8 +2826,9 @@ var file_api_proto_goTypes = []any{
 	(*ListExecutorsRequest)(nil),    // 33: taskhost.api.v1.ListExecutorsRequest
 	(*Executor)(nil),                // 34: taskhost.api.v1.Executor
 	(*ListExecutorsResponse)(nil),   // 35: taskhost.api.v1.ListExecutorsResponse
-	(*ReloadExecutorsRequest)(nil),  // 36: taskhost.api.v1.ReloadExecutorsRequest
-	nil,                             // 37: taskhost.api.v1.Executor.RuntimeEntry
+	(*ModelStatus)(nil),             // 36: taskhost.api.v1.ModelStatus
+	(*ReloadExecutorsRequest)(nil),  // 37: taskhost.api.v1.ReloadExecutorsRequest
+	nil,                             // 38: taskhost.api.v1.Executor.RuntimeEntry
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: taskhost.api.v1.Budgets.steps:type_name -> taskhost.api.v1.Meter
@@ -2659,43 +2851,44 @@ var file_api_proto_depIdxs = []int32{
 	2,  // 17: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
 	26, // 18: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
 	26, // 19: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	37, // 20: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	38, // 20: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
 	34, // 21: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
-	6,  // 22: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
-	9,  // 23: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
-	11, // 24: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
-	20, // 25: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
-	22, // 26: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
-	24, // 27: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
-	13, // 28: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
-	16, // 29: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
-	18, // 30: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
-	27, // 31: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
-	29, // 32: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	29, // 33: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	31, // 34: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
-	33, // 35: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	36, // 36: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
-	8,  // 37: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	10, // 38: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	12, // 39: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	21, // 40: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	23, // 41: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	25, // 42: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	15, // 43: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	17, // 44: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	19, // 45: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	28, // 46: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	30, // 47: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	30, // 48: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	32, // 49: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	35, // 50: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	35, // 51: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	37, // [37:52] is the sub-list for method output_type
-	22, // [22:37] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	36, // 22: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
+	6,  // 23: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
+	9,  // 24: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
+	11, // 25: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
+	20, // 26: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
+	22, // 27: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
+	24, // 28: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
+	13, // 29: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
+	16, // 30: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
+	18, // 31: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
+	27, // 32: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
+	29, // 33: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	29, // 34: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	31, // 35: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
+	33, // 36: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
+	37, // 37: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	8,  // 38: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	10, // 39: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	12, // 40: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	21, // 41: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	23, // 42: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	25, // 43: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	15, // 44: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	17, // 45: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	19, // 46: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	28, // 47: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	30, // 48: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	30, // 49: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	32, // 50: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	35, // 51: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	35, // 52: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -2714,7 +2907,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -1151,8 +1151,13 @@ type CallToolRequest struct {
 	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	ArgumentsJson  string                 `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The call is idempotent under idempotency_key: the tool de-duplicates by
+	// the key, so after a crash the host re-admits it without an approval.
+	// Only a tool that honours a key (workspace.write) accepts it; the key is
+	// then required, at most 128 bytes.
+	Idempotent    bool `protobuf:"varint,5,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallToolRequest) Reset() {
@@ -1211,6 +1216,13 @@ func (x *CallToolRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *CallToolRequest) GetIdempotent() bool {
+	if x != nil {
+		return x.Idempotent
+	}
+	return false
 }
 
 type CallToolResponse struct {
@@ -1370,6 +1382,104 @@ func (x *RequestApprovalResponse) GetDecision() string {
 	return ""
 }
 
+type RequestInputRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TurnToken     string                 `protobuf:"bytes,1,opt,name=turn_token,json=turnToken,proto3" json:"turn_token,omitempty"`
+	Question      string                 `protobuf:"bytes,2,opt,name=question,proto3" json:"question,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestInputRequest) Reset() {
+	*x = RequestInputRequest{}
+	mi := &file_executor_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestInputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestInputRequest) ProtoMessage() {}
+
+func (x *RequestInputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestInputRequest.ProtoReflect.Descriptor instead.
+func (*RequestInputRequest) Descriptor() ([]byte, []int) {
+	return file_executor_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RequestInputRequest) GetTurnToken() string {
+	if x != nil {
+		return x.TurnToken
+	}
+	return ""
+}
+
+func (x *RequestInputRequest) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
+}
+
+type RequestInputResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal's answer: one JSON value, "null" when they approved
+	// without one.
+	ValueJson     string `protobuf:"bytes,1,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestInputResponse) Reset() {
+	*x = RequestInputResponse{}
+	mi := &file_executor_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestInputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestInputResponse) ProtoMessage() {}
+
+func (x *RequestInputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestInputResponse.ProtoReflect.Descriptor instead.
+func (*RequestInputResponse) Descriptor() ([]byte, []int) {
+	return file_executor_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RequestInputResponse) GetValueJson() string {
+	if x != nil {
+		return x.ValueJson
+	}
+	return ""
+}
+
 type ProgressRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TurnToken     string                 `protobuf:"bytes,1,opt,name=turn_token,json=turnToken,proto3" json:"turn_token,omitempty"`
@@ -1380,7 +1490,7 @@ type ProgressRequest struct {
 
 func (x *ProgressRequest) Reset() {
 	*x = ProgressRequest{}
-	mi := &file_executor_proto_msgTypes[20]
+	mi := &file_executor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1502,7 @@ func (x *ProgressRequest) String() string {
 func (*ProgressRequest) ProtoMessage() {}
 
 func (x *ProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[20]
+	mi := &file_executor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1515,7 @@ func (x *ProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressRequest.ProtoReflect.Descriptor instead.
 func (*ProgressRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{20}
+	return file_executor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProgressRequest) GetTurnToken() string {
@@ -1430,7 +1540,7 @@ type ProgressResponse struct {
 
 func (x *ProgressResponse) Reset() {
 	*x = ProgressResponse{}
-	mi := &file_executor_proto_msgTypes[21]
+	mi := &file_executor_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1552,7 @@ func (x *ProgressResponse) String() string {
 func (*ProgressResponse) ProtoMessage() {}
 
 func (x *ProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[21]
+	mi := &file_executor_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1565,7 @@ func (x *ProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressResponse.ProtoReflect.Descriptor instead.
 func (*ProgressResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{21}
+	return file_executor_proto_rawDescGZIP(), []int{23}
 }
 
 type ListToolsRequest struct {
@@ -1467,7 +1577,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_executor_proto_msgTypes[22]
+	mi := &file_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1589,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[22]
+	mi := &file_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1602,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{22}
+	return file_executor_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListToolsRequest) GetTurnToken() string {
@@ -1511,7 +1621,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_executor_proto_msgTypes[23]
+	mi := &file_executor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1633,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[23]
+	mi := &file_executor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1646,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{23}
+	return file_executor_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListToolsResponse) GetTools() []*ToolSpec {
@@ -1646,13 +1756,16 @@ const file_executor_proto_rawDesc = "" +
 	"\n" +
 	"call_token\x18\x02 \x01(\tR\tcallToken\x12\x14\n" +
 	"\x05depth\x18\x03 \x01(\rR\x05depth\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed\"\x94\x01\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\"\xb4\x01\n" +
 	"\x0fCallToolRequest\x12\x1d\n" +
 	"\n" +
 	"turn_token\x18\x01 \x01(\tR\tturnToken\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"j\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x1e\n" +
+	"\n" +
+	"idempotent\x18\x05 \x01(\bR\n" +
+	"idempotent\"j\n" +
 	"\x10CallToolResponse\x12\x1f\n" +
 	"\vresult_json\x18\x01 \x01(\tR\n" +
 	"resultJson\x12\x19\n" +
@@ -1663,7 +1776,14 @@ const file_executor_proto_rawDesc = "" +
 	"turn_token\x18\x01 \x01(\tR\tturnToken\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\"5\n" +
 	"\x17RequestApprovalResponse\x12\x1a\n" +
-	"\bdecision\x18\x01 \x01(\tR\bdecision\"D\n" +
+	"\bdecision\x18\x01 \x01(\tR\bdecision\"P\n" +
+	"\x13RequestInputRequest\x12\x1d\n" +
+	"\n" +
+	"turn_token\x18\x01 \x01(\tR\tturnToken\x12\x1a\n" +
+	"\bquestion\x18\x02 \x01(\tR\bquestion\"5\n" +
+	"\x14RequestInputResponse\x12\x1d\n" +
+	"\n" +
+	"value_json\x18\x01 \x01(\tR\tvalueJson\"D\n" +
 	"\x0fProgressRequest\x12\x1d\n" +
 	"\n" +
 	"turn_token\x18\x01 \x01(\tR\tturnToken\x12\x12\n" +
@@ -1676,11 +1796,12 @@ const file_executor_proto_rawDesc = "" +
 	"\x05tools\x18\x01 \x03(\v2\x1e.taskhost.executor.v1.ToolSpecR\x05tools2\xb4\x01\n" +
 	"\bExecutor\x12Y\n" +
 	"\bDescribe\x12%.taskhost.executor.v1.DescribeRequest\x1a&.taskhost.executor.v1.DescribeResponse\x12M\n" +
-	"\x04Step\x12!.taskhost.executor.v1.StepRequest\x1a\".taskhost.executor.v1.StepResponse2\xf0\x03\n" +
+	"\x04Step\x12!.taskhost.executor.v1.StepRequest\x1a\".taskhost.executor.v1.StepResponse2\xd7\x04\n" +
 	"\fHostServices\x12\\\n" +
 	"\tCallModel\x12&.taskhost.executor.v1.CallModelRequest\x1a'.taskhost.executor.v1.CallModelResponse\x12Y\n" +
 	"\bCallTool\x12%.taskhost.executor.v1.CallToolRequest\x1a&.taskhost.executor.v1.CallToolResponse\x12n\n" +
-	"\x0fRequestApproval\x12,.taskhost.executor.v1.RequestApprovalRequest\x1a-.taskhost.executor.v1.RequestApprovalResponse\x12Y\n" +
+	"\x0fRequestApproval\x12,.taskhost.executor.v1.RequestApprovalRequest\x1a-.taskhost.executor.v1.RequestApprovalResponse\x12e\n" +
+	"\fRequestInput\x12).taskhost.executor.v1.RequestInputRequest\x1a*.taskhost.executor.v1.RequestInputResponse\x12Y\n" +
 	"\bProgress\x12%.taskhost.executor.v1.ProgressRequest\x1a&.taskhost.executor.v1.ProgressResponse\x12\\\n" +
 	"\tListTools\x12&.taskhost.executor.v1.ListToolsRequest\x1a'.taskhost.executor.v1.ListToolsResponseB6Z4github.com/taskhost/taskhost/shared/proto/executorpbb\x06proto3"
 
@@ -1696,7 +1817,7 @@ func file_executor_proto_rawDescGZIP() []byte {
 	return file_executor_proto_rawDescData
 }
 
-var file_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_executor_proto_goTypes = []any{
 	(*DescribeRequest)(nil),         // 0: taskhost.executor.v1.DescribeRequest
 	(*DescribeResponse)(nil),        // 1: taskhost.executor.v1.DescribeResponse
@@ -1718,14 +1839,16 @@ var file_executor_proto_goTypes = []any{
 	(*CallToolResponse)(nil),        // 17: taskhost.executor.v1.CallToolResponse
 	(*RequestApprovalRequest)(nil),  // 18: taskhost.executor.v1.RequestApprovalRequest
 	(*RequestApprovalResponse)(nil), // 19: taskhost.executor.v1.RequestApprovalResponse
-	(*ProgressRequest)(nil),         // 20: taskhost.executor.v1.ProgressRequest
-	(*ProgressResponse)(nil),        // 21: taskhost.executor.v1.ProgressResponse
-	(*ListToolsRequest)(nil),        // 22: taskhost.executor.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),       // 23: taskhost.executor.v1.ListToolsResponse
-	nil,                             // 24: taskhost.executor.v1.DescribeResponse.RuntimeEntry
+	(*RequestInputRequest)(nil),     // 20: taskhost.executor.v1.RequestInputRequest
+	(*RequestInputResponse)(nil),    // 21: taskhost.executor.v1.RequestInputResponse
+	(*ProgressRequest)(nil),         // 22: taskhost.executor.v1.ProgressRequest
+	(*ProgressResponse)(nil),        // 23: taskhost.executor.v1.ProgressResponse
+	(*ListToolsRequest)(nil),        // 24: taskhost.executor.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),       // 25: taskhost.executor.v1.ListToolsResponse
+	nil,                             // 26: taskhost.executor.v1.DescribeResponse.RuntimeEntry
 }
 var file_executor_proto_depIdxs = []int32{
-	24, // 0: taskhost.executor.v1.DescribeResponse.runtime:type_name -> taskhost.executor.v1.DescribeResponse.RuntimeEntry
+	26, // 0: taskhost.executor.v1.DescribeResponse.runtime:type_name -> taskhost.executor.v1.DescribeResponse.RuntimeEntry
 	3,  // 1: taskhost.executor.v1.StepRequest.recent:type_name -> taskhost.executor.v1.StepSummary
 	4,  // 2: taskhost.executor.v1.StepRequest.checkpoint:type_name -> taskhost.executor.v1.Checkpoint
 	2,  // 3: taskhost.executor.v1.StepRequest.remaining:type_name -> taskhost.executor.v1.Budgets
@@ -1746,17 +1869,19 @@ var file_executor_proto_depIdxs = []int32{
 	14, // 18: taskhost.executor.v1.HostServices.CallModel:input_type -> taskhost.executor.v1.CallModelRequest
 	16, // 19: taskhost.executor.v1.HostServices.CallTool:input_type -> taskhost.executor.v1.CallToolRequest
 	18, // 20: taskhost.executor.v1.HostServices.RequestApproval:input_type -> taskhost.executor.v1.RequestApprovalRequest
-	20, // 21: taskhost.executor.v1.HostServices.Progress:input_type -> taskhost.executor.v1.ProgressRequest
-	22, // 22: taskhost.executor.v1.HostServices.ListTools:input_type -> taskhost.executor.v1.ListToolsRequest
-	1,  // 23: taskhost.executor.v1.Executor.Describe:output_type -> taskhost.executor.v1.DescribeResponse
-	7,  // 24: taskhost.executor.v1.Executor.Step:output_type -> taskhost.executor.v1.StepResponse
-	15, // 25: taskhost.executor.v1.HostServices.CallModel:output_type -> taskhost.executor.v1.CallModelResponse
-	17, // 26: taskhost.executor.v1.HostServices.CallTool:output_type -> taskhost.executor.v1.CallToolResponse
-	19, // 27: taskhost.executor.v1.HostServices.RequestApproval:output_type -> taskhost.executor.v1.RequestApprovalResponse
-	21, // 28: taskhost.executor.v1.HostServices.Progress:output_type -> taskhost.executor.v1.ProgressResponse
-	23, // 29: taskhost.executor.v1.HostServices.ListTools:output_type -> taskhost.executor.v1.ListToolsResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
+	20, // 21: taskhost.executor.v1.HostServices.RequestInput:input_type -> taskhost.executor.v1.RequestInputRequest
+	22, // 22: taskhost.executor.v1.HostServices.Progress:input_type -> taskhost.executor.v1.ProgressRequest
+	24, // 23: taskhost.executor.v1.HostServices.ListTools:input_type -> taskhost.executor.v1.ListToolsRequest
+	1,  // 24: taskhost.executor.v1.Executor.Describe:output_type -> taskhost.executor.v1.DescribeResponse
+	7,  // 25: taskhost.executor.v1.Executor.Step:output_type -> taskhost.executor.v1.StepResponse
+	15, // 26: taskhost.executor.v1.HostServices.CallModel:output_type -> taskhost.executor.v1.CallModelResponse
+	17, // 27: taskhost.executor.v1.HostServices.CallTool:output_type -> taskhost.executor.v1.CallToolResponse
+	19, // 28: taskhost.executor.v1.HostServices.RequestApproval:output_type -> taskhost.executor.v1.RequestApprovalResponse
+	21, // 29: taskhost.executor.v1.HostServices.RequestInput:output_type -> taskhost.executor.v1.RequestInputResponse
+	23, // 30: taskhost.executor.v1.HostServices.Progress:output_type -> taskhost.executor.v1.ProgressResponse
+	25, // 31: taskhost.executor.v1.HostServices.ListTools:output_type -> taskhost.executor.v1.ListToolsResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1778,7 +1903,7 @@ func file_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_executor_proto_rawDesc), len(file_executor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

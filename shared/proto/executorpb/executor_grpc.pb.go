@@ -183,6 +183,7 @@ const (
 	HostServices_CallModel_FullMethodName       = "/taskhost.executor.v1.HostServices/CallModel"
 	HostServices_CallTool_FullMethodName        = "/taskhost.executor.v1.HostServices/CallTool"
 	HostServices_RequestApproval_FullMethodName = "/taskhost.executor.v1.HostServices/RequestApproval"
+	HostServices_RequestInput_FullMethodName    = "/taskhost.executor.v1.HostServices/RequestInput"
 	HostServices_Progress_FullMethodName        = "/taskhost.executor.v1.HostServices/Progress"
 	HostServices_ListTools_FullMethodName       = "/taskhost.executor.v1.HostServices/ListTools"
 )
@@ -198,6 +199,9 @@ type HostServicesClient interface {
 	CallModel(ctx context.Context, in *CallModelRequest, opts ...grpc.CallOption) (*CallModelResponse, error)
 	CallTool(ctx context.Context, in *CallToolRequest, opts ...grpc.CallOption) (*CallToolResponse, error)
 	RequestApproval(ctx context.Context, in *RequestApprovalRequest, opts ...grpc.CallOption) (*RequestApprovalResponse, error)
+	// RequestInput asks the task's principal a question; the task waits in
+	// waiting_approval and the answer is the JSON value they approve with.
+	RequestInput(ctx context.Context, in *RequestInputRequest, opts ...grpc.CallOption) (*RequestInputResponse, error)
 	Progress(ctx context.Context, in *ProgressRequest, opts ...grpc.CallOption) (*ProgressResponse, error)
 	// ListTools lists the tools this task may call, to offer to a model.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
@@ -241,6 +245,16 @@ func (c *hostServicesClient) RequestApproval(ctx context.Context, in *RequestApp
 	return out, nil
 }
 
+func (c *hostServicesClient) RequestInput(ctx context.Context, in *RequestInputRequest, opts ...grpc.CallOption) (*RequestInputResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestInputResponse)
+	err := c.cc.Invoke(ctx, HostServices_RequestInput_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *hostServicesClient) Progress(ctx context.Context, in *ProgressRequest, opts ...grpc.CallOption) (*ProgressResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ProgressResponse)
@@ -272,6 +286,9 @@ type HostServicesServer interface {
 	CallModel(context.Context, *CallModelRequest) (*CallModelResponse, error)
 	CallTool(context.Context, *CallToolRequest) (*CallToolResponse, error)
 	RequestApproval(context.Context, *RequestApprovalRequest) (*RequestApprovalResponse, error)
+	// RequestInput asks the task's principal a question; the task waits in
+	// waiting_approval and the answer is the JSON value they approve with.
+	RequestInput(context.Context, *RequestInputRequest) (*RequestInputResponse, error)
 	Progress(context.Context, *ProgressRequest) (*ProgressResponse, error)
 	// ListTools lists the tools this task may call, to offer to a model.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
@@ -293,6 +310,9 @@ func (UnimplementedHostServicesServer) CallTool(context.Context, *CallToolReques
 }
 func (UnimplementedHostServicesServer) RequestApproval(context.Context, *RequestApprovalRequest) (*RequestApprovalResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RequestApproval not implemented")
+}
+func (UnimplementedHostServicesServer) RequestInput(context.Context, *RequestInputRequest) (*RequestInputResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RequestInput not implemented")
 }
 func (UnimplementedHostServicesServer) Progress(context.Context, *ProgressRequest) (*ProgressResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Progress not implemented")
@@ -375,6 +395,24 @@ func _HostServices_RequestApproval_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostServices_RequestInput_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestInputRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServicesServer).RequestInput(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostServices_RequestInput_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServicesServer).RequestInput(ctx, req.(*RequestInputRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _HostServices_Progress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ProgressRequest)
 	if err := dec(in); err != nil {
@@ -429,6 +467,10 @@ var HostServices_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RequestApproval",
 			Handler:    _HostServices_RequestApproval_Handler,
+		},
+		{
+			MethodName: "RequestInput",
+			Handler:    _HostServices_RequestInput_Handler,
 		},
 		{
 			MethodName: "Progress",

@@ -4,7 +4,7 @@
 //
 //	taskhost-executor-machinespirit --swipl /usr/bin/swipl --swipl-version 9.0.4 \
 //	    [--graphs-dir DIR --graph-pin NAME=SHA256 ...] [--checkpoint-max-bytes N] \
-//	    [--start state|source] [--worker-memory-mb N] [--worker-cpu-seconds N]
+//	    [--start state|source] [--state-cache-dir DIR] [--worker-memory-mb N] [--worker-cpu-seconds N]
 //
 // A failed preflight does not stop the plugin: Describe reports
 // Runtime["preflight"] = "failed: ..." and every step is refused, so the
@@ -99,6 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (machinespirit.Config, error) {
 	fs.Var(pins, "graph-pin", "NAME=SHA256 of an operator graph file (repeatable)")
 	fs.IntVar(&cfg.CheckpointMaxBytes, "checkpoint-max-bytes", machinespirit.DefaultCheckpointMaxBytes, "bound of a checkpoint payload")
 	mode := fs.String("start", string(machinespirit.StartFromState), "worker start: state (saved state) or source")
+	fs.StringVar(&cfg.StateCacheDir, "state-cache-dir", "", "absolute directory that keeps the built saved state across starts (empty: build it at every start)")
 	memMB := fs.Int64("worker-memory-mb", machinespirit.DefaultWorkerMemoryBytes>>20, "the Prolog worker's address space (RLIMIT_AS), MiB")
 	fs.Int64Var(&cfg.WorkerCPUSeconds, "worker-cpu-seconds", machinespirit.DefaultWorkerCPUSeconds, "the Prolog worker's CPU time (RLIMIT_CPU), seconds")
 	if err := fs.Parse(args); err != nil {

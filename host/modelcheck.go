@@ -1,0 +1,116 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/taskhost/taskhost/host/model"
+)
+
+// maxPreflightMessage bounds the message a preflight result keeps.
+const maxPreflightMessage = 300
+
+// ModelStatus is what the host knows of its model provider's health: the
+// result of the last preflight ([model] preflight), if any.
+type ModelStatus struct {
+	Provider  string // "scripted" or "openai"
+	Name      string // the model name, for openai
+	Preflight bool   // [model] preflight is on
+	// Checked is when the last preflight ended; zero: none has yet.
+	Checked time.Time
+	OK      bool
+	// Kind is the sdk.ModelErrorKind name of a failed preflight ("auth",
+	// "timeout", ...); Message is the provider's words, bounded.
+	Kind    string
+	Message string
+}
+
+// ModelChecker runs the model preflight and keeps its last result. Its
+// methods are safe for concurrent use.
+type ModelChecker struct {
+	provider model.Provider
+	base     ModelStatus
+	timeout  time.Duration
+	log      hclog.Logger
+
+	mu   sync.Mutex
+	last ModelStatus
+	// running is closed when the preflight in flight ends; nil when none is.
+	running chan struct{}
+}
+
+func newModelChecker(p model.Provider, base ModelStatus, timeout time.Duration, log hclog.Logger) *ModelChecker {
+	c := &ModelChecker{provider: p, base: base, timeout: timeout, log: log, last: base}
+	if _, ok := p.(model.Preflighter); base.Preflight && !ok {
+		// Nothing to reach (the scripted provider): ok from the start, not
+		// a preflight forever pending.
+		c.last.Checked, c.last.OK = time.Now(), true
+	}
+	return c
+}
+
+// Status returns the last preflight's result.
+func (c *ModelChecker) Status() ModelStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// Check runs a preflight now and returns its result; with preflight off, or
+// a provider that has none (scripted), it returns the status unchanged.
+// Concurrent calls share one request.
+func (c *ModelChecker) Check(ctx context.Context) ModelStatus {
+	pf, ok := c.provider.(model.Preflighter)
+	if !c.base.Preflight || !ok {
+		return c.Status()
+	}
+	c.mu.Lock()
+	done := c.running
+	leader := done == nil
+	if leader {
+		done = make(chan struct{})
+		c.running = done
+	}
+	c.mu.Unlock()
+	if !leader {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		return c.Status()
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	err := pf.Preflight(cctx)
+	cancel()
+	if ctx.Err() != nil {
+		// The caller gave up (or the host is closing): that says nothing
+		// of the provider, so the last result stands.
+		c.mu.Lock()
+		c.running = nil
+		c.mu.Unlock()
+		close(done)
+		return c.Status()
+	}
+	st := c.base
+	st.Checked, st.OK = time.Now(), err == nil
+	if err != nil {
+		st.Kind = sdkModelKind(model.KindOf(err))
+		st.Message = err.Error()
+		if merr, ok := errors.AsType[*model.Error](err); ok {
+			st.Message = merr.Message
+		}
+		st.Message = truncate(st.Message, maxPreflightMessage)
+		c.log.Warn("model preflight failed", "provider", st.Provider, "kind", st.Kind, "error", st.Message)
+	} else {
+		c.log.Info("model preflight ok", "provider", st.Provider)
+	}
+	c.mu.Lock()
+	c.last, c.running = st, nil
+	c.mu.Unlock()
+	close(done)
+	return st
+}

@@ -1,0 +1,117 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskhost/taskhost/internal/testpg"
+)
+
+// pgDSNEnv is the variable the daemons under test read their DSN from.
+const pgDSNEnv = "TASKHOST_IT_POSTGRES_DSN"
+
+// postgresConfig is testexecConfig with the store in the database whose DSN
+// the test put in pgDSNEnv (the daemon inherits the test's environment).
+func postgresConfig(t *testing.T, work string) string {
+	t.Helper()
+	return writeConfig(t, work, fmt.Sprintf("[executors.testexec]\npath = %q\nread_write = [%q]\n\n[store]\ndriver = \"postgres\"\ndsn_env = %q\n",
+		filepath.Join(binDir, "taskhost-executor-testexec"), work, pgDSNEnv))
+}
+
+// TestDaemonOnPostgres runs the real daemon on a PostgreSQL store: a task
+// created, watched and completed; then a daemon SIGKILLed mid-step, a new
+// one that finds the task interrupted (host_restart), and a resume that
+// completes it with what was left of its budget. No store file is made.
+func TestDaemonOnPostgres(t *testing.T) {
+	t.Setenv(pgDSNEnv, testpg.DSN(t))
+	data, work := shortTempDir(t), shortTempDir(t)
+	d := startDaemon(t, data, postgresConfig(t, work))
+
+	id := createTask(t, d, work, map[string]any{"goal": "count to three", "testexec": map[string]any{"steps": 3, "sleep_ms": 20}}, "--max-steps", "5")
+	final, code := startWatch(t, d, id).result(t)
+	if code != 0 || final.Status != "completed" || final.Budgets["steps"] != (meterJSON{3, 5}) {
+		t.Fatalf("watch ended with exit %d, task %+v", code, final)
+	}
+
+	pidFile := filepath.Join(work, "pid")
+	id = createTask(t, d, work, map[string]any{"goal": "survive", "testexec": map[string]any{
+		"steps": 2, "pid_file": pidFile, "sleep_at_attempt": 2, "long_sleep_ms": 60000,
+	}}, "--max-steps", "6")
+	w := startWatch(t, d, id)
+	w.until(t, event("step.started", 2))
+	plugin := readPid(t, pidFile)
+	d.kill(t)
+	eventually(t, 5*time.Second, "the plugin to die with its daemon", func() bool { return !alive(plugin) })
+
+	d2 := startDaemon(t, data, postgresConfig(t, work))
+	var st statusJSON
+	d2.cliJSON(t, &st, "task", "status", id)
+	if st.Task.Status != "interrupted" || st.Task.Reason != "host_restart" {
+		t.Fatalf("after the kill: %+v", st.Task)
+	}
+	out, errOut, code := d2.cli(t, "task", "resume", id, "--watch", "--json")
+	if code != 0 || !strings.Contains(out, `"kind":"result"`) {
+		t.Fatalf("resume --watch: exit %d\n%s%s", code, out, errOut)
+	}
+	d2.cliJSON(t, &st, "task", "status", id)
+	if st.Task.Status != "completed" || st.Task.RunID != 2 || len(st.Attempts) != 3 ||
+		st.Attempts[1].Status != "interrupted" || st.Attempts[1].Reason != "host_restart" {
+		t.Fatalf("after resume: %+v", st)
+	}
+	if s := st.Task.Budgets["steps"]; s != (meterJSON{3, 6}) {
+		t.Errorf("steps %+v: the killed attempt costs a step, the limit stays", s)
+	}
+	if _, err := os.Lstat(filepath.Join(data, "taskhost.db")); !os.IsNotExist(err) {
+		t.Errorf("a postgres daemon made a store file: %v", err)
+	}
+	// The commands that read the store file point at pg_dump instead.
+	for _, args := range [][]string{{"backup", filepath.Join(work, "b")}, {"inspect"}} {
+		_, errOut, code := d2.cli(t, args...)
+		if code == 0 || !strings.Contains(errOut, "pg_dump") {
+			t.Errorf("taskhost %s on a postgres data dir: exit %d\n%s", args[0], code, errOut)
+		}
+	}
+}
+
+// TestBenchCommandPostgres runs taskhost bench on a PostgreSQL store: the
+// step and its floor are measured there, recovery is reported skipped, and
+// a missing DSN variable is a usage error naming it.
+func TestBenchCommandPostgres(t *testing.T) {
+	t.Setenv(pgDSNEnv, testpg.DSN(t))
+	out, errOut, code := taskhost(t, "bench", "--store", "postgres", "--dsn-env", pgDSNEnv, "--steps", "20", "--reps", "2", "--json")
+	if code != 0 {
+		t.Fatalf("bench exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Figures []struct {
+			Name   string `json:"name"`
+			N      int    `json:"n"`
+			Median int64  `json:"median_ns"`
+			Note   string `json:"note"`
+		} `json:"figures"`
+		StepRatio float64 `json:"step_ratio"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+	if r.StepRatio <= 0 || len(r.Figures) < 7 {
+		t.Fatalf("report %+v", r)
+	}
+	skipped := false
+	for _, f := range r.Figures {
+		t.Logf("%-70s n=%-4d median %v %s", f.Name, f.N, time.Duration(f.Median), f.Note)
+		skipped = skipped || (f.Name == "start-up recovery" && strings.Contains(f.Note, "SQLite only"))
+	}
+	if !skipped {
+		t.Errorf("recovery not reported as skipped: %+v", r.Figures)
+	}
+	t.Logf("durable step / floor = %.2f", r.StepRatio)
+	if _, errOut, code := taskhost(t, "bench", "--store", "postgres", "--dsn-env", "TASKHOST_IT_UNSET_DSN"); code != 2 || !strings.Contains(errOut, "TASKHOST_IT_UNSET_DSN") {
+		t.Errorf("bench with the DSN variable unset: exit %d, want 2 naming it\n%s", code, errOut)
+	}
+}

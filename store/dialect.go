@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// dialect is what differs between the SQL engines behind a Store. The
+// queries are written once, in SQLite's text with "?" and "?N" parameters;
+// a dialect turns that text into its engine's, says how write transactions
+// begin and which failures are worth another try, and classifies errors. Open
+// and OpenPostgres choose one; nothing outside the store sees it.
+type dialect interface {
+	// rebind rewrites a query written for SQLite into the engine's text.
+	rebind(query string) string
+	// bind adjusts arguments the engine would refuse (see pgDialect.bind).
+	bind(args []any) []any
+	// writeTx and readTx are the options of a write transaction and of a
+	// consistent multi-statement read.
+	writeTx() *sql.TxOptions
+	readTx() *sql.TxOptions
+	// retryable reports a write transaction that failed only because a
+	// concurrent one won (SQLite's single writer never sees one).
+	retryable(err error) bool
+	// classify makes an engine error one of the store's typed errors
+	// (ErrReadOnly, *UnavailableError) naming where; others pass unchanged.
+	classify(where string, err error) error
+	// constraint reports a violated constraint: a unique key, a CHECK.
+	constraint(err error) bool
+	// lockTask is a statement that locks task ?1's row until the
+	// transaction ends, or "" where the single writer already serialises.
+	lockTask() string
+}
+
+// sqliteDialect is the embedded default: the query text is already its own,
+// and one writer connection serialises every write.
+type sqliteDialect struct{}
+
+func (sqliteDialect) rebind(q string) string    { return q }
+func (sqliteDialect) bind(args []any) []any     { return args }
+func (sqliteDialect) writeTx() *sql.TxOptions   { return nil } // IMMEDIATE, from the DSN
+func (sqliteDialect) readTx() *sql.TxOptions    { return nil } // a WAL snapshot
+func (sqliteDialect) retryable(error) bool      { return false }
+func (sqliteDialect) constraint(err error) bool { return sqliteCode(err) == sqliteConstraint }
+func (sqliteDialect) lockTask() string          { return "" }
+func (sqliteDialect) classify(where string, err error) error {
+	switch sqliteCode(err) {
+	case sqliteReadOnly:
+		return fmt.Errorf("store file %s is read-only (check the file's and the data dir's permissions): %w: %w",
+			where, ErrReadOnly, err)
+	case sqliteFull:
+		return &UnavailableError{Class: "disk full", Err: fmt.Errorf("store file %s: %w", where, err)}
+	case sqliteIOErr:
+		return &UnavailableError{Class: "I/O error", Err: fmt.Errorf("store file %s: %w", where, err)}
+	}
+	return err
+}
+
+// maxWriteTries bounds how often a write transaction that lost a race
+// (PostgreSQL's serialization failure or deadlock) is run again before the
+// store reports itself busy.
+const maxWriteTries = 10
+
+// write runs fn in one write transaction and commits it if fn returns nil.
+// Every multi-row change goes through here, so either all of it is stored
+// or none of it. fn may run more than once (a transaction that lost a race
+// is retried from the start): it must set, not accumulate, what it returns.
+func (s *Store) write(ctx context.Context, fn func(tx *txn) error) error {
+	if s.w == nil {
+		return ErrReadOnly
+	}
+	var err error
+	for try := range maxWriteTries {
+		if err = s.writeOnce(ctx, fn); err == nil || !s.d.retryable(err) {
+			return s.dbErr(err)
+		}
+		if werr := backoff(ctx, try); werr != nil {
+			return s.dbErr(err)
+		}
+	}
+	return &UnavailableError{Class: "busy", Err: fmt.Errorf("store %s: a write lost to concurrent writes %d times: %w", s.path, maxWriteTries, err)}
+}
+
+func (s *Store) writeOnce(ctx context.Context, fn func(tx *txn) error) error {
+	tx, err := s.w.BeginTx(ctx, s.d.writeTx())
+	if err != nil {
+		return err
+	}
+	if err := fn(&txn{tx: tx, s: s}); err != nil {
+		tx.Rollback() //nolint:errcheck // fn's error is the one to report
+		return err
+	}
+	start := time.Now()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.observeCommit(time.Since(start))
+	return nil
+}
+
+// sqlParamRE matches SQLite's parameters: "?" or "?N".
+var sqlParamRE = regexp.MustCompile(`\?(\d*)`)
+
+// indexedByRE matches SQLite's index hint, which other engines do not know.
+var indexedByRE = regexp.MustCompile(`(?i)\s+INDEXED\s+BY\s+\w+`)
+
+// numberParams rewrites "?" and "?N" to "$N", as SQLite numbers them: "?N"
+// is N, and a bare "?" is one more than the largest number so far. The
+// store's queries hold no "?" inside a string literal.
+func numberParams(q string) string {
+	last := 0
+	return sqlParamRE.ReplaceAllStringFunc(q, func(m string) string {
+		n := last + 1
+		if len(m) > 1 {
+			n, _ = strconv.Atoi(m[1:])
+		}
+		last = max(last, n)
+		return "$" + strconv.Itoa(n)
+	})
+}
+
+// cleanText makes s acceptable to a PostgreSQL text column without changing
+// its length, so that a value checked against a limit stays within it: each
+// byte of an invalid UTF-8 sequence becomes '?', and NUL (which text cannot
+// hold) becomes a space.
+func cleanText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteByte('?')
+		case r == 0:
+			b.WriteByte(' ')
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// backoff waits before try+1 of a write that lost a race: a doubling,
+// jittered delay from about 1 ms, so that two losers do not meet again.
+func backoff(ctx context.Context, try int) error {
+	d := time.Duration(1<<min(try, 7)) * time.Millisecond
+	d += rand.N(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
