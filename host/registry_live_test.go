@@ -150,3 +150,36 @@ func TestChangedUnpinnedBinaryCheckedAtCreate(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkRegistryCheck: the live check of an unchanged binary against
+// the registered verdict it falls back to (Describe), in the same run.
+func BenchmarkRegistryCheck(b *testing.B) {
+	dir, err := os.MkdirTemp("", "thb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	r, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	ex := testConfig().Executors["testexec"]
+	if err := r.Register(context.Background(), PluginSpec{Kind: "testexec", Path: ex.Path, Confine: DefaultConfinement()}); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("describe", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := r.Describe("testexec"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("check_unchanged", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := r.Check(context.Background(), "testexec"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
