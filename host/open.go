@@ -74,10 +74,11 @@ type Host struct {
 	stopPreflight context.CancelFunc
 	preflightDone chan struct{}
 
-	lock      *os.File
-	tools     *tools.Registry // closed at stop: its shell.run commands die with the host
-	closeOnce sync.Once
-	closeErr  error
+	lock        *os.File
+	executorDir string          // Options.ExecutorDir, for ReloadExecutors
+	tools       *tools.Registry // closed at stop: its shell.run commands die with the host
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // ErrDataDirLocked is returned when another taskhost holds the data dir.
@@ -110,7 +111,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err := markNonDumpable(); err != nil {
 		return nil, err
 	}
-	h := &Host{DataDir: dir, lock: lock}
+	h := &Host{DataDir: dir, lock: lock, executorDir: opts.ExecutorDir}
 	fail := func(err error) (*Host, error) {
 		h.close()
 		return nil, err
@@ -192,7 +193,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		}
 	}
 	if !cfg.MachineSpirit.Enabled {
-		h.Registry.MarkUnavailable("machinespirit", "disabled", "machinespirit is disabled: set [machine_spirit] enabled = true in the config to use it")
+		h.Registry.MarkUnavailable("machinespirit", "disabled", machineSpiritDisabled)
 	}
 	provider := cfg.Model.Provider
 	if provider == "" {

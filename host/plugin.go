@@ -178,6 +178,7 @@ type executorClient struct {
 	proc       *process
 	grace      time.Duration
 	privateDir string // removed at Stop (for a plugin user: its whole run base)
+	log        *pluginLog
 
 	stopOnce sync.Once
 }
@@ -223,6 +224,10 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		cleanup = privateDir
 	}
 	var proc *process
+	plog := newPluginLog(opts.Logger.Named(spec.Kind), spec.Kind, launchLabelsFrom(ctx))
+	// What the plugin writes to os.Stdout or os.Stderr once it serves
+	// comes through go-plugin's relay, not the process's own pipes.
+	relayOut, relayErr := &streamWriter{}, &streamWriter{}
 	callOpts := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxMessage), grpc.MaxCallSendMsgSize(opts.MaxMessage))
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig: plugin.HandshakeConfig{
@@ -246,9 +251,12 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			// keeps the host's environment out, the allow-list adds back
 			// the harmless part.
 			ccmd.Env = append(pluginEnv(privateDir), cmd.Env...)
-			p, err := newProcess(f, spec.Path, ccmd, opts.StderrLines)
-			proc = p
-			return p, err
+			p, err := newProcess(f, spec.Path, ccmd, opts.StderrLines, plog)
+			if err != nil {
+				return nil, err
+			}
+			proc, relayOut.t, relayErr.t = p, p.stderr, p.stderr
+			return p, nil
 		},
 		SkipHostEnv: true,
 		// Host services reach the plugin over its own listener: the plugin
@@ -260,6 +268,8 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		GRPCDialOptions:     []grpc.DialOption{callOpts},
 		Logger:              opts.Logger.Named(spec.Kind),
 		Stderr:              io.Discard,
+		SyncStdout:          relayOut,
+		SyncStderr:          relayErr,
 	})
 	unavailable := func(check string, err error) (*executorClient, error) {
 		client.Kill()
@@ -292,7 +302,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		return unavailable("handshake", err)
 	}
 	ec := raw.(*executorClient)
-	ec.client, ec.proc, ec.grace, ec.privateDir = client, proc, opts.StopGrace, cleanup
+	ec.client, ec.proc, ec.grace, ec.privateDir, ec.log = client, proc, opts.StopGrace, cleanup, plog
 	ec.servicesID = ec.broker.NextId()
 	go ec.broker.AcceptAndServe(ec.servicesID, func(o []grpc.ServerOption) *grpc.Server {
 		s := grpc.NewServer(append(o, grpc.MaxRecvMsgSize(opts.MaxMessage), grpc.MaxSendMsgSize(opts.MaxMessage))...)
@@ -330,6 +340,7 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 			IdempotencyKey: e.IdempotencyKey, Status: e.Status, Summary: e.Summary,
 		})
 	}
+	c.log.attempt.Store(uint32(req.Attempt))
 	if req.Checkpoint != nil {
 		preq.Checkpoint = &pb.Checkpoint{Schema: req.Checkpoint.Schema, Payload: req.Checkpoint.Payload}
 	}
@@ -385,6 +396,7 @@ func (c *executorClient) StderrTail() string {
 func (c *executorClient) Stop() {
 	c.stopOnce.Do(func() {
 		c.proc.stop(c.grace)
+		c.proc.stderr.flushDropped()
 		// Whatever the plugin left in its private dir goes with it.
 		os.RemoveAll(c.privateDir)
 		// go-plugin's own clean-up (socket dir, goroutines) waits for every

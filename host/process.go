@@ -100,7 +100,7 @@ var _ runner.Runner = (*process)(nil)
 
 // newProcess prepares cmd (its path, arguments and complete environment
 // set) to run in its own process group with a parent-death signal.
-func newProcess(f *forker, name string, cmd *exec.Cmd, tailLines int) (*process, error) {
+func newProcess(f *forker, name string, cmd *exec.Cmd, tailLines int, log *pluginLog) (*process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p := &process{cmd: cmd, name: name, forker: f, exited: make(chan struct{})}
 	var err error
@@ -117,6 +117,7 @@ func newProcess(f *forker, name string, cmd *exec.Cmd, tailLines int) (*process,
 	cmd.Stdout, cmd.Stderr = p.stdoutW, p.stderrW
 	p.stderr = newTailReader(p.stderrR, tailLines)
 	p.stderr.unread = pipeUnread(p.stderrR)
+	p.stderr.log = log
 	return p, nil
 }
 
@@ -133,6 +134,10 @@ func (p *process) Start(context.Context) error {
 		return err
 	}
 	p.pid = p.cmd.Process.Pid
+	// The host reads stderr itself, not go-plugin (which logs plain lines
+	// at DEBUG with no task and no bound): the reader ends at EOF, when the
+	// last holder of the pipe (the group, killed at stop) is gone.
+	go io.Copy(io.Discard, p.stderr)
 	go func() {
 		err := p.cmd.Wait()
 		p.status = exitStatusOf(p.cmd.ProcessState, err)
@@ -206,7 +211,10 @@ func (p *process) stop(grace time.Duration) {
 }
 
 func (p *process) Stdout() io.ReadCloser { return p.stdoutR }
-func (p *process) Stderr() io.ReadCloser { return p.stderr }
+
+// Stderr is what go-plugin reads of the plugin's stderr: nothing, since
+// the host reads the pipe itself.
+func (p *process) Stderr() io.ReadCloser { return io.NopCloser(strings.NewReader("")) }
 func (p *process) Name() string          { return p.name }
 func (p *process) ID() string            { return strconv.Itoa(p.pid) }
 
@@ -236,6 +244,11 @@ type tailReader struct {
 	mu    sync.Mutex
 	lines []string
 	part  []byte
+	cut   bool // part lost bytes past maxLogLine
+	// log, when set, gets every line the rate bucket admits; out holds
+	// them from the parse (under mu) to the forward (outside it).
+	log   *pluginLog
+	out   []logLine
 	panic string // the first "panic:" or "fatal error:" line: the cause sits above a long trace
 	eof   chan struct{}
 	once  sync.Once
@@ -256,40 +269,125 @@ func newTailReader(r io.ReadCloser, maxLines int) *tailReader {
 	return &tailReader{r: r, maxLines: maxLines, eof: make(chan struct{})}
 }
 
+type logLine struct {
+	b       []byte
+	cut     bool
+	dropped int // lines the rate bound dropped just before this one
+}
+
 func (t *tailReader) Read(b []byte) (int, error) {
 	n, err := t.r.Read(b)
 	t.busy.Store(true)
-	defer t.busy.Store(false)
 	t.mu.Lock()
 	for _, c := range b[:n] {
 		if c == '\n' {
 			t.push()
 			continue
 		}
-		if len(t.part) < maxTailLine {
+		if len(t.part) < maxLogLine {
 			t.part = append(t.part, c)
+		} else {
+			t.cut = true
 		}
 	}
+	out := t.out
+	t.out = nil
+	endDropped := 0
+	if err != nil && t.log != nil {
+		if len(t.part) > 0 {
+			if ok, dropped := t.log.admit(); ok {
+				out = append(out, logLine{b: slices.Clone(t.part), cut: t.cut, dropped: dropped})
+			}
+		}
+		endDropped, t.log.dropped = t.log.dropped, 0
+	}
 	t.mu.Unlock()
+	// The tail is complete here: a crash verdict need not wait for the
+	// forward to the host log.
+	t.busy.Store(false)
+	for _, l := range out {
+		t.log.line(l)
+	}
 	if err != nil {
+		if t.log != nil {
+			t.log.end(endDropped)
+		}
 		t.once.Do(func() { close(t.eof) })
 	}
 	return n, err
 }
 
 func (t *tailReader) push() {
-	line := string(t.part)
+	t.pushLine(t.part, t.cut)
+	t.part, t.cut = t.part[:0], false
+}
+
+// pushLine keeps b in the tail and queues it for the log. Called under mu.
+func (t *tailReader) pushLine(b []byte, cut bool) {
+	line := string(b[:min(len(b), maxTailLine)])
 	if t.panic == "" && (strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ")) {
 		t.panic = line
 	}
+	if t.log != nil {
+		if ok, dropped := t.log.admit(); ok {
+			t.out = append(t.out, logLine{b: slices.Clone(b), cut: cut, dropped: dropped})
+		}
+	}
 	t.lines = append(t.lines, line)
-	t.part = t.part[:0]
 	if len(t.lines) > t.maxLines {
 		t.lines = t.lines[len(t.lines)-t.maxLines:]
 	}
 }
 
 func (t *tailReader) Close() error { return t.r.Close() }
+
+// flushDropped reports the lines dropped since the last admitted one; the
+// relay of go-plugin has no end of its own to report them at.
+func (t *tailReader) flushDropped() {
+	if t.log == nil {
+		return
+	}
+	t.mu.Lock()
+	n := t.log.dropped
+	t.log.dropped = 0
+	t.mu.Unlock()
+	t.log.end(n)
+}
+
+// streamWriter takes what go-plugin relays of the plugin's os.Stdout and
+// os.Stderr once it serves (it points both at pipes of its own and streams
+// them over gRPC) and adds its lines to the tail and the log, as the
+// process's own stderr does. It keeps its own partial line, so the two
+// streams never splice.
+type streamWriter struct {
+	t    *tailReader
+	part []byte
+	cut  bool
+}
+
+func (w *streamWriter) Write(b []byte) (int, error) {
+	t := w.t
+	t.mu.Lock()
+	for _, c := range b {
+		if c == '\n' {
+			t.pushLine(w.part, w.cut)
+			w.part, w.cut = w.part[:0], false
+			continue
+		}
+		if len(w.part) < maxLogLine {
+			w.part = append(w.part, c)
+		} else {
+			w.cut = true
+		}
+	}
+	out := t.out
+	t.out = nil
+	t.mu.Unlock()
+	for _, l := range out {
+		t.log.line(l)
+	}
+	return len(b), nil
+}
 
 // tail returns the remembered lines, newest last, at most maxTailBytes,
 // led by the panic line when the trace below it pushed it out.
@@ -298,7 +396,7 @@ func (t *tailReader) tail() string {
 	defer t.mu.Unlock()
 	lines := append([]string(nil), t.lines...)
 	if len(t.part) > 0 {
-		lines = append(lines, string(t.part))
+		lines = append(lines, string(t.part[:min(len(t.part), maxTailLine)]))
 	}
 	head := ""
 	if t.panic != "" && (len(lines) == 0 || !slices.Contains(lines, t.panic)) {

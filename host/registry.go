@@ -21,10 +21,13 @@ type Registry struct {
 	forker  *forker
 	support confine.Support
 
-	mu    sync.Mutex
-	specs map[string]PluginSpec
-	descs map[string]Description
-	errs  map[string]error
+	mu     sync.Mutex
+	specs  map[string]PluginSpec
+	descs  map[string]Description
+	errs   map[string]error
+	stamps map[string]binStamp // the binary each verdict is about
+	// checkMu serialises the probes of Check and Reload.
+	checkMu sync.Mutex
 }
 
 var _ Launcher = (*Registry)(nil)
@@ -60,7 +63,7 @@ func NewRegistry(opts PluginOptions) (*Registry, error) {
 	}
 	return &Registry{
 		opts: opts, forker: newForker(), support: support,
-		specs: map[string]PluginSpec{}, descs: map[string]Description{}, errs: map[string]error{},
+		specs: map[string]PluginSpec{}, descs: map[string]Description{}, errs: map[string]error{}, stamps: map[string]binStamp{},
 	}, nil
 }
 
@@ -81,18 +84,13 @@ func sweepDir(dir string) error {
 // it. A kind that fails any check stays registered as unavailable: Describe
 // and Launch then return an *UnavailableError saying which check failed.
 func (r *Registry) Register(ctx context.Context, spec PluginSpec) error {
+	st, serr := stampOf(spec.Path)
 	desc, err := r.probe(ctx, spec)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.specs[spec.Kind] = spec
-	delete(r.descs, spec.Kind)
-	delete(r.errs, spec.Kind)
-	if err != nil {
-		r.errs[spec.Kind] = err
-		return err
-	}
-	r.descs[spec.Kind] = desc
-	return nil
+	r.setVerdict(spec.Kind, st, serr == nil, desc, err)
+	return err
 }
 
 // MarkUnavailable registers kind as unavailable for reason, e.g. because the

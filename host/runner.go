@@ -186,7 +186,7 @@ func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest
 	if err := validateFiles(req.Files); err != nil {
 		return store.Task{}, err
 	}
-	if _, err := r.launcher.Describe(req.Executor); err != nil {
+	if _, err := r.preflight(ctx, req.Executor); err != nil {
 		return store.Task{}, err
 	}
 	if err := r.reserve(); err != nil {
@@ -222,7 +222,7 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 	if t.Status != store.StatusInterrupted && t.Status != store.StatusPending {
 		return store.Task{}, &store.TransitionError{TaskID: id, Current: t.Status, To: store.StatusRunning}
 	}
-	if _, err := r.launcher.Describe(t.Executor); err != nil {
+	if _, err := r.preflight(ctx, t.Executor); err != nil {
 		return store.Task{}, err
 	}
 	if err := r.reserve(); err != nil {
@@ -230,6 +230,22 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 	}
 	defer r.unreserve()
 	return r.start(ctx, t, EventTaskResumed)
+}
+
+// liveChecker is a Launcher that checks an executor against its binary on
+// disk now rather than as registered; *Registry is one.
+type liveChecker interface {
+	Check(ctx context.Context, kind string) (Description, error)
+}
+
+// preflight says whether kind can run now: a binary rebuilt since it was
+// registered is refused here, before a task is created or moved, not at
+// launch.
+func (r *Runner) preflight(ctx context.Context, kind string) (Description, error) {
+	if c, ok := r.launcher.(liveChecker); ok {
+		return c.Check(ctx, kind)
+	}
+	return r.launcher.Describe(kind)
 }
 
 func (r *Runner) reserve() error {

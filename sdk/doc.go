@@ -17,8 +17,9 @@
 // Rules of the road:
 //
 //   - Print nothing to stdout before Serve: go-plugin's handshake is a line on
-//     stdout and anything before it breaks start-up. Log to stderr; the SDK's
-//     own logs are JSON lines on stderr, which the host re-logs.
+//     stdout and anything before it breaks start-up. Log with Logger: its
+//     JSON lines on stderr land in the host's log at their level, with the
+//     task, run, attempt and executor (bounded in length and rate).
 //   - Honour ctx in Step. Cancelling the task cancels it, and the host kills
 //     the process shortly after if Step does not return.
 //   - A panic in Step is not recovered: it crashes the plugin, and the host

@@ -36,14 +36,29 @@ func Serve(e Executor) {
 	plugin.Serve(serveConfig(e, gate, logger))
 }
 
-// newLogger logs JSON lines to stderr, which go-plugin's host parses and
-// re-logs with their levels. It holds the process's stderr as it is now:
-// go-plugin later swaps os.Stderr for a pipe of its own.
+// processStderr is the process's stderr (fd 2) as it started: go-plugin's
+// Serve later points os.Stderr at a pipe of its own, relayed over gRPC.
+// Set once at package init and never changed.
+var processStderr = os.Stderr
+
+// Logger returns a logger for an executor's own log lines. It writes hclog
+// JSON lines to the process's stderr, which the host reads: each line lands
+// in the host's log at its level, with its fields and the task, run,
+// attempt and executor it came from, and the last lines are kept with an
+// attempt that crashes. The host bounds what it takes (a line is cut at
+// 2 KiB, at most 16 fields are kept, lines beyond a burst of 100 and 50 a
+// second are dropped and counted), so log what an operator needs, not
+// prompts, tool arguments, results or credentials. Lines below level Info
+// are not written; use Logger().SetLevel to change that.
+func Logger() hclog.Logger { return newLogger() }
+
+// newLogger logs JSON lines to the process's stderr, which the host parses
+// and re-logs with their levels.
 func newLogger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:       "executor",
 		Level:      hclog.Info,
-		Output:     os.Stderr,
+		Output:     processStderr,
 		JSONFormat: true,
 	})
 }

@@ -203,7 +203,7 @@ func TestTextOutput(t *testing.T) {
 		t.Errorf("a progress line was drawn on a non-terminal:\n%q", out)
 	}
 	out, _, code = runCLI(t, "", "executors", "--socket", sock)
-	if code != exitOK || !strings.Contains(out, "sha256:9f86d081884c") || !strings.Contains(out, "unavailable (disabled)") {
+	if code != exitOK || !strings.Contains(out, "sha256:9f86d081884c") || !strings.Contains(out, "disabled: machinespirit is disabled") {
 		t.Errorf("executors (exit %d):\n%s", code, out)
 	}
 }

@@ -14,12 +14,15 @@ import (
 )
 
 func executorsCmd(ctx context.Context, e *env, args []string) int {
+	if len(args) > 0 && args[0] == "reload" {
+		return executorsReloadCmd(ctx, e, args[1:])
+	}
 	fs := flag.NewFlagSet("executors", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
 	modelPreflight := fs.Bool("model-preflight", false, "run the model preflight ([model] preflight) now and show its result")
-	fs.Usage = usageFunc(fs, "taskhost executors [--model-preflight] [flags]",
-		"Lists the daemon's executors: version, whether the binary is pinned by SHA-256,\nthe preflight result (why one that cannot run is unavailable) and how its\nplugin processes are confined.")
+	fs.Usage = usageFunc(fs, "taskhost executors [reload] [--model-preflight] [flags]",
+		"Lists the daemon's executors: version, whether the binary is pinned by SHA-256,\nthe preflight result against the binary on disk now (ok, pin mismatch, missing,\nhandshake failed, disabled: why one that cannot run is unavailable) and how its\nplugin processes are confined. 'taskhost executors reload' makes the daemon\nre-read its config file's executor settings (as SIGHUP does).")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
@@ -34,6 +37,52 @@ func executorsCmd(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return cf.fail(e, err)
 	}
+	return printExecutors(e, cf, resp)
+}
+
+// reloadTimeout bounds a reload: every executor is started once.
+const reloadTimeout = 2 * time.Minute
+
+func executorsReloadCmd(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("executors reload", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	fs.Usage = usageFunc(fs, "taskhost executors reload [flags]",
+		"Makes the daemon re-read its config file and apply the executor settings\n([executors.NAME] paths, arguments, sha256 pins, confinement; [machine_spirit]\nenabled): each executor is checked again, running tasks keep their plugin.\nOther settings need a restart. For an admin principal or the daemon's own user\n(exit 7 otherwise); a config that does not load changes nothing (exit 2).\nPrints the executors as after the reload.")
+	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
+		return code
+	}
+	conn, err := cf.dial()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+	defer cancel()
+	resp, err := apipb.NewHostServiceClient(conn).ReloadExecutors(cctx, &apipb.ReloadExecutorsRequest{})
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	return printExecutors(e, cf, resp)
+}
+
+// liveState names a failed preflight check as an operator reads it.
+func liveState(check string) string {
+	switch check {
+	case "checksum":
+		return "pin mismatch"
+	case "binary":
+		return "missing or not executable"
+	case "handshake", "start_timeout":
+		return "handshake failed"
+	case "disabled":
+		return "disabled"
+	default:
+		return "unavailable (" + check + ")"
+	}
+}
+
+func printExecutors(e *env, cf clientFlags, resp *apipb.ListExecutorsResponse) int {
 	if cf.json {
 		views := make([]executorView, 0, len(resp.Executors))
 		for _, x := range resp.Executors {
@@ -60,7 +109,7 @@ func executorsCmd(ctx context.Context, e *env, args []string) int {
 		}
 		pre := "ok"
 		if !v.Preflight.OK {
-			pre = "unavailable (" + v.Preflight.Check + "): " + truncateLine(v.Preflight.Detail, 80)
+			pre = liveState(v.Preflight.Check) + ": " + truncateLine(v.Preflight.Detail, 80)
 		}
 		var rt []string
 		for _, k := range slices.Sorted(maps.Keys(v.Runtime)) {

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	stdlog "log"
 	"net"
 	"os"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,10 +33,11 @@ func serveCmd(ctx context.Context, e *env, args []string) int {
 	var hf hostFlags
 	hf.register(fs)
 	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
+	logFile := fs.String("log-file", "", "append the log to this file (created 0600) instead of stderr; SIGHUP reopens it, for log rotation")
 	fs.Lookup("log-level").DefValue = "info"
 	_ = fs.Set("log-level", "info")
 	fs.Usage = usageFunc(fs, "taskhost serve [--data-dir DIR] [--config FILE] [--log-format text|json] [--log-level LEVEL]",
-		"Runs the taskhost daemon: opens the data dir (one daemon per data dir), serves\nthe API on DATA-DIR/"+api.SocketName+" and, when [api] tcp_listen is set, on a\nloopback token listener. SIGTERM or SIGINT stops it gracefully: running tasks\nbecome interrupted (host_shutdown), plugins are stopped, the store is closed.\nSIGHUP is logged and ignored. Logs go to stderr.")
+		"Runs the taskhost daemon: opens the data dir (one daemon per data dir), serves\nthe API on DATA-DIR/"+api.SocketName+" and, when [api] tcp_listen is set, on a\nloopback token listener. SIGTERM or SIGINT stops it gracefully: running tasks\nbecome interrupted (host_shutdown), plugins are stopped, the store is closed.\nSIGHUP never stops it: it reopens --log-file and re-reads the config file's\nexecutor settings. Logs go to stderr, or to --log-file.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
@@ -50,16 +54,34 @@ func serveCmd(ctx context.Context, e *env, args []string) int {
 		errorf(e, "%v", err)
 		return exitUsage
 	}
+	// Ignored from the start: a hangup before the daemon is up must not
+	// end it either. runDaemon acts on them once it serves.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var out io.Writer = e.stderr
+	var lf *reopenFile
+	if *logFile != "" {
+		if lf, err = openLogFile(*logFile); err != nil {
+			errorf(e, "serve: --log-file: %v", err)
+			return exitUsage
+		}
+		defer lf.Close()
+		out = lf
+	}
 	log := hclog.New(&hclog.LoggerOptions{
-		Name: "taskhost", Output: e.stderr, Level: hclog.LevelFromString(hf.logLevel),
+		Name: "taskhost", Output: out, Level: hclog.LevelFromString(hf.logLevel),
 		JSONFormat: *logFormat == "json", TimeFormat: time.RFC3339Nano,
 	})
 	// Libraries that log through the standard logger (go-plugin's broker)
 	// go through hclog too, so the log stays one format.
 	stdlog.SetFlags(0)
 	stdlog.SetOutput(log.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true}))
-	defer logHangups(log)()
-	return runDaemon(ctx, e, log, daemonOptions{dataDir: hf.dataDir, cfg: cfg}, nil)
+	o := daemonOptions{dataDir: hf.dataDir, cfg: cfg, hangups: hup, loadConfig: hf.loadConfig}
+	if lf != nil {
+		o.reopenLog = lf.Reopen
+	}
+	return runDaemon(ctx, e, log, o, nil)
 }
 
 type daemonOptions struct {
@@ -68,7 +90,71 @@ type daemonOptions struct {
 	// executorDir is where the executor binaries are (default: beside
 	// this binary).
 	executorDir string
+	// hangups are the SIGHUPs the daemon acts on, once it serves: it
+	// reopens its log (reopenLog, when set) and reloads the executor
+	// settings (from loadConfig, when set; also for the API's
+	// ReloadExecutors). Nil: none of it.
+	hangups    <-chan os.Signal
+	reopenLog  func() error
+	loadConfig func() (config.Config, error)
 }
+
+// configReloader applies the config file's executor settings to a running
+// host, for SIGHUP and the API's ReloadExecutors.
+type configReloader struct {
+	load func() (config.Config, error)
+	h    *host.Host
+	log  hclog.Logger
+}
+
+func (c configReloader) ReloadExecutors(ctx context.Context) error {
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	if err := c.h.ReloadExecutors(ctx, cfg); err != nil {
+		return err
+	}
+	for _, kind := range c.h.Registry.Kinds() {
+		if _, err := c.h.Registry.Describe(kind); err != nil {
+			c.log.Warn("executor unavailable after reload", "kind", kind, "error", err)
+		}
+	}
+	return nil
+}
+
+// serveHangups acts on each SIGHUP until ctx ends: the log is reopened
+// first (so what follows lands in the new file), then the executor
+// settings are reloaded. A failure is logged; the daemon serves on.
+func serveHangups(ctx context.Context, log hclog.Logger, hup <-chan os.Signal, reopen func() error, reload reloadFunc) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if reopen != nil {
+			if err := reopen(); err != nil {
+				log.Error("SIGHUP: the log file could not be reopened; logging goes on to the old one", "error", err)
+			}
+		}
+		if reload == nil {
+			log.Info("SIGHUP received: the daemon keeps running")
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := reload(rctx)
+		cancel()
+		if err != nil {
+			log.Error("SIGHUP received: the executor config was not reloaded; the old one stays", "error", err)
+			continue
+		}
+		log.Info("SIGHUP received: log reopened, executor config reloaded; the daemon keeps running")
+	}
+}
+
+// reloadFunc reloads the executor settings.
+type reloadFunc func(ctx context.Context) error
 
 // runDaemon serves until ctx ends. ready, when set, receives the socket path
 // once the API is up.
@@ -116,8 +202,13 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		}
 	}
 
+	var reloader api.ExecutorReloader
+	if o.loadConfig != nil {
+		reloader = configReloader{load: o.loadConfig, h: h, log: log}
+	}
 	srv, err := api.New(api.Options{
-		Tasks: h.Runner, Events: h.Store, Executors: h.Registry, Model: h.Model,
+		Reloader: reloader,
+		Tasks:    h.Runner, Events: h.Store, Executors: h.Registry, Model: h.Model,
 		Principals: principals, Tokens: cfg.API.Tokens,
 		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
 		MaxWatchesPerPrincipal: cfg.API.MaxWatchesPerPrincipal,
@@ -175,6 +266,18 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		ready <- unixLn.Addr().String()
 	}
 
+	hupDone := make(chan struct{})
+	go func() {
+		defer close(hupDone)
+		if o.hangups == nil {
+			return
+		}
+		var reload reloadFunc
+		if reloader != nil {
+			reload = reloader.ReloadExecutors
+		}
+		serveHangups(ctx, log, o.hangups, o.reopenLog, reload)
+	}()
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
@@ -183,6 +286,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 
 	<-ctx.Done()
 	<-sweepDone
+	<-hupDone
 	log.Info("stopping: running tasks become interrupted (host_shutdown)")
 	sctx, cancel := stopCtx()
 	defer cancel()

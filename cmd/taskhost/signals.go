@@ -6,10 +6,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 )
 
 // clientGrace is how long a client command may take to wind down after
@@ -43,25 +42,51 @@ func exitAfterSignal(ctx context.Context, stderr io.Writer, args []string) {
 	os.Exit(exitSignal)
 }
 
-// logHangups keeps SIGHUP from ending the daemon: a closed terminal or a
-// log rotation's `kill -HUP` is logged, and the daemon serves on. It
-// returns a func that restores the default.
-func logHangups(log hclog.Logger) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-hup:
-				log.Info("SIGHUP received: the daemon keeps running (its log goes to stderr, there is nothing to reopen; restart it to apply a new config)")
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		signal.Stop(hup)
-		close(done)
+// reopenFile is a log file that SIGHUP reopens, so that a rotation's
+// rename-then-HUP moves the log to a fresh file. Writes and the reopen are
+// serialised: a record never straddles two files.
+type reopenFile struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+func openLogFile(path string) (*reopenFile, error) {
+	f, err := openAppend(path)
+	if err != nil {
+		return nil, err
 	}
+	return &reopenFile{path: path, f: f}, nil
+}
+
+// openAppend opens path for appending, creating it 0600; an existing file
+// keeps its mode.
+func openAppend(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+}
+
+func (r *reopenFile) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Write(p)
+}
+
+// Reopen opens the path again and swaps the new file in; on an error the
+// old file stays in use.
+func (r *reopenFile) Reopen() error {
+	f, err := openAppend(r.path)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	old := r.f
+	r.f = f
+	r.mu.Unlock()
+	return old.Close()
+}
+
+func (r *reopenFile) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Close()
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
@@ -177,6 +179,28 @@ func writeTaskDetail(w io.Writer, t store.Task, atts []store.Attempt, omitted in
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.RunID, a.Status, a.Outcome, a.Reason, av.Exit, av.Duration, truncateLine(a.Summary, 60))
 	}
 	tw.Flush()
+	// The newest crash's last stderr lines say why it died; older ones
+	// are in --json.
+	for i := len(atts) - 1; i >= 0; i-- {
+		if tail := atts[i].StderrTail; tail != "" {
+			fmt.Fprintf(w, "\nattempt %d: last stderr lines of the plugin\n", atts[i].Number)
+			for _, l := range strings.Split(tail, "\n") {
+				fmt.Fprintf(w, "  | %s\n", printable(l))
+			}
+			break
+		}
+	}
+}
+
+// printable replaces the control characters of a line a plugin wrote, so
+// that it cannot drive the terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\t' || (!unicode.IsControl(r) && r != utf8.RuneError) {
+			return r
+		}
+		return '?'
+	}, s)
 }
 
 // writeTaskTable prints tasks one per line.

@@ -3,6 +3,10 @@ package api
 import (
 	"context"
 	"errors"
+	"os"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
@@ -22,16 +26,61 @@ func (hs *hostService) GetInfo(ctx context.Context, _ *apipb.GetInfoRequest) (*a
 }
 
 // ListExecutors reports every executor kind the daemon knows, available or
-// not, with what its preflight found.
+// not, with what its preflight found — against the binary on disk now, for
+// a registry that can check it (*host.Registry can).
 func (hs *hostService) ListExecutors(ctx context.Context, req *apipb.ListExecutorsRequest) (*apipb.ListExecutorsResponse, error) {
 	if _, err := principalOf(ctx); err != nil {
 		return nil, err
 	}
+	return hs.listExecutors(ctx, req.GetModelPreflight()), nil
+}
+
+// ExecutorReloader re-reads the daemon's config and applies its executor
+// settings; an error means nothing changed.
+type ExecutorReloader interface {
+	ReloadExecutors(ctx context.Context) error
+}
+
+// ReloadExecutors reloads the executor config, for an admin or the
+// daemon's own user, and reports the executors as they are afterwards.
+func (hs *hostService) ReloadExecutors(ctx context.Context, _ *apipb.ReloadExecutorsRequest) (*apipb.ListExecutorsResponse, error) {
+	p, err := principalOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if hs.s.opts.Reloader == nil {
+		return nil, statusError(codes.Unimplemented, ReasonInvalidArgument, "this daemon cannot reload its executor config (no config reloader)")
+	}
+	if !hs.s.isAdmin(p) && !localOwner(ctx) {
+		return nil, statusError(codes.PermissionDenied, ReasonNotAdmin,
+			"only an admin principal ([api] admins) or the daemon's own user on its unix socket may reload the executor config")
+	}
+	if err := hs.s.opts.Reloader.ReloadExecutors(ctx); err != nil {
+		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, "reload: "+err.Error())
+	}
+	hs.s.log.Info("executor config reloaded", "principal", p)
+	return hs.listExecutors(ctx, false), nil
+}
+
+// localOwner says whether the caller is the daemon's own uid, or root, on
+// the unix socket (a confined process never gets this far).
+func localOwner(ctx context.Context) bool {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	pc, ok := pr.AuthInfo.(PeerCred)
+	return ok && !pc.Confined && (pc.UID == 0 || int(pc.UID) == os.Getuid())
+}
+
+// listExecutors lists the executors and the model's status, checking the
+// model now when modelPreflight.
+func (hs *hostService) listExecutors(ctx context.Context, modelPreflight bool) *apipb.ListExecutorsResponse {
 	reg := hs.s.opts.Executors
 	resp := &apipb.ListExecutorsResponse{}
 	if m := hs.s.opts.Model; m != nil {
 		st := m.Status()
-		if req.GetModelPreflight() {
+		if modelPreflight {
 			st = m.Check(ctx)
 		}
 		resp.Model = &apipb.ModelStatus{Provider: st.Provider, Name: st.Name, Preflight: st.Preflight,
@@ -46,7 +95,15 @@ func (hs *hostService) ListExecutors(ctx context.Context, req *apipb.ListExecuto
 		if c, ok := reg.(interface{ Confinement(kind string) string }); ok {
 			e.Confinement = c.Confinement(kind)
 		}
-		d, err := reg.Describe(kind)
+		var d host.Description
+		var err error
+		if c, ok := reg.(interface {
+			Check(ctx context.Context, kind string) (host.Description, error)
+		}); ok {
+			d, err = c.Check(ctx, kind)
+		} else {
+			d, err = reg.Describe(kind)
+		}
 		var ue *host.UnavailableError
 		switch {
 		case err == nil:
@@ -60,5 +117,5 @@ func (hs *hostService) ListExecutors(ctx context.Context, req *apipb.ListExecuto
 		}
 		resp.Executors = append(resp.Executors, e)
 	}
-	return resp, nil
+	return resp
 }

@@ -131,8 +131,11 @@ type Options struct {
 	AdminActs AdminActs
 	// Ready, when set, is asked by every grpc.health.v1 Check: an error
 	// (the store does not answer a read) reports NOT_SERVING.
-	Ready  func(ctx context.Context) error
-	Logger hclog.Logger
+	Ready func(ctx context.Context) error
+	// Reloader reloads the executor config for ReloadExecutors; nil
+	// disables it (Unimplemented).
+	Reloader ExecutorReloader
+	Logger   hclog.Logger
 }
 
 // Server serves the API. Create it with New, start it with Serve, stop it

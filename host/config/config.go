@@ -275,8 +275,8 @@ func Parse(data []byte, baseDir string) (Config, error) {
 	return cfg, nil
 }
 
-// resolveExecutorPaths makes relative executor paths absolute by joining them
-// to baseDir.
+// resolveExecutorPaths makes relative executor paths and read_write entries
+// absolute by joining them to baseDir.
 func resolveExecutorPaths(cfg *Config, baseDir string, probs *problems) {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Executors)) {
 		ex := cfg.Executors[name]
@@ -292,6 +292,17 @@ func resolveExecutorPaths(cfg *Config, baseDir string, probs *problems) {
 			continue
 		} else {
 			ex.Path = filepath.Join(baseDir, ex.Path)
+		}
+		// read_write entries too, so that every relative path of the
+		// config means the same whatever directory the daemon starts in.
+		if baseDir != "" && len(ex.ReadWrite) > 0 {
+			rw := slices.Clone(ex.ReadWrite)
+			for i, p := range rw {
+				if p != "" && !filepath.IsAbs(p) {
+					rw[i] = filepath.Join(baseDir, p)
+				}
+			}
+			ex.ReadWrite = rw
 		}
 		cfg.Executors[name] = ex
 	}

@@ -29,7 +29,7 @@ func TestExecutorConfinementKeys(t *testing.T) {
 		{"user past 32 bytes", section(fmt.Sprintf("user = %q", strings.Repeat("u", 33))), "executors.x.user"},
 		{"read_write 8 paths", section(`read_write = ["/a","/b","/c","/d","/e","/f","/g","/h"]`), ""},
 		{"read_write 9 paths", section(`read_write = ["/a","/b","/c","/d","/e","/f","/g","/h","/i"]`), "executors.x.read_write"},
-		{"read_write relative", section(`read_write = ["data"]`), "executors.x.read_write"},
+		{"read_write relative (resolved against the config file)", section(`read_write = ["data"]`), ""},
 		{"confinement required", "[confinement]\nrequired = true\n", ""},
 		{"confinement string", "[confinement]\nrequired = \"yes\"\n", "confinement.required"},
 	}

@@ -96,6 +96,18 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.StepResult{}, fmt.Errorf("testexec: grandchild: %w", err)
 		}
 	}
+	if o.LogWarn != "" {
+		sdk.Logger().Warn(o.LogWarn, "attempt", req.Attempt, "task", "t_forged")
+	}
+	if o.LogLines > 0 {
+		log := sdk.Logger()
+		for i := range o.LogLines {
+			log.Info(fmt.Sprintf("testexec: log line %d", i))
+		}
+	}
+	for i := range o.StderrLines {
+		fmt.Fprintf(os.Stderr, "testexec: stderr line %d\n", i)
+	}
 	misbehave(o, req.Attempt)
 	if o.WaitFile != "" && o.WaitFirst {
 		if err := waitFile(ctx, o.WaitFile); err != nil {

@@ -69,6 +69,10 @@
 //	                          checkpoint, where kind is unimplemented,
 //	                          permission_denied, budget_exhausted,
 //	                          invalid_argument, host_unavailable or other.
+//	log_warn          string  log this at WARN through sdk.Logger each step
+//	                          (with a forged "task" field the host must rename).
+//	stderr_lines      int     write this many plain lines to os.Stderr each step.
+//	log_lines         int     log this many lines at INFO through sdk.Logger each step.
 //	model_error_text  bool    with call_model, return Continue("model error:
 //	                          <kind>: <sdk.ModelError kind or none>: <error>")
 //	                          instead, for the exact text an executor sees.

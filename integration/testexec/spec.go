@@ -66,6 +66,14 @@ type options struct {
 	// IndeterminateFile receives, each step, the request's unsettled
 	// effects as JSON lines "attempt seq kind status".
 	IndeterminateFile string `json:"indeterminate_file"`
+	// LogWarn is logged at WARN through sdk.Logger each step.
+	LogWarn string `json:"log_warn"`
+	// StderrLines plain lines "testexec: stderr line i" are written to
+	// os.Stderr each step (after Serve, go-plugin's relay).
+	StderrLines int `json:"stderr_lines"`
+	// LogLines lines "testexec: log line i" are logged at INFO through
+	// sdk.Logger each step.
+	LogLines int `json:"log_lines"`
 }
 
 // toolCall is a scripted tool call.

@@ -2528,6 +2528,42 @@ func (x *ModelStatus) GetMessage() string {
 	return ""
 }
 
+type ReloadExecutorsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadExecutorsRequest) Reset() {
+	*x = ReloadExecutorsRequest{}
+	mi := &file_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadExecutorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadExecutorsRequest) ProtoMessage() {}
+
+func (x *ReloadExecutorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadExecutorsRequest.ProtoReflect.Descriptor instead.
+func (*ReloadExecutorsRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{37}
+}
+
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
@@ -2715,7 +2751,8 @@ const file_api_proto_rawDesc = "" +
 	"\x11checked_unix_nano\x18\x04 \x01(\x03R\x0fcheckedUnixNano\x12\x0e\n" +
 	"\x02ok\x18\x05 \x01(\bR\x02ok\x12\x12\n" +
 	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessage2\xa0\x06\n" +
+	"\amessage\x18\a \x01(\tR\amessage\"\x18\n" +
+	"\x16ReloadExecutorsRequest2\xa0\x06\n" +
 	"\vTaskService\x12U\n" +
 	"\n" +
 	"CreateTask\x12\".taskhost.api.v1.CreateTaskRequest\x1a#.taskhost.api.v1.CreateTaskResponse\x12L\n" +
@@ -2733,10 +2770,11 @@ const file_api_proto_rawDesc = "" +
 	"\x0fApprovalService\x12^\n" +
 	"\rListApprovals\x12%.taskhost.api.v1.ListApprovalsRequest\x1a&.taskhost.api.v1.ListApprovalsResponse\x12\\\n" +
 	"\aApprove\x12'.taskhost.api.v1.ResolveApprovalRequest\x1a(.taskhost.api.v1.ResolveApprovalResponse\x12[\n" +
-	"\x06Reject\x12'.taskhost.api.v1.ResolveApprovalRequest\x1a(.taskhost.api.v1.ResolveApprovalResponse2\xbb\x01\n" +
+	"\x06Reject\x12'.taskhost.api.v1.ResolveApprovalRequest\x1a(.taskhost.api.v1.ResolveApprovalResponse2\x9f\x02\n" +
 	"\vHostService\x12L\n" +
 	"\aGetInfo\x12\x1f.taskhost.api.v1.GetInfoRequest\x1a .taskhost.api.v1.GetInfoResponse\x12^\n" +
-	"\rListExecutors\x12%.taskhost.api.v1.ListExecutorsRequest\x1a&.taskhost.api.v1.ListExecutorsResponseB1Z/github.com/taskhost/taskhost/shared/proto/apipbb\x06proto3"
+	"\rListExecutors\x12%.taskhost.api.v1.ListExecutorsRequest\x1a&.taskhost.api.v1.ListExecutorsResponse\x12b\n" +
+	"\x0fReloadExecutors\x12'.taskhost.api.v1.ReloadExecutorsRequest\x1a&.taskhost.api.v1.ListExecutorsResponseB1Z/github.com/taskhost/taskhost/shared/proto/apipbb\x06proto3"
 
 var (
 	file_api_proto_rawDescOnce sync.Once
@@ -2750,7 +2788,7 @@ func file_api_proto_rawDescGZIP() []byte {
 	return file_api_proto_rawDescData
 }
 
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_api_proto_goTypes = []any{
 	(*Meter)(nil),                   // 0: taskhost.api.v1.Meter
 	(*Budgets)(nil),                 // 1: taskhost.api.v1.Budgets
@@ -2789,7 +2827,8 @@ var file_api_proto_goTypes = []any{
 	(*Executor)(nil),                // 34: taskhost.api.v1.Executor
 	(*ListExecutorsResponse)(nil),   // 35: taskhost.api.v1.ListExecutorsResponse
 	(*ModelStatus)(nil),             // 36: taskhost.api.v1.ModelStatus
-	nil,                             // 37: taskhost.api.v1.Executor.RuntimeEntry
+	(*ReloadExecutorsRequest)(nil),  // 37: taskhost.api.v1.ReloadExecutorsRequest
+	nil,                             // 38: taskhost.api.v1.Executor.RuntimeEntry
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: taskhost.api.v1.Budgets.steps:type_name -> taskhost.api.v1.Meter
@@ -2812,7 +2851,7 @@ var file_api_proto_depIdxs = []int32{
 	2,  // 17: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
 	26, // 18: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
 	26, // 19: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	37, // 20: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	38, // 20: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
 	34, // 21: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
 	36, // 22: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
 	6,  // 23: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
@@ -2829,22 +2868,24 @@ var file_api_proto_depIdxs = []int32{
 	29, // 34: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
 	31, // 35: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
 	33, // 36: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	8,  // 37: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	10, // 38: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	12, // 39: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	21, // 40: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	23, // 41: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	25, // 42: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	15, // 43: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	17, // 44: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	19, // 45: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	28, // 46: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	30, // 47: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	30, // 48: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	32, // 49: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	35, // 50: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	37, // [37:51] is the sub-list for method output_type
-	23, // [23:37] is the sub-list for method input_type
+	37, // 37: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	8,  // 38: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	10, // 39: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	12, // 40: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	21, // 41: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	23, // 42: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	25, // 43: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	15, // 44: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	17, // 45: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	19, // 46: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	28, // 47: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	30, // 48: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	30, // 49: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	32, // 50: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	35, // 51: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	35, // 52: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -2866,7 +2907,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -714,8 +714,9 @@ var ApprovalService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	HostService_GetInfo_FullMethodName       = "/taskhost.api.v1.HostService/GetInfo"
-	HostService_ListExecutors_FullMethodName = "/taskhost.api.v1.HostService/ListExecutors"
+	HostService_GetInfo_FullMethodName         = "/taskhost.api.v1.HostService/GetInfo"
+	HostService_ListExecutors_FullMethodName   = "/taskhost.api.v1.HostService/ListExecutors"
+	HostService_ReloadExecutors_FullMethodName = "/taskhost.api.v1.HostService/ReloadExecutors"
 )
 
 // HostServiceClient is the client API for HostService service.
@@ -726,6 +727,13 @@ const (
 type HostServiceClient interface {
 	GetInfo(ctx context.Context, in *GetInfoRequest, opts ...grpc.CallOption) (*GetInfoResponse, error)
 	ListExecutors(ctx context.Context, in *ListExecutorsRequest, opts ...grpc.CallOption) (*ListExecutorsResponse, error)
+	// ReloadExecutors re-reads the daemon's config file and applies its
+	// executor settings ([executors.NAME], [machine_spirit] enabled): every
+	// executor is checked again and the new verdicts replace the old. Running
+	// tasks keep their plugin. An admin principal, or the daemon's own uid
+	// (or root) on the unix socket, may call it (PERMISSION_DENIED otherwise);
+	// a config that fails to load is INVALID_ARGUMENT and changes nothing.
+	ReloadExecutors(ctx context.Context, in *ReloadExecutorsRequest, opts ...grpc.CallOption) (*ListExecutorsResponse, error)
 }
 
 type hostServiceClient struct {
@@ -756,6 +764,16 @@ func (c *hostServiceClient) ListExecutors(ctx context.Context, in *ListExecutors
 	return out, nil
 }
 
+func (c *hostServiceClient) ReloadExecutors(ctx context.Context, in *ReloadExecutorsRequest, opts ...grpc.CallOption) (*ListExecutorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListExecutorsResponse)
+	err := c.cc.Invoke(ctx, HostService_ReloadExecutors_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HostServiceServer is the server API for HostService service.
 // All implementations must embed UnimplementedHostServiceServer
 // for forward compatibility.
@@ -764,6 +782,13 @@ func (c *hostServiceClient) ListExecutors(ctx context.Context, in *ListExecutors
 type HostServiceServer interface {
 	GetInfo(context.Context, *GetInfoRequest) (*GetInfoResponse, error)
 	ListExecutors(context.Context, *ListExecutorsRequest) (*ListExecutorsResponse, error)
+	// ReloadExecutors re-reads the daemon's config file and applies its
+	// executor settings ([executors.NAME], [machine_spirit] enabled): every
+	// executor is checked again and the new verdicts replace the old. Running
+	// tasks keep their plugin. An admin principal, or the daemon's own uid
+	// (or root) on the unix socket, may call it (PERMISSION_DENIED otherwise);
+	// a config that fails to load is INVALID_ARGUMENT and changes nothing.
+	ReloadExecutors(context.Context, *ReloadExecutorsRequest) (*ListExecutorsResponse, error)
 	mustEmbedUnimplementedHostServiceServer()
 }
 
@@ -779,6 +804,9 @@ func (UnimplementedHostServiceServer) GetInfo(context.Context, *GetInfoRequest) 
 }
 func (UnimplementedHostServiceServer) ListExecutors(context.Context, *ListExecutorsRequest) (*ListExecutorsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListExecutors not implemented")
+}
+func (UnimplementedHostServiceServer) ReloadExecutors(context.Context, *ReloadExecutorsRequest) (*ListExecutorsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReloadExecutors not implemented")
 }
 func (UnimplementedHostServiceServer) mustEmbedUnimplementedHostServiceServer() {}
 func (UnimplementedHostServiceServer) testEmbeddedByValue()                     {}
@@ -837,6 +865,24 @@ func _HostService_ListExecutors_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostService_ReloadExecutors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadExecutorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).ReloadExecutors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_ReloadExecutors_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).ReloadExecutors(ctx, req.(*ReloadExecutorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HostService_ServiceDesc is the grpc.ServiceDesc for HostService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -851,6 +897,10 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListExecutors",
 			Handler:    _HostService_ListExecutors_Handler,
+		},
+		{
+			MethodName: "ReloadExecutors",
+			Handler:    _HostService_ReloadExecutors_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

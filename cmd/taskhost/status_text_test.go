@@ -1,0 +1,68 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/taskhost/taskhost/store"
+)
+
+// Plain `task status` shows the newest crashed attempt's stderr tail.
+func TestTaskStatusTextShowsStderrTail(t *testing.T) {
+	sock := startFakeAPI(t)
+	out, errOut, code := runCLI(t, "", "task", "status", "t_aaaaaaaaaaaaaaaaaaaaaaaaaa", "--socket", sock)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "attempt 1: last stderr lines of the plugin\n  | panic: x\n") {
+		t.Errorf("task status does not show the crash's stderr tail:\n%s", out)
+	}
+}
+
+func TestTaskDetailStderrTail(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		atts   []store.Attempt
+		want   []string
+		absent []string
+	}{
+		{name: "no crash", atts: []store.Attempt{{Number: 1, Status: store.AttemptCompleted}},
+			absent: []string{"last stderr lines"}},
+		{name: "the newest crash only",
+			atts: []store.Attempt{{Number: 1, StderrTail: "old crash"}, {Number: 2, StderrTail: "line one\npanic: new crash"}, {Number: 3}},
+			want: []string{"attempt 2: last stderr lines", "  | line one\n  | panic: new crash\n"}, absent: []string{"old crash"}},
+		{name: "terminal escapes are neutralised",
+			atts: []store.Attempt{{Number: 1, StderrTail: "\x1b[2Jcleared\ttab\x07"}},
+			want: []string{"  | ?[2Jcleared\ttab?\n"}, absent: []string{"\x1b", "\x07"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			writeTaskDetail(&b, store.Task{ID: "t_x"}, tc.atts, 0)
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(b.String(), a) {
+					t.Errorf("output has %q:\n%s", a, b.String())
+				}
+			}
+		})
+	}
+}
+
+func TestExecutorLiveState(t *testing.T) {
+	for check, want := range map[string]string{
+		"checksum":      "pin mismatch",
+		"binary":        "missing or not executable",
+		"handshake":     "handshake failed",
+		"start_timeout": "handshake failed",
+		"disabled":      "disabled",
+		"preflight":     "unavailable (preflight)",
+	} {
+		if got := liveState(check); got != want {
+			t.Errorf("liveState(%q) = %q, want %q", check, got, want)
+		}
+	}
+}

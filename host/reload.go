@@ -1,0 +1,29 @@
+package host
+
+import (
+	"context"
+	"path/filepath"
+
+	"github.com/taskhost/taskhost/host/config"
+)
+
+const machineSpiritDisabled = "machinespirit is disabled: set [machine_spirit] enabled = true in the config to use it"
+
+// ReloadExecutors applies cfg's executor settings — [executors.NAME] (path,
+// arguments, sha256 pin, confinement) and [machine_spirit] enabled — without
+// a restart: every executor is checked again against its binary and the
+// new verdicts replace the old at once. Tasks running keep their plugin
+// process, started from the binary pinned when they started, until their
+// run ends. Nothing else of cfg is applied: other settings need a restart.
+func (h *Host) ReloadExecutors(ctx context.Context, cfg config.Config) error {
+	specs, err := executorSpecs(h.executorDir, filepath.Join(h.DataDir, CacheDirName), cfg)
+	if err != nil {
+		return err
+	}
+	disabled := map[string]string{}
+	if !cfg.MachineSpirit.Enabled {
+		disabled["machinespirit"] = machineSpiritDisabled
+	}
+	h.Registry.Reload(ctx, specs, disabled)
+	return nil
+}
