@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -99,6 +101,17 @@ func TestEscapesAllowed(t *testing.T) {
 	for _, tt := range tests {
 		if got := escapesAllowed(func(k string) string { return tt.env[k] }); got != tt.want {
 			t.Errorf("escapesAllowed(%v) = %v, want %v", tt.env, got, tt.want)
+		}
+	}
+}
+
+// --no-progress goes with every --watch: create, cancel, resume and watch
+// take it (a refused flag would fail the command before any call, exit 2).
+func TestNoProgressWithEveryWatch(t *testing.T) {
+	for _, sub := range []string{"create", "cancel", "resume", "watch"} {
+		spec := describeCommand(context.Background(), "task", sub)
+		if !slices.Contains(spec.flags, "--no-progress") {
+			t.Errorf("task %s: flags %v lack --no-progress", sub, spec.flags)
 		}
 	}
 }

@@ -53,6 +53,7 @@ func taskCreateCmd(ctx context.Context, e *env, args []string) int {
 	fs.Int64Var(&lim.MaxDepth, "max-depth", 0, "recursion depth budget (default: tasks.max_depth)")
 	fs.Int64Var(&lim.MaxWallSeconds, "max-wall-seconds", 0, "active wall-clock budget in seconds (default: tasks.max_wall_seconds)")
 	watch := fs.Bool("watch", false, "then watch it until it stops running (as 'task watch')")
+	noProgress := fs.Bool("no-progress", false, "with --watch: no live progress line, even on a terminal")
 	var files fileFlags
 	fs.Var(&files, "file", "copy a file into the task's workspace before its first step: PATH or PATH=NAME (repeatable)")
 	fs.Usage = usageFunc(fs, "taskhost task create --goal TEXT [--executor NAME] [--spec-file FILE] [--max-steps N] [--watch] [flags]",
@@ -97,7 +98,7 @@ func taskCreateCmd(ctx context.Context, e *env, args []string) int {
 		if !cf.json {
 			fmt.Fprintf(e.stderr, "created task %s (executor %s)\n", t.ID, t.Executor)
 		}
-		return watchTask(ctx, e, &cf, tc, t.ID, watchOptions{})
+		return watchTask(ctx, e, &cf, tc, t.ID, watchOptions{noProgress: *noProgress})
 	}
 	if cf.json {
 		newPrinter(e, true).emit(map[string]any{"task": taskJSON(t)})
@@ -296,7 +297,8 @@ func taskChange(ctx context.Context, e *env, args []string, verb, description st
 	var cf clientFlags
 	cf.register(fs)
 	watch := fs.Bool("watch", false, "then watch the task until it stops running")
-	fs.Usage = usageFunc(fs, "taskhost task "+verb+" ID [--watch] [flags]", description)
+	noProgress := fs.Bool("no-progress", false, "with --watch: no live progress line, even on a terminal")
+	fs.Usage = usageFunc(fs, "taskhost task "+verb+" ID [--watch [--no-progress]] [flags]", description)
 	pos, code, ok := parseArgs(e, fs, args, 1, 1)
 	if !ok {
 		return code
@@ -315,7 +317,7 @@ func taskChange(ctx context.Context, e *env, args []string, verb, description st
 	t := taskFromPB(pt)
 	if *watch {
 		// Only this run's events: the earlier ones are history.
-		return watchTask(ctx, e, &cf, tc, t.ID, watchOptions{minRun: t.RunID})
+		return watchTask(ctx, e, &cf, tc, t.ID, watchOptions{minRun: t.RunID, noProgress: *noProgress})
 	}
 	if cf.json {
 		newPrinter(e, true).emit(map[string]any{"task": taskJSON(t)})
