@@ -113,7 +113,7 @@ func (s *Server) toStatus(ctx context.Context, err error, what, id string) error
 	case errors.Is(err, host.ErrShuttingDown):
 		return errClosing()
 	case errors.Is(err, store.ErrUnavailable):
-		s.log.Error("api call failed: the store is unavailable", "object", what, "id", id, "error", err)
+		s.log.Error("request refused: the store is unavailable", "object", what, "id", id, "error", err)
 		return statusError(codes.Unavailable, ReasonStoreUnavailable, err.Error())
 	case errors.As(err, &le):
 		return invalid(le.Field, le.Error())
