@@ -197,3 +197,22 @@ func (r *Runner) degradedErr(principal, id string) error {
 	}
 	return fmt.Errorf("task %s: its interruption (store_error) is not recorded yet: %w", id, d.cause)
 }
+
+// StoreDegraded reports the store refusing this host's writes: while a
+// run's end waits for the store to take it (store_error, retried in the
+// background), it returns an error naming how many and the first cause,
+// so that health checks say degraded although reads still work.
+func (r *Runner) StoreDegraded() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.degraded) == 0 {
+		return nil
+	}
+	var first degradedTask
+	for _, d := range r.degraded {
+		if first.task.ID == "" || d.task.ID < first.task.ID {
+			first = d
+		}
+	}
+	return fmt.Errorf("store degraded: %d task end(s) not recorded yet (first %s): %w", len(r.degraded), first.task.ID, first.cause)
+}

@@ -73,6 +73,9 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 	if raw, err := h.Store.GetTask(ctx, alice, task.ID); err != nil || raw.Status != store.StatusRunning {
 		t.Fatalf("stored task = %s, %v; want still running while the disk is full", raw.Status, err)
 	}
+	if err := h.Runner.StoreDegraded(); err == nil || !strings.Contains(err.Error(), task.ID) || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("StoreDegraded while the end is not recorded = %v, want the task and the cause", err)
+	}
 	select {
 	case err := <-watched:
 		if err != nil {
@@ -104,6 +107,9 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 		t.Fatal(err)
 	}
 	wantStatus(t, stored, store.StatusInterrupted, store.ReasonStoreError)
+	if err := h.Runner.StoreDegraded(); err != nil {
+		t.Errorf("StoreDegraded once the end is recorded = %v, want nil", err)
+	}
 	if strings.Contains(stored.Message, "store_degraded") {
 		t.Errorf("recorded message %q still says degraded", stored.Message)
 	}

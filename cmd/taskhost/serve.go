@@ -22,6 +22,7 @@ import (
 	"github.com/taskhost/taskhost/host/api"
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/metrics"
+	"github.com/taskhost/taskhost/store"
 )
 
 // stopTimeout bounds a graceful stop: tasks interrupted, plugins stopped,
@@ -217,7 +218,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		Deleter:                h.Runner,
 		Admins:                 cfg.API.Admins,
 		AdminActs:              h.Runner,
-		Ready:                  h.Store.Ping,
+		Ready:                  hostHealth{h.Store, h.Runner}.Ping,
 		Listener: api.ListenerLimits{
 			MaxConns:            cfg.API.MaxConnections,
 			FirstRequestTimeout: time.Duration(cfg.API.FirstRequestTimeoutSeconds) * time.Second,
@@ -243,7 +244,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 			return exitUnavailable
 		}
 	}
-	met, err := listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, h.Store, inst)
+	met, err := listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, hostHealth{h.Store, h.Runner}, inst)
 	if err != nil {
 		unixLn.Close()
 		if tcpLn != nil {
@@ -369,4 +370,19 @@ func lookupGroup(g string) (int, error) {
 		return 0, fmt.Errorf("group %s has gid %q", g, grp.Gid)
 	}
 	return n, nil
+}
+
+// hostHealth is the store as health checks see it: degraded when it does
+// not answer a read, and also while it refuses this host's writes (a run's
+// end waiting for the store, e.g. on a full disk), though reads still work.
+type hostHealth struct {
+	*store.Store
+	runner *host.Runner
+}
+
+func (h hostHealth) Ping(ctx context.Context) error {
+	if err := h.Store.Ping(ctx); err != nil {
+		return err
+	}
+	return h.runner.StoreDegraded()
 }

@@ -51,7 +51,7 @@ func statusCmd(ctx context.Context, e *env, args []string) int {
 	cf.register(fs)
 	all := fs.Bool("all", false, "count every principal's tasks (admins only: [api] admins)")
 	fs.Usage = usageFunc(fs, "taskhost status [--all] [flags]",
-		"Says whether the daemon is up: its version, the store's state, the executors\nand the model preflight, and your task counts by status.\nExit 0: up and healthy; 1: up, but the store does not answer (degraded) or the\ndaemon is stopping; 5: no daemon answers; 7: the daemon refuses you.")
+		"Says whether the daemon is up: its version, the store's state, the executors\nand the model preflight, and your task counts by status.\nExit 0: up and healthy; 1: up, but the store does not answer or refuses writes\n(degraded) or the daemon is stopping; 5: no daemon answers; 7: the daemon refuses you.")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
@@ -118,7 +118,7 @@ func statusCmd(ctx context.Context, e *env, args []string) int {
 	fmt.Fprintf(tw, "daemon\tup: taskhost %s (API %s) on %s, you are %s\n", v.Version, v.APIVersion, v.Target, v.Principal)
 	store := "ok"
 	if v.Store != "ok" {
-		store = "degraded: the store does not answer a read, or the daemon is stopping (see its log)"
+		store = "degraded: the store does not answer a read or refuses writes (e.g. a full disk), or the daemon is stopping (see its log)"
 	}
 	fmt.Fprintf(tw, "store\t%s\n", store)
 	for i, x := range v.Executors {
