@@ -121,9 +121,10 @@ func (r *Runner) hostHeartbeat(version string) {
 	}
 }
 
-// sweep interrupts the runs of lost hosts. The whole wall heartbeat
-// interval is charged, as start-up recovery does: the lost host may have
-// run that long past its last persisted reading.
+// sweep interrupts the runs of lost hosts. The wall heartbeat interval is
+// charged, as start-up recovery does: the lost host may have run that long
+// past its last persisted reading (the store caps it at the time since the
+// task was last written).
 func (r *Runner) sweep() {
 	ids, err := r.store.SweepLostHosts(context.Background(), r.set.Fleet.Lease, r.set.Heartbeat.Milliseconds(),
 		func(t store.Task) []store.NewEvent {

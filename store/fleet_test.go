@@ -532,3 +532,31 @@ func TestNotifyReachesOnlyItsHost(t *testing.T) {
 		t.Fatalf("notify a bad id: %v, want ErrInvalid", err)
 	}
 }
+
+// TestSweepChargeBoundedByElapsed: the lost run is charged the wall
+// heartbeat interval, but never more than has passed since the task's row
+// was last written, and never past the limit.
+func TestSweepChargeBoundedByElapsed(t *testing.T) {
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		clock, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		task, _ := claimedTask(t, a, "p", "t1")
+		if err := a.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(testLease + time.Second)
+		if err := b.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// A charge far above the time since the claim.
+		if ids, err := b.SweepLostHosts(ctx, testLease, 10*testLease.Milliseconds(), lostEvents); err != nil || len(ids) != 1 {
+			t.Fatalf("sweep: %v, %v", ids, err)
+		}
+		got := getTask(t, b, "p", "t1")
+		elapsed := got.UpdatedAt.Sub(task.UpdatedAt).Milliseconds()
+		if elapsed < testLease.Milliseconds() || got.Budgets.WallMillis.Used != task.Budgets.WallMillis.Used+elapsed {
+			t.Fatalf("wall used %d (was %d), want the %d ms since the last write", got.Budgets.WallMillis.Used, task.Budgets.WallMillis.Used, elapsed)
+		}
+	})
+}

@@ -99,15 +99,24 @@ const (
 	// The compare-and-set of one takeover: the task must still be live in
 	// the run and on the host the sweep saw. Wall time grows by ?3, capped
 	// at the limit (never lowered).
-	qLoseLease = `UPDATE tasks SET status = 'interrupted', reason = 'host_lost', message = ?1, updated_ns = ?2,
+	// qLoseLease charges the lost run ?3 ms of wall time, but never more
+	// than has passed since the task's row was last written (no reading of
+	// the run's wall time is older than that write), so a task lost a
+	// moment after it started is not charged time that never passed.
+	qLoseLease = `UPDATE tasks SET status = 'interrupted', reason = 'host_lost', message = ?1,
 			wall_ms_used = CASE WHEN wall_ms_used >= wall_ms_limit THEN wall_ms_used
-				WHEN wall_ms_used + ?3 < wall_ms_limit THEN wall_ms_used + ?3 ELSE wall_ms_limit END
+				WHEN wall_ms_used + ` + lostCharge + ` < wall_ms_limit THEN wall_ms_used + ` + lostCharge + ` ELSE wall_ms_limit END,
+			updated_ns = ?2
 		WHERE id = ?4 AND run_id = ?5 AND lease_host = ?6 AND status IN ('running', 'waiting_approval')
 		RETURNING ` + taskCols
 	qLoseAttempts = `UPDATE attempts SET status = 'interrupted', reason = 'host_lost', ended_ns = ?1
 		WHERE task_id = ?2 AND status = 'running'`
 	qTaskLease = `SELECT status, reason, run_id, lease_host FROM tasks WHERE id = ? AND principal_id = ?`
 )
+
+// lostCharge is min(?3, the milliseconds from the row's last write to ?2),
+// at least 0, in SQL both engines read alike.
+const lostCharge = `(CASE WHEN ?2 <= updated_ns THEN 0 WHEN (?2 - updated_ns) / 1000000 < ?3 THEN (?2 - updated_ns) / 1000000 ELSE ?3 END)`
 
 func hostQueries() []string {
 	return []string{qRegisterHost, qHeartbeatHost, qLostLeases, qLoseLease, qLoseAttempts, qEndRun}
