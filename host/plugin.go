@@ -179,6 +179,7 @@ type executorClient struct {
 	grace      time.Duration
 	privateDir string // removed at Stop (for a plugin user: its whole run base)
 	log        *pluginLog
+	cleanups   *sync.WaitGroup // the forker's: Registry.Close waits for go-plugin's clean-up
 
 	stopOnce sync.Once
 }
@@ -303,6 +304,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	}
 	ec := raw.(*executorClient)
 	ec.client, ec.proc, ec.grace, ec.privateDir, ec.log = client, proc, opts.StopGrace, cleanup, plog
+	ec.cleanups = &f.cleanups
 	ec.servicesID = ec.broker.NextId()
 	go ec.broker.AcceptAndServe(ec.servicesID, func(o []grpc.ServerOption) *grpc.Server {
 		s := grpc.NewServer(append(o, grpc.MaxRecvMsgSize(opts.MaxMessage), grpc.MaxSendMsgSize(opts.MaxMessage))...)
@@ -400,7 +402,12 @@ func (c *executorClient) Stop() {
 		// Whatever the plugin left in its private dir goes with it.
 		os.RemoveAll(c.privateDir)
 		// go-plugin's own clean-up (socket dir, goroutines) waits for every
-		// holder of the plugin's stderr; it must not hold up the host.
-		go c.client.Kill()
+		// holder of the plugin's stderr; it must not hold up the host, but
+		// a closing registry waits for it (bounded).
+		c.cleanups.Add(1)
+		go func() {
+			defer c.cleanups.Done()
+			c.client.Kill()
+		}()
 	})
 }

@@ -27,6 +27,10 @@ import (
 type forker struct {
 	reqs chan func()
 	done chan struct{}
+	// cleanups counts go-plugin clean-ups still running after their
+	// plugin stopped (they remove its socket dir), so that a closing
+	// registry can wait for them.
+	cleanups sync.WaitGroup
 }
 
 func newForker() *forker {

@@ -200,4 +200,23 @@ func (r *Registry) Confinement(kind string) string {
 
 // Close stops the forker. Call it only after every launched executor has
 // been stopped: its thread's exit delivers the parent-death signal.
-func (r *Registry) Close() { r.forker.close() }
+func (r *Registry) Close() {
+	// The data dir must be left as it is once the host is closed: wait
+	// for the stopped plugins' socket dirs to go, but not for a
+	// grandchild that keeps a plugin's stderr open forever.
+	done := make(chan struct{})
+	go func() {
+		r.forker.cleanups.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(pluginCleanupWait):
+		r.opts.Logger.Warn("plugin clean-up still running at close; its socket dir may outlive the host", "waited", pluginCleanupWait)
+	}
+	r.forker.close()
+}
+
+// pluginCleanupWait bounds how long Close waits for stopped plugins'
+// clean-up.
+const pluginCleanupWait = 5 * time.Second
