@@ -52,7 +52,7 @@ func TestFleetChaos(t *testing.T) {
 
 	c := &fleetChaos{
 		t: t, rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), db: db, work: shortTempDir(t),
-		seen: map[string]chaosRow{}, frozen: map[runKey]string{}, cancelled: map[string]bool{}, faults: map[string]int{},
+		seen: map[string]chaosRow{}, frozen: map[runKey]string{}, cancelled: map[string]bool{}, lost: map[string]bool{}, faults: map[string]int{},
 	}
 	key := make([]byte, 32)
 	rand.Read(key) //nolint:errcheck // never fails
@@ -143,6 +143,7 @@ type fleetChaos struct {
 	// its task exists: from then on the old run may write nothing.
 	frozen     map[runKey]string
 	cancelled  map[string]bool // tasks this test cancelled
+	lost       map[string]bool // tasks seen interrupted as host_lost
 	created    int
 	violations int
 	faults     map[string]int
@@ -193,7 +194,10 @@ func (c *fleetChaos) round(i int) {
 	switch fault {
 	case "kill-host", "stop-host":
 		if len(up) < 2 {
-			fault = "none (one host left)"
+			// One host must stay up to sweep: bring a killed one back
+			// instead.
+			fault = "restart"
+			c.restart()
 			break
 		}
 		// Prefer a host with a step in flight: that is the fault's point.
@@ -204,25 +208,35 @@ func (c *fleetChaos) round(i int) {
 		if fault == "kill-host" {
 			victim.d.kill(t)
 			victim.state = hostKilled
+			held := c.leased(victim.id)
+			t.Logf("round %d: killed %s holding %v", i, victim.id, held)
+			c.awaitLost(i, victim.id, held, time.Now())
 			break
 		}
 		c.pause(i, victim)
 	case "cancel-remote":
 		fault = c.cancelRemote(i)
 	case "restart":
-		var killed []*fleetHost
-		for _, h := range c.hosts {
-			if h.state == hostKilled {
-				killed = append(killed, h)
-			}
-		}
-		if len(killed) == 0 {
+		if !c.restart() {
 			fault = "none (no host down)"
-			break
 		}
-		c.pick(killed).start(t)
 	}
 	c.faults[fault]++
+}
+
+// restart starts a killed host again, as itself; false when none is down.
+func (c *fleetChaos) restart() bool {
+	var killed []*fleetHost
+	for _, h := range c.hosts {
+		if h.state == hostKilled {
+			killed = append(killed, h)
+		}
+	}
+	if len(killed) == 0 {
+		return false
+	}
+	c.pick(killed).start(c.t)
+	return true
 }
 
 // owners lists the live hosts holding a running task's lease.
@@ -276,41 +290,15 @@ func (c *fleetChaos) resume(i int, id string, h *fleetHost) {
 // its late writes meet a newer run (fencing).
 func (c *fleetChaos) pause(i int, h *fleetHost) {
 	t := c.t
-	var held []string
-	rows, err := c.db.Query(`SELECT id FROM tasks WHERE status IN ('running', 'waiting_approval') AND lease_host = $1`, h.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, id)
-	}
-	if err := rows.Close(); err != nil {
-		t.Fatal(err)
-	}
 	if err := h.d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	h.state = hostStopped
 	stopped := time.Now()
-	deadline := stopped.Add(chaosSettle)
-	for {
-		var n int
-		if err := c.db.QueryRow(`SELECT count(*) FROM tasks WHERE status IN ('running', 'waiting_approval') AND lease_host = $1`, h.id).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 && time.Since(stopped) > chaosLease {
-			break
-		}
-		if time.Now().After(deadline) {
-			c.violate(i, "%d tasks still leased to %s, stopped %s ago (lease %s)", n, h.id, time.Since(stopped).Round(time.Millisecond), chaosLease)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// Read after the stop: the stopped host can no longer end what it holds.
+	held := c.leased(h.id)
+	t.Logf("round %d: stopped %s holding %v", i, h.id, held)
+	c.awaitLost(i, h.id, held, stopped)
 	if len(held) > 0 {
 		c.resume(i, held[c.rng.IntN(len(held))], c.pick(c.up()))
 	}
@@ -318,6 +306,69 @@ func (c *fleetChaos) pause(i int, h *fleetHost) {
 		t.Fatal(err)
 	}
 	h.state = hostUp
+}
+
+// leased lists the live tasks leased to host.
+func (c *fleetChaos) leased(host string) []string {
+	rows, err := c.db.Query(`SELECT id FROM tasks WHERE status IN ('running', 'waiting_approval') AND lease_host = $1 ORDER BY seq`, host)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			c.t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		c.t.Fatal(err)
+	}
+	return ids
+}
+
+// awaitLost waits for a live host to sweep the tasks host held when it
+// went silent at since: each must become interrupted (host_lost) within
+// the lease and a sweep — and not before the lease, counted from the
+// host's last heartbeat, ran out. A write the host stamped before since
+// may still land after the read of held (it was in flight): that one is
+// the host's own, not a violation.
+func (c *fleetChaos) awaitLost(i int, host string, held []string, since time.Time) {
+	var beat int64
+	if err := c.db.QueryRow(`SELECT heartbeat_ns FROM hosts WHERE id = $1`, host).Scan(&beat); err != nil {
+		c.t.Fatal(err)
+	}
+	deadline := since.Add(chaosSettle)
+	for _, id := range held {
+		for {
+			var status, reason string
+			var updated int64
+			if err := c.db.QueryRow(`SELECT status, reason, updated_ns FROM tasks WHERE id = $1`, id).Scan(&status, &reason, &updated); err != nil {
+				c.t.Fatal(err)
+			}
+			if status != "running" && status != "waiting_approval" {
+				switch {
+				case updated < since.UnixNano():
+					c.faults["in-flight write before the fault"]++
+				case status != "interrupted" || reason != "host_lost":
+					c.violate(i, "task %s of silent host %s ended %s (%s), want interrupted (host_lost)", id, host, status, reason)
+				case updated < beat+chaosLease.Nanoseconds():
+					c.violate(i, "task %s of host %s taken over %s after its last heartbeat, before its lease of %s ran out",
+						id, host, time.Duration(updated-beat), chaosLease)
+				default:
+					c.lost[id] = true
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				c.violate(i, "task %s still %s on %s, silent for %s (lease %s)", id, status, host, time.Since(since).Round(time.Millisecond), chaosLease)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 // cancelRemote cancels a running task through a live host that does not
@@ -426,6 +477,9 @@ func (c *fleetChaos) check(i int) {
 		}
 		if r.status == "failed" {
 			c.violate(i, "task %s failed (%s): testexec tasks with room in their budgets do not fail", id, r.reason)
+		}
+		if r.reason == "host_lost" {
+			c.lost[id] = true
 		}
 		c.seen[id] = r
 	}
@@ -602,6 +656,13 @@ func (c *fleetChaos) report(seed uint64) {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%-34s %6d\n", k, c.faults[k])
 	}
+	// How much the run exercised: takeovers, runs the fencing check
+	// covered, runs a host itself found fenced after a pause.
+	fenced := 0
+	for _, h := range c.hosts {
+		fenced += strings.Count(h.d.logText(), "lease was lost") + strings.Count(h.d.logText(), "lost its lease")
+	}
+	fmt.Fprintf(&b, "host_lost takeovers %d, older runs checked for late writes %d, runs stopped as fenced %d\n", len(c.lost), len(c.frozen), fenced)
 	fmt.Fprintf(&b, "tasks: %d created, by status %v\nviolated invariants: %d (seed %d)", c.created, statuses, c.violations, seed)
 	c.t.Log(b.String())
 }
