@@ -30,7 +30,9 @@ import (
 // itself; at the end every host is brought back, every interrupted task is
 // resumed until it completes, and the number of violated invariants must
 // be 0. TASKHOST_FLEET_CHAOS_ROUNDS sets the rounds (default 6),
-// TASKHOST_FLEET_CHAOS_SEED replays a run.
+// TASKHOST_FLEET_CHAOS_SEED replays a run's choices (which host gets a
+// create, which fault, how long to wait); which host holds a step when the
+// fault lands still depends on timing.
 func TestFleetChaos(t *testing.T) {
 	dsn := testpg.DSN(t)
 	rounds := envInt(t, "TASKHOST_FLEET_CHAOS_ROUNDS", 6)
