@@ -22,10 +22,10 @@ import (
 	"github.com/taskhost/taskhost/store"
 )
 
-// Services are what the host serves executors besides the step itself: the
+// ServiceConfig is what the host serves executors besides the step itself: the
 // model provider, the tools and the approval policy. A nil Model or Tools
 // answers Unimplemented.
-type Services struct {
+type ServiceConfig struct {
 	Model           model.Provider
 	Tools           *tools.Registry
 	ApprovalTimeout time.Duration // default 1 h
@@ -197,7 +197,7 @@ func (ts *turnState) modelOutage() string {
 // provider's words alone, so the executor's error reads
 // "model <kind>: <message>" without a prefix per layer. Each failed call is
 // logged once, at WARN, with its task.
-func (s *services) modelError(ts *turnState, err error) error {
+func (s *taskServices) modelError(ts *turnState, err error) error {
 	kind := sdkModelKind(model.KindOf(err))
 	msg := err.Error()
 	if merr, ok := errors.AsType[*model.Error](err); ok {
@@ -381,7 +381,7 @@ func fingerprint(parts ...[]byte) string {
 // attempt of the same step if (seq, fingerprint) was observed there, else
 // admit (charging its budget), wait for an approval when gate says so, mark
 // dispatching, run, and record observed or failed with the bounded result.
-func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
 	ts.inflight.Add(1)
 	defer ts.inflight.Done()
 	ctx, cancel := context.WithCancel(ctx)
@@ -475,7 +475,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 
 // CallModel admits and runs one model call. Its depth comes from the parent
 // call token, never from the executor.
-func (s *services) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
+func (s *taskServices) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
 	ts, err := s.authorizeState("CallModel", req.GetTurnToken())
 	if err != nil {
 		return nil, err
@@ -519,7 +519,7 @@ func (s *services) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb
 
 // CallTool admits and runs one tool call under its policy; a tool that needs
 // approval waits for it with the task in waiting_approval.
-func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+func (s *taskServices) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
 	ts, err := s.authorizeState("CallTool", req.GetTurnToken())
 	if err != nil {
 		return nil, err
@@ -594,7 +594,7 @@ func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.C
 // RequestApproval asks the task's principal to decide; the task waits in
 // waiting_approval meanwhile. A rejection or an expiry fails the task, so an
 // answer reaching the executor is always "approved".
-func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
+func (s *taskServices) RequestApproval(ctx context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
 	ts, err := s.authorizeState("RequestApproval", req.GetTurnToken())
 	if err != nil {
 		return nil, err
@@ -623,7 +623,7 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 // (`taskhost approve ID --value JSON`). Like any approval effect it is
 // replayed in a re-run of the step once answered, so a question is never
 // answered twice; one whose wait a crash cut off is asked again.
-func (s *services) RequestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
+func (s *taskServices) RequestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
 	ts, err := s.authorizeState("RequestInput", req.GetTurnToken())
 	if err != nil {
 		return nil, err

@@ -100,7 +100,7 @@ type Executor interface {
 type Launcher interface {
 	// Launch starts a process of the executor kind that serves services to
 	// it for the lifetime of the process.
-	Launch(ctx context.Context, kind string, services HostServices) (Executor, error)
+	Launch(ctx context.Context, kind string, services ServicesServer) (Executor, error)
 	// Describe is the description recorded when kind was registered, or an
 	// error saying why kind is unavailable.
 	Describe(kind string) (Description, error)

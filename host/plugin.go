@@ -24,9 +24,9 @@ import (
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
-// HostServices is what the host serves to one plugin process over the
+// ServicesServer is what the host serves to one plugin process over the
 // go-plugin broker.
-type HostServices interface {
+type ServicesServer interface {
 	pb.HostServicesServer
 }
 
@@ -183,7 +183,7 @@ type executorClient struct {
 	stopOnce sync.Once
 }
 
-func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, support confine.Support, services HostServices) (*executorClient, error) {
+func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, support confine.Support, services ServicesServer) (*executorClient, error) {
 	bin, err := openBinary(spec)
 	if err != nil {
 		return nil, err

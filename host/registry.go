@@ -171,7 +171,7 @@ func (r *Registry) kindsLocked() []string {
 }
 
 // Launch starts a new process of kind serving services.
-func (r *Registry) Launch(ctx context.Context, kind string, services HostServices) (Executor, error) {
+func (r *Registry) Launch(ctx context.Context, kind string, services ServicesServer) (Executor, error) {
 	if _, err := r.Describe(kind); err != nil {
 		return nil, err
 	}

@@ -57,9 +57,9 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// services is the HostServices endpoint of one plugin process, bound to the
+// taskServices is the ServicesServer endpoint of one plugin process, bound to the
 // one task that process serves.
-type services struct {
+type taskServices struct {
 	pb.UnimplementedHostServicesServer
 	r      *Runner
 	taskID string
@@ -67,7 +67,7 @@ type services struct {
 
 // authorizeState resolves a turn token for this endpoint's task. A token of
 // a finished step or of another task is refused the same way, and logged.
-func (s *services) authorizeState(method, tok string) (*turnState, error) {
+func (s *taskServices) authorizeState(method, tok string) (*turnState, error) {
 	ts, ok := s.r.turns.lookup(tok)
 	if !ok || ts.taskID != s.taskID {
 		s.r.log.Warn("host service call with an invalid turn token refused", "method", method, "task", s.taskID)
@@ -77,7 +77,7 @@ func (s *services) authorizeState(method, tok string) (*turnState, error) {
 }
 
 // Progress records a bounded note as a step.progress event.
-func (s *services) Progress(ctx context.Context, req *pb.ProgressRequest) (*pb.ProgressResponse, error) {
+func (s *taskServices) Progress(ctx context.Context, req *pb.ProgressRequest) (*pb.ProgressResponse, error) {
 	ts, err := s.authorizeState("Progress", req.GetTurnToken())
 	if err != nil {
 		return nil, err
@@ -89,7 +89,7 @@ func (s *services) Progress(ctx context.Context, req *pb.ProgressRequest) (*pb.P
 }
 
 // ListTools lists the enabled tools, for the executor to offer a model.
-func (s *services) ListTools(_ context.Context, req *pb.ListToolsRequest) (*pb.ListToolsResponse, error) {
+func (s *taskServices) ListTools(_ context.Context, req *pb.ListToolsRequest) (*pb.ListToolsResponse, error) {
 	if _, err := s.authorizeState("ListTools", req.GetTurnToken()); err != nil {
 		return nil, err
 	}
