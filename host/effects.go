@@ -7,14 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/tools"
@@ -30,15 +25,6 @@ type ServiceConfig struct {
 	Tools           *tools.Registry
 	ApprovalTimeout time.Duration // default 1 h
 }
-
-// The ErrorInfo of host-service refusals the code alone does not tell
-// apart; the SDK reads them (sdk.ReasonEffectUnsettled and co.).
-const (
-	errorDomain               = "taskhost.dev"
-	sdkReasonEffectUnsettled  = "EFFECT_UNSETTLED"
-	sdkReasonModelUnavailable = "MODEL_UNAVAILABLE"
-	sdkReasonModelFailed      = "MODEL_FAILED"
-)
 
 // maxModelMessages bounds one model request.
 const (
@@ -188,15 +174,10 @@ func (ts *turnState) modelOutage() string {
 	return ts.outage
 }
 
-// modelError is the status a failed model call reaches the executor with,
-// mapped here once: an outage (rate_limited, server, timeout) is Unavailable
-// with ErrorInfo MODEL_UNAVAILABLE, which an executor may retry and which is
-// distinct from a host that is gone; a failure for good (auth, request,
-// bad_response) is Aborted with ErrorInfo MODEL_FAILED. The ErrorInfo's
-// "kind" is the SDK's sdk.ModelErrorKind and the status message is the
-// provider's words alone, so the executor's error reads
-// "model <kind>: <message>" without a prefix per layer. Each failed call is
-// logged once, at WARN, with its task.
+// modelError is the *ModelError a failed model call reaches the executor
+// with: an outage (rate_limited, server, timeout) is unavailable, a failure
+// for good (auth, request, bad_response) is not. Each failed call is logged
+// once, at WARN, with its task.
 func (s *taskServices) modelError(ts *turnState, err error) error {
 	kind := sdkModelKind(model.KindOf(err))
 	msg := err.Error()
@@ -204,24 +185,19 @@ func (s *taskServices) modelError(ts *turnState, err error) error {
 		msg = merr.Message
 	}
 	log := []any{"task", ts.taskID, "attempt", ts.attempt, "kind", kind, "error", msg}
-	code, reason := codes.Aborted, sdkReasonModelFailed
+	me := &ModelError{Kind: kind, Message: msg}
 	switch {
 	case model.KindOf(err) == model.KindAuth:
 		ts.noteAuthRefused(msg)
 		s.r.log.Warn("model refused the credentials", log...)
 	case model.Unavailable(err):
-		code, reason = codes.Unavailable, sdkReasonModelUnavailable
+		me.Unavailable = true
 		ts.noteOutage(kind)
 		s.r.log.Warn("model unavailable", log...)
 	default:
 		s.r.log.Warn("model call failed", log...)
 	}
-	st := status.New(code, msg)
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain,
-		Metadata: map[string]string{"kind": kind}}); derr == nil {
-		st = d
-	}
-	return st.Err()
+	return me
 }
 
 // sdkModelKind is the sdk.ModelErrorKind name of a provider's error kind: the
@@ -273,20 +249,6 @@ const idempotentMark = " (idempotent)"
 func idempotentRetry(e store.NewEffect, prev store.Effect) bool {
 	return e.IdempotencyKey != "" && e.IdempotencyKey == prev.IdempotencyKey &&
 		strings.HasSuffix(e.Summary, idempotentMark) && strings.HasSuffix(prev.Summary, idempotentMark)
-}
-
-// unsettledError refuses to run e again: the executor re-issued an effect an
-// earlier attempt left unsettled without an approval for the retry.
-func unsettledError(e store.Effect) error {
-	st := status.New(codes.FailedPrecondition, fmt.Sprintf(
-		"%s effect %d of attempt %d (%s) is %s: it may already have happened, and running it again needs an approval for the retry in this step (RequestApproval) first",
-		e.Kind, e.Seq, e.Attempt, e.Summary, e.Status))
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: sdkReasonEffectUnsettled, Domain: errorDomain, Metadata: map[string]string{
-		"kind": string(e.Kind), "attempt": strconv.FormatInt(e.Attempt, 10), "seq": strconv.FormatInt(e.Seq, 10), "status": string(e.Status),
-	}}); err == nil {
-		st = d
-	}
-	return st.Err()
 }
 
 // noteWriteErr records a failed effect write that no answer reports.
@@ -345,27 +307,28 @@ func budgetReason(be *store.BudgetError) store.Reason {
 	return store.ReasonStepBudgetExhausted
 }
 
-// effectError maps a ledger refusal to the status the executor sees and
-// remembers an exhausted budget on the turn, which fails the task when the
-// step ends.
+// effectError turns a ledger refusal into the host's refusal the executor
+// sees and remembers an exhausted budget on the turn, which fails the task
+// when the step ends.
 func effectError(ts *turnState, err error) error {
 	var be *store.BudgetError
 	switch {
 	case errors.As(err, &be):
-		ts.exhaust(budgetReason(be))
-		return status.Error(codes.ResourceExhausted, be.Error())
+		r := budgetReason(be)
+		ts.exhaust(r)
+		return &BudgetError{Reason: r, Err: err}
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-		return status.Error(codes.FailedPrecondition, "the step is no longer running: "+err.Error())
+		return fmt.Errorf("%w: %w", ErrStepEnded, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
+		return err
 	case errors.Is(err, store.ErrUnavailable):
 		// The store refused the write: the step cannot go on recording
 		// its effects, so it ends interrupted (store_error) whatever the
 		// executor does with this answer.
 		ts.storeFailed(err)
-		return status.Error(codes.Unavailable, "effect not recorded: "+err.Error())
+		return fmt.Errorf("effect %w: %w", ErrNotRecorded, err)
 	}
-	return status.Error(codes.Internal, "effect not recorded: "+err.Error())
+	return fmt.Errorf("effect not recorded: %w", err)
 }
 
 func fingerprint(parts ...[]byte) string {
@@ -417,7 +380,7 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 		if ok {
 			s.r.log.Warn("re-run of an unsettled effect refused: no approval for the retry", "task", ts.taskID,
 				"attempt", ts.attempt, "effect_attempt", prev.Attempt, "effect_seq", prev.Seq, "status", prev.Status)
-			return nil, false, unsettledError(prev)
+			return nil, false, &UnsettledEffectError{Effect: prev}
 		}
 	}
 	_, charged, err := st.AdmitEffect(ctx, e)
@@ -440,7 +403,7 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return fail(status.FromContextError(err).Err())
+		return fail(err)
 	}
 	if _, err := st.MarkEffect(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectDispatching, nil); err != nil {
 		return fail(effectError(ts, err))
@@ -476,20 +439,25 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 // CallModel admits and runs one model call. Its depth comes from the parent
 // call token, never from the executor.
 func (s *taskServices) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
+	resp, err := s.callModel(ctx, req)
+	return resp, serviceStatus(err)
+}
+
+func (s *taskServices) callModel(ctx context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
 	ts, err := s.authorizeState("CallModel", req.GetTurnToken())
 	if err != nil {
 		return nil, err
 	}
 	if s.r.svc.Model == nil {
-		return nil, status.Error(codes.Unimplemented, "no model provider is configured")
+		return nil, refuse(ErrNotConfigured, "no model provider is configured")
 	}
 	depth, ok := ts.depthOf(req.GetParentCallToken())
 	if !ok {
-		return nil, status.Error(codes.PermissionDenied, "parent call token is not a model call of this step")
+		return nil, refuse(ErrNotAllowed, "parent call token is not a model call of this step")
 	}
 	mreq, err := modelRequest(req)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	mreq.TaskID, mreq.Depth = ts.taskID, int(depth)
 	canon, _ := json.Marshal(mreq.Messages)
@@ -501,7 +469,7 @@ func (s *taskServices) CallModel(ctx context.Context, req *pb.CallModelRequest) 
 		resp, err := s.r.svc.Model.Complete(ctx, mreq)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, status.FromContextError(ctx.Err()).Err()
+				return nil, ctx.Err()
 			}
 			return nil, s.modelError(ts, err)
 		}
@@ -512,7 +480,7 @@ func (s *taskServices) CallModel(ctx context.Context, req *pb.CallModelRequest) 
 	}
 	var msg model.Message
 	if err := json.Unmarshal(out, &msg); err != nil {
-		return nil, status.Error(codes.Internal, "model result not readable: "+err.Error())
+		return nil, fmt.Errorf("model result not readable: %w", err)
 	}
 	return &pb.CallModelResponse{Message: toPBMessage(msg), CallToken: ts.addCall(depth), Depth: uint32(depth), Replayed: replayed}, nil
 }
@@ -520,13 +488,18 @@ func (s *taskServices) CallModel(ctx context.Context, req *pb.CallModelRequest) 
 // CallTool admits and runs one tool call under its policy; a tool that needs
 // approval waits for it with the task in waiting_approval.
 func (s *taskServices) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+	resp, err := s.callTool(ctx, req)
+	return resp, serviceStatus(err)
+}
+
+func (s *taskServices) callTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
 	ts, err := s.authorizeState("CallTool", req.GetTurnToken())
 	if err != nil {
 		return nil, err
 	}
 	reg := s.r.svc.Tools
 	if reg == nil {
-		return nil, status.Error(codes.Unimplemented, "no tools are configured")
+		return nil, refuse(ErrNotConfigured, "no tools are configured")
 	}
 	name, args := req.GetName(), []byte(req.GetArgumentsJson())
 	if len(args) == 0 {
@@ -534,14 +507,14 @@ func (s *taskServices) CallTool(ctx context.Context, req *pb.CallToolRequest) (*
 	}
 	// Each tool bounds its own arguments; this is the largest any allows.
 	if len(args) > tools.MaxWriteArgsBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)
+		return nil, &FieldError{Field: "arguments_json", Message: fmt.Sprintf("tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)}
 	}
 	if !json.Valid(args) {
-		return nil, status.Error(codes.InvalidArgument, "tool arguments are not valid JSON")
+		return nil, &FieldError{Field: "arguments_json", Message: "tool arguments are not valid JSON"}
 	}
 	pol, ok := reg.Policy(name)
 	if !ok || !pol.Enabled {
-		return nil, status.Errorf(codes.NotFound, "tool %q is unknown or disabled", truncate(name, 64))
+		return nil, refuse(ErrUnknownTool, "tool %q is unknown or disabled", truncate(name, 64))
 	}
 	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
 		IdempotencyKey: truncate(req.GetIdempotencyKey(), 128), Summary: tools.Summarize(name, args)}
@@ -550,11 +523,11 @@ func (s *taskServices) CallTool(ctx context.Context, req *pb.CallToolRequest) (*
 		key := req.GetIdempotencyKey()
 		switch {
 		case !reg.HonoursKey(name):
-			return nil, status.Errorf(codes.InvalidArgument, "idempotent: tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))
+			return nil, &FieldError{Field: "idempotent", Message: fmt.Sprintf("tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))}
 		case key == "":
-			return nil, status.Error(codes.InvalidArgument, "idempotency_key: an idempotent call needs the key its tool de-duplicates by")
+			return nil, &FieldError{Field: "idempotency_key", Message: "an idempotent call needs the key its tool de-duplicates by"}
 		case len(key) > tools.MaxIdempotencyKeyBytes:
-			return nil, status.Errorf(codes.InvalidArgument, "idempotency_key: %d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)
+			return nil, &FieldError{Field: "idempotency_key", Message: fmt.Sprintf("%d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)}
 		}
 		e.IdempotencyKey, e.Summary, env.IdempotencyKey = key, e.Summary+idempotentMark, key
 	}
@@ -573,11 +546,11 @@ func (s *taskServices) CallTool(ctx context.Context, req *pb.CallToolRequest) (*
 			var ae *tools.ArgError
 			switch {
 			case ctx.Err() != nil:
-				return nil, status.FromContextError(ctx.Err()).Err()
+				return nil, ctx.Err()
 			case errors.As(err, &ae):
-				return nil, status.Error(codes.InvalidArgument, err.Error())
+				return nil, err
 			}
-			return nil, status.Error(codes.Aborted, "tool: "+err.Error())
+			return nil, &ToolError{Err: err}
 		}
 		return json.Marshal(res)
 	})
@@ -586,7 +559,7 @@ func (s *taskServices) CallTool(ctx context.Context, req *pb.CallToolRequest) (*
 	}
 	var res tools.Result
 	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, status.Error(codes.Internal, "tool result not readable: "+err.Error())
+		return nil, fmt.Errorf("tool result not readable: %w", err)
 	}
 	return &pb.CallToolResponse{ResultJson: res.Output, IsError: res.IsError, Replayed: replayed}, nil
 }
@@ -595,6 +568,11 @@ func (s *taskServices) CallTool(ctx context.Context, req *pb.CallToolRequest) (*
 // waiting_approval meanwhile. A rejection or an expiry fails the task, so an
 // answer reaching the executor is always "approved".
 func (s *taskServices) RequestApproval(ctx context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
+	resp, err := s.requestApproval(ctx, req)
+	return resp, serviceStatus(err)
+}
+
+func (s *taskServices) requestApproval(ctx context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
 	ts, err := s.authorizeState("RequestApproval", req.GetTurnToken())
 	if err != nil {
 		return nil, err
@@ -624,13 +602,18 @@ func (s *taskServices) RequestApproval(ctx context.Context, req *pb.RequestAppro
 // replayed in a re-run of the step once answered, so a question is never
 // answered twice; one whose wait a crash cut off is asked again.
 func (s *taskServices) RequestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
+	resp, err := s.requestInput(ctx, req)
+	return resp, serviceStatus(err)
+}
+
+func (s *taskServices) requestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
 	ts, err := s.authorizeState("RequestInput", req.GetTurnToken())
 	if err != nil {
 		return nil, err
 	}
 	question := tools.Printable(truncateChars(req.GetQuestion(), 500), 1900)
 	if question == "" {
-		return nil, status.Error(codes.InvalidArgument, "question: an input request needs a question")
+		return nil, &FieldError{Field: "question", Message: "an input request needs a question"}
 	}
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("input"), []byte(question)), Summary: "input"}
 	var answer []byte
@@ -647,7 +630,7 @@ func (s *taskServices) RequestInput(ctx context.Context, req *pb.RequestInputReq
 
 func modelRequest(req *pb.CallModelRequest) (model.Request, error) {
 	if n := len(req.GetMessages()); n == 0 || n > maxModelMessages {
-		return model.Request{}, fmt.Errorf("a model request needs 1..%d messages, got %d", maxModelMessages, n)
+		return model.Request{}, &FieldError{Field: "messages", Message: fmt.Sprintf("a model request needs 1..%d messages, got %d", maxModelMessages, n)}
 	}
 	var r model.Request
 	size := 0
@@ -661,7 +644,7 @@ func modelRequest(req *pb.CallModelRequest) (model.Request, error) {
 		r.Messages = append(r.Messages, msg)
 	}
 	if size > maxMessageBytes {
-		return model.Request{}, fmt.Errorf("model request messages are %d bytes, limit %d", size, maxMessageBytes)
+		return model.Request{}, &FieldError{Field: "messages", Message: fmt.Sprintf("model request messages are %d bytes, limit %d", size, maxMessageBytes)}
 	}
 	for _, t := range req.GetTools() {
 		r.Tools = append(r.Tools, model.ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Parameters: t.GetParametersJson()})
