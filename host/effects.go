@@ -13,7 +13,6 @@ import (
 
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/tools"
-	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -438,26 +437,21 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 
 // CallModel admits and runs one model call. Its depth comes from the parent
 // call token, never from the executor.
-func (s *taskServices) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
-	resp, err := s.callModel(ctx, req)
-	return resp, serviceStatus(err)
-}
-
-func (s *taskServices) callModel(ctx context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
-	ts, err := s.authorizeState("CallModel", req.GetTurnToken())
+func (s *taskServices) CallModel(ctx context.Context, call ModelCall) (ModelAnswer, error) {
+	ts, err := s.authorizeState("CallModel", call.TurnToken)
 	if err != nil {
-		return nil, err
+		return ModelAnswer{}, err
 	}
 	if s.r.svc.Model == nil {
-		return nil, refuse(ErrNotConfigured, "no model provider is configured")
+		return ModelAnswer{}, refuse(ErrNotConfigured, "no model provider is configured")
 	}
-	depth, ok := ts.depthOf(req.GetParentCallToken())
+	depth, ok := ts.depthOf(call.ParentCallToken)
 	if !ok {
-		return nil, refuse(ErrNotAllowed, "parent call token is not a model call of this step")
+		return ModelAnswer{}, refuse(ErrNotAllowed, "parent call token is not a model call of this step")
 	}
-	mreq, err := modelRequest(req)
+	mreq, err := modelRequest(call)
 	if err != nil {
-		return nil, err
+		return ModelAnswer{}, err
 	}
 	mreq.TaskID, mreq.Depth = ts.taskID, int(depth)
 	canon, _ := json.Marshal(mreq.Messages)
@@ -476,58 +470,53 @@ func (s *taskServices) callModel(ctx context.Context, req *pb.CallModelRequest) 
 		return json.Marshal(resp.Message)
 	})
 	if err != nil {
-		return nil, err
+		return ModelAnswer{}, err
 	}
 	var msg model.Message
 	if err := json.Unmarshal(out, &msg); err != nil {
-		return nil, fmt.Errorf("model result not readable: %w", err)
+		return ModelAnswer{}, fmt.Errorf("model result not readable: %w", err)
 	}
-	return &pb.CallModelResponse{Message: toPBMessage(msg), CallToken: ts.addCall(depth), Depth: uint32(depth), Replayed: replayed}, nil
+	return ModelAnswer{Message: msg, CallToken: ts.addCall(depth), Depth: depth, Replayed: replayed}, nil
 }
 
 // CallTool admits and runs one tool call under its policy; a tool that needs
 // approval waits for it with the task in waiting_approval.
-func (s *taskServices) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
-	resp, err := s.callTool(ctx, req)
-	return resp, serviceStatus(err)
-}
-
-func (s *taskServices) callTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
-	ts, err := s.authorizeState("CallTool", req.GetTurnToken())
+func (s *taskServices) CallTool(ctx context.Context, call ToolCall) (ToolAnswer, error) {
+	ts, err := s.authorizeState("CallTool", call.TurnToken)
 	if err != nil {
-		return nil, err
+		return ToolAnswer{}, err
 	}
 	reg := s.r.svc.Tools
 	if reg == nil {
-		return nil, refuse(ErrNotConfigured, "no tools are configured")
+		return ToolAnswer{}, refuse(ErrNotConfigured, "no tools are configured")
 	}
-	name, args := req.GetName(), []byte(req.GetArgumentsJson())
+	name, args := call.Name, call.Arguments
 	if len(args) == 0 {
 		args = []byte("{}")
 	}
 	// Each tool bounds its own arguments; this is the largest any allows.
 	if len(args) > tools.MaxWriteArgsBytes {
-		return nil, &FieldError{Field: "arguments_json", Message: fmt.Sprintf("tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)}
+		return ToolAnswer{}, &FieldError{Field: "arguments_json", Message: fmt.Sprintf("tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)}
 	}
 	if !json.Valid(args) {
-		return nil, &FieldError{Field: "arguments_json", Message: "tool arguments are not valid JSON"}
+		return ToolAnswer{}, &FieldError{Field: "arguments_json", Message: "tool arguments are not valid JSON"}
 	}
 	pol, ok := reg.Policy(name)
 	if !ok || !pol.Enabled {
-		return nil, refuse(ErrUnknownTool, "tool %q is unknown or disabled", truncate(name, 64))
+		return ToolAnswer{}, refuse(ErrUnknownTool, "tool %q is unknown or disabled", truncate(name, 64))
 	}
 	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
-		IdempotencyKey: truncate(req.GetIdempotencyKey(), 128), Summary: tools.Summarize(name, args)}
+		IdempotencyKey: truncate(call.IdempotencyKey, 128), Summary: tools.Summarize(name, args)}
 	env := tools.Env{TaskID: ts.taskID, Workspace: s.r.workspace(ts.taskID)}
-	if req.GetIdempotent() {
-		key := req.GetIdempotencyKey()
+	if call.Idempotent {
+		key := call.IdempotencyKey
 		switch {
 		case !reg.HonoursKey(name):
-			return nil, &FieldError{Field: "idempotent", Message: fmt.Sprintf("tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))}
+			return ToolAnswer{}, &FieldError{Field: "idempotent", Message: fmt.Sprintf("tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))}
 		case key == "":
-			return nil, &FieldError{Field: "idempotency_key", Message: "an idempotent call needs the key its tool de-duplicates by"}
+			return ToolAnswer{}, &FieldError{Field: "idempotency_key", Message: "an idempotent call needs the key its tool de-duplicates by"}
 		case len(key) > tools.MaxIdempotencyKeyBytes:
-			return nil, &FieldError{Field: "idempotency_key", Message: fmt.Sprintf("%d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)}
+			return ToolAnswer{}, &FieldError{Field: "idempotency_key", Message: fmt.Sprintf("%d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)}
 		}
 		e.IdempotencyKey, e.Summary, env.IdempotencyKey = key, e.Summary+idempotentMark, key
 	}
@@ -555,31 +544,26 @@ func (s *taskServices) callTool(ctx context.Context, req *pb.CallToolRequest) (*
 		return json.Marshal(res)
 	})
 	if err != nil {
-		return nil, err
+		return ToolAnswer{}, err
 	}
 	var res tools.Result
 	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, fmt.Errorf("tool result not readable: %w", err)
+		return ToolAnswer{}, fmt.Errorf("tool result not readable: %w", err)
 	}
-	return &pb.CallToolResponse{ResultJson: res.Output, IsError: res.IsError, Replayed: replayed}, nil
+	return ToolAnswer{Output: res.Output, IsError: res.IsError, Replayed: replayed}, nil
 }
 
 // RequestApproval asks the task's principal to decide; the task waits in
 // waiting_approval meanwhile. A rejection or an expiry fails the task, so an
 // answer reaching the executor is always "approved".
-func (s *taskServices) RequestApproval(ctx context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
-	resp, err := s.requestApproval(ctx, req)
-	return resp, serviceStatus(err)
-}
-
-func (s *taskServices) requestApproval(ctx context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
-	ts, err := s.authorizeState("RequestApproval", req.GetTurnToken())
+func (s *taskServices) RequestApproval(ctx context.Context, tok, prompt string) error {
+	ts, err := s.authorizeState("RequestApproval", tok)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// An executor's prompt is shown on terminals: no control characters.
 	// Escaping can grow it; the store takes 2000 bytes.
-	prompt := tools.Printable(truncateChars(req.GetPrompt(), 500), 1900)
+	prompt = tools.Printable(truncateChars(prompt, 500), 1900)
 	if n, _ := ts.unsettled(); n > 0 {
 		// Whatever the executor wrote, the approver learns what a yes
 		// re-admits: the host's word, within the store's 2000 bytes.
@@ -588,12 +572,12 @@ func (s *taskServices) requestApproval(ctx context.Context, req *pb.RequestAppro
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
 	gate := func(seq int64) error { return s.r.awaitApproval(ctx, ts, seq, "", prompt) }
 	if _, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {
-		return nil, err
+		return err
 	}
 	// Granted now or replayed from an earlier attempt of this step: either
 	// way a person said yes to the retry.
 	ts.approveRetry()
-	return &pb.RequestApprovalResponse{Decision: "approved"}, nil
+	return nil
 }
 
 // RequestInput asks the task's principal a question, with the task in
@@ -601,17 +585,12 @@ func (s *taskServices) requestApproval(ctx context.Context, req *pb.RequestAppro
 // (`taskhost approve ID --value JSON`). Like any approval effect it is
 // replayed in a re-run of the step once answered, so a question is never
 // answered twice; one whose wait a crash cut off is asked again.
-func (s *taskServices) RequestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
-	resp, err := s.requestInput(ctx, req)
-	return resp, serviceStatus(err)
-}
-
-func (s *taskServices) requestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
-	ts, err := s.authorizeState("RequestInput", req.GetTurnToken())
+func (s *taskServices) RequestInput(ctx context.Context, tok, question string) ([]byte, error) {
+	ts, err := s.authorizeState("RequestInput", tok)
 	if err != nil {
 		return nil, err
 	}
-	question := tools.Printable(truncateChars(req.GetQuestion(), 500), 1900)
+	question = tools.Printable(truncateChars(question, 500), 1900)
 	if question == "" {
 		return nil, &FieldError{Field: "question", Message: "an input request needs a question"}
 	}
@@ -625,37 +604,24 @@ func (s *taskServices) requestInput(ctx context.Context, req *pb.RequestInputReq
 	if err != nil {
 		return nil, err
 	}
-	return &pb.RequestInputResponse{ValueJson: string(out)}, nil
+	return out, nil
 }
 
-func modelRequest(req *pb.CallModelRequest) (model.Request, error) {
-	if n := len(req.GetMessages()); n == 0 || n > maxModelMessages {
+// modelRequest bounds an executor's model call: it is as much of the
+// conversation as the executor sends, never the host's limits' worth.
+func modelRequest(c ModelCall) (model.Request, error) {
+	if n := len(c.Messages); n == 0 || n > maxModelMessages {
 		return model.Request{}, &FieldError{Field: "messages", Message: fmt.Sprintf("a model request needs 1..%d messages, got %d", maxModelMessages, n)}
 	}
-	var r model.Request
 	size := 0
-	for _, m := range req.GetMessages() {
-		msg := model.Message{Role: m.GetRole(), Content: m.GetContent(), ToolCallID: m.GetToolCallId()}
-		for _, tc := range m.GetToolCalls() {
-			msg.ToolCalls = append(msg.ToolCalls, model.ToolCall{ID: tc.GetId(), Name: tc.GetName(), Arguments: tc.GetArgumentsJson()})
-			size += len(tc.GetArgumentsJson())
+	for _, m := range c.Messages {
+		size += len(m.Content)
+		for _, tc := range m.ToolCalls {
+			size += len(tc.Arguments)
 		}
-		size += len(m.GetContent())
-		r.Messages = append(r.Messages, msg)
 	}
 	if size > maxMessageBytes {
 		return model.Request{}, &FieldError{Field: "messages", Message: fmt.Sprintf("model request messages are %d bytes, limit %d", size, maxMessageBytes)}
 	}
-	for _, t := range req.GetTools() {
-		r.Tools = append(r.Tools, model.ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Parameters: t.GetParametersJson()})
-	}
-	return r, nil
-}
-
-func toPBMessage(m model.Message) *pb.ChatMessage {
-	out := &pb.ChatMessage{Role: m.Role, Content: m.Content, ToolCallId: m.ToolCallID}
-	for _, tc := range m.ToolCalls {
-		out.ToolCalls = append(out.ToolCalls, &pb.ToolCall{Id: tc.ID, Name: tc.Name, ArgumentsJson: tc.Arguments})
-	}
-	return out
+	return model.Request{Messages: c.Messages, Tools: c.Tools}, nil
 }

@@ -24,12 +24,6 @@ import (
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
-// ServicesServer is what the host serves to one plugin process over the
-// go-plugin broker.
-type ServicesServer interface {
-	pb.HostServicesServer
-}
-
 // PluginSpec says how to start one executor kind.
 type PluginSpec struct {
 	Kind   string
@@ -183,7 +177,7 @@ type executorClient struct {
 	stopOnce sync.Once
 }
 
-func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, support confine.Support, services ServicesServer) (*executorClient, error) {
+func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, support confine.Support, services pb.HostServicesServer) (*executorClient, error) {
 	bin, err := openBinary(spec)
 	if err != nil {
 		return nil, err

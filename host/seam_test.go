@@ -330,7 +330,7 @@ func TestSeamStepOutcomes(t *testing.T) {
 		{
 			name: "launch fails",
 			launch: func(l *fakeLauncher) {
-				l.LaunchF = func(context.Context, string, ServicesServer) (Executor, error) {
+				l.LaunchF = func(context.Context, string, Services) (Executor, error) {
 					return nil, errors.New("fork/exec: no such file")
 				}
 			},
@@ -469,8 +469,8 @@ func (m fakeModel) Complete(ctx context.Context, req model.Request) (model.Respo
 }
 
 // callModel is a model call the way a plugin makes it, through the
-// ServicesServer endpoint the step's process was given.
-func callModel(ctx context.Context, svc ServicesServer, tok string) error {
+// Services endpoint the step's process was given.
+func callModel(ctx context.Context, svc *servicesServer, tok string) error {
 	_, err := svc.CallModel(ctx, &pb.CallModelRequest{TurnToken: tok, Messages: []*pb.ChatMessage{{Role: "user", Content: "hi"}}})
 	return err
 }
@@ -571,7 +571,7 @@ func TestSeamStaleTurnTokenRefused(t *testing.T) {
 
 func TestSeamResumeWithNoStepLeft(t *testing.T) {
 	s := newSeam(t, seamOptions{})
-	s.l.LaunchF = func(context.Context, string, ServicesServer) (Executor, error) {
+	s.l.LaunchF = func(context.Context, string, Services) (Executor, error) {
 		exe := newFakeExecutor()
 		exe.StepF = script(exe, dies(ExitStatus{Code: -1, Signal: "killed"}, status.Error(codes.Unavailable, "EOF")))
 		return exe, nil
