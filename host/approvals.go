@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -94,7 +91,7 @@ func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool
 
 	t, err := r.store.GetTask(ctx, ts.principal, ts.taskID)
 	if err != nil {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+		return nil, fmt.Errorf("%w: %w", ErrStepEnded, err)
 	}
 	t.Status = store.StatusWaitingApproval
 	// The wait is not active time: the clock pauses before the event reads
@@ -119,9 +116,9 @@ func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool
 		if d.status == store.ApprovalApproved {
 			return d.value, nil
 		}
-		return nil, status.Errorf(codes.Aborted, "approval %s %s", id, d.status)
+		return nil, &ApprovalRefusedError{ID: id, Status: d.status}
 	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return nil, ctx.Err()
 	}
 }
 

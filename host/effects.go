@@ -7,38 +7,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/tools"
-	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
 
-// Services are what the host serves executors besides the step itself: the
+// ServiceConfig is what the host serves executors besides the step itself: the
 // model provider, the tools and the approval policy. A nil Model or Tools
 // answers Unimplemented.
-type Services struct {
+type ServiceConfig struct {
 	Model           model.Provider
 	Tools           *tools.Registry
 	ApprovalTimeout time.Duration // default 1 h
 }
-
-// The ErrorInfo of host-service refusals the code alone does not tell
-// apart; the SDK reads them (sdk.ReasonEffectUnsettled and co.).
-const (
-	errorDomain               = "taskhost.dev"
-	sdkReasonEffectUnsettled  = "EFFECT_UNSETTLED"
-	sdkReasonModelUnavailable = "MODEL_UNAVAILABLE"
-	sdkReasonModelFailed      = "MODEL_FAILED"
-)
 
 // maxModelMessages bounds one model request.
 const (
@@ -188,40 +173,30 @@ func (ts *turnState) modelOutage() string {
 	return ts.outage
 }
 
-// modelError is the status a failed model call reaches the executor with,
-// mapped here once: an outage (rate_limited, server, timeout) is Unavailable
-// with ErrorInfo MODEL_UNAVAILABLE, which an executor may retry and which is
-// distinct from a host that is gone; a failure for good (auth, request,
-// bad_response) is Aborted with ErrorInfo MODEL_FAILED. The ErrorInfo's
-// "kind" is the SDK's sdk.ModelErrorKind and the status message is the
-// provider's words alone, so the executor's error reads
-// "model <kind>: <message>" without a prefix per layer. Each failed call is
-// logged once, at WARN, with its task.
-func (s *services) modelError(ts *turnState, err error) error {
+// modelError is the *ModelError a failed model call reaches the executor
+// with: an outage (rate_limited, server, timeout) is unavailable, a failure
+// for good (auth, request, bad_response) is not. Each failed call is logged
+// once, at WARN, with its task.
+func (s *taskServices) modelError(ts *turnState, err error) error {
 	kind := sdkModelKind(model.KindOf(err))
 	msg := err.Error()
 	if merr, ok := errors.AsType[*model.Error](err); ok {
 		msg = merr.Message
 	}
 	log := []any{"task", ts.taskID, "attempt", ts.attempt, "kind", kind, "error", msg}
-	code, reason := codes.Aborted, sdkReasonModelFailed
+	me := &ModelError{Kind: kind, Message: msg}
 	switch {
 	case model.KindOf(err) == model.KindAuth:
 		ts.noteAuthRefused(msg)
 		s.r.log.Warn("model refused the credentials", log...)
 	case model.Unavailable(err):
-		code, reason = codes.Unavailable, sdkReasonModelUnavailable
+		me.Unavailable = true
 		ts.noteOutage(kind)
 		s.r.log.Warn("model unavailable", log...)
 	default:
 		s.r.log.Warn("model call failed", log...)
 	}
-	st := status.New(code, msg)
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain,
-		Metadata: map[string]string{"kind": kind}}); derr == nil {
-		st = d
-	}
-	return st.Err()
+	return me
 }
 
 // sdkModelKind is the sdk.ModelErrorKind name of a provider's error kind: the
@@ -273,20 +248,6 @@ const idempotentMark = " (idempotent)"
 func idempotentRetry(e store.NewEffect, prev store.Effect) bool {
 	return e.IdempotencyKey != "" && e.IdempotencyKey == prev.IdempotencyKey &&
 		strings.HasSuffix(e.Summary, idempotentMark) && strings.HasSuffix(prev.Summary, idempotentMark)
-}
-
-// unsettledError refuses to run e again: the executor re-issued an effect an
-// earlier attempt left unsettled without an approval for the retry.
-func unsettledError(e store.Effect) error {
-	st := status.New(codes.FailedPrecondition, fmt.Sprintf(
-		"%s effect %d of attempt %d (%s) is %s: it may already have happened, and running it again needs an approval for the retry in this step (RequestApproval) first",
-		e.Kind, e.Seq, e.Attempt, e.Summary, e.Status))
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: sdkReasonEffectUnsettled, Domain: errorDomain, Metadata: map[string]string{
-		"kind": string(e.Kind), "attempt": strconv.FormatInt(e.Attempt, 10), "seq": strconv.FormatInt(e.Seq, 10), "status": string(e.Status),
-	}}); err == nil {
-		st = d
-	}
-	return st.Err()
 }
 
 // noteWriteErr records a failed effect write that no answer reports.
@@ -345,27 +306,28 @@ func budgetReason(be *store.BudgetError) store.Reason {
 	return store.ReasonStepBudgetExhausted
 }
 
-// effectError maps a ledger refusal to the status the executor sees and
-// remembers an exhausted budget on the turn, which fails the task when the
-// step ends.
+// effectError turns a ledger refusal into the host's refusal the executor
+// sees and remembers an exhausted budget on the turn, which fails the task
+// when the step ends.
 func effectError(ts *turnState, err error) error {
 	var be *store.BudgetError
 	switch {
 	case errors.As(err, &be):
-		ts.exhaust(budgetReason(be))
-		return status.Error(codes.ResourceExhausted, be.Error())
+		r := budgetReason(be)
+		ts.exhaust(r)
+		return &BudgetError{Reason: r, Err: err}
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-		return status.Error(codes.FailedPrecondition, "the step is no longer running: "+err.Error())
+		return fmt.Errorf("%w: %w", ErrStepEnded, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
+		return err
 	case errors.Is(err, store.ErrUnavailable):
 		// The store refused the write: the step cannot go on recording
 		// its effects, so it ends interrupted (store_error) whatever the
 		// executor does with this answer.
 		ts.storeFailed(err)
-		return status.Error(codes.Unavailable, "effect not recorded: "+err.Error())
+		return fmt.Errorf("effect %w: %w", ErrNotRecorded, err)
 	}
-	return status.Error(codes.Internal, "effect not recorded: "+err.Error())
+	return fmt.Errorf("effect not recorded: %w", err)
 }
 
 func fingerprint(parts ...[]byte) string {
@@ -381,7 +343,7 @@ func fingerprint(parts ...[]byte) string {
 // attempt of the same step if (seq, fingerprint) was observed there, else
 // admit (charging its budget), wait for an approval when gate says so, mark
 // dispatching, run, and record observed or failed with the bounded result.
-func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
 	ts.inflight.Add(1)
 	defer ts.inflight.Done()
 	ctx, cancel := context.WithCancel(ctx)
@@ -417,7 +379,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		if ok {
 			s.r.log.Warn("re-run of an unsettled effect refused: no approval for the retry", "task", ts.taskID,
 				"attempt", ts.attempt, "effect_attempt", prev.Attempt, "effect_seq", prev.Seq, "status", prev.Status)
-			return nil, false, unsettledError(prev)
+			return nil, false, &UnsettledEffectError{Effect: prev}
 		}
 	}
 	_, charged, err := st.AdmitEffect(ctx, e)
@@ -440,7 +402,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return fail(status.FromContextError(err).Err())
+		return fail(err)
 	}
 	if _, err := st.MarkEffect(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectDispatching, nil); err != nil {
 		return fail(effectError(ts, err))
@@ -475,21 +437,21 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 
 // CallModel admits and runs one model call. Its depth comes from the parent
 // call token, never from the executor.
-func (s *services) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb.CallModelResponse, error) {
-	ts, err := s.authorizeState("CallModel", req.GetTurnToken())
+func (s *taskServices) CallModel(ctx context.Context, call ModelCall) (ModelAnswer, error) {
+	ts, err := s.authorizeState("CallModel", call.TurnToken)
 	if err != nil {
-		return nil, err
+		return ModelAnswer{}, err
 	}
 	if s.r.svc.Model == nil {
-		return nil, status.Error(codes.Unimplemented, "no model provider is configured")
+		return ModelAnswer{}, refuse(ErrNotConfigured, "no model provider is configured")
 	}
-	depth, ok := ts.depthOf(req.GetParentCallToken())
+	depth, ok := ts.depthOf(call.ParentCallToken)
 	if !ok {
-		return nil, status.Error(codes.PermissionDenied, "parent call token is not a model call of this step")
+		return ModelAnswer{}, refuse(ErrNotAllowed, "parent call token is not a model call of this step")
 	}
-	mreq, err := modelRequest(req)
+	mreq, err := modelRequest(call)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return ModelAnswer{}, err
 	}
 	mreq.TaskID, mreq.Depth = ts.taskID, int(depth)
 	canon, _ := json.Marshal(mreq.Messages)
@@ -501,60 +463,60 @@ func (s *services) CallModel(ctx context.Context, req *pb.CallModelRequest) (*pb
 		resp, err := s.r.svc.Model.Complete(ctx, mreq)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, status.FromContextError(ctx.Err()).Err()
+				return nil, ctx.Err()
 			}
 			return nil, s.modelError(ts, err)
 		}
 		return json.Marshal(resp.Message)
 	})
 	if err != nil {
-		return nil, err
+		return ModelAnswer{}, err
 	}
 	var msg model.Message
 	if err := json.Unmarshal(out, &msg); err != nil {
-		return nil, status.Error(codes.Internal, "model result not readable: "+err.Error())
+		return ModelAnswer{}, fmt.Errorf("model result not readable: %w", err)
 	}
-	return &pb.CallModelResponse{Message: toPBMessage(msg), CallToken: ts.addCall(depth), Depth: uint32(depth), Replayed: replayed}, nil
+	return ModelAnswer{Message: msg, CallToken: ts.addCall(depth), Depth: depth, Replayed: replayed}, nil
 }
 
 // CallTool admits and runs one tool call under its policy; a tool that needs
 // approval waits for it with the task in waiting_approval.
-func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
-	ts, err := s.authorizeState("CallTool", req.GetTurnToken())
+func (s *taskServices) CallTool(ctx context.Context, call ToolCall) (ToolAnswer, error) {
+	ts, err := s.authorizeState("CallTool", call.TurnToken)
 	if err != nil {
-		return nil, err
+		return ToolAnswer{}, err
 	}
 	reg := s.r.svc.Tools
 	if reg == nil {
-		return nil, status.Error(codes.Unimplemented, "no tools are configured")
+		return ToolAnswer{}, refuse(ErrNotConfigured, "no tools are configured")
 	}
-	name, args := req.GetName(), []byte(req.GetArgumentsJson())
+	name, args := call.Name, call.Arguments
 	if len(args) == 0 {
 		args = []byte("{}")
 	}
 	// Each tool bounds its own arguments; this is the largest any allows.
 	if len(args) > tools.MaxWriteArgsBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)
+		return ToolAnswer{}, &FieldError{Field: "arguments_json", Message: fmt.Sprintf("tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)}
 	}
 	if !json.Valid(args) {
-		return nil, status.Error(codes.InvalidArgument, "tool arguments are not valid JSON")
+		return ToolAnswer{}, &FieldError{Field: "arguments_json", Message: "tool arguments are not valid JSON"}
 	}
 	pol, ok := reg.Policy(name)
 	if !ok || !pol.Enabled {
-		return nil, status.Errorf(codes.NotFound, "tool %q is unknown or disabled", truncate(name, 64))
+		return ToolAnswer{}, refuse(ErrUnknownTool, "tool %q is unknown or disabled", truncate(name, 64))
 	}
 	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
-		IdempotencyKey: truncate(req.GetIdempotencyKey(), 128), Summary: tools.Summarize(name, args)}
+		IdempotencyKey: truncate(call.IdempotencyKey, 128), Summary: tools.Summarize(name, args)}
 	env := tools.Env{TaskID: ts.taskID, Workspace: s.r.workspace(ts.taskID)}
-	if req.GetIdempotent() {
-		key := req.GetIdempotencyKey()
+	if call.Idempotent {
+		key := call.IdempotencyKey
 		switch {
 		case !reg.HonoursKey(name):
-			return nil, status.Errorf(codes.InvalidArgument, "idempotent: tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))
+			return ToolAnswer{}, &FieldError{Field: "idempotent", Message: fmt.Sprintf("tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))}
 		case key == "":
-			return nil, status.Error(codes.InvalidArgument, "idempotency_key: an idempotent call needs the key its tool de-duplicates by")
+			return ToolAnswer{}, &FieldError{Field: "idempotency_key", Message: "an idempotent call needs the key its tool de-duplicates by"}
 		case len(key) > tools.MaxIdempotencyKeyBytes:
-			return nil, status.Errorf(codes.InvalidArgument, "idempotency_key: %d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)
+			return ToolAnswer{}, &FieldError{Field: "idempotency_key", Message: fmt.Sprintf("%d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)}
 		}
 		e.IdempotencyKey, e.Summary, env.IdempotencyKey = key, e.Summary+idempotentMark, key
 	}
@@ -573,35 +535,35 @@ func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.C
 			var ae *tools.ArgError
 			switch {
 			case ctx.Err() != nil:
-				return nil, status.FromContextError(ctx.Err()).Err()
+				return nil, ctx.Err()
 			case errors.As(err, &ae):
-				return nil, status.Error(codes.InvalidArgument, err.Error())
+				return nil, err
 			}
-			return nil, status.Error(codes.Aborted, "tool: "+err.Error())
+			return nil, &ToolError{Err: err}
 		}
 		return json.Marshal(res)
 	})
 	if err != nil {
-		return nil, err
+		return ToolAnswer{}, err
 	}
 	var res tools.Result
 	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, status.Error(codes.Internal, "tool result not readable: "+err.Error())
+		return ToolAnswer{}, fmt.Errorf("tool result not readable: %w", err)
 	}
-	return &pb.CallToolResponse{ResultJson: res.Output, IsError: res.IsError, Replayed: replayed}, nil
+	return ToolAnswer{Output: res.Output, IsError: res.IsError, Replayed: replayed}, nil
 }
 
 // RequestApproval asks the task's principal to decide; the task waits in
 // waiting_approval meanwhile. A rejection or an expiry fails the task, so an
 // answer reaching the executor is always "approved".
-func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalRequest) (*pb.RequestApprovalResponse, error) {
-	ts, err := s.authorizeState("RequestApproval", req.GetTurnToken())
+func (s *taskServices) RequestApproval(ctx context.Context, tok, prompt string) error {
+	ts, err := s.authorizeState("RequestApproval", tok)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// An executor's prompt is shown on terminals: no control characters.
 	// Escaping can grow it; the store takes 2000 bytes.
-	prompt := tools.Printable(truncateChars(req.GetPrompt(), 500), 1900)
+	prompt = tools.Printable(truncateChars(prompt, 500), 1900)
 	if n, _ := ts.unsettled(); n > 0 {
 		// Whatever the executor wrote, the approver learns what a yes
 		// re-admits: the host's word, within the store's 2000 bytes.
@@ -610,12 +572,12 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
 	gate := func(seq int64) error { return s.r.awaitApproval(ctx, ts, seq, "", prompt) }
 	if _, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {
-		return nil, err
+		return err
 	}
 	// Granted now or replayed from an earlier attempt of this step: either
 	// way a person said yes to the retry.
 	ts.approveRetry()
-	return &pb.RequestApprovalResponse{Decision: "approved"}, nil
+	return nil
 }
 
 // RequestInput asks the task's principal a question, with the task in
@@ -623,14 +585,14 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 // (`taskhost approve ID --value JSON`). Like any approval effect it is
 // replayed in a re-run of the step once answered, so a question is never
 // answered twice; one whose wait a crash cut off is asked again.
-func (s *services) RequestInput(ctx context.Context, req *pb.RequestInputRequest) (*pb.RequestInputResponse, error) {
-	ts, err := s.authorizeState("RequestInput", req.GetTurnToken())
+func (s *taskServices) RequestInput(ctx context.Context, tok, question string) ([]byte, error) {
+	ts, err := s.authorizeState("RequestInput", tok)
 	if err != nil {
 		return nil, err
 	}
-	question := tools.Printable(truncateChars(req.GetQuestion(), 500), 1900)
+	question = tools.Printable(truncateChars(question, 500), 1900)
 	if question == "" {
-		return nil, status.Error(codes.InvalidArgument, "question: an input request needs a question")
+		return nil, &FieldError{Field: "question", Message: "an input request needs a question"}
 	}
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("input"), []byte(question)), Summary: "input"}
 	var answer []byte
@@ -642,37 +604,24 @@ func (s *services) RequestInput(ctx context.Context, req *pb.RequestInputRequest
 	if err != nil {
 		return nil, err
 	}
-	return &pb.RequestInputResponse{ValueJson: string(out)}, nil
+	return out, nil
 }
 
-func modelRequest(req *pb.CallModelRequest) (model.Request, error) {
-	if n := len(req.GetMessages()); n == 0 || n > maxModelMessages {
-		return model.Request{}, fmt.Errorf("a model request needs 1..%d messages, got %d", maxModelMessages, n)
+// modelRequest bounds an executor's model call: it is as much of the
+// conversation as the executor sends, never the host's limits' worth.
+func modelRequest(c ModelCall) (model.Request, error) {
+	if n := len(c.Messages); n == 0 || n > maxModelMessages {
+		return model.Request{}, &FieldError{Field: "messages", Message: fmt.Sprintf("a model request needs 1..%d messages, got %d", maxModelMessages, n)}
 	}
-	var r model.Request
 	size := 0
-	for _, m := range req.GetMessages() {
-		msg := model.Message{Role: m.GetRole(), Content: m.GetContent(), ToolCallID: m.GetToolCallId()}
-		for _, tc := range m.GetToolCalls() {
-			msg.ToolCalls = append(msg.ToolCalls, model.ToolCall{ID: tc.GetId(), Name: tc.GetName(), Arguments: tc.GetArgumentsJson()})
-			size += len(tc.GetArgumentsJson())
+	for _, m := range c.Messages {
+		size += len(m.Content)
+		for _, tc := range m.ToolCalls {
+			size += len(tc.Arguments)
 		}
-		size += len(m.GetContent())
-		r.Messages = append(r.Messages, msg)
 	}
 	if size > maxMessageBytes {
-		return model.Request{}, fmt.Errorf("model request messages are %d bytes, limit %d", size, maxMessageBytes)
+		return model.Request{}, &FieldError{Field: "messages", Message: fmt.Sprintf("model request messages are %d bytes, limit %d", size, maxMessageBytes)}
 	}
-	for _, t := range req.GetTools() {
-		r.Tools = append(r.Tools, model.ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Parameters: t.GetParametersJson()})
-	}
-	return r, nil
-}
-
-func toPBMessage(m model.Message) *pb.ChatMessage {
-	out := &pb.ChatMessage{Role: m.Role, Content: m.Content, ToolCallId: m.ToolCallID}
-	for _, tc := range m.ToolCalls {
-		out.ToolCalls = append(out.ToolCalls, &pb.ToolCall{Id: tc.ID, Name: tc.Name, ArgumentsJson: tc.Arguments})
-	}
-	return out
+	return model.Request{Messages: c.Messages, Tools: c.Tools}, nil
 }

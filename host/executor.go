@@ -1,6 +1,11 @@
 package host
 
-import "context"
+import (
+	"context"
+
+	"github.com/taskhost/taskhost/host/model"
+	"github.com/taskhost/taskhost/host/tools"
+)
 
 // Description is what an executor reports about itself (DESIGN §4).
 type Description struct {
@@ -100,8 +105,82 @@ type Executor interface {
 type Launcher interface {
 	// Launch starts a process of the executor kind that serves services to
 	// it for the lifetime of the process.
-	Launch(ctx context.Context, kind string, services HostServices) (Executor, error)
+	Launch(ctx context.Context, kind string, services Services) (Executor, error)
 	// Describe is the description recorded when kind was registered, or an
 	// error saying why kind is unavailable.
 	Describe(kind string) (Description, error)
+}
+
+// Services is what the host serves one executor process besides its steps,
+// each call for the step in flight its turn token names. A refusal is one of
+// the typed errors of errors.go; a Launcher carries the calls over the wire
+// and maps those errors to the wire's codes.
+type Services interface {
+	Progress(ctx context.Context, turnToken, note string) error
+	ListTools(ctx context.Context, turnToken string) ([]tools.Spec, error)
+	CallModel(ctx context.Context, call ModelCall) (ModelAnswer, error)
+	CallTool(ctx context.Context, call ToolCall) (ToolAnswer, error)
+	// RequestApproval returns once a person approved; a refusal fails the
+	// task and returns an *ApprovalRefusedError.
+	RequestApproval(ctx context.Context, turnToken, prompt string) error
+	// RequestInput returns the JSON value the question was answered with.
+	RequestInput(ctx context.Context, turnToken, question string) (valueJSON []byte, err error)
+}
+
+// ModelCall is one model call of an executor. ParentCallToken is the token
+// of the call whose answer led to this one ("" for a root call): the host,
+// never the executor, derives the call's depth from it.
+type ModelCall struct {
+	TurnToken       string
+	ParentCallToken string
+	Messages        []model.Message
+	Tools           []model.ToolSpec
+}
+
+// ModelAnswer is a model call's answer; CallToken names the call as the
+// parent of the next.
+type ModelAnswer struct {
+	Message   model.Message
+	CallToken string
+	Depth     int64
+	Replayed  bool // from the ledger of an earlier attempt of the step
+}
+
+// ToolCall is one tool call of an executor. Idempotent asks the tool to
+// de-duplicate by IdempotencyKey, so that its retry after a crash needs no
+// approval.
+type ToolCall struct {
+	TurnToken      string
+	Name           string
+	Arguments      []byte // a JSON object
+	IdempotencyKey string
+	Idempotent     bool
+}
+
+// ToolAnswer is a tool's result (tools.Result) as the executor sees it.
+type ToolAnswer struct {
+	Output   string
+	IsError  bool
+	Replayed bool
+}
+
+// NoServices serves an executor nothing: every call is refused with
+// ErrNotConfigured. It is for a process that is only described or measured.
+type NoServices struct{}
+
+var errNoServices = refuse(ErrNotConfigured, "this executor process is served no host services")
+
+func (NoServices) Progress(context.Context, string, string) error { return errNoServices }
+func (NoServices) ListTools(context.Context, string) ([]tools.Spec, error) {
+	return nil, errNoServices
+}
+func (NoServices) CallModel(context.Context, ModelCall) (ModelAnswer, error) {
+	return ModelAnswer{}, errNoServices
+}
+func (NoServices) CallTool(context.Context, ToolCall) (ToolAnswer, error) {
+	return ToolAnswer{}, errNoServices
+}
+func (NoServices) RequestApproval(context.Context, string, string) error { return errNoServices }
+func (NoServices) RequestInput(context.Context, string, string) ([]byte, error) {
+	return nil, errNoServices
 }

@@ -13,16 +13,16 @@ import (
 // description. It lets the Runner's decisions be tested in-process, without
 // building or starting a plugin.
 type fakeLauncher struct {
-	LaunchF   func(ctx context.Context, kind string, services HostServices) (Executor, error)
+	LaunchF   func(ctx context.Context, kind string, services Services) (Executor, error)
 	DescribeF func(kind string) (Description, error)
 	// Exe is what Launch returns when LaunchF is unset.
 	Exe *fakeExecutor
 
 	mu       sync.Mutex
-	services []HostServices // what each Launch was given, in order
+	services []Services // what each Launch was given, in order
 }
 
-func (l *fakeLauncher) Launch(ctx context.Context, kind string, services HostServices) (Executor, error) {
+func (l *fakeLauncher) Launch(ctx context.Context, kind string, services Services) (Executor, error) {
 	l.mu.Lock()
 	l.services = append(l.services, services)
 	l.mu.Unlock()
@@ -39,15 +39,15 @@ func (l *fakeLauncher) Describe(kind string) (Description, error) {
 	return fakeDescription(kind), nil
 }
 
-// lastServices is the HostServices endpoint of the last Launch: a fake step
-// calls it the way a plugin would, over the same methods.
-func (l *fakeLauncher) lastServices() HostServices {
+// lastServices is the gRPC HostServices server of the last Launch: a fake
+// step calls it the way a plugin would, over the same methods and codes.
+func (l *fakeLauncher) lastServices() *servicesServer {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.services) == 0 {
 		return nil
 	}
-	return l.services[len(l.services)-1]
+	return newServicesServer(l.services[len(l.services)-1])
 }
 
 // fakeKind is the executor kind the seam tests register.

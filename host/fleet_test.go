@@ -69,7 +69,7 @@ func newFleetHost(t testing.TB, dir sharedStore, id string, fs FleetSettings) *f
 	set.Fleet = fs
 	exe := newFakeExecutor()
 	l := &fakeLauncher{Exe: exe}
-	r := New(st, l, make([]byte, 32), set, Services{}, t.TempDir(), hclog.NewNullLogger())
+	r := NewRunner(st, l, make([]byte, 32), set, ServiceConfig{}, t.TempDir(), hclog.NewNullLogger())
 	if err := r.StartFleet(context.Background(), "test"); err != nil {
 		t.Fatalf("StartFleet(%s): %v", id, err)
 	}

@@ -69,7 +69,7 @@ func TestSeamIdempotentRetry(t *testing.T) {
 				output = resp.GetResultJson()
 				return err
 			}
-			s.l.LaunchF = func(context.Context, string, HostServices) (Executor, error) {
+			s.l.LaunchF = func(context.Context, string, Services) (Executor, error) {
 				exe := newFakeExecutor()
 				exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
 					if req.Attempt == 1 {

@@ -44,7 +44,7 @@ func TestSeamInputAnswerReplayedAfterCrash(t *testing.T) {
 	s := newSeam(t, seamOptions{})
 	var mu sync.Mutex
 	got := map[int64]string{} // attempt → the value it received
-	s.l.LaunchF = func(context.Context, string, HostServices) (Executor, error) {
+	s.l.LaunchF = func(context.Context, string, Services) (Executor, error) {
 		exe := newFakeExecutor()
 		exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
 			out, err := s.l.lastServices().RequestInput(ctx, &pb.RequestInputRequest{TurnToken: req.TurnToken, Question: "What is x?\x1b[2K"})

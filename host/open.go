@@ -160,7 +160,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return fail(err)
 	}
-	svc := Services{ApprovalTimeout: time.Duration(cfg.Approvals.TimeoutSeconds) * time.Second}
+	svc := ServiceConfig{ApprovalTimeout: time.Duration(cfg.Approvals.TimeoutSeconds) * time.Second}
 	if svc.Model, err = model.New(cfg.Model, os.Getenv); err != nil {
 		return fail(fmt.Errorf("model provider: %w", err))
 	}
@@ -176,7 +176,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	}
 	set := settingsFrom(cfg)
 	set.Observer = obs
-	h.Runner = New(h.Store, h.Registry, key, set, svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
+	h.Runner = NewRunner(h.Store, h.Registry, key, set, svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
 		return fail(fmt.Errorf("start-up recovery: %w", err))
 	}

@@ -24,12 +24,6 @@ import (
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
-// HostServices is what the host serves to one plugin process over the
-// go-plugin broker.
-type HostServices interface {
-	pb.HostServicesServer
-}
-
 // PluginSpec says how to start one executor kind.
 type PluginSpec struct {
 	Kind   string
@@ -184,7 +178,7 @@ type executorClient struct {
 	stopOnce sync.Once
 }
 
-func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, support confine.Support, services HostServices) (*executorClient, error) {
+func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, support confine.Support, services pb.HostServicesServer) (*executorClient, error) {
 	bin, err := openBinary(spec)
 	if err != nil {
 		return nil, err

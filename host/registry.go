@@ -171,14 +171,14 @@ func (r *Registry) kindsLocked() []string {
 }
 
 // Launch starts a new process of kind serving services.
-func (r *Registry) Launch(ctx context.Context, kind string, services HostServices) (Executor, error) {
+func (r *Registry) Launch(ctx context.Context, kind string, services Services) (Executor, error) {
 	if _, err := r.Describe(kind); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	spec := r.specs[kind]
 	r.mu.Unlock()
-	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, services)
+	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, newServicesServer(services))
 	if err != nil {
 		return nil, err
 	}

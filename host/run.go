@@ -60,7 +60,7 @@ func (ru *run) loop() {
 		}
 	}()
 
-	exe, err := ru.r.launcher.Launch(withLaunchLabels(ru.ctx, ru.id, ru.runID), ru.task.Executor, &services{r: ru.r, taskID: ru.task.ID})
+	exe, err := ru.r.launcher.Launch(withLaunchLabels(ru.ctx, ru.id, ru.runID), ru.task.Executor, &taskServices{r: ru.r, taskID: ru.task.ID})
 	if err != nil {
 		ru.log("executor unavailable", "error", err)
 		ru.endRun(store.StatusInterrupted, store.ReasonExecutorUnavailable, err.Error())

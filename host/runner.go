@@ -106,7 +106,7 @@ type Runner struct {
 	seal     sealer
 	log      hclog.Logger
 	turns    *turns
-	svc      Services
+	svc      ServiceConfig
 	// workspaceRoot holds one workspace directory per task.
 	workspaceRoot string
 
@@ -125,8 +125,8 @@ type Runner struct {
 	wg       sync.WaitGroup
 }
 
-// New returns a Runner over st. key is the data dir's host key (32 bytes).
-func New(st *store.Store, l Launcher, key []byte, set Settings, svc Services, workspaceRoot string, log hclog.Logger) *Runner {
+// NewRunner returns a Runner over st. key is the data dir's host key (32 bytes).
+func NewRunner(st *store.Store, l Launcher, key []byte, set Settings, svc ServiceConfig, workspaceRoot string, log hclog.Logger) *Runner {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}

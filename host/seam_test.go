@@ -33,7 +33,7 @@ type seam struct {
 
 type seamOptions struct {
 	settings func(*Settings)
-	svc      Services
+	svc      ServiceConfig
 	launcher func(*fakeLauncher)
 	dir      string // store directory; empty: a fresh temp dir
 }
@@ -57,7 +57,7 @@ func newSeam(t *testing.T, o seamOptions) *seam {
 	if o.launcher != nil {
 		o.launcher(l)
 	}
-	r := New(st, l, make([]byte, 32), set, o.svc, t.TempDir(), hclog.NewNullLogger())
+	r := NewRunner(st, l, make([]byte, 32), set, o.svc, t.TempDir(), hclog.NewNullLogger())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -330,7 +330,7 @@ func TestSeamStepOutcomes(t *testing.T) {
 		{
 			name: "launch fails",
 			launch: func(l *fakeLauncher) {
-				l.LaunchF = func(context.Context, string, HostServices) (Executor, error) {
+				l.LaunchF = func(context.Context, string, Services) (Executor, error) {
 					return nil, errors.New("fork/exec: no such file")
 				}
 			},
@@ -469,8 +469,8 @@ func (m fakeModel) Complete(ctx context.Context, req model.Request) (model.Respo
 }
 
 // callModel is a model call the way a plugin makes it, through the
-// HostServices endpoint the step's process was given.
-func callModel(ctx context.Context, svc HostServices, tok string) error {
+// Services endpoint the step's process was given.
+func callModel(ctx context.Context, svc *servicesServer, tok string) error {
 	_, err := svc.CallModel(ctx, &pb.CallModelRequest{TurnToken: tok, Messages: []*pb.ChatMessage{{Role: "user", Content: "hi"}}})
 	return err
 }
@@ -518,7 +518,7 @@ func TestSeamEffectOverridesTheVerdict(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSeam(t, seamOptions{svc: Services{Model: tc.model}})
+			s := newSeam(t, seamOptions{svc: ServiceConfig{Model: tc.model}})
 			var code codes.Code
 			s.l.Exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
 				svc := s.l.lastServices()
@@ -547,7 +547,7 @@ func TestSeamEffectOverridesTheVerdict(t *testing.T) {
 }
 
 func TestSeamStaleTurnTokenRefused(t *testing.T) {
-	s := newSeam(t, seamOptions{svc: Services{Model: fakeModel{}}})
+	s := newSeam(t, seamOptions{svc: ServiceConfig{Model: fakeModel{}}})
 	var first string
 	s.l.Exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
 		if req.Attempt == 1 {
@@ -571,7 +571,7 @@ func TestSeamStaleTurnTokenRefused(t *testing.T) {
 
 func TestSeamResumeWithNoStepLeft(t *testing.T) {
 	s := newSeam(t, seamOptions{})
-	s.l.LaunchF = func(context.Context, string, HostServices) (Executor, error) {
+	s.l.LaunchF = func(context.Context, string, Services) (Executor, error) {
 		exe := newFakeExecutor()
 		exe.StepF = script(exe, dies(ExitStatus{Code: -1, Signal: "killed"}, status.Error(codes.Unavailable, "EOF")))
 		return exe, nil

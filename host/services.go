@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"sync"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
+	"github.com/taskhost/taskhost/host/tools"
 )
 
 // turn is the identity of one step attempt in flight, named by its token.
@@ -57,48 +55,43 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// services is the HostServices endpoint of one plugin process, bound to the
+// taskServices is the Services of one plugin process, bound to the
 // one task that process serves.
-type services struct {
-	pb.UnimplementedHostServicesServer
+type taskServices struct {
 	r      *Runner
 	taskID string
 }
 
 // authorizeState resolves a turn token for this endpoint's task. A token of
 // a finished step or of another task is refused the same way, and logged.
-func (s *services) authorizeState(method, tok string) (*turnState, error) {
+func (s *taskServices) authorizeState(method, tok string) (*turnState, error) {
 	ts, ok := s.r.turns.lookup(tok)
 	if !ok || ts.taskID != s.taskID {
 		s.r.log.Warn("host service call with an invalid turn token refused", "method", method, "task", s.taskID)
-		return nil, status.Error(codes.PermissionDenied, "turn token is not valid for a step of this task in flight")
+		return nil, refuse(ErrNotAllowed, "turn token is not valid for a step of this task in flight")
 	}
 	return ts, nil
 }
 
 // Progress records a bounded note as a step.progress event.
-func (s *services) Progress(ctx context.Context, req *pb.ProgressRequest) (*pb.ProgressResponse, error) {
-	ts, err := s.authorizeState("Progress", req.GetTurnToken())
+func (s *taskServices) Progress(ctx context.Context, tok, note string) error {
+	ts, err := s.authorizeState("Progress", tok)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.r.progress(ctx, ts.turn, req.GetNote()); err != nil {
-		return nil, status.Error(codes.Unavailable, "progress not recorded: "+err.Error())
+	if err := s.r.progress(ctx, ts.turn, note); err != nil {
+		return fmt.Errorf("progress %w: %w", ErrNotRecorded, err)
 	}
-	return &pb.ProgressResponse{}, nil
+	return nil
 }
 
 // ListTools lists the enabled tools, for the executor to offer a model.
-func (s *services) ListTools(_ context.Context, req *pb.ListToolsRequest) (*pb.ListToolsResponse, error) {
-	if _, err := s.authorizeState("ListTools", req.GetTurnToken()); err != nil {
+func (s *taskServices) ListTools(_ context.Context, tok string) ([]tools.Spec, error) {
+	if _, err := s.authorizeState("ListTools", tok); err != nil {
 		return nil, err
 	}
-	out := &pb.ListToolsResponse{}
 	if s.r.svc.Tools == nil {
-		return out, nil
+		return nil, nil
 	}
-	for _, t := range s.r.svc.Tools.Specs() {
-		out.Tools = append(out.Tools, &pb.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: t.Parameters})
-	}
-	return out, nil
+	return s.r.svc.Tools.Specs(), nil
 }

@@ -22,7 +22,7 @@ import (
 func TestTurnTokenMisuseRefused(t *testing.T) {
 	h := openHost(t, "", nil)
 	r := h.Runner
-	a := &services{r: r, taskID: "t_a"}
+	a := newServicesServer(&taskServices{r: r, taskID: "t_a"})
 	finished, _ := r.turns.issue(turn{taskID: "t_a", principal: alice, runID: 1, attempt: 1})
 	r.turns.revoke(finished)
 	other, _ := r.turns.issue(turn{taskID: "t_b", principal: alice, runID: 1, attempt: 1})

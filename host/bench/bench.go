@@ -20,7 +20,6 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
-	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -118,7 +117,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	const who = "bench"
 
 	say("floor: go-plugin round trip + one store commit")
-	exe, err := h.Registry.Launch(ctx, "testexec", pb.UnimplementedHostServicesServer{})
+	exe, err := h.Registry.Launch(ctx, "testexec", host.NoServices{})
 	if err != nil {
 		return r, fmt.Errorf("the bench needs the test executor (taskhost-executor-testexec beside taskhost): %w", err)
 	}
@@ -157,7 +156,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var starts []time.Duration
 	for range o.Reps {
 		start := time.Now()
-		e, err := h.Registry.Launch(ctx, "testexec", pb.UnimplementedHostServicesServer{})
+		e, err := h.Registry.Launch(ctx, "testexec", host.NoServices{})
 		if err != nil {
 			return r, err
 		}
@@ -242,7 +241,7 @@ func machineSpiritStarts(ctx context.Context, h *host.Host, reps int) (cold, war
 	cache := filepath.Join(h.DataDir, host.CacheDirName, "machinespirit")
 	start := func(want string) (time.Duration, error) {
 		t0 := time.Now()
-		e, err := h.Registry.Launch(ctx, "machinespirit", pb.UnimplementedHostServicesServer{})
+		e, err := h.Registry.Launch(ctx, "machinespirit", host.NoServices{})
 		if err != nil {
 			return 0, err
 		}
