@@ -96,7 +96,11 @@ type UnavailableError struct {
 }
 
 func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("executor %q unavailable (%s): %s", e.Kind, e.Check, e.Detail)
+	check := e.Check
+	if check == "checksum" {
+		check = "pin mismatch" // as taskhost executors names it
+	}
+	return fmt.Sprintf("executor %q unavailable (%s): %s", e.Kind, check, e.Detail)
 }
 
 // ErrExecutorUnavailable matches every *UnavailableError.
@@ -261,7 +265,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		StartTimeout:        opts.StartTimeout,
 		UnixSocketConfig:    &plugin.UnixSocketConfig{TempDir: base},
 		GRPCDialOptions:     []grpc.DialOption{callOpts},
-		Logger:              opts.Logger.Named(spec.Kind),
+		Logger:              teardownQuiet{opts.Logger.Named(spec.Kind)},
 		Stderr:              io.Discard,
 		SyncStdout:          relayOut,
 		SyncStderr:          relayErr,
