@@ -293,7 +293,10 @@ func (ru *run) abandon(att store.Attempt, v verdict) {
 		status, reason = store.AttemptFailed, cur.Reason
 	}
 	if err := ru.retryWrite(func() error {
-		return r.store.AbandonAttempt(ctx, t.PrincipalID, t.ID, att.Number, status, reason, "", ru.wall.used())
+		return r.store.AbandonAttempt(ctx, store.AbandonAttempt{
+			PrincipalID: t.PrincipalID, TaskID: t.ID, Number: att.Number,
+			Status: status, Reason: reason, WallMillisUsed: ru.wall.used(),
+		})
 	}); err != nil {
 		// The task has already ended; start-up recovery closes the attempt.
 		r.log.Error("attempt not closed", "task", ru.id, "attempt", att.Number, "error", err)

@@ -428,7 +428,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 	fail := func(err error) ([]byte, bool, error) {
 		// A background context: the failure is recorded even when the
 		// step's context is what failed.
-		if _, merr := st.MarkEffect(context.WithoutCancel(ctx), ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectFailed, nil); merr != nil {
+		if _, merr := st.MarkEffect(context.WithoutCancel(ctx), store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectAdmitted, To: store.EffectFailed}); merr != nil {
 			s.r.log.Warn("effect failure not recorded", "task", ts.taskID, "error", merr)
 			ts.noteWriteErr(merr)
 		}
@@ -442,7 +442,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 	if err := ctx.Err(); err != nil {
 		return fail(status.FromContextError(err).Err())
 	}
-	if _, err := st.MarkEffect(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectDispatching, nil); err != nil {
+	if _, err := st.MarkEffect(ctx, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectAdmitted, To: store.EffectDispatching}); err != nil {
 		return fail(effectError(ts, err))
 	}
 	out, err := run(ctx)
@@ -454,7 +454,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		if ctx.Err() != nil {
 			to = store.EffectIndeterminate
 		}
-		if _, merr := st.MarkEffect(bg, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectDispatching, to, nil); merr != nil {
+		if _, merr := st.MarkEffect(bg, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectDispatching, To: to}); merr != nil {
 			s.r.log.Warn("effect failure not recorded", "task", ts.taskID, "error", merr)
 			ts.noteWriteErr(merr)
 		}
@@ -467,7 +467,7 @@ func (s *services) ledgered(ctx context.Context, ts *turnState, e store.NewEffec
 		// run it again only with an approval.
 		kept = nil
 	}
-	if _, err := st.MarkEffect(bg, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectDispatching, store.EffectObserved, kept); err != nil {
+	if _, err := st.MarkEffect(bg, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectDispatching, To: store.EffectObserved, Result: kept}); err != nil {
 		return nil, false, effectError(ts, err)
 	}
 	return out, false, nil

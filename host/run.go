@@ -134,8 +134,11 @@ func (ru *run) recordEnd(to store.Status, reason store.Reason, msg string) error
 	next.Budgets.WallMillis.Used = max(next.Budgets.WallMillis.Used, wall)
 	// Fenced by the run id: a run that lost its lease must not end the
 	// run that took the task over.
-	t, err := ru.r.store.EndRun(ctx, ru.task.PrincipalID, ru.task.ID, ru.task.RunID, to, reason, truncate(msg, 2000),
-		newEvent(ev, next, EventPayload{Reason: string(reason)}))
+	t, err := ru.r.store.EndRun(ctx, store.EndRun{
+		PrincipalID: ru.task.PrincipalID, TaskID: ru.task.ID, RunID: ru.task.RunID,
+		To: to, Reason: reason, Message: truncate(msg, 2000),
+		Events: []store.NewEvent{newEvent(ev, next, EventPayload{Reason: string(reason)})},
+	})
 	ru.r.notify()
 	if err != nil {
 		ru.log("run end not recorded", "to", to, "error", err)

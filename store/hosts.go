@@ -265,13 +265,24 @@ const qEndRun = `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, update
 	WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN ('running', 'waiting_approval')
 	RETURNING ` + taskCols
 
-// EndRun ends run runID of a live task outside any attempt: to is
+// EndRun is the end of a task's run outside any attempt.
+type EndRun struct {
+	PrincipalID, TaskID string
+	RunID               int64  // the lease epoch the caller acts for
+	To                  Status // interrupted or failed
+	Reason              Reason
+	Message             string
+	Events              []NewEvent
+}
+
+// EndRun ends run e.RunID of a live task outside any attempt: e.To is
 // interrupted or failed. It is Transition fenced by the lease epoch: a run
 // that is over (a takeover started a newer one) gets a *TransitionError
 // matching ErrFenced, and one whose task already left running (a cancel, a
 // sweep) a *TransitionError naming the current status; nothing is written
 // either way.
-func (s *Store) EndRun(ctx context.Context, principal, id string, runID int64, to Status, reason Reason, message string, events ...NewEvent) (Task, error) {
+func (s *Store) EndRun(ctx context.Context, e EndRun) (Task, error) {
+	principal, id, runID, to, reason, message, events := e.PrincipalID, e.TaskID, e.RunID, e.To, e.Reason, e.Message, e.Events
 	if to != StatusInterrupted && to != StatusFailed {
 		return Task{}, invalidf("a run ends as interrupted or failed, not %q", to)
 	}
