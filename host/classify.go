@@ -243,7 +243,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	case v.taskTo != "":
 		return store.Attempt{}, false
 	case exhausted != nil:
-		ru.endRun(store.StatusFailed, store.ReasonStepBudgetExhausted, exhausted.Error())
+		ru.endRun(store.StatusFailed, exhausted.Budget.Reason(), exhausted.Error())
 		return store.Attempt{}, false
 	case next == nil:
 		return store.Attempt{}, false // waiting for an approval

@@ -332,19 +332,6 @@ func (ts *turnState) addCall(depth int64) string {
 	return tok
 }
 
-// budgetReason maps an exhausted budget to the task's failure reason.
-func budgetReason(be *store.BudgetError) store.Reason {
-	switch be.Budget {
-	case "tool_calls":
-		return store.ReasonToolBudgetExhausted
-	case "model_calls":
-		return store.ReasonModelBudgetExhausted
-	case "depth":
-		return store.ReasonDepthBudgetExhausted
-	}
-	return store.ReasonStepBudgetExhausted
-}
-
 // effectError maps a ledger refusal to the status the executor sees and
 // remembers an exhausted budget on the turn, which fails the task when the
 // step ends.
@@ -352,7 +339,7 @@ func effectError(ts *turnState, err error) error {
 	var be *store.BudgetError
 	switch {
 	case errors.As(err, &be):
-		ts.exhaust(budgetReason(be))
+		ts.exhaust(be.Budget.Reason())
 		return status.Error(codes.ResourceExhausted, be.Error())
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
 		return status.Error(codes.FailedPrecondition, "the step is no longer running: "+err.Error())

@@ -194,7 +194,7 @@ func (ru *run) first() (store.Attempt, bool) {
 	var be *store.BudgetError
 	switch {
 	case errors.As(err, &be):
-		ru.endRun(store.StatusFailed, store.ReasonStepBudgetExhausted, be.Error())
+		ru.endRun(store.StatusFailed, be.Budget.Reason(), be.Error())
 		return store.Attempt{}, false
 	case err != nil:
 		if c := context.Cause(ru.ctx); c != nil {

@@ -196,7 +196,7 @@ func TestEffectBudgetsAndReplay(t *testing.T) {
 		e := NewEffect{PrincipalID: "alice", TaskID: "t1", RunID: task.RunID, Attempt: a.Number, Kind: EffectModel, Fingerprint: "f"}
 		e.Seq, e.Depth = 1, 2
 		var be *BudgetError
-		if _, _, err := s.AdmitEffect(ctx, e); !errors.As(err, &be) || be.Budget != "depth" {
+		if _, _, err := s.AdmitEffect(ctx, e); !errors.As(err, &be) || be.Budget != BudgetDepth {
 			t.Fatalf("depth 2 with limit 1: %v", err)
 		}
 		e.Depth = 1

@@ -85,7 +85,7 @@ func claimRefused(ctx context.Context, tx *txn, principal, id string, runID int6
 	case st != StatusRunning || run != runID:
 		return &TransitionError{TaskID: id, Current: st, RunID: run, WantRunID: runID}
 	}
-	return &BudgetError{Budget: "steps", Limit: limit, Used: used}
+	return &BudgetError{Budget: BudgetSteps, Limit: limit, Used: used}
 }
 
 // FinishAttempt records the end of a running attempt. The attempt row, the

@@ -275,7 +275,7 @@ func TestFinishAndClaim(t *testing.T) {
 		}
 		// The step budget (2) is spent: the finish commits, nothing is claimed.
 		got, next, exhausted, err = s.FinishAndClaim(ctx, finish(next.Number))
-		if err != nil || next != nil || exhausted == nil || exhausted.Budget != "steps" {
+		if err != nil || next != nil || exhausted == nil || exhausted.Budget != BudgetSteps {
 			t.Fatalf("second: next %+v exhausted %v err %v", next, exhausted, err)
 		}
 		atts, _ := s.ListAttempts(ctx, "alice", task.ID)

@@ -52,7 +52,7 @@ func TestStepBudget(t *testing.T) {
 				if !errors.As(err, &be) || !errors.Is(err, ErrBudgetExhausted) {
 					t.Fatalf("claim past the limit: %v, want *BudgetError", err)
 				}
-				if be.Budget != "steps" || be.Limit != limit || be.Used != limit {
+				if be.Budget != BudgetSteps || be.Limit != limit || be.Used != limit {
 					t.Fatalf("BudgetError = %+v", be)
 				}
 				if after := snap(t, s, "p", "t"); !reflect.DeepEqual(after, before) {
@@ -169,4 +169,43 @@ func TestWallNeverGoesBackwards(t *testing.T) {
 			t.Fatalf("negative heartbeat: %v", err)
 		}
 	})
+}
+
+func TestBudgetKind(t *testing.T) {
+	tests := []struct {
+		kind   BudgetKind
+		label  string
+		reason Reason
+	}{
+		{BudgetSteps, "steps", ReasonStepBudgetExhausted},
+		{BudgetToolCalls, "tool_calls", ReasonToolBudgetExhausted},
+		{BudgetModelCalls, "model_calls", ReasonModelBudgetExhausted},
+		{BudgetDepth, "depth", ReasonDepthBudgetExhausted},
+		{BudgetWall, "wall", ReasonWallClockExceeded},
+		{0, "BudgetKind(0)", ReasonNone},
+		{BudgetWall + 1, "BudgetKind(6)", ReasonNone},
+		{-1, "BudgetKind(-1)", ReasonNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.label, func(t *testing.T) {
+			if got := tt.kind.String(); got != tt.label {
+				t.Errorf("String() = %q, want %q", got, tt.label)
+			}
+			if got := tt.kind.Reason(); got != tt.reason {
+				t.Errorf("Reason() = %q, want %q", got, tt.reason)
+			}
+			got, ok := BudgetOf(tt.reason)
+			if want := tt.reason != ReasonNone; ok != want || (ok && got != tt.kind) {
+				t.Errorf("BudgetOf(%q) = %v, %v; want %v, %v", tt.reason, got, ok, tt.kind, want)
+			}
+		})
+	}
+	if len(BudgetKinds()) != 5 {
+		t.Errorf("BudgetKinds() = %v, want the five budgets", BudgetKinds())
+	}
+	for _, r := range []Reason{ReasonExecutorFailed, ReasonUserCancelled, "steps"} {
+		if k, ok := BudgetOf(r); ok {
+			t.Errorf("BudgetOf(%q) = %v, true; want no budget", r, k)
+		}
+	}
 }

@@ -231,11 +231,11 @@ func (s *Store) chargeRefused(ctx context.Context, tx *txn, e NewEffect) error {
 	case t.Status != StatusRunning || t.RunID != e.RunID:
 		return &TransitionError{TaskID: e.TaskID, Current: t.Status, RunID: t.RunID, WantRunID: e.RunID}
 	case e.Kind == EffectTool:
-		return &BudgetError{Budget: "tool_calls", Limit: t.Budgets.ToolCalls.Limit, Used: t.Budgets.ToolCalls.Used}
+		return &BudgetError{Budget: BudgetToolCalls, Limit: t.Budgets.ToolCalls.Limit, Used: t.Budgets.ToolCalls.Used}
 	case e.Depth > t.Budgets.Depth.Limit:
-		return &BudgetError{Budget: "depth", Limit: t.Budgets.Depth.Limit, Used: e.Depth}
+		return &BudgetError{Budget: BudgetDepth, Limit: t.Budgets.Depth.Limit, Used: e.Depth}
 	default:
-		return &BudgetError{Budget: "model_calls", Limit: t.Budgets.ModelCalls.Limit, Used: t.Budgets.ModelCalls.Used}
+		return &BudgetError{Budget: BudgetModelCalls, Limit: t.Budgets.ModelCalls.Limit, Used: t.Budgets.ModelCalls.Used}
 	}
 }
 

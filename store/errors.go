@@ -111,7 +111,7 @@ func (e *TransitionError) Is(target error) bool {
 
 // BudgetError names the exhausted budget. It matches ErrBudgetExhausted.
 type BudgetError struct {
-	Budget string // "steps", "tool_calls", "model_calls", "depth", "wall"
+	Budget BudgetKind
 	Limit  int64
 	Used   int64
 }

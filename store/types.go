@@ -1,6 +1,7 @@
 package store
 
 import (
+	"strconv"
 	"time"
 )
 
@@ -102,6 +103,61 @@ type Budget struct {
 
 // Remaining is Limit − Used, never below zero.
 func (b Budget) Remaining() int64 { return max(b.Limit-b.Used, 0) }
+
+// BudgetKind names one of a task's five budgets. Its String is the budget's
+// label in errors, metrics and the CLI ("steps", "tool_calls", ...); its
+// Reason is the reason a task ends with when that budget runs out. The zero
+// value names no budget.
+type BudgetKind int
+
+const (
+	BudgetSteps BudgetKind = iota + 1
+	BudgetToolCalls
+	BudgetModelCalls
+	BudgetDepth
+	BudgetWall
+)
+
+// BudgetKinds are the five budgets in the order DESIGN §3 lists them.
+func BudgetKinds() []BudgetKind {
+	return []BudgetKind{BudgetSteps, BudgetToolCalls, BudgetModelCalls, BudgetDepth, BudgetWall}
+}
+
+var budgetNames = [...]string{BudgetSteps: "steps", BudgetToolCalls: "tool_calls",
+	BudgetModelCalls: "model_calls", BudgetDepth: "depth", BudgetWall: "wall"}
+
+var budgetReasons = [...]Reason{BudgetSteps: ReasonStepBudgetExhausted, BudgetToolCalls: ReasonToolBudgetExhausted,
+	BudgetModelCalls: ReasonModelBudgetExhausted, BudgetDepth: ReasonDepthBudgetExhausted, BudgetWall: ReasonWallClockExceeded}
+
+func (k BudgetKind) valid() bool { return k >= BudgetSteps && k <= BudgetWall }
+
+// String is the budget's label, or "BudgetKind(n)" for a value outside the set.
+func (k BudgetKind) String() string {
+	if !k.valid() {
+		return "BudgetKind(" + strconv.Itoa(int(k)) + ")"
+	}
+	return budgetNames[k]
+}
+
+// Reason is the reason a task ends with when the budget runs out;
+// ReasonNone for a value outside the set.
+func (k BudgetKind) Reason() Reason {
+	if !k.valid() {
+		return ReasonNone
+	}
+	return budgetReasons[k]
+}
+
+// BudgetOf is the budget whose exhaustion r reports; false when r is not a
+// budget reason.
+func BudgetOf(r Reason) (BudgetKind, bool) {
+	for _, k := range BudgetKinds() {
+		if budgetReasons[k] == r {
+			return k, true
+		}
+	}
+	return 0, false
+}
 
 // Budgets are a task's five budgets (DESIGN §3). Depth.Used is the deepest
 // call admitted so far; WallMillis counts active running time.
