@@ -18,6 +18,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/tools"
+	"github.com/taskhost/taskhost/internal/text"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -528,16 +529,16 @@ func (s *services) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.C
 	}
 	pol, ok := reg.Policy(name)
 	if !ok || !pol.Enabled {
-		return nil, status.Errorf(codes.NotFound, "tool %q is unknown or disabled", truncate(name, 64))
+		return nil, status.Errorf(codes.NotFound, "tool %q is unknown or disabled", text.Truncate(name, 64))
 	}
 	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
-		IdempotencyKey: truncate(req.GetIdempotencyKey(), 128), Summary: tools.Summarize(name, args)}
+		IdempotencyKey: text.Truncate(req.GetIdempotencyKey(), 128), Summary: tools.Summarize(name, args)}
 	env := tools.Env{TaskID: ts.taskID, Workspace: s.r.workspace(ts.taskID)}
 	if req.GetIdempotent() {
 		key := req.GetIdempotencyKey()
 		switch {
 		case !reg.HonoursKey(name):
-			return nil, status.Errorf(codes.InvalidArgument, "idempotent: tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))
+			return nil, status.Errorf(codes.InvalidArgument, "idempotent: tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", text.Truncate(name, 64))
 		case key == "":
 			return nil, status.Error(codes.InvalidArgument, "idempotency_key: an idempotent call needs the key its tool de-duplicates by")
 		case len(key) > tools.MaxIdempotencyKeyBytes:
@@ -588,7 +589,7 @@ func (s *services) RequestApproval(ctx context.Context, req *pb.RequestApprovalR
 	}
 	// An executor's prompt is shown on terminals: no control characters.
 	// Escaping can grow it; the store takes 2000 bytes.
-	prompt := tools.Printable(truncateChars(req.GetPrompt(), 500), 1900)
+	prompt := tools.Printable(text.TruncateRunes(req.GetPrompt(), 500), 1900)
 	if n, _ := ts.unsettled(); n > 0 {
 		// Whatever the executor wrote, the approver learns what a yes
 		// re-admits: the host's word, within the store's 2000 bytes.
@@ -615,7 +616,7 @@ func (s *services) RequestInput(ctx context.Context, req *pb.RequestInputRequest
 	if err != nil {
 		return nil, err
 	}
-	question := tools.Printable(truncateChars(req.GetQuestion(), 500), 1900)
+	question := tools.Printable(text.TruncateRunes(req.GetQuestion(), 500), 1900)
 	if question == "" {
 		return nil, status.Error(codes.InvalidArgument, "question: an input request needs a question")
 	}

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
@@ -84,7 +85,7 @@ func failResponse(reason, message string) *executorpb.StepResponse {
 		reason = reasonExecutorFailed
 	}
 	return &executorpb.StepResponse{Outcome: &executorpb.StepResponse_Fail{
-		Fail: &executorpb.StepFail{Reason: reason, Message: truncateUTF8(message, maxFailMessageBytes)},
+		Fail: &executorpb.StepFail{Reason: reason, Message: text.Truncate(message, maxFailMessageBytes)},
 	}}
 }
 

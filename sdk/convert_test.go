@@ -4,7 +4,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -119,27 +118,6 @@ func TestStepResultToPB(t *testing.T) {
 				t.Errorf("stepResultToPB:\n got %v\nwant %v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestTruncateUTF8(t *testing.T) {
-	tests := []struct {
-		s    string
-		n    int
-		want string
-	}{
-		{"abc", 5, "abc"},
-		{"abc", 3, "abc"},
-		{"abcdef", 3, "abc"},
-		{"aé", 2, "a"}, // é is 2 bytes: never cut it in half
-		{"日本", 5, "日"},
-		{"日本", 0, ""},
-	}
-	for _, tt := range tests {
-		got := truncateUTF8(tt.s, tt.n)
-		if got != tt.want || !utf8.ValidString(got) {
-			t.Errorf("truncateUTF8(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
-		}
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // Fleets: several hosts sharing one store.
@@ -46,22 +48,15 @@ const MaxSweep = 100
 // or has a byte outside [A-Za-z0-9._-].
 func CheckHostID(id string) error {
 	if id == "" || len(id) > MaxHostID {
-		return invalidf("host_id must be 1..%d bytes, got %d (%q)", MaxHostID, len(id), truncateID(id))
+		return invalidf("host_id must be 1..%d bytes, got %d (%q)", MaxHostID, len(id), text.Clip(id, MaxHostID+8))
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return invalidf("host_id %q has byte %#x at %d: only [A-Za-z0-9._-] are allowed", truncateID(id), c, i)
+			return invalidf("host_id %q has byte %#x at %d: only [A-Za-z0-9._-] are allowed", text.Clip(id, MaxHostID+8), c, i)
 		}
 	}
 	return nil
-}
-
-func truncateID(id string) string {
-	if len(id) > MaxHostID+8 {
-		return id[:MaxHostID+8] + "..."
-	}
-	return id
 }
 
 // Host is one host of a fleet, as its last heartbeat left it.
