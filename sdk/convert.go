@@ -138,3 +138,38 @@ func toolRequestToPB(token string, r ToolRequest) *executorpb.CallToolRequest {
 func toolResponseFromPB(r *executorpb.CallToolResponse) ToolResponse {
 	return ToolResponse{Result: r.GetResultJson(), IsError: r.GetIsError(), Replayed: r.GetReplayed()}
 }
+
+func describeToPB(d Description) *executorpb.DescribeResponse {
+	return &executorpb.DescribeResponse{
+		Kind:              d.Kind,
+		Version:           d.Version,
+		ProtocolVersion:   executorpb.ProtocolVersion,
+		CheckpointSchemas: d.CheckpointSchemas,
+		Capabilities:      d.Capabilities,
+		Runtime:           d.Runtime,
+	}
+}
+
+func approvalRequestToPB(token, prompt string) *executorpb.RequestApprovalRequest {
+	return &executorpb.RequestApprovalRequest{TurnToken: token, Prompt: prompt}
+}
+
+func inputRequestToPB(token, question string) *executorpb.RequestInputRequest {
+	return &executorpb.RequestInputRequest{TurnToken: token, Question: question}
+}
+
+func progressToPB(token, note string) *executorpb.ProgressRequest {
+	return &executorpb.ProgressRequest{TurnToken: token, Note: note}
+}
+
+func listToolsToPB(token string) *executorpb.ListToolsRequest {
+	return &executorpb.ListToolsRequest{TurnToken: token}
+}
+
+func toolSpecsFromPB(r *executorpb.ListToolsResponse) []ToolSpec {
+	specs := make([]ToolSpec, 0, len(r.GetTools()))
+	for _, t := range r.GetTools() {
+		specs = append(specs, ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Parameters: t.GetParametersJson()})
+	}
+	return specs
+}

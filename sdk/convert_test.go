@@ -198,3 +198,25 @@ func TestValidateDescription(t *testing.T) {
 		})
 	}
 }
+
+func TestToolSpecsFromPB(t *testing.T) {
+	tests := []struct {
+		name string
+		in   *executorpb.ListToolsResponse
+		want []ToolSpec
+	}{
+		{"nil response", nil, []ToolSpec{}},
+		{"no tools", &executorpb.ListToolsResponse{}, []ToolSpec{}},
+		{"two tools in order", &executorpb.ListToolsResponse{Tools: []*executorpb.ToolSpec{
+			{Name: "b", Description: "second", ParametersJson: `{"type":"object"}`},
+			{Name: "a"},
+		}}, []ToolSpec{{Name: "b", Description: "second", Parameters: `{"type":"object"}`}, {Name: "a"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := toolSpecsFromPB(tt.in); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("toolSpecsFromPB = %#v, want %#v", got, tt.want)
+			}
+		})
+	}
+}
