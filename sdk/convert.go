@@ -12,22 +12,22 @@ import (
 func stepRequestFromPB(in *executorpb.StepRequest) StepRequest {
 	out := StepRequest{
 		TaskID:    in.GetTaskId(),
-		RunID:     in.GetRunId(),
-		Attempt:   int(in.GetAttempt()),
+		RunID:     int64(in.GetRunId()),
+		Attempt:   int64(in.GetAttempt()),
 		Spec:      in.GetSpec(),
 		Remaining: budgetsFromPB(in.GetRemaining()),
 		Limits:    budgetsFromPB(in.GetLimits()),
 	}
 	for _, s := range in.GetRecent() {
-		out.Recent = append(out.Recent, Summary{Step: int(s.GetStep()), Text: s.GetSummary()})
+		out.Recent = append(out.Recent, Summary{Step: int64(s.GetStep()), Text: s.GetSummary()})
 	}
 	if cp := in.GetCheckpoint(); cp != nil {
 		out.Checkpoint = &Checkpoint{Schema: cp.GetSchema(), Payload: cp.GetPayload()}
 	}
 	for _, e := range in.GetIndeterminate() {
 		out.Indeterminate = append(out.Indeterminate, Effect{
-			Attempt:        int(e.GetAttempt()),
-			Seq:            int(e.GetSeq()),
+			Attempt:        int64(e.GetAttempt()),
+			Seq:            int64(e.GetSeq()),
 			Kind:           e.GetKind(),
 			Fingerprint:    e.GetFingerprint(),
 			IdempotencyKey: e.GetIdempotencyKey(),
@@ -120,7 +120,7 @@ func modelResponseFromPB(r *executorpb.CallModelResponse) ModelResponse {
 	return ModelResponse{
 		Message:   messageFromPB(r.GetMessage()),
 		CallToken: r.GetCallToken(),
-		Depth:     int(r.GetDepth()),
+		Depth:     int64(r.GetDepth()),
 		Replayed:  r.GetReplayed(),
 	}
 }
