@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -62,12 +62,12 @@ func (ru *run) classify(res StepResult, err error, cause error) verdict {
 		msg := res.Message
 		if !ok {
 			reason = store.ReasonExecutorFailed
-			msg = fmt.Sprintf("executor reason %q: %s", truncate(res.Reason, 64), msg)
+			msg = fmt.Sprintf("executor reason %q: %s", text.Truncate(res.Reason, 64), msg)
 		}
 		if reason == store.ReasonModelUnavailable {
 			return modelVerdict(msg)
 		}
-		return verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: reason, message: truncate(msg, 2000)}
+		return verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: reason, message: text.Truncate(msg, 2000)}
 	case OutcomeContinue, OutcomeComplete:
 	default:
 		return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "executor returned no outcome"}
@@ -80,10 +80,10 @@ func (ru *run) classify(res StepResult, err error, cause error) verdict {
 			return fail(store.ReasonCheckpointTooLarge, fmt.Sprintf("checkpoint is %d bytes, limit %d (tasks.checkpoint_max_bytes); the previous checkpoint is kept", len(cp.Payload), s.CheckpointMaxBytes))
 		}
 		if !ru.desc.accepts(cp.Schema) {
-			return fail(store.ReasonCheckpointIncompatible, fmt.Sprintf("executor returned checkpoint schema %q it does not accept (%v)", truncate(cp.Schema, 64), ru.desc.CheckpointSchemas))
+			return fail(store.ReasonCheckpointIncompatible, fmt.Sprintf("executor returned checkpoint schema %q it does not accept (%v)", text.Truncate(cp.Schema, 64), ru.desc.CheckpointSchemas))
 		}
 	}
-	v := verdict{attempt: store.AttemptCompleted, outcome: res.Outcome, summary: truncateChars(res.Summary, s.SummaryChars), checkpoint: res.Checkpoint}
+	v := verdict{attempt: store.AttemptCompleted, outcome: res.Outcome, summary: text.TruncateRunes(res.Summary, s.SummaryChars), checkpoint: res.Checkpoint}
 	if res.Outcome == OutcomeComplete {
 		if len(res.Result) > s.ResultBytes {
 			return fail(store.ReasonResultTooLarge, fmt.Sprintf("result is %d bytes, limit %d; the previous checkpoint is kept", len(res.Result), s.ResultBytes))
@@ -102,7 +102,7 @@ func (ru *run) classify(res StepResult, err error, cause error) verdict {
 // re-run to replay.
 func modelVerdict(msg string) verdict {
 	return verdict{attempt: store.AttemptInterrupted, outcome: OutcomeFail, taskTo: store.StatusInterrupted,
-		reason: store.ReasonModelUnavailable, message: truncate(msg, 2000)}
+		reason: store.ReasonModelUnavailable, message: text.Truncate(msg, 2000)}
 }
 
 func (ru *run) classifyError(err, cause error) verdict {
@@ -126,7 +126,7 @@ func (ru *run) classifyError(err, cause error) verdict {
 			v.exit = ru.exe.ExitStatus()
 			v.message = "executor process ended during the step (" + v.exit.String() + ")"
 		} else {
-			v.message = "executor connection lost during the step: " + truncate(err.Error(), 500)
+			v.message = "executor connection lost during the step: " + text.Truncate(err.Error(), 500)
 		}
 		v.stderr = ru.exe.StderrTail()
 		return v
@@ -134,7 +134,7 @@ func (ru *run) classifyError(err, cause error) verdict {
 	if cause != nil {
 		return causeVerdict(cause)
 	}
-	return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "step call failed: " + truncate(err.Error(), 1000)}
+	return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "step call failed: " + text.Truncate(err.Error(), 1000)}
 }
 
 // causeVerdict is the verdict on an attempt whose context was cancelled.
@@ -243,7 +243,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	case v.taskTo != "":
 		return store.Attempt{}, false
 	case exhausted != nil:
-		ru.endRun(store.StatusFailed, store.ReasonStepBudgetExhausted, exhausted.Error())
+		ru.endRun(store.StatusFailed, exhausted.Budget.Reason(), exhausted.Error())
 		return store.Attempt{}, false
 	case next == nil:
 		return store.Attempt{}, false // waiting for an approval
@@ -293,25 +293,13 @@ func (ru *run) abandon(att store.Attempt, v verdict) {
 		status, reason = store.AttemptFailed, cur.Reason
 	}
 	if err := ru.retryWrite(func() error {
-		return r.store.AbandonAttempt(ctx, t.PrincipalID, t.ID, att.Number, status, reason, "", ru.wall.used())
+		return r.store.AbandonAttempt(ctx, store.AbandonAttempt{
+			PrincipalID: t.PrincipalID, TaskID: t.ID, Number: att.Number,
+			Status: status, Reason: reason, WallMillisUsed: ru.wall.used(),
+		})
 	}); err != nil {
 		// The task has already ended; start-up recovery closes the attempt.
 		r.log.Error("attempt not closed", "task", ru.id, "attempt", att.Number, "error", err)
 	}
 	r.notify()
-}
-
-// truncateChars cuts s to at most n characters (runes).
-func truncateChars(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	i := 0
-	for k := range s {
-		if i == n {
-			return s[:k]
-		}
-		i++
-	}
-	return s
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/tools"
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -293,19 +294,6 @@ func (ts *turnState) addCall(depth int64) string {
 	return tok
 }
 
-// budgetReason maps an exhausted budget to the task's failure reason.
-func budgetReason(be *store.BudgetError) store.Reason {
-	switch be.Budget {
-	case "tool_calls":
-		return store.ReasonToolBudgetExhausted
-	case "model_calls":
-		return store.ReasonModelBudgetExhausted
-	case "depth":
-		return store.ReasonDepthBudgetExhausted
-	}
-	return store.ReasonStepBudgetExhausted
-}
-
 // effectError turns a ledger refusal into the host's refusal the executor
 // sees and remembers an exhausted budget on the turn, which fails the task
 // when the step ends.
@@ -313,7 +301,7 @@ func effectError(ts *turnState, err error) error {
 	var be *store.BudgetError
 	switch {
 	case errors.As(err, &be):
-		r := budgetReason(be)
+		r := be.Budget.Reason()
 		ts.exhaust(r)
 		return &BudgetError{Reason: r, Err: err}
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
@@ -390,7 +378,7 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 	fail := func(err error) ([]byte, bool, error) {
 		// A background context: the failure is recorded even when the
 		// step's context is what failed.
-		if _, merr := st.MarkEffect(context.WithoutCancel(ctx), ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectFailed, nil); merr != nil {
+		if _, merr := st.MarkEffect(context.WithoutCancel(ctx), store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectAdmitted, To: store.EffectFailed}); merr != nil {
 			s.r.log.Warn("effect failure not recorded", "task", ts.taskID, "error", merr)
 			ts.noteWriteErr(merr)
 		}
@@ -404,7 +392,7 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	if _, err := st.MarkEffect(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectAdmitted, store.EffectDispatching, nil); err != nil {
+	if _, err := st.MarkEffect(ctx, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectAdmitted, To: store.EffectDispatching}); err != nil {
 		return fail(effectError(ts, err))
 	}
 	out, err := run(ctx)
@@ -416,7 +404,7 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 		if ctx.Err() != nil {
 			to = store.EffectIndeterminate
 		}
-		if _, merr := st.MarkEffect(bg, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectDispatching, to, nil); merr != nil {
+		if _, merr := st.MarkEffect(bg, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectDispatching, To: to}); merr != nil {
 			s.r.log.Warn("effect failure not recorded", "task", ts.taskID, "error", merr)
 			ts.noteWriteErr(merr)
 		}
@@ -429,7 +417,7 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 		// run it again only with an approval.
 		kept = nil
 	}
-	if _, err := st.MarkEffect(bg, ts.principal, ts.taskID, ts.attempt, e.Seq, store.EffectDispatching, store.EffectObserved, kept); err != nil {
+	if _, err := st.MarkEffect(bg, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectDispatching, To: store.EffectObserved, Result: kept}); err != nil {
 		return nil, false, effectError(ts, err)
 	}
 	return out, false, nil
@@ -503,16 +491,16 @@ func (s *taskServices) CallTool(ctx context.Context, call ToolCall) (ToolAnswer,
 	}
 	pol, ok := reg.Policy(name)
 	if !ok || !pol.Enabled {
-		return ToolAnswer{}, refuse(ErrUnknownTool, "tool %q is unknown or disabled", truncate(name, 64))
+		return ToolAnswer{}, refuse(ErrUnknownTool, "tool %q is unknown or disabled", text.Truncate(name, 64))
 	}
 	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
-		IdempotencyKey: truncate(call.IdempotencyKey, 128), Summary: tools.Summarize(name, args)}
+		IdempotencyKey: text.Truncate(call.IdempotencyKey, 128), Summary: tools.Summarize(name, args)}
 	env := tools.Env{TaskID: ts.taskID, Workspace: s.r.workspace(ts.taskID)}
 	if call.Idempotent {
 		key := call.IdempotencyKey
 		switch {
 		case !reg.HonoursKey(name):
-			return ToolAnswer{}, &FieldError{Field: "idempotent", Message: fmt.Sprintf("tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", truncate(name, 64))}
+			return ToolAnswer{}, &FieldError{Field: "idempotent", Message: fmt.Sprintf("tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", text.Truncate(name, 64))}
 		case key == "":
 			return ToolAnswer{}, &FieldError{Field: "idempotency_key", Message: "an idempotent call needs the key its tool de-duplicates by"}
 		case len(key) > tools.MaxIdempotencyKeyBytes:
@@ -563,7 +551,7 @@ func (s *taskServices) RequestApproval(ctx context.Context, tok, prompt string) 
 	}
 	// An executor's prompt is shown on terminals: no control characters.
 	// Escaping can grow it; the store takes 2000 bytes.
-	prompt = tools.Printable(truncateChars(prompt, 500), 1900)
+	prompt = tools.Printable(text.TruncateRunes(prompt, 500), 1900)
 	if n, _ := ts.unsettled(); n > 0 {
 		// Whatever the executor wrote, the approver learns what a yes
 		// re-admits: the host's word, within the store's 2000 bytes.
@@ -590,7 +578,7 @@ func (s *taskServices) RequestInput(ctx context.Context, tok, question string) (
 	if err != nil {
 		return nil, err
 	}
-	question = tools.Printable(truncateChars(question, 500), 1900)
+	question = tools.Printable(text.TruncateRunes(question, 500), 1900)
 	if question == "" {
 		return nil, &FieldError{Field: "question", Message: "an input request needs a question"}
 	}

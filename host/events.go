@@ -3,8 +3,8 @@ package host
 import (
 	"encoding/json"
 	"fmt"
-	"unicode/utf8"
 
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -62,18 +62,7 @@ func newEvent(typ string, t store.Task, p EventPayload) store.NewEvent {
 	b := t.Budgets
 	p.Steps, p.Tools, p.Models = meter(b.Steps), meter(b.ToolCalls), meter(b.ModelCalls)
 	p.WallSecs = fmt.Sprintf("%d/%d", b.WallMillis.Used/1000, b.WallMillis.Limit/1000)
-	p.Note = truncate(p.Note, maxProgressNote)
+	p.Note = text.Truncate(p.Note, maxProgressNote)
 	data, _ := json.Marshal(p) // strings and ints only
 	return store.NewEvent{Type: typ, Payload: data}
-}
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

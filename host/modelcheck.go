@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/host/model"
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // maxPreflightMessage bounds the message a preflight result keeps.
@@ -103,7 +104,7 @@ func (c *ModelChecker) Check(ctx context.Context) ModelStatus {
 		if merr, ok := errors.AsType[*model.Error](err); ok {
 			st.Message = merr.Message
 		}
-		st.Message = truncate(st.Message, maxPreflightMessage)
+		st.Message = text.Truncate(st.Message, maxPreflightMessage)
 		c.log.Warn("model preflight failed", "provider", st.Provider, "kind", st.Kind, "error", st.Message)
 	} else {
 		c.log.Info("model preflight ok", "provider", st.Provider)

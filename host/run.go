@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -134,8 +135,11 @@ func (ru *run) recordEnd(to store.Status, reason store.Reason, msg string) error
 	next.Budgets.WallMillis.Used = max(next.Budgets.WallMillis.Used, wall)
 	// Fenced by the run id: a run that lost its lease must not end the
 	// run that took the task over.
-	t, err := ru.r.store.EndRun(ctx, ru.task.PrincipalID, ru.task.ID, ru.task.RunID, to, reason, truncate(msg, 2000),
-		newEvent(ev, next, EventPayload{Reason: string(reason)}))
+	t, err := ru.r.store.EndRun(ctx, store.EndRun{
+		PrincipalID: ru.task.PrincipalID, TaskID: ru.task.ID, RunID: ru.task.RunID,
+		To: to, Reason: reason, Message: text.Truncate(msg, 2000),
+		Events: []store.NewEvent{newEvent(ev, next, EventPayload{Reason: string(reason)})},
+	})
 	ru.r.notify()
 	if err != nil {
 		ru.log("run end not recorded", "to", to, "error", err)
@@ -191,7 +195,7 @@ func (ru *run) first() (store.Attempt, bool) {
 	var be *store.BudgetError
 	switch {
 	case errors.As(err, &be):
-		ru.endRun(store.StatusFailed, store.ReasonStepBudgetExhausted, be.Error())
+		ru.endRun(store.StatusFailed, be.Budget.Reason(), be.Error())
 		return store.Attempt{}, false
 	case err != nil:
 		if c := context.Cause(ru.ctx); c != nil {
@@ -263,7 +267,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// The provider's own words, once: the executor's message wraps the
 		// same error again on its way back.
 		v = verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: store.ReasonModelAuth,
-			message: truncate("model auth: "+msg+"; check the key named by [model] api_key_env", 2000)}
+			message: text.Truncate("model auth: "+msg+"; check the key named by [model] api_key_env", 2000)}
 		r.log.Warn("step ended on a model credentials refusal: the task fails (model_auth)", "task", ru.id, "attempt", att.Number)
 	}
 	if err := ts.storeError(); err != nil && !v.abandoned && v.attempt != store.AttemptCancelled {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -52,7 +53,7 @@ func storeClass(err error) string {
 // storeVerdict is the verdict on an attempt some of whose writes failed.
 func storeVerdict(err error) verdict {
 	return verdict{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonStoreError,
-		message: truncate("store unavailable ("+storeClass(err)+"): a write of the step failed: "+err.Error(), 2000)}
+		message: text.Truncate("store unavailable ("+storeClass(err)+"): a write of the step failed: "+err.Error(), 2000)}
 }
 
 // storeFailed ends a run whose write the store kept refusing. The decision
@@ -73,11 +74,11 @@ func (ru *run) storeFailed(att *store.Attempt, cause error) {
 		"task", ru.id, "run", ru.runID, "attempt", number, "cause", class, "error", cause)
 	ru.stopBeat()
 	ru.wall.stop()
-	msg := truncate(fmt.Sprintf("the outcome of the run could not be recorded (%s): %v", class, cause), 2000)
+	msg := text.Truncate(fmt.Sprintf("the outcome of the run could not be recorded (%s): %v", class, cause), 2000)
 
 	decided := ru.task
 	decided.Status, decided.Reason = store.StatusInterrupted, store.ReasonStoreError
-	decided.Message = truncate("store_degraded: not recorded yet, retrying; "+msg, 2000)
+	decided.Message = text.Truncate("store_degraded: not recorded yet, retrying; "+msg, 2000)
 	decided.Budgets.WallMillis.Used = ru.wall.used()
 	r.setDegraded(decided, cause)
 	r.notify()

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
@@ -11,22 +12,22 @@ import (
 func stepRequestFromPB(in *executorpb.StepRequest) StepRequest {
 	out := StepRequest{
 		TaskID:    in.GetTaskId(),
-		RunID:     in.GetRunId(),
-		Attempt:   int(in.GetAttempt()),
+		RunID:     int64(in.GetRunId()),
+		Attempt:   int64(in.GetAttempt()),
 		Spec:      in.GetSpec(),
 		Remaining: budgetsFromPB(in.GetRemaining()),
 		Limits:    budgetsFromPB(in.GetLimits()),
 	}
 	for _, s := range in.GetRecent() {
-		out.Recent = append(out.Recent, Summary{Step: int(s.GetStep()), Text: s.GetSummary()})
+		out.Recent = append(out.Recent, Summary{Step: int64(s.GetStep()), Text: s.GetSummary()})
 	}
 	if cp := in.GetCheckpoint(); cp != nil {
 		out.Checkpoint = &Checkpoint{Schema: cp.GetSchema(), Payload: cp.GetPayload()}
 	}
 	for _, e := range in.GetIndeterminate() {
 		out.Indeterminate = append(out.Indeterminate, Effect{
-			Attempt:        int(e.GetAttempt()),
-			Seq:            int(e.GetSeq()),
+			Attempt:        int64(e.GetAttempt()),
+			Seq:            int64(e.GetSeq()),
 			Kind:           e.GetKind(),
 			Fingerprint:    e.GetFingerprint(),
 			IdempotencyKey: e.GetIdempotencyKey(),
@@ -84,7 +85,7 @@ func failResponse(reason, message string) *executorpb.StepResponse {
 		reason = reasonExecutorFailed
 	}
 	return &executorpb.StepResponse{Outcome: &executorpb.StepResponse_Fail{
-		Fail: &executorpb.StepFail{Reason: reason, Message: truncateUTF8(message, maxFailMessageBytes)},
+		Fail: &executorpb.StepFail{Reason: reason, Message: text.Truncate(message, maxFailMessageBytes)},
 	}}
 }
 
@@ -119,7 +120,7 @@ func modelResponseFromPB(r *executorpb.CallModelResponse) ModelResponse {
 	return ModelResponse{
 		Message:   messageFromPB(r.GetMessage()),
 		CallToken: r.GetCallToken(),
-		Depth:     int(r.GetDepth()),
+		Depth:     int64(r.GetDepth()),
 		Replayed:  r.GetReplayed(),
 	}
 }
@@ -136,4 +137,39 @@ func toolRequestToPB(token string, r ToolRequest) *executorpb.CallToolRequest {
 
 func toolResponseFromPB(r *executorpb.CallToolResponse) ToolResponse {
 	return ToolResponse{Result: r.GetResultJson(), IsError: r.GetIsError(), Replayed: r.GetReplayed()}
+}
+
+func describeToPB(d Description) *executorpb.DescribeResponse {
+	return &executorpb.DescribeResponse{
+		Kind:              d.Kind,
+		Version:           d.Version,
+		ProtocolVersion:   executorpb.ProtocolVersion,
+		CheckpointSchemas: d.CheckpointSchemas,
+		Capabilities:      d.Capabilities,
+		Runtime:           d.Runtime,
+	}
+}
+
+func approvalRequestToPB(token, prompt string) *executorpb.RequestApprovalRequest {
+	return &executorpb.RequestApprovalRequest{TurnToken: token, Prompt: prompt}
+}
+
+func inputRequestToPB(token, question string) *executorpb.RequestInputRequest {
+	return &executorpb.RequestInputRequest{TurnToken: token, Question: question}
+}
+
+func progressToPB(token, note string) *executorpb.ProgressRequest {
+	return &executorpb.ProgressRequest{TurnToken: token, Note: note}
+}
+
+func listToolsToPB(token string) *executorpb.ListToolsRequest {
+	return &executorpb.ListToolsRequest{TurnToken: token}
+}
+
+func toolSpecsFromPB(r *executorpb.ListToolsResponse) []ToolSpec {
+	specs := make([]ToolSpec, 0, len(r.GetTools()))
+	for _, t := range r.GetTools() {
+		specs = append(specs, ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Parameters: t.GetParametersJson()})
+	}
+	return specs
 }

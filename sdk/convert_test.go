@@ -4,7 +4,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -122,27 +121,6 @@ func TestStepResultToPB(t *testing.T) {
 	}
 }
 
-func TestTruncateUTF8(t *testing.T) {
-	tests := []struct {
-		s    string
-		n    int
-		want string
-	}{
-		{"abc", 5, "abc"},
-		{"abc", 3, "abc"},
-		{"abcdef", 3, "abc"},
-		{"aé", 2, "a"}, // é is 2 bytes: never cut it in half
-		{"日本", 5, "日"},
-		{"日本", 0, ""},
-	}
-	for _, tt := range tests {
-		got := truncateUTF8(tt.s, tt.n)
-		if got != tt.want || !utf8.ValidString(got) {
-			t.Errorf("truncateUTF8(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
-		}
-	}
-}
-
 func TestHostMessagesToPB(t *testing.T) {
 	req := ModelRequest{
 		Messages: []Message{
@@ -216,6 +194,28 @@ func TestValidateDescription(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestToolSpecsFromPB(t *testing.T) {
+	tests := []struct {
+		name string
+		in   *executorpb.ListToolsResponse
+		want []ToolSpec
+	}{
+		{"nil response", nil, []ToolSpec{}},
+		{"no tools", &executorpb.ListToolsResponse{}, []ToolSpec{}},
+		{"two tools in order", &executorpb.ListToolsResponse{Tools: []*executorpb.ToolSpec{
+			{Name: "b", Description: "second", ParametersJson: `{"type":"object"}`},
+			{Name: "a"},
+		}}, []ToolSpec{{Name: "b", Description: "second", Parameters: `{"type":"object"}`}, {Name: "a"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := toolSpecsFromPB(tt.in); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("toolSpecsFromPB = %#v, want %#v", got, tt.want)
 			}
 		})
 	}

@@ -3,8 +3,6 @@ package sdk
 import (
 	"errors"
 	"fmt"
-
-	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
 // validateDescription checks what Serve can check before the handshake, so
@@ -23,15 +21,4 @@ func validateDescription(d Description) error {
 		return fmt.Errorf("executor %q: version is empty", d.Kind)
 	}
 	return nil
-}
-
-func describeToPB(d Description) *executorpb.DescribeResponse {
-	return &executorpb.DescribeResponse{
-		Kind:              d.Kind,
-		Version:           d.Version,
-		ProtocolVersion:   executorpb.ProtocolVersion,
-		CheckpointSchemas: d.CheckpointSchemas,
-		Capabilities:      d.Capabilities,
-		Runtime:           d.Runtime,
-	}
 }

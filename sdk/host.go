@@ -71,7 +71,7 @@ func (h *stepHost) CallTool(ctx context.Context, req ToolRequest) (ToolResponse,
 }
 
 func (h *stepHost) RequestApproval(ctx context.Context, prompt string) (Decision, error) {
-	in := &executorpb.RequestApprovalRequest{TurnToken: h.token, Prompt: prompt}
+	in := approvalRequestToPB(h.token, prompt)
 	if err := h.ready("RequestApproval", in); err != nil {
 		return "", err
 	}
@@ -88,7 +88,7 @@ func (h *stepHost) RequestApproval(ctx context.Context, prompt string) (Decision
 }
 
 func (h *stepHost) RequestInput(ctx context.Context, question string) (json.RawMessage, error) {
-	in := &executorpb.RequestInputRequest{TurnToken: h.token, Question: question}
+	in := inputRequestToPB(h.token, question)
 	if err := h.ready("RequestInput", in); err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (h *stepHost) RequestInput(ctx context.Context, question string) (json.RawM
 }
 
 func (h *stepHost) Progress(ctx context.Context, note string) error {
-	in := &executorpb.ProgressRequest{TurnToken: h.token, Note: note}
+	in := progressToPB(h.token, note)
 	if err := h.ready("Progress", in); err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (h *stepHost) Progress(ctx context.Context, note string) error {
 }
 
 func (h *stepHost) Tools(ctx context.Context) ([]ToolSpec, error) {
-	in := &executorpb.ListToolsRequest{TurnToken: h.token}
+	in := listToolsToPB(h.token)
 	if err := h.ready("ListTools", in); err != nil {
 		return nil, err
 	}
@@ -124,9 +124,5 @@ func (h *stepHost) Tools(ctx context.Context) ([]ToolSpec, error) {
 	if err != nil {
 		return nil, hostCallError(ctx, "ListTools", err)
 	}
-	specs := make([]ToolSpec, 0, len(out.GetTools()))
-	for _, t := range out.GetTools() {
-		specs = append(specs, ToolSpec{Name: t.GetName(), Description: t.GetDescription(), Parameters: t.GetParametersJson()})
-	}
-	return specs, nil
+	return toolSpecsFromPB(out), nil
 }

@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"time"
-	"unicode/utf8"
 )
 
 const (
@@ -29,15 +28,3 @@ const (
 	// orphaned plugin has nobody to do that for it.
 	stopTimeout = 2 * time.Second
 )
-
-// truncateUTF8 returns s cut to at most n bytes without splitting a rune.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}

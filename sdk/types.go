@@ -40,7 +40,7 @@ type Budgets struct {
 
 // Summary is the summary of one completed step.
 type Summary struct {
-	Step int
+	Step int64
 	Text string
 }
 
@@ -53,8 +53,8 @@ type Checkpoint struct {
 
 // Effect is a ledger entry of a model, tool or approval effect.
 type Effect struct {
-	Attempt        int
-	Seq            int
+	Attempt        int64
+	Seq            int64
 	Kind           string // "model", "tool", "approval"
 	Fingerprint    string
 	IdempotencyKey string
@@ -65,8 +65,8 @@ type Effect struct {
 // StepRequest is everything the executor learns about a task for one step.
 type StepRequest struct {
 	TaskID  string
-	RunID   uint64
-	Attempt int
+	RunID   int64
+	Attempt int64
 	// Spec is the task spec as its creator gave it: JSON with at least "goal".
 	Spec []byte
 	// Recent holds the most recent completed step summaries, oldest first.
@@ -186,7 +186,7 @@ type ModelRequest struct {
 type ModelResponse struct {
 	Message   Message
 	CallToken string
-	Depth     int
+	Depth     int64
 	Replayed  bool // served from the ledger of a re-run step
 }
 

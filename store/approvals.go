@@ -30,19 +30,6 @@ type Approval struct {
 	ResolvedAt              time.Time // zero while pending
 }
 
-// ErrApprovalResolved: the approval already left pending. It matches
-// ErrConflict.
-type ApprovalResolvedError struct {
-	ID      string
-	Current ApprovalStatus
-}
-
-func (e *ApprovalResolvedError) Error() string {
-	return fmt.Sprintf("approval %s is already %s", e.ID, e.Current)
-}
-
-func (e *ApprovalResolvedError) Is(target error) bool { return target == ErrConflict }
-
 const maxApprovalPrompt = 2000
 
 // NewApproval is an approval to request.

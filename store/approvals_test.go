@@ -167,7 +167,7 @@ func TestRecoverSettlesEffectsAndApprovals(t *testing.T) {
 		}
 		admit(1, EffectTool)
 		admit(2, EffectTool)
-		if _, err := s.MarkEffect(ctx, "alice", "t1", a.Number, 1, EffectAdmitted, EffectDispatching, nil); err != nil {
+		if _, err := s.MarkEffect(ctx, MarkEffect{PrincipalID: "alice", TaskID: "t1", Attempt: a.Number, Seq: 1, From: EffectAdmitted, To: EffectDispatching}); err != nil {
 			t.Fatal(err)
 		}
 		_, ap := waitingTask(t, s, "t2")
@@ -196,21 +196,21 @@ func TestEffectBudgetsAndReplay(t *testing.T) {
 		e := NewEffect{PrincipalID: "alice", TaskID: "t1", RunID: task.RunID, Attempt: a.Number, Kind: EffectModel, Fingerprint: "f"}
 		e.Seq, e.Depth = 1, 2
 		var be *BudgetError
-		if _, _, err := s.AdmitEffect(ctx, e); !errors.As(err, &be) || be.Budget != "depth" {
+		if _, _, err := s.AdmitEffect(ctx, e); !errors.As(err, &be) || be.Budget != BudgetDepth {
 			t.Fatalf("depth 2 with limit 1: %v", err)
 		}
 		e.Depth = 1
 		if _, got, err := s.AdmitEffect(ctx, e); err != nil || got.Budgets.Depth.Used != 1 || got.Budgets.ModelCalls.Used != 1 {
 			t.Fatalf("depth 1: %+v %v", got.Budgets, err)
 		}
-		if _, err := s.MarkEffect(ctx, "alice", "t1", a.Number, 1, EffectAdmitted, EffectDispatching, nil); err != nil {
+		if _, err := s.MarkEffect(ctx, MarkEffect{PrincipalID: "alice", TaskID: "t1", Attempt: a.Number, Seq: 1, From: EffectAdmitted, To: EffectDispatching}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.MarkEffect(ctx, "alice", "t1", a.Number, 1, EffectDispatching, EffectObserved, []byte(`"r"`)); err != nil {
+		if _, err := s.MarkEffect(ctx, MarkEffect{PrincipalID: "alice", TaskID: "t1", Attempt: a.Number, Seq: 1, From: EffectDispatching, To: EffectObserved, Result: []byte(`"r"`)}); err != nil {
 			t.Fatal(err)
 		}
 		// The attempt dies; the next attempt of the same step finds the result.
-		if err := s.AbandonAttempt(ctx, "alice", "t1", a.Number, AttemptInterrupted, ReasonExecutorCrashed, "", 0); err != nil {
+		if err := s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "alice", TaskID: "t1", Number: a.Number, Status: AttemptInterrupted, Reason: ReasonExecutorCrashed}); err != nil {
 			t.Fatal(err)
 		}
 		a2, _, err := s.ClaimAttempt(ctx, "alice", "t1", task.RunID)
@@ -234,7 +234,7 @@ func TestEffectBudgetsAndReplay(t *testing.T) {
 		if err := checkSize("x", MaxEffectResult+1, MaxEffectResult); err == nil {
 			t.Fatal("checkSize passed past the limit")
 		}
-		if _, err := s.MarkEffect(ctx, "alice", "t1", a.Number, 1, EffectObserved, EffectFailed, nil); !errors.Is(err, ErrInvalid) {
+		if _, err := s.MarkEffect(ctx, MarkEffect{PrincipalID: "alice", TaskID: "t1", Attempt: a.Number, Seq: 1, From: EffectObserved, To: EffectFailed}); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("observed → failed: %v", err)
 		}
 	})

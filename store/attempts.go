@@ -85,7 +85,7 @@ func claimRefused(ctx context.Context, tx *txn, principal, id string, runID int6
 	case st != StatusRunning || run != runID:
 		return &TransitionError{TaskID: id, Current: st, RunID: run, WantRunID: runID}
 	}
-	return &BudgetError{Budget: "steps", Limit: limit, Used: used}
+	return &BudgetError{Budget: BudgetSteps, Limit: limit, Used: used}
 }
 
 // FinishAttempt records the end of a running attempt. The attempt row, the
@@ -454,11 +454,27 @@ func runningAttempt(ctx context.Context, tx *txn, principal, id string, number, 
 	return nil
 }
 
+// AbandonAttempt is the closing of a running attempt whose step's outcome
+// is discarded.
+type AbandonAttempt struct {
+	PrincipalID, TaskID string
+	Number              int64
+
+	Status         AttemptStatus // completed, failed, interrupted or cancelled
+	Reason         Reason
+	Message        string
+	WallMillisUsed int64 // absolute; stored as max(stored, this)
+
+	Events []NewEvent
+}
+
 // AbandonAttempt closes a running attempt whatever its task's status — the
 // task was cancelled or interrupted under it, so FinishAttempt refused — and
-// charges wall time as max(stored, wallMillisUsed): the time was spent even
-// though the step's outcome is discarded.
-func (s *Store) AbandonAttempt(ctx context.Context, principal, id string, number int64, status AttemptStatus, reason Reason, message string, wallMillisUsed int64, events ...NewEvent) error {
+// charges wall time as max(stored, a.WallMillisUsed): the time was spent
+// even though the step's outcome is discarded.
+func (s *Store) AbandonAttempt(ctx context.Context, a AbandonAttempt) error {
+	principal, id, number, status, reason, message, wallMillisUsed, events :=
+		a.PrincipalID, a.TaskID, a.Number, a.Status, a.Reason, a.Message, a.WallMillisUsed, a.Events
 	switch {
 	case !status.closed():
 		return invalidf("an attempt cannot end as %q", status)

@@ -41,7 +41,7 @@ func TestFinishAttempt(t *testing.T) {
 		if err != nil || got.Status != StatusWaitingApproval || got.RunID != task.RunID {
 			t.Fatalf("finish to waiting_approval: %+v %v", got, err)
 		}
-		if _, err := s.Transition(ctx, "p", "t", []Status{StatusWaitingApproval}, StatusRunning, ReasonNone, ""); err != nil {
+		if _, err := s.Transition(ctx, Transition{PrincipalID: "p", TaskID: "t", From: []Status{StatusWaitingApproval}, To: StatusRunning}); err != nil {
 			t.Fatal(err)
 		}
 
@@ -108,7 +108,7 @@ func TestRecentSummaries(t *testing.T) {
 		s := open(t)
 		ctx := context.Background()
 		task, _ := claimedTask(t, s, "p", "t")
-		if err := s.AbandonAttempt(ctx, "p", "t", 1, AttemptInterrupted, ReasonExecutorCrashed, "", 0); err != nil {
+		if err := s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "p", TaskID: "t", Number: 1, Status: AttemptInterrupted, Reason: ReasonExecutorCrashed}); err != nil {
 			t.Fatal(err)
 		}
 		outcomes := []struct {
@@ -223,7 +223,7 @@ func TestWritesArePrepared(t *testing.T) {
 		_, err = s.FinishAttempt(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t", RunID: task.RunID, Number: a.Number,
 			Status: AttemptCompleted, Outcome: "continue"})
 		steps = append(steps, err)
-		_, err = s.Transition(ctx, "p", "t", []Status{StatusRunning, StatusWaitingApproval}, StatusInterrupted, ReasonNone, "")
+		_, err = s.Transition(ctx, Transition{PrincipalID: "p", TaskID: "t", From: []Status{StatusRunning, StatusWaitingApproval}, To: StatusInterrupted})
 		steps = append(steps, err)
 		_, err = s.StartRun(ctx, "p", "t", StatusInterrupted)
 		steps = append(steps, err)
@@ -233,8 +233,8 @@ func TestWritesArePrepared(t *testing.T) {
 		steps = append(steps, err)
 		_, err = s.Cancel(ctx, "p", "t")
 		steps = append(steps, err)
-		steps = append(steps, s.AbandonAttempt(ctx, "p", "t", a2.Number, AttemptCancelled, ReasonUserCancelled, "", 9))
-		steps = append(steps, s.AbandonAttempt(ctx, "p", "t", a2.Number, AttemptCancelled, ReasonUserCancelled, "", 9))
+		steps = append(steps, s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "p", TaskID: "t", Number: a2.Number, Status: AttemptCancelled, Reason: ReasonUserCancelled, WallMillisUsed: 9}))
+		steps = append(steps, s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "p", TaskID: "t", Number: a2.Number, Status: AttemptCancelled, Reason: ReasonUserCancelled, WallMillisUsed: 9}))
 		_, _, err = s.ClaimAttempt(ctx, "p", "t", task.RunID+1)
 		steps = append(steps, err)
 		_, err = s.Recover(ctx, 0, nil)
@@ -275,7 +275,7 @@ func TestFinishAndClaim(t *testing.T) {
 		}
 		// The step budget (2) is spent: the finish commits, nothing is claimed.
 		got, next, exhausted, err = s.FinishAndClaim(ctx, finish(next.Number))
-		if err != nil || next != nil || exhausted == nil || exhausted.Budget != "steps" {
+		if err != nil || next != nil || exhausted == nil || exhausted.Budget != BudgetSteps {
 			t.Fatalf("second: next %+v exhausted %v err %v", next, exhausted, err)
 		}
 		atts, _ := s.ListAttempts(ctx, "alice", task.ID)

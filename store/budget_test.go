@@ -52,7 +52,7 @@ func TestStepBudget(t *testing.T) {
 				if !errors.As(err, &be) || !errors.Is(err, ErrBudgetExhausted) {
 					t.Fatalf("claim past the limit: %v, want *BudgetError", err)
 				}
-				if be.Budget != "steps" || be.Limit != limit || be.Used != limit {
+				if be.Budget != BudgetSteps || be.Limit != limit || be.Used != limit {
 					t.Fatalf("BudgetError = %+v", be)
 				}
 				if after := snap(t, s, "p", "t"); !reflect.DeepEqual(after, before) {
@@ -88,7 +88,7 @@ func TestClaimAttemptRefusals(t *testing.T) {
 		}
 		finishContinue(t, s, task, a, 1)
 		// Not running.
-		if _, err := s.Transition(ctx, "p", "t", []Status{StatusRunning}, StatusWaitingApproval, ReasonNone, ""); err != nil {
+		if _, err := s.Transition(ctx, Transition{PrincipalID: "p", TaskID: "t", From: []Status{StatusRunning}, To: StatusWaitingApproval}); err != nil {
 			t.Fatal(err)
 		}
 		if _, _, err := s.ClaimAttempt(ctx, "p", "t", task.RunID); !errors.As(err, &te) || te.Current != StatusWaitingApproval {
@@ -105,7 +105,7 @@ func TestClaimAttemptRefusals(t *testing.T) {
 		if !errors.Is(err, ErrNotFound) {
 			t.Fatalf("finish of a missing attempt: %v, want ErrNotFound", err)
 		}
-		if err := s.AbandonAttempt(ctx, "p", "t", a.Number, AttemptCancelled, ReasonNone, "", 0); !errors.Is(err, ErrConflict) {
+		if err := s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "p", TaskID: "t", Number: a.Number, Status: AttemptCancelled}); !errors.Is(err, ErrConflict) {
 			t.Fatalf("abandon of a finished attempt: %v, want ErrConflict", err)
 		}
 	})
@@ -136,7 +136,7 @@ func TestWallNeverGoesBackwards(t *testing.T) {
 			{"heartbeat 700", func() error { return s.Heartbeat(ctx, "p", "t", task.RunID, 700) }, 700},
 			{"cancel", func() error { _, err := s.Cancel(ctx, "p", "t"); return err }, 700},
 			{"abandon with 300", func() error {
-				return s.AbandonAttempt(ctx, "p", "t", a.Number, AttemptCancelled, ReasonUserCancelled, "", 300)
+				return s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "p", TaskID: "t", Number: a.Number, Status: AttemptCancelled, Reason: ReasonUserCancelled, WallMillisUsed: 300})
 			}, 700},
 		}
 		for _, st := range steps {
@@ -152,7 +152,7 @@ func TestWallNeverGoesBackwards(t *testing.T) {
 		if _, err := s.Cancel(ctx, "p", "t2"); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AbandonAttempt(ctx, "p", "t2", a2.Number, AttemptCancelled, ReasonUserCancelled, "", 1234); err != nil {
+		if err := s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "p", TaskID: "t2", Number: a2.Number, Status: AttemptCancelled, Reason: ReasonUserCancelled, WallMillisUsed: 1234}); err != nil {
 			t.Fatal(err)
 		}
 		if got := getTask(t, s, "p", "t2").Budgets.WallMillis.Used; got != 1234 {
@@ -169,4 +169,43 @@ func TestWallNeverGoesBackwards(t *testing.T) {
 			t.Fatalf("negative heartbeat: %v", err)
 		}
 	})
+}
+
+func TestBudgetKind(t *testing.T) {
+	tests := []struct {
+		kind   BudgetKind
+		label  string
+		reason Reason
+	}{
+		{BudgetSteps, "steps", ReasonStepBudgetExhausted},
+		{BudgetToolCalls, "tool_calls", ReasonToolBudgetExhausted},
+		{BudgetModelCalls, "model_calls", ReasonModelBudgetExhausted},
+		{BudgetDepth, "depth", ReasonDepthBudgetExhausted},
+		{BudgetWall, "wall", ReasonWallClockExceeded},
+		{0, "BudgetKind(0)", ReasonNone},
+		{BudgetWall + 1, "BudgetKind(6)", ReasonNone},
+		{-1, "BudgetKind(-1)", ReasonNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.label, func(t *testing.T) {
+			if got := tt.kind.String(); got != tt.label {
+				t.Errorf("String() = %q, want %q", got, tt.label)
+			}
+			if got := tt.kind.Reason(); got != tt.reason {
+				t.Errorf("Reason() = %q, want %q", got, tt.reason)
+			}
+			got, ok := BudgetOf(tt.reason)
+			if want := tt.reason != ReasonNone; ok != want || (ok && got != tt.kind) {
+				t.Errorf("BudgetOf(%q) = %v, %v; want %v, %v", tt.reason, got, ok, tt.kind, want)
+			}
+		})
+	}
+	if len(BudgetKinds()) != 5 {
+		t.Errorf("BudgetKinds() = %v, want the five budgets", BudgetKinds())
+	}
+	for _, r := range []Reason{ReasonExecutorFailed, ReasonUserCancelled, "steps"} {
+		if k, ok := BudgetOf(r); ok {
+			t.Errorf("BudgetOf(%q) = %v, true; want no budget", r, k)
+		}
+	}
 }

@@ -82,7 +82,7 @@ func TestDeleteTaskRefusals(t *testing.T) {
 			{"waiting_approval", func(t *testing.T, s *Store) { waitingTask(t, s, "t1") }, "alice", ErrConflict, "is waiting_approval"},
 			{"interrupted", func(t *testing.T, s *Store) {
 				runningTask(t, s, "alice", "t1")
-				if _, err := s.Transition(context.Background(), "alice", "t1", []Status{StatusRunning}, StatusInterrupted, ReasonHostShutdown, ""); err != nil {
+				if _, err := s.Transition(context.Background(), Transition{PrincipalID: "alice", TaskID: "t1", From: []Status{StatusRunning}, To: StatusInterrupted, Reason: ReasonHostShutdown}); err != nil {
 					t.Fatal(err)
 				}
 			}, "alice", ErrConflict, "is interrupted"},

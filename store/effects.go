@@ -231,19 +231,27 @@ func (s *Store) chargeRefused(ctx context.Context, tx *txn, e NewEffect) error {
 	case t.Status != StatusRunning || t.RunID != e.RunID:
 		return &TransitionError{TaskID: e.TaskID, Current: t.Status, RunID: t.RunID, WantRunID: e.RunID}
 	case e.Kind == EffectTool:
-		return &BudgetError{Budget: "tool_calls", Limit: t.Budgets.ToolCalls.Limit, Used: t.Budgets.ToolCalls.Used}
+		return &BudgetError{Budget: BudgetToolCalls, Limit: t.Budgets.ToolCalls.Limit, Used: t.Budgets.ToolCalls.Used}
 	case e.Depth > t.Budgets.Depth.Limit:
-		return &BudgetError{Budget: "depth", Limit: t.Budgets.Depth.Limit, Used: e.Depth}
+		return &BudgetError{Budget: BudgetDepth, Limit: t.Budgets.Depth.Limit, Used: e.Depth}
 	default:
-		return &BudgetError{Budget: "model_calls", Limit: t.Budgets.ModelCalls.Limit, Used: t.Budgets.ModelCalls.Used}
+		return &BudgetError{Budget: BudgetModelCalls, Limit: t.Budgets.ModelCalls.Limit, Used: t.Budgets.ModelCalls.Used}
 	}
 }
 
-// MarkEffect moves an effect from status from to to, storing result (kept
-// for replay until the attempt commits). It is a compare-and-set: an effect
+// MarkEffect is an effect's status change, by its (task, attempt, seq) key.
+type MarkEffect struct {
+	PrincipalID, TaskID string
+	Attempt, Seq        int64
+	From, To            EffectStatus
+	Result              []byte // kept for replay until the attempt commits
+}
+
+// MarkEffect moves an effect from m.From to m.To, storing m.Result. It is a compare-and-set: an effect
 // no longer in from gives ErrConflict. dispatching must be committed before
 // the effect crosses its boundary.
-func (s *Store) MarkEffect(ctx context.Context, principal, taskID string, attempt, seq int64, from, to EffectStatus, result []byte) (Effect, error) {
+func (s *Store) MarkEffect(ctx context.Context, m MarkEffect) (Effect, error) {
+	principal, taskID, attempt, seq, from, to, result := m.PrincipalID, m.TaskID, m.Attempt, m.Seq, m.From, m.To, m.Result
 	legal := (from == EffectAdmitted && (to == EffectDispatching || to == EffectFailed)) ||
 		(from == EffectDispatching && (to == EffectObserved || to == EffectFailed || to == EffectIndeterminate))
 	if !legal {

@@ -104,7 +104,7 @@ func TestSweepLostHost(t *testing.T) {
 			Kind: EffectTool, Fingerprint: "fp"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.MarkEffect(ctx, "p", "t1", att.Number, 1, EffectAdmitted, EffectDispatching, nil); err != nil {
+		if _, err := a.MarkEffect(ctx, MarkEffect{PrincipalID: "p", TaskID: "t1", Attempt: att.Number, Seq: 1, From: EffectAdmitted, To: EffectDispatching}); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.HeartbeatHost(ctx); err != nil {
@@ -246,7 +246,7 @@ func TestStaleEpochRefused(t *testing.T) {
 				return err
 			}},
 			{"EndRun", func() error {
-				_, err := a.EndRun(ctx, "p", "t1", 1, StatusInterrupted, ReasonHostShutdown, "")
+				_, err := a.EndRun(ctx, EndRun{PrincipalID: "p", TaskID: "t1", RunID: 1, To: StatusInterrupted, Reason: ReasonHostShutdown})
 				return err
 			}},
 		}
@@ -297,10 +297,10 @@ func TestLateWriteBeforeTakeover(t *testing.T) {
 		_, err := a.FinishAttempt(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: 1, Number: att.Number,
 			Status: AttemptCompleted, Outcome: "complete", Summary: "late", Result: []byte(`{}`), TaskTo: StatusCompleted})
 		wantErrIs(t, err, ErrConflict)
-		if err := a.AbandonAttempt(ctx, "p", "t1", att.Number, AttemptCancelled, ReasonUserCancelled, "", 1); !errors.Is(err, ErrConflict) {
+		if err := a.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "p", TaskID: "t1", Number: att.Number, Status: AttemptCancelled, Reason: ReasonUserCancelled, WallMillisUsed: 1}); !errors.Is(err, ErrConflict) {
 			t.Fatalf("late abandon: %v, want a conflict", err)
 		}
-		if _, err := a.EndRun(ctx, "p", "t1", 1, StatusFailed, ReasonExecutorFailed, ""); !errors.Is(err, ErrConflict) {
+		if _, err := a.EndRun(ctx, EndRun{PrincipalID: "p", TaskID: "t1", RunID: 1, To: StatusFailed, Reason: ReasonExecutorFailed}); !errors.Is(err, ErrConflict) {
 			t.Fatalf("late end: %v, want a conflict", err)
 		}
 		if after := snap(t, b, "p", "t1"); !reflect.DeepEqual(before, after) {

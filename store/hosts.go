@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // Fleets: several hosts sharing one store.
@@ -46,22 +48,15 @@ const MaxSweep = 100
 // or has a byte outside [A-Za-z0-9._-].
 func CheckHostID(id string) error {
 	if id == "" || len(id) > MaxHostID {
-		return invalidf("host_id must be 1..%d bytes, got %d (%q)", MaxHostID, len(id), truncateID(id))
+		return invalidf("host_id must be 1..%d bytes, got %d (%q)", MaxHostID, len(id), text.Clip(id, MaxHostID+8))
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return invalidf("host_id %q has byte %#x at %d: only [A-Za-z0-9._-] are allowed", truncateID(id), c, i)
+			return invalidf("host_id %q has byte %#x at %d: only [A-Za-z0-9._-] are allowed", text.Clip(id, MaxHostID+8), c, i)
 		}
 	}
 	return nil
-}
-
-func truncateID(id string) string {
-	if len(id) > MaxHostID+8 {
-		return id[:MaxHostID+8] + "..."
-	}
-	return id
 }
 
 // Host is one host of a fleet, as its last heartbeat left it.
@@ -274,13 +269,24 @@ const qEndRun = `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, update
 	WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN ('running', 'waiting_approval')
 	RETURNING ` + taskCols
 
-// EndRun ends run runID of a live task outside any attempt: to is
+// EndRun is the end of a task's run outside any attempt.
+type EndRun struct {
+	PrincipalID, TaskID string
+	RunID               int64  // the lease epoch the caller acts for
+	To                  Status // interrupted or failed
+	Reason              Reason
+	Message             string
+	Events              []NewEvent
+}
+
+// EndRun ends run e.RunID of a live task outside any attempt: e.To is
 // interrupted or failed. It is Transition fenced by the lease epoch: a run
 // that is over (a takeover started a newer one) gets a *TransitionError
 // matching ErrFenced, and one whose task already left running (a cancel, a
 // sweep) a *TransitionError naming the current status; nothing is written
 // either way.
-func (s *Store) EndRun(ctx context.Context, principal, id string, runID int64, to Status, reason Reason, message string, events ...NewEvent) (Task, error) {
+func (s *Store) EndRun(ctx context.Context, e EndRun) (Task, error) {
+	principal, id, runID, to, reason, message, events := e.PrincipalID, e.TaskID, e.RunID, e.To, e.Reason, e.Message, e.Events
 	if to != StatusInterrupted && to != StatusFailed {
 		return Task{}, invalidf("a run ends as interrupted or failed, not %q", to)
 	}

@@ -59,7 +59,7 @@ func TestFieldLimits(t *testing.T) {
 				})
 			}, func(task Task) int { return len(getTask(t, s, "p", task.ID).Message) }},
 			{"message", lim.Message, func(task Task, a Attempt, n int) error {
-				_, err := s.Transition(ctx, "p", task.ID, []Status{StatusRunning}, StatusFailed, ReasonExecutorFailed, strings.Repeat("m", n))
+				_, err := s.Transition(ctx, Transition{PrincipalID: "p", TaskID: task.ID, From: []Status{StatusRunning}, To: StatusFailed, Reason: ReasonExecutorFailed, Message: strings.Repeat("m", n)})
 				return err
 			}, func(task Task) int { return len(getTask(t, s, "p", task.ID).Message) }},
 			{"stderr_tail", lim.StderrTail, func(task Task, a Attempt, n int) error {
@@ -238,7 +238,7 @@ func TestEventPayloads(t *testing.T) {
 			})
 		}
 		// Events of a run that is over are refused.
-		if _, err := s.Transition(ctx, "p", "t", []Status{StatusRunning}, StatusInterrupted, ReasonHostShutdown, ""); err != nil {
+		if _, err := s.Transition(ctx, Transition{PrincipalID: "p", TaskID: "t", From: []Status{StatusRunning}, To: StatusInterrupted, Reason: ReasonHostShutdown}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.StartRun(ctx, "p", "t", StatusInterrupted); err != nil {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,9 +18,6 @@ import (
 
 // fleetChannel is the PostgreSQL notification channel of a fleet.
 const fleetChannel = "taskhost_fleet"
-
-// ErrNoNotify: the store's engine has no notifications (SQLite).
-var ErrNoNotify = errors.New("the store delivers no notifications (SQLite): hosts poll")
 
 // CanNotify reports whether the store delivers notifications (PostgreSQL).
 func (s *Store) CanNotify() bool { return s.listenCfg != nil }

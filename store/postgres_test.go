@@ -89,7 +89,7 @@ func TestPostgresTwoHostsRace(t *testing.T) {
 	for i := range rounds {
 		id := fmt.Sprintf("race-%03d", i)
 		runningTask(t, a, "p", id)
-		if _, err := a.Transition(ctx, "p", id, []Status{StatusRunning}, StatusInterrupted, ReasonHostRestart, ""); err != nil {
+		if _, err := a.Transition(ctx, Transition{PrincipalID: "p", TaskID: id, From: []Status{StatusRunning}, To: StatusInterrupted, Reason: ReasonHostRestart}); err != nil {
 			t.Fatal(err)
 		}
 		start := make(chan struct{})

@@ -74,7 +74,7 @@ func TestPrincipalIsolation(t *testing.T) {
 			{"Cancel", func(p, id string) error { _, err := s.Cancel(ctx, p, id); return err }},
 			{"StartRun", func(p, id string) error { _, err := s.StartRun(ctx, p, id, StatusInterrupted); return err }},
 			{"Transition", func(p, id string) error {
-				_, err := s.Transition(ctx, p, id, []Status{StatusRunning}, StatusFailed, ReasonNone, "")
+				_, err := s.Transition(ctx, Transition{PrincipalID: p, TaskID: id, From: []Status{StatusRunning}, To: StatusFailed})
 				return err
 			}},
 			{"ClaimAttempt", func(p, id string) error { _, _, err := s.ClaimAttempt(ctx, p, id, 1); return err }},
@@ -84,7 +84,7 @@ func TestPrincipalIsolation(t *testing.T) {
 				return err
 			}},
 			{"AbandonAttempt", func(p, id string) error {
-				return s.AbandonAttempt(ctx, p, id, 1, AttemptCancelled, ReasonNone, "", 1)
+				return s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: p, TaskID: id, Number: 1, Status: AttemptCancelled, WallMillisUsed: 1})
 			}},
 			{"Heartbeat", func(p, id string) error { return s.Heartbeat(ctx, p, id, 1, 99) }},
 			{"ListAttempts", func(p, id string) error { _, err := s.ListAttempts(ctx, p, id); return err }},

@@ -80,7 +80,7 @@ func TestCancelRacesComplete(t *testing.T) {
 					types["task.completed"] != 0 || types["task.cancelled"] != 1 {
 					t.Fatalf("round %d: cancelled task %+v, attempts %+v, events %v", i, got, as, types)
 				}
-				if err := s.AbandonAttempt(ctx, "p", id, a.Number, AttemptCancelled, ReasonUserCancelled, "", 5); err != nil {
+				if err := s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "p", TaskID: id, Number: a.Number, Status: AttemptCancelled, Reason: ReasonUserCancelled, WallMillisUsed: 5}); err != nil {
 					t.Fatalf("round %d: AbandonAttempt: %v", i, err)
 				}
 			}

@@ -49,7 +49,7 @@ func forceTo(t *testing.T, s *Store, task Task, st Status) Task {
 	}[st]
 	for _, next := range path {
 		var err error
-		task, err = s.Transition(context.Background(), task.PrincipalID, task.ID, []Status{task.Status}, next, ReasonNone, "")
+		task, err = s.Transition(context.Background(), Transition{PrincipalID: task.PrincipalID, TaskID: task.ID, From: []Status{task.Status}, To: next})
 		if err != nil {
 			t.Fatal(err)
 		}

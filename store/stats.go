@@ -16,9 +16,10 @@ type Stats struct {
 	Attempts map[AttemptKey]int64
 	// Effects counts the effect ledger by kind and status.
 	Effects map[EffectKey]int64
-	// BudgetExhausted counts the tasks that ended on a budget, by its
-	// reason (step_budget_exhausted, ..., wall_clock_exceeded).
-	BudgetExhausted  map[Reason]int64
+	// BudgetExhausted counts the tasks that ended on a budget, by the
+	// budget that ran out (its reason: step_budget_exhausted, ...,
+	// wall_clock_exceeded).
+	BudgetExhausted  map[BudgetKind]int64
 	PendingApprovals int64
 }
 
@@ -34,13 +35,6 @@ type EffectKey struct {
 	Status EffectStatus
 }
 
-// BudgetReasons are the reasons a task ends with when it ran out of a
-// budget.
-func BudgetReasons() []Reason {
-	return []Reason{ReasonStepBudgetExhausted, ReasonToolBudgetExhausted, ReasonModelBudgetExhausted,
-		ReasonDepthBudgetExhausted, ReasonWallClockExceeded}
-}
-
 // Stats counts tasks by status, attempts by status and outcome, effects by
 // kind and status, tasks ended on a budget, and pending approvals, in one
 // read transaction so that the counts agree. An error means the store did
@@ -51,10 +45,10 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, s.dbErr(fmt.Errorf("store stats: %w", err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	st := Stats{Tasks: map[Status]int64{}, Attempts: map[AttemptKey]int64{}, Effects: map[EffectKey]int64{}, BudgetExhausted: map[Reason]int64{}}
+	st := Stats{Tasks: map[Status]int64{}, Attempts: map[AttemptKey]int64{}, Effects: map[EffectKey]int64{}, BudgetExhausted: map[BudgetKind]int64{}}
 	var budget []any
-	for _, r := range BudgetReasons() {
-		budget = append(budget, string(r))
+	for _, k := range BudgetKinds() {
+		budget = append(budget, string(k.Reason()))
 	}
 	counts := []struct {
 		what, query string
@@ -68,7 +62,11 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		{"effects", `SELECT kind, status, count(*) FROM effects GROUP BY kind, status`, nil,
 			func(a, b string, n int64) { st.Effects[EffectKey{EffectKind(a), EffectStatus(b)}] = n }},
 		{"budgets", `SELECT reason, '', count(*) FROM tasks WHERE reason IN (` + placeholders(len(budget)) + `) GROUP BY reason`, budget,
-			func(a, _ string, n int64) { st.BudgetExhausted[Reason(a)] = n }},
+			func(a, _ string, n int64) {
+				if k, ok := BudgetOf(Reason(a)); ok {
+					st.BudgetExhausted[k] = n
+				}
+			}},
 	}
 	for _, c := range counts {
 		if err := groupCount(ctx, tx, s.d.rebind(c.query), s.d.bind(c.args), c.add); err != nil {

@@ -49,7 +49,7 @@ func TestStats(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := map[Reason]int64{ReasonToolBudgetExhausted: 1}; !maps.Equal(got.BudgetExhausted, want) {
+		if want := map[BudgetKind]int64{BudgetToolCalls: 1}; !maps.Equal(got.BudgetExhausted, want) {
 			t.Errorf("budgets: %v, want %v (executor_failed is not a budget)", got.BudgetExhausted, want)
 		}
 		wantTasks := map[Status]int64{StatusPending: 2, StatusWaitingApproval: 1, StatusFailed: 2}

@@ -27,7 +27,7 @@ func observedResult(t *testing.T, s *Store, run, a int64) {
 		if to == EffectObserved {
 			from = EffectDispatching
 		}
-		if _, err := s.MarkEffect(ctx, "p", "t", a, 1, from, to, []byte(`"reply"`)); err != nil {
+		if _, err := s.MarkEffect(ctx, MarkEffect{PrincipalID: "p", TaskID: "t", Attempt: a, Seq: 1, From: from, To: to, Result: []byte(`"reply"`)}); err != nil {
 			t.Fatal(err)
 		}
 	}

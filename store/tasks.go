@@ -237,11 +237,21 @@ func (s *Store) StartRun(ctx context.Context, principal, id string, from Status,
 	if from != StatusPending && from != StatusInterrupted {
 		return Task{}, invalidf("a run starts from pending or interrupted, not %q", from)
 	}
-	return s.Transition(ctx, principal, id, []Status{from}, StatusRunning, ReasonNone, "", events...)
+	return s.Transition(ctx, Transition{PrincipalID: principal, TaskID: id, From: []Status{from}, To: StatusRunning, Events: events})
 }
 
-// Transition moves a task from any of from to to, setting reason and message,
-// with its events, in one transaction. The change is one compare-and-set
+// Transition is a task's status change from any of From to To.
+type Transition struct {
+	PrincipalID, TaskID string
+	From                []Status
+	To                  Status
+	Reason              Reason
+	Message             string
+	Events              []NewEvent
+}
+
+// Transition moves a task from any of tr.From to tr.To, setting its reason
+// and message, with its events, in one transaction. The change is one compare-and-set
 // UPDATE, so of two racing transitions exactly one wins. Every from→to pair
 // must be Legal, or nothing is touched. On a miss the error is ErrNotFound
 // when principal has no such task, else a *TransitionError with the current
@@ -250,7 +260,8 @@ func (s *Store) StartRun(ctx context.Context, principal, id string, from Status,
 // Entering running from pending or interrupted starts a new run (RunID+1),
 // whichever method asked for it: a resume can never continue an old run.
 // Entering it from waiting_approval continues the same run.
-func (s *Store) Transition(ctx context.Context, principal, id string, from []Status, to Status, reason Reason, message string, events ...NewEvent) (Task, error) {
+func (s *Store) Transition(ctx context.Context, tr Transition) (Task, error) {
+	principal, id, from, to, reason, message, events := tr.PrincipalID, tr.TaskID, tr.From, tr.To, tr.Reason, tr.Message, tr.Events
 	if !to.valid() {
 		return Task{}, invalidf("unknown status %q", to)
 	}

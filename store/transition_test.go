@@ -48,7 +48,7 @@ func taskIn(t *testing.T, s *Store, principal, id string, st Status) Task {
 	task := createTask(t, s, principal, id)
 	for _, next := range pathTo[st] {
 		var err error
-		task, err = s.Transition(context.Background(), principal, id, []Status{task.Status}, next, ReasonNone, "")
+		task, err = s.Transition(context.Background(), Transition{PrincipalID: principal, TaskID: id, From: []Status{task.Status}, To: next})
 		if err != nil {
 			t.Fatalf("walking %s to %s: %v", id, st, err)
 		}
@@ -69,8 +69,7 @@ func TestTransitionEveryPair(t *testing.T) {
 					id := fmt.Sprintf("pair-%s-%s", from, to)
 					before := taskIn(t, s, "p", id, from)
 					snapBefore := snap(t, s, "p", id)
-					got, err := s.Transition(ctx, "p", id, []Status{from}, to, ReasonExecutorFailed, "why",
-						NewEvent{Type: "task.changed", Payload: []byte(`{"to":"` + string(to) + `"}`)})
+					got, err := s.Transition(ctx, Transition{PrincipalID: "p", TaskID: id, From: []Status{from}, To: to, Reason: ReasonExecutorFailed, Message: "why", Events: []NewEvent{{Type: "task.changed", Payload: []byte(`{"to":"` + string(to) + `"}`)}}})
 					if !Legal(from, to) {
 						wantErrIs(t, err, ErrInvalid)
 						if after := snap(t, s, "p", id); !reflect.DeepEqual(after, snapBefore) {
@@ -127,7 +126,7 @@ func TestTransitionCASMiss(t *testing.T) {
 					id := fmt.Sprintf("miss-%s-%s", actual, to)
 					taskIn(t, s, "p", id, actual)
 					before := snap(t, s, "p", id)
-					_, err := s.Transition(ctx, "p", id, from, to, ReasonNone, "", NewEvent{Type: "x"})
+					_, err := s.Transition(ctx, Transition{PrincipalID: "p", TaskID: id, From: from, To: to, Events: []NewEvent{{Type: "x"}}})
 					var te *TransitionError
 					if !errors.As(err, &te) || !errors.Is(err, ErrConflict) {
 						t.Fatalf("error = %v, want *TransitionError", err)
@@ -170,7 +169,7 @@ func TestTransitionInvalidArguments(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				_, err := s.Transition(ctx, "p", "t", tt.from, tt.to, tt.reason, tt.message, tt.events...)
+				_, err := s.Transition(ctx, Transition{PrincipalID: "p", TaskID: "t", From: tt.from, To: tt.to, Reason: tt.reason, Message: tt.message, Events: tt.events})
 				wantErrIs(t, err, tt.want)
 				if after := snap(t, s, "p", "t"); !reflect.DeepEqual(after, before) {
 					t.Fatalf("refused call changed the store")

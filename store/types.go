@@ -1,8 +1,7 @@
 package store
 
 import (
-	"errors"
-	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -105,6 +104,61 @@ type Budget struct {
 // Remaining is Limit − Used, never below zero.
 func (b Budget) Remaining() int64 { return max(b.Limit-b.Used, 0) }
 
+// BudgetKind names one of a task's five budgets. Its String is the budget's
+// label in errors, metrics and the CLI ("steps", "tool_calls", ...); its
+// Reason is the reason a task ends with when that budget runs out. The zero
+// value names no budget.
+type BudgetKind int
+
+const (
+	BudgetSteps BudgetKind = iota + 1
+	BudgetToolCalls
+	BudgetModelCalls
+	BudgetDepth
+	BudgetWall
+)
+
+// BudgetKinds are the five budgets in the order DESIGN §3 lists them.
+func BudgetKinds() []BudgetKind {
+	return []BudgetKind{BudgetSteps, BudgetToolCalls, BudgetModelCalls, BudgetDepth, BudgetWall}
+}
+
+var budgetNames = [...]string{BudgetSteps: "steps", BudgetToolCalls: "tool_calls",
+	BudgetModelCalls: "model_calls", BudgetDepth: "depth", BudgetWall: "wall"}
+
+var budgetReasons = [...]Reason{BudgetSteps: ReasonStepBudgetExhausted, BudgetToolCalls: ReasonToolBudgetExhausted,
+	BudgetModelCalls: ReasonModelBudgetExhausted, BudgetDepth: ReasonDepthBudgetExhausted, BudgetWall: ReasonWallClockExceeded}
+
+func (k BudgetKind) valid() bool { return k >= BudgetSteps && k <= BudgetWall }
+
+// String is the budget's label, or "BudgetKind(n)" for a value outside the set.
+func (k BudgetKind) String() string {
+	if !k.valid() {
+		return "BudgetKind(" + strconv.Itoa(int(k)) + ")"
+	}
+	return budgetNames[k]
+}
+
+// Reason is the reason a task ends with when the budget runs out;
+// ReasonNone for a value outside the set.
+func (k BudgetKind) Reason() Reason {
+	if !k.valid() {
+		return ReasonNone
+	}
+	return budgetReasons[k]
+}
+
+// BudgetOf is the budget whose exhaustion r reports; false when r is not a
+// budget reason.
+func BudgetOf(r Reason) (BudgetKind, bool) {
+	for _, k := range BudgetKinds() {
+		if budgetReasons[k] == r {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
 // Budgets are a task's five budgets (DESIGN §3). Depth.Used is the deepest
 // call admitted so far; WallMillis counts active running time.
 type Budgets struct {
@@ -180,72 +234,3 @@ type NewEvent struct {
 	Type    string
 	Payload []byte
 }
-
-// Sentinel errors callers branch on with errors.Is.
-var (
-	// ErrNotFound: no such task for this principal. A task of another
-	// principal is indistinguishable from a missing one.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: the task is not in a state that allows the change.
-	ErrConflict = errors.New("conflict")
-	// ErrBudgetExhausted: the charge would exceed a budget.
-	ErrBudgetExhausted = errors.New("budget exhausted")
-	// ErrTooLarge: a value is past its limit.
-	ErrTooLarge = errors.New("too large")
-)
-
-// TransitionError is a refused state change. It matches ErrConflict.
-type TransitionError struct {
-	TaskID  string
-	Current Status
-	To      Status // "" when the refusal is about the run, not a target status
-	// WantRunID, when non-zero, is the run the caller acted for; RunID is the
-	// task's current run. They differ when the caller's run is over (the task
-	// was resumed since) — a stale writer must not touch the new run.
-	RunID     int64
-	WantRunID int64
-}
-
-func (e *TransitionError) Error() string {
-	if e.WantRunID != 0 && e.RunID != e.WantRunID {
-		return fmt.Sprintf("task %s is %s in run %d: run %d is over", e.TaskID, e.Current, e.RunID, e.WantRunID)
-	}
-	if e.To == "" {
-		return fmt.Sprintf("task %s is %s", e.TaskID, e.Current)
-	}
-	return fmt.Sprintf("task %s is %s: cannot become %s", e.TaskID, e.Current, e.To)
-}
-
-// Is matches ErrConflict, and ErrFenced when the caller's run is over: its
-// lease epoch (the run id) is stale, so the write came from a run that has
-// been superseded.
-func (e *TransitionError) Is(target error) bool {
-	return target == ErrConflict || (target == ErrFenced && e.WantRunID != 0 && e.RunID != e.WantRunID)
-}
-
-// BudgetError names the exhausted budget. It matches ErrBudgetExhausted.
-type BudgetError struct {
-	Budget string // "steps", "tool_calls", "model_calls", "depth", "wall"
-	Limit  int64
-	Used   int64
-}
-
-func (e *BudgetError) Error() string {
-	return fmt.Sprintf("%s budget exhausted (%d/%d)", e.Budget, e.Used, e.Limit)
-}
-
-func (e *BudgetError) Is(target error) bool { return target == ErrBudgetExhausted }
-
-// LimitError names a field, its limit and the offending size. It matches
-// ErrTooLarge.
-type LimitError struct {
-	Field string
-	Limit int
-	Got   int
-}
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("%s is %d bytes, limit %d", e.Field, e.Got, e.Limit)
-}
-
-func (e *LimitError) Is(target error) bool { return target == ErrTooLarge }

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/taskhost/taskhost/host/bench"
+	"github.com/taskhost/taskhost/cmd/taskhost/internal/bench"
 	"github.com/taskhost/taskhost/host/config"
 )
 

@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -126,10 +128,10 @@ func attemptJSON(a store.Attempt) attemptView {
 	return v
 }
 
+// truncateLine fits s in n characters for a terminal, marking a cut with "…".
 func truncateLine(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return string(r[:n-1]) + "…"
+	return text.TruncateRunes(s, n-1) + "…"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -22,7 +23,7 @@ func (as *approvalService) ListApprovals(ctx context.Context, req *apipb.ListApp
 	if req.Status != "" {
 		var ok bool
 		if st, ok = approvalStatuses[req.Status]; !ok {
-			return nil, invalid("status", fmt.Sprintf("%q is not an approval status: use pending, approved, rejected, expired or cancelled", truncate(req.Status, 40)))
+			return nil, invalid("status", fmt.Sprintf("%q is not an approval status: use pending, approved, rejected, expired or cancelled", text.Clip(req.Status, 40)))
 		}
 	}
 	list, err := as.s.opts.Tasks.Approvals(ctx, p, st)

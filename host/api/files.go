@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/taskhost/taskhost/host/tools"
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
@@ -59,7 +60,7 @@ func (ts *taskService) fileStatus(ctx context.Context, err error, id, path strin
 	case errors.As(err, &pe):
 		return invalid("path", pe.Error())
 	case errors.Is(err, fs.ErrNotExist):
-		return notFound("file", fmt.Sprintf("%q of task %s", truncate(path, 100), id))
+		return notFound("file", fmt.Sprintf("%q of task %s", text.Clip(path, 100), id))
 	}
 	return ts.s.toStatus(ctx, err, "task", id)
 }
@@ -112,7 +113,7 @@ func (ts *taskService) ReadTaskFile(req *apipb.ReadTaskFileRequest, stream apipb
 	size, limit := fi.Size(), ts.s.opts.MaxExportFileBytes
 	if size > limit {
 		return statusError(codes.FailedPrecondition, ReasonFileTooLarge,
-			fmt.Sprintf("%s of task %s is %d bytes; the daemon sends files of at most %d", truncate(req.Path, 100), req.TaskId, size, limit))
+			fmt.Sprintf("%s of task %s is %d bytes; the daemon sends files of at most %d", text.Clip(req.Path, 100), req.TaskId, size, limit))
 	}
 	if err := stream.Send(&apipb.ReadTaskFileResponse{Size: size}); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -117,13 +118,13 @@ func (ts *taskService) ListTasks(ctx context.Context, req *apipb.ListTasksReques
 	for i, s := range req.Status {
 		st, ok := taskStatuses[s]
 		if !ok {
-			return nil, invalid(fmt.Sprintf("status[%d]", i), fmt.Sprintf("%q is not a task status: use pending, running, waiting_approval, completed, failed, cancelled or interrupted", truncate(s, 40)))
+			return nil, invalid(fmt.Sprintf("status[%d]", i), fmt.Sprintf("%q is not a task status: use pending, running, waiting_approval, completed, failed, cancelled or interrupted", text.Clip(s, 40)))
 		}
 		q.Status = append(q.Status, st)
 	}
 	var ok bool
 	if q.Order, ok = listOrders[req.Sort]; !ok {
-		return nil, invalid("sort", fmt.Sprintf("%q is not an order: use created, -created or status", truncate(req.Sort, 40)))
+		return nil, invalid("sort", fmt.Sprintf("%q is not an order: use created, -created or status", text.Clip(req.Sort, 40)))
 	}
 	if len(req.Executor) > store.MaxExecutorBytes {
 		return nil, invalid("executor", fmt.Sprintf("is %d bytes, at most %d", len(req.Executor), store.MaxExecutorBytes))
@@ -222,12 +223,4 @@ func (ts *taskService) ResumeTask(ctx context.Context, req *apipb.ResumeTaskRequ
 	}
 	ts.s.log.Info("task resumed", "principal", p, "by", caller, "task", t.ID, "run", t.RunID)
 	return &apipb.ResumeTaskResponse{Task: taskPB(t, true)}, nil
-}
-
-// truncate cuts s to at most n bytes for an error message.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

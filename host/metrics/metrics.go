@@ -229,23 +229,6 @@ var (
 		store.EffectFailed, store.EffectIndeterminate}
 )
 
-// budgetLabel is the budget label of a budget reason.
-func budgetLabel(r store.Reason) string {
-	switch r {
-	case store.ReasonStepBudgetExhausted:
-		return "steps"
-	case store.ReasonToolBudgetExhausted:
-		return "tool_calls"
-	case store.ReasonModelBudgetExhausted:
-		return "model_calls"
-	case store.ReasonDepthBudgetExhausted:
-		return "depth"
-	case store.ReasonWallClockExceeded:
-		return "wall"
-	}
-	return ""
-}
-
 // storeCollector reads the store once per scrape.
 type storeCollector struct {
 	s *Server
@@ -316,8 +299,8 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.effects, st.Effects[store.EffectKey{Kind: kind, Status: status}], string(kind), string(status))
 		}
 	}
-	for _, r := range store.BudgetReasons() {
-		gauge(c.budgets, st.BudgetExhausted[r], budgetLabel(r))
+	for _, k := range store.BudgetKinds() {
+		gauge(c.budgets, st.BudgetExhausted[k], k.String())
 	}
 	gauge(c.approvals, st.PendingApprovals)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // testTask is the task id most tests run as.
@@ -86,7 +87,7 @@ func decode(t *testing.T, res Result, out any) {
 		return
 	}
 	if err := json.Unmarshal([]byte(res.Output), out); err != nil {
-		t.Fatalf("output %q is not the expected JSON: %v", clip(res.Output, 200), err)
+		t.Fatalf("output %q is not the expected JSON: %v", text.Clip(res.Output, 200), err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // maxTaskIDBytes bounds a task id; see validTaskID.
@@ -225,7 +226,7 @@ func (r *Registry) Policy(name string) (Policy, bool) {
 // [a-z0-9_]{1,64}, which also keeps it a single, harmless path segment.
 func (r *Registry) Workspace(taskID string) (string, error) {
 	if !validTaskID(taskID) {
-		return "", fmt.Errorf("%w: task id %q must match [a-z0-9_]{1,%d}", ErrInvalidEnv, clip(taskID, 80), maxTaskIDBytes)
+		return "", fmt.Errorf("%w: task id %q must match [a-z0-9_]{1,%d}", ErrInvalidEnv, text.Clip(taskID, 80), maxTaskIDBytes)
 	}
 	return filepath.Join(r.root, taskID), nil
 }
@@ -254,7 +255,7 @@ func (r *Registry) Call(ctx context.Context, env Env, name string, args json.Raw
 	}
 	b, ok := r.tools[name]
 	if !ok {
-		return Result{}, fmt.Errorf("%w: %q", ErrUnknownTool, clip(name, 64))
+		return Result{}, fmt.Errorf("%w: %q", ErrUnknownTool, text.Clip(name, 64))
 	}
 	pol := r.policies[name]
 	if !pol.Enabled {
@@ -265,7 +266,7 @@ func (r *Registry) Call(ctx context.Context, env Env, name string, args json.Raw
 		return Result{}, err
 	}
 	if env.Workspace != "" && filepath.Clean(env.Workspace) != ws {
-		return Result{}, fmt.Errorf("%w: workspace %q is not the workspace of task %s", ErrInvalidEnv, clip(env.Workspace, 200), env.TaskID)
+		return Result{}, fmt.Errorf("%w: workspace %q is not the workspace of task %s", ErrInvalidEnv, text.Clip(env.Workspace, 200), env.TaskID)
 	}
 	if len(args) > b.maxArgs {
 		return Result{}, &ArgError{Tool: name, Message: fmt.Sprintf("are %d bytes; the limit is %d", len(args), b.maxArgs)}
@@ -399,7 +400,7 @@ func parseArgs(tool string, args json.RawMessage, accepted []string) (map[string
 	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !slices.Contains(accepted, k) {
-			return nil, &ArgError{Tool: tool, Field: clip(k, 64),
+			return nil, &ArgError{Tool: tool, Field: text.Clip(k, 64),
 				Message: "unknown argument; accepted: " + strings.Join(accepted, ", ")}
 		}
 	}
@@ -437,13 +438,4 @@ func (c *call) required(field string, present bool, err error) error {
 		return c.argErr(field, "is required")
 	}
 	return err
-}
-
-// clip bounds a string from an untrusted source before it goes into an
-// error message.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 type shellOut struct {
@@ -75,7 +76,7 @@ func TestShellRunOutputLimit(t *testing.T) {
 	if !out.Truncated || len(out.Output) > MaxShellOutputBytes || out.OutputBytes != MaxShellOutputBytes+1 ||
 		!strings.HasPrefix(out.Output, "[output truncated: 65537 bytes in all") {
 		t.Fatalf("past the limit: truncated %v, %d bytes, output_bytes %d, starts %q",
-			out.Truncated, len(out.Output), out.OutputBytes, clip(out.Output, 60))
+			out.Truncated, len(out.Output), out.OutputBytes, text.Clip(out.Output, 60))
 	}
 	// The tail is what is kept.
 	out, _ = runShellTool(t, r, "seq 1 100000; echo last line >&2")

@@ -87,7 +87,7 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		}
 	}
 	if o.PIDFile != "" {
-		if err := recordAttempt(o.PIDFile, req.Attempt); err != nil {
+		if err := recordAttempt(o.PIDFile, int(req.Attempt)); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("testexec: pid file: %w", err)
 		}
 	}
@@ -108,7 +108,7 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	for i := range o.StderrLines {
 		fmt.Fprintf(os.Stderr, "testexec: stderr line %d\n", i)
 	}
-	misbehave(o, req.Attempt)
+	misbehave(o, int(req.Attempt))
 	if o.WaitFile != "" && o.WaitFirst {
 		if err := waitFile(ctx, o.WaitFile); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("testexec: wait_file: %w", err)
@@ -197,7 +197,7 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			}
 			return sdk.Continue("tool error: "+hostErrorKind(err), nil), nil
 		}
-		if o.KillAfterToolAtAttempt == req.Attempt {
+		if int64(o.KillAfterToolAtAttempt) == req.Attempt {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			hang()
 		}
@@ -211,7 +211,7 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		}
 	}
 	sleepMS := o.SleepMS
-	if o.SleepAtAttempt == req.Attempt {
+	if int64(o.SleepAtAttempt) == req.Attempt {
 		sleepMS = o.LongSleepMS
 	}
 	if sleepMS > 0 {

@@ -26,7 +26,7 @@ func progressFails(err error) func(context.Context, string) error {
 }
 
 func stepReq(spec string, attempt int, cp *sdk.Checkpoint) sdk.StepRequest {
-	return sdk.StepRequest{TaskID: "t", Attempt: attempt, Spec: []byte(spec), Checkpoint: cp}
+	return sdk.StepRequest{TaskID: "t", Attempt: int64(attempt), Spec: []byte(spec), Checkpoint: cp}
 }
 
 func runStep(t *testing.T, ctx context.Context, host sdk.Host, req sdk.StepRequest) sdk.StepResult {

@@ -124,7 +124,7 @@ func TestContextKeepsTheLastFiveSummaries(t *testing.T) {
 	// steps, and the context numbers them 1..7 all the same.
 	var recent []sdk.Summary
 	for i := 1; i <= 7; i++ {
-		recent = append(recent, sdk.Summary{Step: i + 2, Text: fmt.Sprintf("did part %d", i)})
+		recent = append(recent, sdk.Summary{Step: int64(i + 2), Text: fmt.Sprintf("did part %d", i)})
 	}
 	recent[4].Text = ""
 	recent[6].Text = "two\nlines"

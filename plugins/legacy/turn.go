@@ -33,7 +33,7 @@ type turnStats struct {
 type turn struct {
 	host      sdk.Host
 	taskID    string
-	attempt   int
+	attempt   int64
 	maxRounds int
 	tools     []sdk.ToolSpec
 	stats     *turnStats

@@ -102,7 +102,7 @@ func runZaraRow(t *testing.T, row zaraRow) zaraRun {
 		crashed       bool
 	)
 	errCrash := errors.New("the plugin died")
-	for attempt := 1; ; attempt++ {
+	for attempt := int64(1); ; attempt++ {
 		if run.stepsUsed >= row.MaxSteps {
 			run.status, run.reason = "failed", "step_budget_exhausted"
 			return run

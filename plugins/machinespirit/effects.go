@@ -59,7 +59,7 @@ func (st *stepState) model(ctx context.Context, f *inFrame) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.tokenDepth[resp.CallToken] = resp.Depth
+	st.tokenDepth[resp.CallToken] = int(resp.Depth)
 	return map[string]any{"text": resp.Message.Content, "token": resp.CallToken, "depth": resp.Depth}, nil
 }
 

@@ -228,7 +228,7 @@ func (h *fakeHost) callModel(ctx context.Context, req sdk.ModelRequest) (sdk.Mod
 	if err := ctx.Err(); err != nil {
 		return sdk.ModelResponse{}, err
 	}
-	return sdk.ModelResponse{Message: sdk.Message{Role: "assistant", Content: text}, CallToken: tok, Depth: depth}, nil
+	return sdk.ModelResponse{Message: sdk.Message{Role: "assistant", Content: text}, CallToken: tok, Depth: int64(depth)}, nil
 }
 
 func (h *fakeHost) callTool(ctx context.Context, req sdk.ToolRequest) (sdk.ToolResponse, error) {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 const (
@@ -421,7 +423,7 @@ func (k *kit) checkCheckpointRoundTrip(t *testing.T) {
 			ScenarioCrash, plain, k.crash.completed)
 	}
 	if !jsonEqual(v.Task.Result, k.crash.result) {
-		t.Logf("note: the results differ (uninterrupted %s, resumed %s); fine if your results are not deterministic", truncate(string(v.Task.Result), 300), truncate(string(k.crash.result), 300))
+		t.Logf("note: the results differ (uninterrupted %s, resumed %s); fine if your results are not deterministic", text.Clip(string(v.Task.Result), 300), text.Clip(string(k.crash.result), 300))
 	}
 }
 
@@ -500,7 +502,7 @@ func (k *kit) checkDeterminism(t *testing.T) {
 	}
 	a, b := runs[0], runs[1]
 	if !jsonEqual(a.Task.Result, b.Task.Result) {
-		t.Errorf("the two runs' results differ:\n  first:  %s\n  second: %s\nA deterministic executor must not put times, random values or map order into its result.", truncate(string(a.Task.Result), 500), truncate(string(b.Task.Result), 500))
+		t.Errorf("the two runs' results differ:\n  first:  %s\n  second: %s\nA deterministic executor must not put times, random values or map order into its result.", text.Clip(string(a.Task.Result), 500), text.Clip(string(b.Task.Result), 500))
 	}
 	if len(a.Attempts) != len(b.Attempts) {
 		t.Fatalf("the two runs took %d and %d attempts:\nfirst:%s\nsecond:%s", len(a.Attempts), len(b.Attempts), a.attemptLines(), b.attemptLines())

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // buildTimeout bounds the extraction and the build of an old release.
@@ -50,10 +52,10 @@ func BuildAt(t testing.TB, ref, pkg string) string {
 // buildAt is BuildAt for the module in dir, into tmp.
 func buildAt(ctx context.Context, tmp, dir, ref, pkg string) (string, error) {
 	if !refRE.MatchString(ref) {
-		return "", fmt.Errorf("ref %q is not a git ref name or commit (1 to 200 characters: letters, digits and _ . / ^ ~ @ { } -, not starting with '-')", truncate(ref, 64))
+		return "", fmt.Errorf("ref %q is not a git ref name or commit (1 to 200 characters: letters, digits and _ . / ^ ~ @ { } -, not starting with '-')", text.Clip(ref, 64))
 	}
 	if pkg == "" || strings.HasPrefix(pkg, "-") {
-		return "", fmt.Errorf("pkg %q is not a package path such as %q", truncate(pkg, 64), "./cmd/taskhost-executor-NAME")
+		return "", fmt.Errorf("pkg %q is not a package path such as %q", text.Clip(pkg, 64), "./cmd/taskhost-executor-NAME")
 	}
 	if _, err := exec.LookPath("git"); err != nil {
 		return "", fmt.Errorf("git is not on PATH: build the old release yourself and set Options.OldBinary to it: %w", err)
@@ -91,7 +93,7 @@ func buildAt(ctx context.Context, tmp, dir, ref, pkg string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
 	cmd.Dir = modDir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s at %s (%s): %w\n%s", pkg, ref, commit[:12], err, truncate(string(out), 4096))
+		return "", fmt.Errorf("go build %s at %s (%s): %w\n%s", pkg, ref, commit[:12], err, text.Clip(string(out), 4096))
 	}
 	return bin, nil
 }
@@ -108,7 +110,7 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 		if msg == "" {
 			msg = err.Error()
 		}
-		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), errors.New(truncate(msg, 512)))
+		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), errors.New(text.Clip(msg, 512)))
 	}
 	return strings.TrimSpace(string(out)), nil
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 func TestBuildAtRefusesBadInput(t *testing.T) {
@@ -29,7 +31,7 @@ func TestBuildAtRefusesBadInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := buildAt(context.Background(), t.TempDir(), tt.dir, tt.ref, tt.pkg)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("buildAt(%q, %q) = %v, want an error containing %q", truncate(tt.ref, 20), tt.pkg, err, tt.want)
+				t.Fatalf("buildAt(%q, %q) = %v, want an error containing %q", text.Clip(tt.ref, 20), tt.pkg, err, tt.want)
 			}
 		})
 	}

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // Scenarios are the tasks the kit asks Options.Spec for. Each is a task
@@ -123,7 +125,7 @@ func checkFiles(scenario string, files map[string][]byte) error {
 		clean := path.Clean(name)
 		switch {
 		case name == "" || len(name) > maxSeedName:
-			return fmt.Errorf("%s: the name %q is %d bytes: a name must be 1 to %d bytes", field, truncate(name, 64), len(name), maxSeedName)
+			return fmt.Errorf("%s: the name %q is %d bytes: a name must be 1 to %d bytes", field, text.Clip(name, 64), len(name), maxSeedName)
 		case path.IsAbs(name) || clean != name || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.ContainsRune(name, 0):
 			return fmt.Errorf("%s: the name %q is not a clean relative path inside the workspace (such as %q)", field, name, "data/input.txt")
 		}

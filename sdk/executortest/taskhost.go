@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // Exit codes of `taskhost run` (its documented contract).
@@ -82,7 +84,7 @@ func (a attemptView) String() string {
 	s := fmt.Sprintf("attempt %d (run %d): %s", a.Attempt, a.RunID, a.Status)
 	for _, f := range []struct{ k, v string }{{"outcome", a.Outcome}, {"reason", a.Reason}, {"exit", a.Exit}, {"message", a.Message}, {"summary", a.Summary}} {
 		if f.v != "" {
-			s += fmt.Sprintf(" %s=%q", f.k, truncate(f.v, 200))
+			s += fmt.Sprintf(" %s=%q", f.k, text.Clip(f.v, 200))
 		}
 	}
 	return s
@@ -269,7 +271,7 @@ func (s *session) read(out io.Reader) {
 	for sc.Scan() {
 		var l runLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			l = runLine{Kind: "unparsed: " + truncate(sc.Text(), 200)}
+			l = runLine{Kind: "unparsed: " + text.Clip(sc.Text(), 200)}
 		}
 		l.read = time.Now()
 		s.mu.Lock()
@@ -372,7 +374,7 @@ func (s *session) diagnosis() string {
 		fmt.Fprintf(&b, ", task %s", t)
 	}
 	if e := s.stderr.String(); e != "" {
-		fmt.Fprintf(&b, "; its stderr:\n%s", indent(truncate(e, 4000)))
+		fmt.Fprintf(&b, "; its stderr:\n%s", indent(text.Clip(e, 4000)))
 	}
 	return b.String()
 }
@@ -510,16 +512,6 @@ func tomlString(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xc0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }

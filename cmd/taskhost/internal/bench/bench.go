@@ -21,6 +21,7 @@ import (
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/store"
+	"github.com/taskhost/taskhost/store/storetest"
 )
 
 // Options configure a run.
@@ -431,16 +432,11 @@ func recovery(ctx context.Context, dir, executorDir string, n int) ([]time.Durat
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, filepath.Join(data, host.StoreFile), store.Options{Synchronous: "NORMAL"})
-	if err != nil {
-		return nil, err
-	}
 	lim := store.Budgets{Steps: store.Budget{Limit: 20}, WallMillis: store.Budget{Limit: 1800_000}}
-	if err := st.Fill(ctx, "bench", n, n/100, lim); err != nil {
-		st.Close()
+	fill := storetest.Fill{Principal: "bench", Tasks: n, Live: n / 100, Limits: lim}
+	if err := storetest.FillSQLite(ctx, filepath.Join(data, host.StoreFile), fill); err != nil {
 		return nil, err
 	}
-	st.Close()
 	var out []time.Duration
 	for range 3 {
 		start := time.Now()
