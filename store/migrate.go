@@ -175,11 +175,17 @@ func schemaVersion() int { return migrations[len(migrations)-1].version }
 // re-read under the write lock, so two processes opening the same new file
 // cannot both apply a migration.
 func migrate(ctx context.Context, db *sql.DB, target int) error {
-	for _, m := range migrations {
+	return applyMigrations(ctx, db, migrations, target, applyMigration)
+}
+
+// applyMigrations applies, in order, every migration of list up to and
+// including target with apply, which skips one the store already has.
+func applyMigrations(ctx context.Context, db *sql.DB, list []migration, target int, apply func(context.Context, *sql.DB, migration) error) error {
+	for _, m := range list {
 		if m.version > target {
 			break
 		}
-		if err := applyMigration(ctx, db, m); err != nil {
+		if err := apply(ctx, db, m); err != nil {
 			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
 		}
 	}

@@ -142,15 +142,7 @@ func pgSchemaVersion() int { return pgMigrations[len(pgMigrations)-1].version }
 // transaction with its row in pgVersionTable, so a crash leaves the
 // database at some whole version.
 func migratePG(ctx context.Context, db *sql.DB, target int) error {
-	for _, m := range pgMigrations {
-		if m.version > target {
-			break
-		}
-		if err := applyPGMigration(ctx, db, m); err != nil {
-			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
-		}
-	}
-	return nil
+	return applyMigrations(ctx, db, pgMigrations, target, applyPGMigration)
 }
 
 func applyPGMigration(ctx context.Context, db *sql.DB, m migration) error {
