@@ -365,7 +365,11 @@ func (r *Runner) Get(ctx context.Context, principal, id string) (store.Task, err
 
 // Count counts the tasks List would list over all pages.
 func (r *Runner) Count(ctx context.Context, principal string, q store.ListQuery) (int64, error) {
-	return r.store.CountTasks(ctx, principal, q)
+	n, err := r.store.CountTasks(ctx, principal, q)
+	if err != nil {
+		return n, err
+	}
+	return n + r.degradedCountDelta(ctx, principal, q), nil
 }
 
 // List pages through principal's tasks in q's order.

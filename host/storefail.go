@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/taskhost/taskhost/internal/text"
@@ -216,4 +217,39 @@ func (r *Runner) StoreDegraded() error {
 		}
 	}
 	return fmt.Errorf("store degraded: %d task end(s) not recorded yet (first %s): %w", len(r.degraded), first.task.ID, first.cause)
+}
+
+// degradedCountDelta corrects a count of the store's tasks for the runs
+// whose end the store has not taken yet, so that counts by status agree
+// with List and Get (which show the decision): each such task moves from
+// its stored status to its decided one.
+func (r *Runner) degradedCountDelta(ctx context.Context, principal string, q store.ListQuery) int64 {
+	r.mu.Lock()
+	ds := make([]degradedTask, 0, len(r.degraded))
+	for _, d := range r.degraded {
+		ds = append(ds, d)
+	}
+	r.mu.Unlock()
+	in := func(s store.Status) bool { return len(q.Status) == 0 || slices.Contains(q.Status, s) }
+	var delta int64
+	for _, d := range ds {
+		t := d.task
+		if (!q.AllPrincipals && t.PrincipalID != principal) || (q.Executor != "" && t.Executor != q.Executor) ||
+			(!q.Since.IsZero() && t.CreatedAt.Before(q.Since)) {
+			continue
+		}
+		stored, err := r.store.GetTask(ctx, t.PrincipalID, t.ID)
+		if err != nil {
+			continue
+		}
+		shown := r.overlay(stored).Status
+		switch {
+		case shown == stored.Status:
+		case in(stored.Status) && !in(shown):
+			delta--
+		case !in(stored.Status) && in(shown):
+			delta++
+		}
+	}
+	return delta
 }

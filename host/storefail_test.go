@@ -76,6 +76,15 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 	if err := h.Runner.StoreDegraded(); err == nil || !strings.Contains(err.Error(), task.ID) || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("StoreDegraded while the end is not recorded = %v, want the task and the cause", err)
 	}
+	// Counts agree with what Get shows, not with the unwritten row.
+	for st, want := range map[store.Status]int64{store.StatusRunning: 0, store.StatusInterrupted: 1} {
+		if n, err := h.Runner.Count(ctx, alice, store.ListQuery{Status: []store.Status{st}}); err != nil || n != want {
+			t.Errorf("Count(%s) while degraded = %d, %v; want %d", st, n, err, want)
+		}
+	}
+	if n, err := h.Runner.Count(ctx, alice, store.ListQuery{}); err != nil || n != 1 {
+		t.Errorf("Count(all) while degraded = %d, %v; want 1", n, err)
+	}
 	select {
 	case err := <-watched:
 		if err != nil {
