@@ -18,6 +18,9 @@ type cmdSpec struct {
 	name  string
 	flags []string
 	subs  []cmdSpec
+	// args are the literal words the usage line offers as the first
+	// argument ("taskhost executors [reload]", "… bash|zsh|fish").
+	args []string
 }
 
 // completionCmd prints a completion script for bash, zsh or fish. The
@@ -67,6 +70,7 @@ func commandTree(ctx context.Context) []cmdSpec {
 }
 
 var (
+	argWordsRE = regexp.MustCompile(`^[a-z][a-z0-9-]*(\|[a-z][a-z0-9-]*)*$`)
 	flagLineRE = regexp.MustCompile(`^  -{1,2}([a-z][a-z0-9-]*)(\s|=|$)`)
 	cmdLineRE  = regexp.MustCompile(`^  ([a-z][a-z0-9-]*)\s+\S`)
 )
@@ -83,6 +87,8 @@ func describeCommand(ctx context.Context, path ...string) cmdSpec {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
+		case strings.HasPrefix(line, "Usage: taskhost "):
+			spec.args = usageWords(line, len(path))
 		case strings.HasSuffix(line, "Commands:"):
 			section = "commands"
 		case strings.HasSuffix(line, "Flags:"):
@@ -103,6 +109,25 @@ func describeCommand(ctx context.Context, path ...string) cmdSpec {
 	}
 	sort.Strings(spec.flags)
 	return spec
+}
+
+// usageWords reads the literal lowercase words of a usage line after
+// "Usage: taskhost" and the command's depth words of path: [reload] or
+// bash|zsh|fish, not placeholders (ID), flags or "[flags]".
+func usageWords(line string, depth int) []string {
+	fields := strings.Fields(line)
+	if len(fields) < 2+depth {
+		return nil
+	}
+	var words []string
+	for _, f := range fields[2+depth:] {
+		f = strings.Trim(f, "[]")
+		if f == "flags" || !argWordsRE.MatchString(f) {
+			continue
+		}
+		words = append(words, strings.Split(f, "|")...)
+	}
+	return words
 }
 
 func names(specs []cmdSpec) string {
@@ -139,6 +164,11 @@ func writeBash(w io.Writer, tree []cmdSpec, zsh bool) {
 			fmt.Fprintln(w, "        esac\n      fi ;;")
 			continue
 		}
+		if len(c.args) > 0 {
+			fmt.Fprintf(w, "      if [ \"$COMP_CWORD\" -eq 2 ] && [[ \"$cur\" != -* ]]; then words=%q; else words=%q; fi ;;\n",
+				strings.Join(c.args, " "), strings.Join(c.flags, " "))
+			continue
+		}
 		fmt.Fprintf(w, "      words=%q ;;\n", strings.Join(c.flags, " "))
 	}
 	fmt.Fprintln(w, `    completion) words="bash zsh fish" ;;
@@ -158,6 +188,9 @@ func writeFish(w io.Writer, tree []cmdSpec) {
 	fmt.Fprintln(w, `complete -c taskhost -n "__fish_seen_subcommand_from completion" -a "bash zsh fish"`)
 	for _, c := range tree {
 		if len(c.subs) == 0 {
+			if len(c.args) > 0 {
+				fmt.Fprintf(w, "complete -c taskhost -n %q -a %q\n", "__fish_seen_subcommand_from "+c.name, strings.Join(c.args, " "))
+			}
 			for _, f := range c.flags {
 				fmt.Fprintf(w, "complete -c taskhost -n %q %s\n", "__fish_seen_subcommand_from "+c.name, fishFlag(f))
 			}

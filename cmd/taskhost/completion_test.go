@@ -89,6 +89,9 @@ func TestCompletionBash(t *testing.T) {
 		{[]string{"taskhost", "approvals", ""}, []string{"list"}},
 		{[]string{"taskhost", "serve", "--con"}, []string{"--config"}},
 		{[]string{"taskhost", "completion", "f"}, []string{"fish"}},
+		{[]string{"taskhost", "executors", "re"}, []string{"reload"}},
+		{[]string{"taskhost", "executors", "--mod"}, []string{"--model-preflight"}},
+		{[]string{"taskhost", "inspect", "I"}, nil}, // ID is a placeholder, not a word
 		{[]string{"taskhost", "nosuch", "--x"}, nil},
 	}
 	for _, tt := range tests {
