@@ -61,6 +61,7 @@ const (
 	qResolveApproval = `UPDATE approvals SET status = ?, resolved_ns = ?
 		WHERE id = ? AND principal_id = ? AND status = 'pending' RETURNING ` + approvalCols
 	qApprovalByID    = `SELECT ` + approvalCols + ` FROM approvals WHERE id = ? AND principal_id = ?`
+	qApprovalTask    = `SELECT task_id FROM approvals WHERE id = ? AND principal_id = ?`
 	qCancelApprovals = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE task_id = ? AND status = 'pending'`
 	// The pending approvals of the tasks leased to host ?2 (or to no host).
 	qCancelHostPending = `UPDATE approvals SET status = 'cancelled', resolved_ns = ?1 WHERE status = 'pending'
@@ -70,7 +71,7 @@ const (
 )
 
 func approvalQueries() []string {
-	return []string{qInsertApproval, qResolveApproval, qApprovalByID, qCancelApprovals, qCancelHostPending}
+	return []string{qInsertApproval, qResolveApproval, qApprovalByID, qApprovalTask, qCancelApprovals, qCancelHostPending}
 }
 
 // RequestApproval creates a pending approval and moves the task from
@@ -142,6 +143,9 @@ func (s *Store) ResolveApproval(ctx context.Context, principal, id string, to Ap
 	var a Approval
 	var t Task
 	err := s.write(ctx, func(tx *txn) error {
+		if err := s.lockApprovalTask(ctx, tx, principal, id); err != nil {
+			return err
+		}
 		var err error
 		a, err = scanApproval(tx.QueryRowContext(ctx, qResolveApproval, string(to), nanos(s.now()), id, principal))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -202,4 +206,29 @@ func (s *Store) ListApprovals(ctx context.Context, principal string, status Appr
 		out = append(out, a)
 	}
 	return out, rows.Err()
+}
+
+// lockApprovalTask takes, where the engine locks rows (PostgreSQL), the row
+// lock of the task approval id belongs to before the approval's row: every
+// transaction that changes a task and its approvals then takes the task
+// first — a cancel's transition does — so a resolution racing a cancel waits
+// instead of deadlocking (each deadlock cost the loser a second and a retry).
+// An unknown approval locks nothing; the resolution then reports it.
+func (s *Store) lockApprovalTask(ctx context.Context, tx *txn, principal, id string) error {
+	q := s.d.lockTask()
+	if q == "" {
+		return nil
+	}
+	var taskID string
+	switch err := tx.QueryRowContext(ctx, qApprovalTask, id, principal).Scan(&taskID); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	}
+	if _, err := tx.exec(ctx, q, taskID); err != nil {
+		return err
+	}
+	tx.wrote(taskID)
+	return nil
 }
