@@ -42,6 +42,10 @@ func openStore(ctx context.Context, dir string, cfg config.Config, opts store.Op
 			MaxOpenConns:    cfg.Store.MaxOpenConns,
 			MaxIdleConns:    cfg.Store.MaxIdleConns,
 			ConnMaxLifetime: time.Duration(cfg.Store.ConnMaxLifetimeSeconds) * time.Second,
+			// A host paused inside a write transaction holds row locks that
+			// the other hosts' sweeps need: the server ends its session
+			// well within the lease.
+			IdleInTxTimeout: min(store.DefaultIdleInTxTimeout, time.Duration(cfg.Fleet.LeaseSeconds)*time.Second/3),
 		})
 		if err != nil {
 			return nil, err

@@ -560,3 +560,78 @@ func TestSweepChargeBoundedByElapsed(t *testing.T) {
 		}
 	})
 }
+
+// TestPausedHostReleasesRowLocks: a host paused (SIGSTOP, a long GC, a cut
+// link) in the middle of a write transaction holds its task's row lock.
+// The server ends that session after PoolOptions.IdleInTxTimeout, so a live
+// host's sweep takes the task over instead of waiting for the paused one
+// forever, and the paused transaction can no longer commit.
+func TestPausedHostReleasesRowLocks(t *testing.T) {
+	ctx := context.Background()
+	dsn := testpg.DSN(t)
+	clock := &fleetClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	open := func(id string, pool PoolOptions) *Store {
+		s, err := OpenPostgres(ctx, dsn, Options{Now: clock.Now, HostID: id}, pool)
+		if err != nil {
+			t.Fatalf("open as %s: %v", id, err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.RegisterHost(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a := open("host-a", PoolOptions{IdleInTxTimeout: 300 * time.Millisecond})
+	b := open("host-b", PoolOptions{})
+	claimedTask(t, a, "p", "t1")
+
+	paused, err := a.w.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer paused.Rollback() //nolint:errcheck // the server ended it
+	if _, err := paused.ExecContext(ctx, `SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE`, "t1"); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.advance(testLease + time.Second)
+	if err := b.HeartbeatHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Far above the idle timeout: without it the sweep waits forever.
+	sweepCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	ids, err := b.SweepLostHosts(sweepCtx, testLease, 0, lostEvents)
+	if err != nil || !reflect.DeepEqual(ids, []string{"t1"}) {
+		t.Fatalf("sweep behind a paused host's lock = %v, %v; want [t1]", ids, err)
+	}
+	if err := paused.Commit(); err == nil {
+		t.Fatal("the paused host's transaction committed after the server should have ended it")
+	}
+	// The paused host's next write goes through a fresh connection, and is
+	// fenced: its run is over.
+	if l, err := a.TaskLease(ctx, "p", "t1"); err != nil || l.Status != StatusInterrupted {
+		t.Fatalf("lease after the sweep = %+v, %v; want interrupted", l, err)
+	}
+}
+
+func TestPoolOptionsIdleInTxTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		in      time.Duration
+		want    time.Duration
+		wantErr bool
+	}{
+		{0, DefaultIdleInTxTimeout, false},
+		{time.Second, time.Second, false},
+		{-time.Second, 0, true},
+		{time.Millisecond, 0, true},
+	} {
+		p, err := PoolOptions{IdleInTxTimeout: tc.in}.normalize()
+		if (err != nil) != tc.wantErr || (err == nil && p.IdleInTxTimeout != tc.want) {
+			t.Errorf("normalize(IdleInTxTimeout %s) = %s, %v; want %s, error %v", tc.in, p.IdleInTxTimeout, err, tc.want, tc.wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), "idle_in_tx") {
+			t.Errorf("error %q does not name the option", err)
+		}
+	}
+}

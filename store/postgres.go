@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ const (
 	pgAdminShutdown        = "57P01"
 	pgCrashShutdown        = "57P02"
 	pgCannotConnectNow     = "57P03"
+	pgIdleInTxTimeout      = "25P03"
 	pgInvalidCatalog       = "3D000" // the database does not exist
 	pgInvalidPassword      = "28P01"
 	pgInvalidAuthorization = "28000"
@@ -38,6 +40,7 @@ const (
 	DefaultMaxOpenConns    = 16
 	DefaultMaxIdleConns    = 4
 	DefaultConnMaxLifetime = 30 * time.Minute
+	DefaultIdleInTxTimeout = 10 * time.Second
 )
 
 // PoolOptions bound OpenPostgres's connection pool. A zero field takes its
@@ -46,6 +49,15 @@ type PoolOptions struct {
 	MaxOpenConns    int           // default DefaultMaxOpenConns
 	MaxIdleConns    int           // default DefaultMaxIdleConns, at most MaxOpenConns
 	ConnMaxLifetime time.Duration // default DefaultConnMaxLifetime
+	// IdleInTxTimeout is how long the server lets one of this store's
+	// sessions sit idle inside a transaction before it ends the session
+	// (idle_in_transaction_session_timeout). A write transaction here is
+	// milliseconds long; one that idles is a host paused or cut off
+	// holding row locks, and every other host's write of those rows would
+	// wait for it. In a fleet it must be well under the lease, so a lost
+	// host's lock is gone before a live host sweeps its tasks. Default
+	// DefaultIdleInTxTimeout; at least 100 ms.
+	IdleInTxTimeout time.Duration
 }
 
 // pgDialect is PostgreSQL through pgx's database/sql adapter.
@@ -90,9 +102,12 @@ func (pgDialect) readTx() *sql.TxOptions {
 	return &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 }
 
+// retryable: besides PostgreSQL's own aborts, a transaction whose session
+// the server ended for idling (this host was paused mid-write) is retried
+// on a fresh connection; nothing of it committed.
 func (pgDialect) retryable(err error) bool {
 	code := pgCode(err)
-	return code == pgSerializationFailure || code == pgDeadlock
+	return code == pgSerializationFailure || code == pgDeadlock || code == pgIdleInTxTimeout
 }
 
 func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(err), "23") }
@@ -181,6 +196,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	if opts.ReadOnly {
 		cfg.RuntimeParams["default_transaction_read_only"] = "on"
 	}
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(pool.IdleInTxTimeout.Milliseconds(), 10)
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
@@ -292,6 +308,9 @@ func (p PoolOptions) normalize() (PoolOptions, error) {
 	if p.ConnMaxLifetime == 0 {
 		p.ConnMaxLifetime = DefaultConnMaxLifetime
 	}
+	if p.IdleInTxTimeout == 0 {
+		p.IdleInTxTimeout = DefaultIdleInTxTimeout
+	}
 	switch {
 	case p.MaxOpenConns < 2:
 		// A write transaction holds one connection while a read runs on
@@ -301,6 +320,8 @@ func (p PoolOptions) normalize() (PoolOptions, error) {
 		return p, fmt.Errorf("%w: max_idle_conns must be 0..max_open_conns (%d), not %d", ErrInvalid, p.MaxOpenConns, p.MaxIdleConns)
 	case p.ConnMaxLifetime < 0:
 		return p, fmt.Errorf("%w: conn_max_lifetime must not be negative, not %s", ErrInvalid, p.ConnMaxLifetime)
+	case p.IdleInTxTimeout < 100*time.Millisecond:
+		return p, fmt.Errorf("%w: idle_in_tx_timeout must be at least 100ms, not %s", ErrInvalid, p.IdleInTxTimeout)
 	}
 	return p, nil
 }
