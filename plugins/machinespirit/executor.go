@@ -326,7 +326,7 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 	if env.cache, err = e.openStateCache(); err != nil {
 		return fail(err)
 	}
-	env.version, env.versionLine, err = checkVersion(ctx, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
+	env.version, env.versionLine, err = cachedVersion(ctx, env.cache, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
 	if err != nil {
 		return fail(err)
 	}
