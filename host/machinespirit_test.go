@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -69,7 +70,7 @@ func TestMachineSpiritFailsClosed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := openHost(t, "", tc.mut)
 			_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "machinespirit", Spec: rlmSpec(t)})
-			if !errors.Is(err, ErrExecutorUnavailable) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, plugin.ErrExecutorUnavailable) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want unavailable mentioning %q", err, tc.want)
 			}
 			if tasks, _ := h.Runner.List(context.Background(), alice, store.ListQuery{}); len(tasks) != 0 {

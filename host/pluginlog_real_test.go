@@ -79,6 +79,8 @@ func TestPluginLogLineReachesHostLog(t *testing.T) {
 // to the process's stderr, so no line is lost at the plugin's stop.
 func TestPluginLogFloodBounded(t *testing.T) {
 	h, logBuf := openLoggedHost(t)
+	// logBurst is host/plugin's burst of forwarded lines (docs/operations.md).
+	const logBurst = 100
 	const lines = 20 * logBurst
 	task := create(t, h, alice, map[string]any{"log_lines": lines}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -36,7 +37,7 @@ func copyExecutable(t *testing.T, src, dst string, extra string) string {
 
 func wantUnavailable(t *testing.T, err error, check string) {
 	t.Helper()
-	var ue *UnavailableError
+	var ue *plugin.UnavailableError
 	if !errors.As(err, &ue) || ue.Check != check {
 		t.Fatalf("error %v, want an executor unavailable (%s)", err, check)
 	}
@@ -159,13 +160,13 @@ func BenchmarkRegistryCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	r, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
+	r, err := plugin.NewRegistry(plugin.PluginOptions{SocketDir: filepath.Join(dir, "p")})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer r.Close()
 	ex := testConfig().Executors["testexec"]
-	if err := r.Register(context.Background(), PluginSpec{Kind: "testexec", Path: ex.Path, Confine: DefaultConfinement()}); err != nil {
+	if err := r.Register(context.Background(), plugin.PluginSpec{Kind: "testexec", Path: ex.Path, Confine: plugin.DefaultConfinement()}); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("describe", func(b *testing.B) {

@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"errors"
@@ -43,7 +43,19 @@ var (
 	ErrToolFailed = errors.New("tool failed")
 	// ErrApprovalRefused matches an *ApprovalRefusedError.
 	ErrApprovalRefused = errors.New("approval refused")
+	// ErrInvalid matches a *FieldError.
+	ErrInvalid = errors.New("invalid request")
 )
+
+// FieldError is a refused request field. It matches ErrInvalid; the
+// Runner refuses its own requests' fields with it too.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string   { return e.Field + ": " + e.Message }
+func (e *FieldError) Is(t error) bool { return t == ErrInvalid }
 
 // refusal is a sentinel with the words of one occasion: the message says
 // what was refused, errors.Is tells which kind.
@@ -55,7 +67,9 @@ type refusal struct {
 func (e *refusal) Error() string   { return e.msg }
 func (e *refusal) Is(t error) bool { return t == e.kind }
 
-func refuse(kind error, format string, args ...any) error {
+// Refuse is a refusal of kind (one of the sentinels above) in the words of
+// one occasion: errors.Is(err, kind) holds, and the message is the format's.
+func Refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
 

@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -34,9 +34,9 @@ func TestServiceStatus(t *testing.T) {
 			map[string]string{"kind": "rate_limited"}},
 		{"model failure", &ModelError{Kind: "auth", Message: "bad key"}, codes.Aborted, sdkReasonModelFailed, map[string]string{"kind": "auth"}},
 		{"budget", budget, codes.ResourceExhausted, "", nil},
-		{"turn token", refuse(ErrNotAllowed, "turn token is not valid"), codes.PermissionDenied, "", nil},
-		{"no model", refuse(ErrNotConfigured, "no model provider is configured"), codes.Unimplemented, "", nil},
-		{"unknown tool", refuse(ErrUnknownTool, "tool %q is unknown or disabled", "x"), codes.NotFound, "", nil},
+		{"turn token", Refuse(ErrNotAllowed, "turn token is not valid"), codes.PermissionDenied, "", nil},
+		{"no model", Refuse(ErrNotConfigured, "no model provider is configured"), codes.Unimplemented, "", nil},
+		{"unknown tool", Refuse(ErrUnknownTool, "tool %q is unknown or disabled", "x"), codes.NotFound, "", nil},
 		{"step ended", fmt.Errorf("%w: %w", ErrStepEnded, store.ErrNotFound), codes.FailedPrecondition, "", nil},
 		// A tool whose own failure is a cancel is still a tool failure.
 		{"tool failed", &ToolError{Err: context.Canceled}, codes.Aborted, "", nil},

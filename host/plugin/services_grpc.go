@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -24,7 +24,10 @@ type servicesServer struct {
 	svc Services
 }
 
-func newServicesServer(svc Services) *servicesServer { return &servicesServer{svc: svc} }
+// NewServicesServer is the HostServices server a launched plugin process
+// is served svc through. A test of the Services behind it calls it the way
+// a plugin would, over the same methods and codes.
+func NewServicesServer(svc Services) pb.HostServicesServer { return &servicesServer{svc: svc} }
 
 func (s *servicesServer) Progress(ctx context.Context, req *pb.ProgressRequest) (*pb.ProgressResponse, error) {
 	if err := s.svc.Progress(ctx, req.GetTurnToken(), req.GetNote()); err != nil {
