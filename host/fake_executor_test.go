@@ -54,7 +54,7 @@ func (l *fakeLauncher) lastServices() pb.HostServicesServer {
 // fakeKind is the executor kind the seam tests register.
 const fakeKind = "fake"
 
-// fakeDescription is a description describeChecked accepts.
+// fakeDescription is a description plugin.DescribeChecked accepts.
 func fakeDescription(kind string) plugin.Description {
 	return plugin.Description{Kind: kind, Version: "0.0.0-test", ProtocolVersion: pb.ProtocolVersion, CheckpointSchemas: []string{"fake/1"}}
 }

@@ -1,6 +1,13 @@
 // Package host is the taskhost engine: it owns the task lifecycle, runs each
 // task's steps through an out-of-process executor, and persists every
 // decision in the store.
+//
+// The Runner knows executors only through the plain seam of host/plugin
+// (plugin.Launcher, plugin.Executor, and the plugin.Services it serves each
+// process); it decides what every answer, error and crash means for the task
+// (classify.go) and what an effect costs (effects.go). Launching, pins,
+// confinement and the wire are host/plugin's; a test drives the Runner with
+// a fake Launcher in-process (seam_test.go).
 package host
 
 import (
