@@ -117,7 +117,7 @@ func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool
 		if d.status == store.ApprovalApproved {
 			return d.value, nil
 		}
-		return nil, &plugin.ApprovalRefusedError{ID: id, Status: d.status}
+		return nil, &plugin.ApprovalRefusedError{ID: id, Status: string(d.status)}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

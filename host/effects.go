@@ -295,6 +295,12 @@ func (ts *turnState) addCall(depth int64) string {
 	return tok
 }
 
+// effectView is a ledger entry as an executor sees it.
+func effectView(e store.Effect) plugin.Effect {
+	return plugin.Effect{Attempt: e.Attempt, Seq: e.Seq, Kind: string(e.Kind), Fingerprint: e.Fingerprint,
+		IdempotencyKey: e.IdempotencyKey, Status: string(e.Status), Summary: e.Summary}
+}
+
 // effectError turns a ledger refusal into the host's refusal the executor
 // sees and remembers an exhausted budget on the turn, which fails the task
 // when the step ends.
@@ -304,7 +310,7 @@ func effectError(ts *turnState, err error) error {
 	case errors.As(err, &be):
 		r := be.Budget.Reason()
 		ts.exhaust(r)
-		return &plugin.BudgetError{Reason: r, Err: err}
+		return &plugin.BudgetError{Reason: string(r), Err: err}
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %w", plugin.ErrStepEnded, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -368,7 +374,7 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 		if ok {
 			s.r.log.Warn("re-run of an unsettled effect refused: no approval for the retry", "task", ts.taskID,
 				"attempt", ts.attempt, "effect_attempt", prev.Attempt, "effect_seq", prev.Seq, "status", prev.Status)
-			return nil, false, &plugin.UnsettledEffectError{Effect: prev}
+			return nil, false, &plugin.UnsettledEffectError{Effect: effectView(prev)}
 		}
 	}
 	_, charged, err := st.AdmitEffect(ctx, e)

@@ -183,8 +183,7 @@ func (ru *run) first() (store.Attempt, bool) {
 		return store.Attempt{}, false
 	}
 	for _, e := range effs {
-		ru.indeterminate = append(ru.indeterminate, plugin.Effect{Attempt: e.Attempt, Seq: e.Seq, Kind: string(e.Kind),
-			Fingerprint: e.Fingerprint, IdempotencyKey: e.IdempotencyKey, Status: string(e.Status), Summary: e.Summary})
+		ru.indeterminate = append(ru.indeterminate, effectView(e))
 	}
 	var att store.Attempt
 	err = ru.retryWrite(func() error {

@@ -11,8 +11,8 @@
 // crosses the seam. The gRPC conversion lives in two adapter files alone:
 // client.go (the Executor client) and services_grpc.go (the HostServices
 // server, where serviceStatus maps every refusal to a gRPC status and
-// ErrorInfo reason once). The package never imports the host; the host
-// imports it.
+// ErrorInfo reason once). The package imports neither the host nor the
+// store: the host imports it, and turns its store's errors into these.
 //
 // # Registration and pins
 //

@@ -3,8 +3,6 @@ package plugin
 import (
 	"errors"
 	"fmt"
-
-	"github.com/taskhost/taskhost/store"
 )
 
 // Refusals of the host services: why a progress note, model call, tool call,
@@ -15,7 +13,7 @@ import (
 //
 // A request field the host refuses is a *FieldError (ErrInvalid); a
 // cancelled or timed-out call is its context's error; a store that refused
-// the write is store.ErrUnavailable in the chain.
+// the write is ErrNotRecorded.
 var (
 	// ErrNotAllowed: the call names what its step was not given — a turn
 	// token of another task or of a step no longer in flight, a parent
@@ -77,7 +75,7 @@ func Refuse(kind error, format string, args ...any) error {
 // attempt of the step left unsettled (it may already have happened) without
 // an approval for the retry in this step. It matches ErrEffectUnsettled.
 type UnsettledEffectError struct {
-	Effect store.Effect // the earlier attempt's ledger entry
+	Effect Effect // the earlier attempt's ledger entry
 }
 
 func (e *UnsettledEffectError) Error() string {
@@ -90,7 +88,7 @@ func (e *UnsettledEffectError) Is(t error) bool { return t == ErrEffectUnsettled
 // fails with Reason when the step ends. It matches ErrBudgetExhausted and
 // unwraps to the store's refusal.
 type BudgetError struct {
-	Reason store.Reason
+	Reason string // the task's reason code (docs/reasons.md)
 	Err    error
 }
 
@@ -127,7 +125,7 @@ func (e *ToolError) Is(t error) bool { return t == ErrToolFailed }
 // or expired; the task has failed. It matches ErrApprovalRefused.
 type ApprovalRefusedError struct {
 	ID     string
-	Status store.ApprovalStatus
+	Status string // "rejected" or "expired"
 }
 
 func (e *ApprovalRefusedError) Error() string   { return fmt.Sprintf("approval %s %s", e.ID, e.Status) }

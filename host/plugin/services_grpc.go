@@ -12,7 +12,6 @@ import (
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/tools"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
-	"github.com/taskhost/taskhost/store"
 )
 
 // servicesServer is the gRPC HostServices server of one plugin process: it
@@ -126,7 +125,7 @@ func serviceStatus(err error) error {
 	case errors.As(err, &ue):
 		e := ue.Effect
 		return withInfo(codes.FailedPrecondition, err.Error(), sdkReasonEffectUnsettled, map[string]string{
-			"kind": string(e.Kind), "attempt": strconv.FormatInt(e.Attempt, 10), "seq": strconv.FormatInt(e.Seq, 10), "status": string(e.Status)})
+			"kind": e.Kind, "attempt": strconv.FormatInt(e.Attempt, 10), "seq": strconv.FormatInt(e.Seq, 10), "status": e.Status})
 	case errors.As(err, &me):
 		code, reason := codes.Aborted, sdkReasonModelFailed
 		if me.Unavailable {
@@ -149,7 +148,7 @@ func serviceStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, ErrNotRecorded), errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, ErrNotRecorded):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
