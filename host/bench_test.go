@@ -29,7 +29,7 @@ func benchStepOverhead(b *testing.B, sync string) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	h, err := Open(ctx, Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir, Synchronous: sync})
+	h, err := Open(ctx, Options{DataDir: dir, Config: testConfig(b), ExecutorDir: executorDir(b), Synchronous: sync})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func pluginPid(t *testing.T, bin string) int {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.HasPrefix(string(cmdline), filepath.Join(executorDir, bin)) && alive(pid) {
+		if strings.HasPrefix(string(cmdline), filepath.Join(executorDir(t), bin)) && alive(pid) {
 			found = append(found, pid)
 		}
 	}
@@ -185,9 +185,9 @@ func TestMachineSpiritHostStopThenResume(t *testing.T) {
 		c.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 60}
 	}
 	dir := shortTempDir(t)
-	cfg := testConfig()
+	cfg := testConfig(t)
 	mut(&cfg)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func openLoggedHost(t *testing.T) (*Host, *syncBuffer) {
 	t.Helper()
 	var logBuf syncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Name: "taskhost", Output: &logBuf, Level: hclog.Info, JSONFormat: true})
-	h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: testConfig(), ExecutorDir: executorDir, Logger: log})
+	h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: testConfig(t), ExecutorDir: executorDir(t), Logger: log})
 	if err != nil {
 		t.Fatalf("open host: %v", err)
 	}

@@ -18,7 +18,7 @@ import (
 
 func testexecSum(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(executorDir, ExecutorPrefix+"testexec"))
+	data, err := os.ReadFile(filepath.Join(executorDir(t), ExecutorPrefix+"testexec"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func testexecSum(t *testing.T) string {
 // message that says which check failed; selecting it is refused and leaves
 // no row.
 func TestExecutorUnavailable(t *testing.T) {
-	bin := filepath.Join(executorDir, ExecutorPrefix+"testexec")
+	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	notExec := filepath.Join(shortTempDir(t), "plain-file")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func TestExecutorUnavailable(t *testing.T) {
 }
 
 func TestExecutorPinnedBySHA256(t *testing.T) {
-	bin := filepath.Join(executorDir, ExecutorPrefix+"testexec")
+	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	h := openHost(t, "", func(c *config.Config) {
 		c.Executors = map[string]config.Executor{"testexec": {Path: bin, SHA256: testexecSum(t)}}
 	})

@@ -218,7 +218,7 @@ func TestCancelRacesApprove(t *testing.T) {
 // longer be approved.
 func TestApprovalPendingAtRestartCancelled(t *testing.T) {
 	dir := shortTempDir(t)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

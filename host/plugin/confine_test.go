@@ -19,7 +19,7 @@ func TestRequireConfinementFailsClosedWithoutLandlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reg.Close()
-	spec := PluginSpec{Kind: "testexec", Path: testexecBin, Confine: DefaultConfinement()}
+	spec := PluginSpec{Kind: "testexec", Path: testexecBin(t), Confine: DefaultConfinement()}
 	noLandlock := confine.Support{Seccomp: true}
 	_, err = launch(context.Background(), reg.forker, spec, reg.opts, noLandlock, NewServicesServer(NoServices{}))
 	var ue *UnavailableError
@@ -87,7 +87,7 @@ func TestPluginUserMustNotBeRoot(t *testing.T) {
 func TestScriptPlugin(t *testing.T) {
 	dir := shortTempDir(t)
 	real := filepath.Join(dir, "testexec-real")
-	data, err := os.ReadFile(testexecBin)
+	data, err := os.ReadFile(testexecBin(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,9 @@
 package plugin
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,20 +11,33 @@ import (
 	"github.com/taskhost/taskhost/internal/testbin"
 )
 
-// testexecBin is the test executor, built once for the package.
-var testexecBin string
+// testexecDir builds the test executor the first time a test needs it:
+// the adapter's and the log forwarder's tests run without it.
+var testexecDir = testbin.Lazy("thpl", testbin.Executor("testexec", testbin.Testexec))
+
+// testexecBuilt says testexecDir ran, so TestMain removes its dir.
+var testexecBuilt atomic.Bool
+
+// testexecBin is the test executor's path, built on first use.
+func testexecBin(tb testing.TB) string {
+	tb.Helper()
+	dir, err := testexecDir()
+	testexecBuilt.Store(true)
+	if err != nil {
+		tb.Fatalf("build the test executor: %v", err)
+	}
+	return filepath.Join(dir, "taskhost-executor-testexec")
+}
 
 func TestMain(m *testing.M) {
 	// The test binary is the plugins' trampoline.
 	confine.Main()
-	dir, err := testbin.TempDir(context.Background(), "thpl", testbin.Executor("testexec", testbin.Testexec))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testexecBin = filepath.Join(dir, "taskhost-executor-testexec")
 	code := m.Run()
-	os.RemoveAll(dir)
+	if testexecBuilt.Load() {
+		if dir, err := testexecDir(); err == nil {
+			os.RemoveAll(dir)
+		}
+	}
 	os.Exit(code)
 }
 
