@@ -19,7 +19,7 @@ import (
 // open that checkpoint to complete it.
 func interruptedWithCheckpoint(t *testing.T, dir string) store.Task {
 	t.Helper()
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,13 +11,14 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
 func TestEnvelopeRoundTripAndTamper(t *testing.T) {
 	s := sealer{key: bytes.Repeat([]byte{7}, 32)}
 	o := owner{TaskID: "t_a", PrincipalID: alice, Executor: "testexec"}
-	env := s.seal(o, 3, Checkpoint{Schema: "testexec/1", Payload: []byte(`{"done":2}`)})
+	env := s.seal(o, 3, plugin.Checkpoint{Schema: "testexec/1", Payload: []byte(`{"done":2}`)})
 	cp, att, err := s.open(o, env)
 	if err != nil || att != 3 || cp.Schema != "testexec/1" || string(cp.Payload) != `{"done":2}` {
 		t.Fatalf("open = %+v, %d, %v", cp, att, err)
@@ -48,7 +49,7 @@ func TestEnvelopeRoundTripAndTamper(t *testing.T) {
 func FuzzOpenEnvelope(f *testing.F) {
 	s := sealer{key: bytes.Repeat([]byte{7}, 32)}
 	o := owner{TaskID: "t_a", PrincipalID: alice, Executor: "testexec"}
-	f.Add(s.seal(o, 1, Checkpoint{Schema: "testexec/1", Payload: []byte("x")}))
+	f.Add(s.seal(o, 1, plugin.Checkpoint{Schema: "testexec/1", Payload: []byte("x")}))
 	f.Add([]byte(envelopeMagic))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, env []byte) {

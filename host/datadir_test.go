@@ -114,7 +114,7 @@ func openBareHost(t *testing.T, dir string) *Host {
 
 func tryOpen(t *testing.T, dir string) (*Host, error) {
 	t.Helper()
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: t.TempDir()})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: t.TempDir()})
 	if err == nil {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -40,7 +40,7 @@ func TestCanaryNeverInEventsOrLogs(t *testing.T) {
 	var logs syncBuffer
 	dir := shortTempDir(t)
 	h, err := Open(context.Background(), Options{
-		DataDir: dir, Config: testConfig(), ExecutorDir: executorDir,
+		DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t),
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Trace}),
 	})
 	if err != nil {

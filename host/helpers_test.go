@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,23 +20,36 @@ import (
 	"github.com/taskhost/taskhost/store"
 )
 
-// executorDir holds the test executor binary, built once for the package.
-var executorDir string
+// executors builds the executor binaries the first time a test needs
+// them: the seam's in-process tests run without building any.
+var executors = testbin.Lazy("thbin",
+	testbin.Executor("testexec", testbin.Testexec),
+	testbin.Executor("legacy", testbin.Legacy),
+	testbin.Executor("machinespirit", testbin.MachineSpirit))
+
+// executorsBuilt says executors ran, so TestMain removes their dir.
+var executorsBuilt atomic.Bool
+
+// executorDir is the directory of the executor binaries, built on first use.
+func executorDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := executors()
+	executorsBuilt.Store(true)
+	if err != nil {
+		tb.Fatalf("build the executors: %v", err)
+	}
+	return dir
+}
 
 func TestMain(m *testing.M) {
 	// The test binary is the plugins' trampoline.
 	confine.Main()
-	dir, err := testbin.TempDir(context.Background(), "thbin",
-		testbin.Executor("testexec", testbin.Testexec),
-		testbin.Executor("legacy", testbin.Legacy),
-		testbin.Executor("machinespirit", testbin.MachineSpirit))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	executorDir = dir
 	code := testpg.Run(m)
-	os.RemoveAll(dir)
+	if executorsBuilt.Load() {
+		if dir, err := executors(); err == nil {
+			os.RemoveAll(dir)
+		}
+	}
 	os.Exit(code)
 }
 
@@ -54,14 +68,15 @@ func shortTempDir(t *testing.T) string {
 }
 
 // testConfig is the default config with the test executor as default.
-func testConfig() config.Config {
+func testConfig(tb testing.TB) config.Config {
+	tb.Helper()
 	c := config.Default()
 	c.Tasks.Executor = "testexec"
 	c.Tasks.MaxConcurrent = 16
 	// The test executor writes its pid and environment files where a test
 	// tells it, in temp dirs a confined plugin could not reach otherwise.
 	c.Executors["testexec"] = config.Executor{
-		Path:      filepath.Join(executorDir, ExecutorPrefix+"testexec"),
+		Path:      filepath.Join(executorDir(tb), ExecutorPrefix+"testexec"),
 		ReadWrite: []string{os.TempDir()},
 		// Some tests have it start grandchildren.
 		Subprocesses: true,
@@ -76,11 +91,11 @@ func openHost(t *testing.T, dir string, mutate func(*config.Config)) *Host {
 	if dir == "" {
 		dir = shortTempDir(t)
 	}
-	cfg := testConfig()
+	cfg := testConfig(t)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatalf("open host: %v", err)
 	}

@@ -69,9 +69,9 @@ func TestLegacyStopThenResumeOnNewHost(t *testing.T) {
 	)
 	dir := shortTempDir(t)
 	mut := func(c *config.Config) { c.Model.Script = script }
-	cfg := testConfig()
+	cfg := testConfig(t)
 	mut(&cfg)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +145,10 @@ func TestAPIKeyCanary(t *testing.T) {
 	}))
 	defer srv.Close()
 	var logs syncBuffer
-	cfg := testConfig()
+	cfg := testConfig(t)
 	cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", APIKeyEnv: "TASKHOST_TEST_KEY", TimeoutSeconds: 10}
 	dir := shortTempDir(t)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir,
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t),
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Trace})})
 	if err != nil {
 		t.Fatal(err)

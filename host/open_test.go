@@ -43,7 +43,7 @@ func TestOpenRefusesBadStore(t *testing.T) {
 			dir := shortTempDir(t)
 			tc.prepare(t, dir)
 			before, _ := os.ReadFile(filepath.Join(dir, StoreFile))
-			h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+			h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 			if err == nil {
 				h.Close(context.Background())
 				t.Fatal("Open succeeded on a bad data dir")
@@ -63,7 +63,7 @@ func TestOpenRefusesBadStore(t *testing.T) {
 func TestSecondHostOnDataDirRefused(t *testing.T) {
 	dir := shortTempDir(t)
 	openHost(t, dir, nil)
-	_, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	_, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if !errors.Is(err, ErrDataDirLocked) {
 		t.Fatalf("second open: err = %v, want ErrDataDirLocked", err)
 	}
@@ -74,7 +74,7 @@ func TestSecondHostOnDataDirRefused(t *testing.T) {
 func TestShutdownInterruptsThenResumeOnNewHost(t *testing.T) {
 	dir := shortTempDir(t)
 	pidDir := shortTempDir(t)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func openLoggedHost(t *testing.T) (*Host, *syncBuffer) {
 	t.Helper()
 	var logBuf syncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Name: "taskhost", Output: &logBuf, Level: hclog.Info, JSONFormat: true})
-	h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: testConfig(), ExecutorDir: executorDir, Logger: log})
+	h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: testConfig(t), ExecutorDir: executorDir(t), Logger: log})
 	if err != nil {
 		t.Fatalf("open host: %v", err)
 	}
@@ -79,6 +79,8 @@ func TestPluginLogLineReachesHostLog(t *testing.T) {
 // to the process's stderr, so no line is lost at the plugin's stop.
 func TestPluginLogFloodBounded(t *testing.T) {
 	h, logBuf := openLoggedHost(t)
+	// logBurst is host/plugin's burst of forwarded lines (docs/operations.md).
+	const logBurst = 100
 	const lines = 20 * logBurst
 	task := create(t, h, alice, map[string]any{"log_lines": lines}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")

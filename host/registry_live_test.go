@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -36,7 +37,7 @@ func copyExecutable(t *testing.T, src, dst string, extra string) string {
 
 func wantUnavailable(t *testing.T, err error, check string) {
 	t.Helper()
-	var ue *UnavailableError
+	var ue *plugin.UnavailableError
 	if !errors.As(err, &ue) || ue.Check != check {
 		t.Fatalf("error %v, want an executor unavailable (%s)", err, check)
 	}
@@ -57,8 +58,8 @@ func taskCount(t *testing.T, h *Host) int {
 // running across the reload completes on the binary it started from.
 func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 	bin := filepath.Join(shortTempDir(t), "testexec")
-	sum := copyExecutable(t, filepath.Join(executorDir, ExecutorPrefix+"testexec"), bin, "")
-	cfg := testConfig()
+	sum := copyExecutable(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"), bin, "")
+	cfg := testConfig(t)
 	ex := cfg.Executors["testexec"]
 	ex.Path, ex.SHA256 = bin, sum
 	cfg.Executors["testexec"] = ex
@@ -70,7 +71,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 	interrupted := create(t, h, alice, map[string]any{"exit_at_attempt": 1, "steps": 2}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, interrupted.ID), store.StatusInterrupted, store.ReasonExecutorCrashed)
 
-	newSum := copyExecutable(t, filepath.Join(executorDir, ExecutorPrefix+"testexec"), bin, "rebuilt")
+	newSum := copyExecutable(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"), bin, "rebuilt")
 	before := taskCount(t, h)
 	_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Spec: spec(t, "after rebuild", nil)})
 	wantUnavailable(t, err, "checksum")
@@ -109,7 +110,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 // failed; putting the good binary back needs no reload.
 func TestChangedUnpinnedBinaryCheckedAtCreate(t *testing.T) {
 	bin := filepath.Join(shortTempDir(t), "testexec")
-	good := filepath.Join(executorDir, ExecutorPrefix+"testexec")
+	good := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	copyExecutable(t, good, bin, "")
 	h := openHost(t, "", func(c *config.Config) {
 		ex := c.Executors["testexec"]
@@ -159,13 +160,13 @@ func BenchmarkRegistryCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	r, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
+	r, err := plugin.NewRegistry(plugin.PluginOptions{SocketDir: filepath.Join(dir, "p")})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	ex := testConfig().Executors["testexec"]
-	if err := r.Register(context.Background(), PluginSpec{Kind: "testexec", Path: ex.Path, Confine: DefaultConfinement()}); err != nil {
+	ex := testConfig(b).Executors["testexec"]
+	if err := r.Register(context.Background(), plugin.PluginSpec{Kind: "testexec", Path: ex.Path, Confine: plugin.DefaultConfinement()}); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("describe", func(b *testing.B) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -72,9 +73,9 @@ func TestCreateValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.Executor = "testexec"
 			_, err := h.Runner.Create(context.Background(), alice, tc.req)
-			var fe *FieldError
+			var fe *plugin.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field {
-				t.Fatalf("err = %v, want a FieldError on %s", err, tc.field)
+				t.Fatalf("err = %v, want a plugin.FieldError on %s", err, tc.field)
 			}
 		})
 	}
@@ -226,9 +227,9 @@ func TestCreateSeedsWorkspace(t *testing.T) {
 		{"too many", make([]File, maxSeedFiles+1), "files"},
 	} {
 		_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "x", nil), Files: tc.files})
-		var fe *FieldError
+		var fe *plugin.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
-			t.Errorf("%s: err = %v, want a FieldError on %s", tc.name, err, tc.field)
+			t.Errorf("%s: err = %v, want a plugin.FieldError on %s", tc.name, err, tc.field)
 		}
 	}
 	// At the size limit: accepted.

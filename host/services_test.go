@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -22,7 +23,7 @@ import (
 func TestTurnTokenMisuseRefused(t *testing.T) {
 	h := openHost(t, "", nil)
 	r := h.Runner
-	a := newServicesServer(&taskServices{r: r, taskID: "t_a"})
+	a := plugin.NewServicesServer(&taskServices{r: r, taskID: "t_a"})
 	finished, _ := r.turns.issue(turn{taskID: "t_a", principal: alice, runID: 1, attempt: 1})
 	r.turns.revoke(finished)
 	other, _ := r.turns.issue(turn{taskID: "t_b", principal: alice, runID: 1, attempt: 1})
@@ -217,7 +218,7 @@ func TestCancelRacesApprove(t *testing.T) {
 // longer be approved.
 func TestApprovalPendingAtRestartCancelled(t *testing.T) {
 	dir := shortTempDir(t)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

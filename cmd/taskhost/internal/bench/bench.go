@@ -20,6 +20,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 	"github.com/taskhost/taskhost/store/storetest"
 )
@@ -118,7 +119,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	const who = "bench"
 
 	say("floor: go-plugin round trip + one store commit")
-	exe, err := h.Registry.Launch(ctx, "testexec", host.NoServices{})
+	exe, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
 	if err != nil {
 		return r, fmt.Errorf("the bench needs the test executor (taskhost-executor-testexec beside taskhost): %w", err)
 	}
@@ -157,7 +158,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var starts []time.Duration
 	for range o.Reps {
 		start := time.Now()
-		e, err := h.Registry.Launch(ctx, "testexec", host.NoServices{})
+		e, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
 		if err != nil {
 			return r, err
 		}
@@ -242,7 +243,7 @@ func machineSpiritStarts(ctx context.Context, h *host.Host, reps int) (cold, war
 	cache := filepath.Join(h.DataDir, host.CacheDirName, "machinespirit")
 	start := func(want string) (time.Duration, error) {
 		t0 := time.Now()
-		e, err := h.Registry.Launch(ctx, "machinespirit", host.NoServices{})
+		e, err := h.Registry.Launch(ctx, "machinespirit", plugin.NoServices{})
 		if err != nil {
 			return 0, err
 		}

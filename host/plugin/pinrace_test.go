@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func TestPinnedBinarySymlinkRace(t *testing.T) {
 	}
 	mark := filepath.Join(markDir, "unpinned-ran")
 	unpinned := buildMarker(t, dir, mark)
-	pinned := filepath.Join(executorDir, ExecutorPrefix+"testexec")
+	pinned := testexecBin(t)
 	link := filepath.Join(dir, "plugin")
 	if err := pointLink(link, unpinned); err != nil {
 		t.Fatal(err)
