@@ -12,6 +12,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -62,7 +63,7 @@ func FuzzOpenEnvelope(f *testing.F) {
 
 // A checkpoint envelope copied from task A into task B's row is refused.
 func TestCopiedEnvelopeRefused(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
 	a := create(t, h, alice, map[string]any{"steps": 1}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, a.ID), store.StatusCompleted, "")
@@ -121,7 +122,7 @@ func TestOversizedCheckpointAndResult(t *testing.T) {
 func checkpointAfterFirstStep(t *testing.T, h *Host, id string) []byte {
 	t.Helper()
 	var cp []byte
-	eventually(t, 15*time.Second, "first step", func() bool {
+	testwait.Until(t, 15*time.Second, "first step", func() bool {
 		task, err := h.Runner.Get(context.Background(), alice, id)
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -187,7 +188,7 @@ func TestFleetCrossHostApprove(t *testing.T) {
 			t.Fatal(err)
 		}
 		var pending []store.Approval
-		eventually(t, 10*time.Second, "a pending approval", func() bool {
+		testwait.Until(t, 10*time.Second, "a pending approval", func() bool {
 			pending, _ = b.r.Approvals(context.Background(), alice, store.ApprovalPending)
 			return len(pending) == 1
 		})
@@ -226,7 +227,7 @@ func TestFleetCrossHostReject(t *testing.T) {
 			t.Fatal(err)
 		}
 		var pending []store.Approval
-		eventually(t, 10*time.Second, "a pending approval", func() bool {
+		testwait.Until(t, 10*time.Second, "a pending approval", func() bool {
 			pending, _ = b.r.Approvals(context.Background(), alice, store.ApprovalPending)
 			return len(pending) == 1
 		})
@@ -282,7 +283,7 @@ func TestFleetTakeover(t *testing.T) {
 				t0 := time.Now()
 				b := newFleetHost(t, dir, "host-b", quick)
 				var lost store.Task
-				eventually(t, 10*time.Second, "host_lost on B", func() bool {
+				testwait.Until(t, 10*time.Second, "host_lost on B", func() bool {
 					lost = getTaskOf(t, b.st, task.ID)
 					return lost.Status == store.StatusInterrupted
 				})
@@ -430,7 +431,7 @@ func TestFleetResumeElsewhereHasNoFiles(t *testing.T) {
 		}
 		recv(t, started, "A's step")
 		b := newFleetHost(t, dir, "host-b", quick)
-		eventually(t, 10*time.Second, "host_lost on B", func() bool {
+		testwait.Until(t, 10*time.Second, "host_lost on B", func() bool {
 			return getTaskOf(t, b.st, task.ID).Status == store.StatusInterrupted
 		})
 		seen := make(chan []string, 1)

@@ -17,6 +17,7 @@ import (
 	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/internal/testbin"
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -55,18 +56,6 @@ func TestMain(m *testing.M) {
 
 const alice, bob = "alice", "bob"
 
-// shortTempDir is a temp dir short enough for unix socket paths, which
-// t.TempDir's long names can overflow.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "th")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // testConfig is the default config with the test executor as default.
 func testConfig(tb testing.TB) config.Config {
 	tb.Helper()
@@ -89,7 +78,7 @@ func testConfig(tb testing.TB) config.Config {
 func openHost(t *testing.T, dir string, mutate func(*config.Config)) *Host {
 	t.Helper()
 	if dir == "" {
-		dir = shortTempDir(t)
+		dir = testwait.ShortTempDir(t)
 	}
 	cfg := testConfig(t)
 	if mutate != nil {
@@ -145,34 +134,10 @@ func waitEnd(t *testing.T, h *Host, principal, id string) store.Task {
 	return task
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitFile waits for path to exist and returns its content.
-func waitFile(t *testing.T, path string) string {
-	t.Helper()
-	var data []byte
-	eventually(t, 15*time.Second, "file "+path, func() bool {
-		var err error
-		data, err = os.ReadFile(path)
-		return err == nil && len(data) > 0
-	})
-	return string(data)
-}
-
 // readPid reads a pid file the test executor wrote.
 func readPid(t *testing.T, path string) int {
 	t.Helper()
-	s := strings.TrimSpace(waitFile(t, path))
+	s := strings.TrimSpace(testwait.File(t, path))
 	pid, err := strconv.Atoi(s)
 	if err != nil {
 		t.Fatalf("pid file %s: %q", path, s)
@@ -197,7 +162,7 @@ func alive(pid int) bool {
 
 func waitGone(t *testing.T, pid int, d time.Duration) {
 	t.Helper()
-	eventually(t, d, fmt.Sprintf("process %d to be gone", pid), func() bool { return !alive(pid) })
+	testwait.Until(t, d, fmt.Sprintf("process %d to be gone", pid), func() bool { return !alive(pid) })
 }
 
 func wantStatus(t *testing.T, task store.Task, status store.Status, reason store.Reason) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -184,7 +185,7 @@ func TestMachineSpiritHostStopThenResume(t *testing.T) {
 		machineSpiritOn(c)
 		c.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 60}
 	}
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	cfg := testConfig(t)
 	mut(&cfg)
 	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // With [model] preflight on, the host sends one GET {base_url}/models with
@@ -54,7 +55,7 @@ func TestModelPreflight(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 1, MaxRetries: 3,
 				APIKeyEnv: "TASKHOST_TEST_MODEL_KEY", Preflight: true}
-			h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
+			h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +78,7 @@ func TestModelPreflight(t *testing.T) {
 	t.Run("scripted", func(t *testing.T) {
 		cfg := testConfig(t)
 		cfg.Model = config.Model{Provider: config.ProviderScripted, Preflight: true}
-		h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
+		h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestModelPreflight(t *testing.T) {
 		t.Cleanup(srv.Close)
 		cfg := testConfig(t)
 		cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 1}
-		h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
+		h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +116,7 @@ func TestModelPreflightStopsWithTheHost(t *testing.T) {
 	t.Cleanup(srv.Close)
 	cfg := testConfig(t)
 	cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 600, Preflight: true}
-	h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
+	h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

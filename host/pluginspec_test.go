@@ -17,6 +17,7 @@ import (
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -31,12 +32,12 @@ func TestOpenMarksTheHostNonDumpable(t *testing.T) {
 // A plugin runs in its own empty private dir under the data dir — its cwd,
 // HOME and TMPDIR — which is gone once it stopped.
 func TestPluginPrivateDir(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
-	envFile := filepath.Join(shortTempDir(t), "env")
+	envFile := filepath.Join(testwait.ShortTempDir(t), "env")
 	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
-	env := waitFile(t, envFile)
+	env := testwait.File(t, envFile)
 	var tmp, home string
 	for _, l := range strings.Split(env, "\n") {
 		if v, ok := strings.CutPrefix(l, "TMPDIR="); ok {
@@ -49,7 +50,7 @@ func TestPluginPrivateDir(t *testing.T) {
 	if filepath.Dir(tmp) != filepath.Join(dir, SocketDirName) || !strings.HasPrefix(filepath.Base(tmp), "run-") || home != tmp {
 		t.Fatalf("TMPDIR=%q HOME=%q, want one DATA/plugins/run-* dir", tmp, home)
 	}
-	eventually(t, 10*time.Second, "the private dir removed", func() bool {
+	testwait.Until(t, 10*time.Second, "the private dir removed", func() bool {
 		_, err := os.Stat(tmp)
 		return errors.Is(err, os.ErrNotExist)
 	})
@@ -70,14 +71,14 @@ func TestPluginRunsAsItsUser(t *testing.T) {
 		ex.User = "nobody"
 		c.Executors["testexec"] = ex
 	})
-	out := shortTempDir(t)
+	out := testwait.ShortTempDir(t)
 	if err := os.Chmod(out, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	envFile := filepath.Join(out, "env")
 	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
-	env := waitFile(t, envFile)
+	env := testwait.File(t, envFile)
 	fi, err := os.Stat(envFile)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestPluginRunsAsItsUser(t *testing.T) {
 	if !strings.HasPrefix(filepath.Base(base), "taskhost-plugin-") {
 		t.Fatalf("TMPDIR=%q, want a run dir under a taskhost-plugin-* dir", tmp)
 	}
-	eventually(t, 10*time.Second, "the plugin user's run dir removed", func() bool {
+	testwait.Until(t, 10*time.Second, "the plugin user's run dir removed", func() bool {
 		_, err := os.Stat(base)
 		return errors.Is(err, os.ErrNotExist)
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -57,7 +58,7 @@ func taskCount(t *testing.T, h *Host) int {
 // Describe says so; a reload with the new pin lets them through, and a task
 // running across the reload completes on the binary it started from.
 func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
-	bin := filepath.Join(shortTempDir(t), "testexec")
+	bin := filepath.Join(testwait.ShortTempDir(t), "testexec")
 	sum := copyExecutable(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"), bin, "")
 	cfg := testConfig(t)
 	ex := cfg.Executors["testexec"]
@@ -65,7 +66,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 	cfg.Executors["testexec"] = ex
 	h := openHost(t, "", func(c *config.Config) { *c = cfg })
 
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	gate := filepath.Join(dir, "go")
 	running := create(t, h, alice, map[string]any{"steps": 2, "wait_file": gate}, Limits{})
 	interrupted := create(t, h, alice, map[string]any{"exit_at_attempt": 1, "steps": 2}, Limits{})
@@ -109,7 +110,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 // the handshake, and one that is gone, are refused at create with what
 // failed; putting the good binary back needs no reload.
 func TestChangedUnpinnedBinaryCheckedAtCreate(t *testing.T) {
-	bin := filepath.Join(shortTempDir(t), "testexec")
+	bin := filepath.Join(testwait.ShortTempDir(t), "testexec")
 	good := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	copyExecutable(t, good, bin, "")
 	h := openHost(t, "", func(c *config.Config) {

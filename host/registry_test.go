@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -31,7 +32,7 @@ func testexecSum(t *testing.T) string {
 // no row.
 func TestExecutorUnavailable(t *testing.T) {
 	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
-	notExec := filepath.Join(shortTempDir(t), "plain-file")
+	notExec := filepath.Join(testwait.ShortTempDir(t), "plain-file")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestDescribeRecorded(t *testing.T) {
 }
 
 func TestSocketDirSweptAtStart(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	stale := filepath.Join(dir, SocketDirName, "plugin-dir123", "plugin456")
 	if err := os.MkdirAll(filepath.Dir(stale), 0o700); err != nil {
 		t.Fatal(err)

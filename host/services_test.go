@@ -15,6 +15,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -217,7 +218,7 @@ func TestCancelRacesApprove(t *testing.T) {
 // An approval pending when the host dies is cancelled at restart and can no
 // longer be approved.
 func TestApprovalPendingAtRestartCancelled(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +244,7 @@ func TestApprovalPendingAtRestartCancelled(t *testing.T) {
 // gone, the effect is indeterminate and the next attempt is told.
 func TestPluginKilledDuringToolEffect(t *testing.T) {
 	h := openHost(t, "", shellNoApproval)
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	pluginPid := filepath.Join(dir, "plugin.pid")
 	cmd := "sh -c 'echo $$ > tool.pid; sleep 300' & wait" // in the workspace: the command is confined to it
 	task := create(t, h, alice, map[string]any{"pid_file": pluginPid, "call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}}, Limits{})
@@ -267,7 +268,7 @@ func TestPluginKilledDuringToolEffect(t *testing.T) {
 func waitApproval(t *testing.T, h *Host, principal, taskID string) store.Approval {
 	t.Helper()
 	var found store.Approval
-	eventually(t, 15*time.Second, "a pending approval", func() bool {
+	testwait.Until(t, 15*time.Second, "a pending approval", func() bool {
 		as, err := h.Runner.Approvals(context.Background(), principal, store.ApprovalPending)
 		if err != nil {
 			t.Fatal(err)
@@ -362,10 +363,10 @@ func TestPluginEnvironmentIsAllowListed(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", canary)
 	t.Setenv("TASKHOST_SECRET_TEST", canary)
 	h := openHost(t, "", nil)
-	envFile := filepath.Join(shortTempDir(t), "env")
+	envFile := filepath.Join(testwait.ShortTempDir(t), "env")
 	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
-	env := waitFile(t, envFile)
+	env := testwait.File(t, envFile)
 	if strings.Contains(env, canary) {
 		t.Fatalf("the plugin saw the canary:\n%s", env)
 	}
@@ -379,7 +380,7 @@ func TestPluginEnvironmentIsAllowListed(t *testing.T) {
 // that is gone.
 func TestPluginCrashWhileWaitingCancelsApproval(t *testing.T) {
 	h := openHost(t, "", nil)
-	pidFile := filepath.Join(shortTempDir(t), "pid")
+	pidFile := filepath.Join(testwait.ShortTempDir(t), "pid")
 	task := create(t, h, alice, map[string]any{"request_approval": true, "pid_file": pidFile}, Limits{})
 	a := waitApproval(t, h, alice, task.ID)
 	if err := syscallKill(readPid(t, pidFile)); err != nil {

@@ -11,10 +11,11 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 func TestRequireConfinementFailsClosedWithoutLandlock(t *testing.T) {
-	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(shortTempDir(t), "p"), RequireConfinement: true})
+	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(testwait.ShortTempDir(t), "p"), RequireConfinement: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestPluginUserMustNotBeRoot(t *testing.T) {
 // lives there); pinned, it is refused: its interpreter would read it again
 // by path after the pin was checked.
 func TestScriptPlugin(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	real := filepath.Join(dir, "testexec-real")
 	data, err := os.ReadFile(testexecBin(t))
 	if err != nil {
