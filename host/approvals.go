@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -91,7 +92,7 @@ func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool
 
 	t, err := r.store.GetTask(ctx, ts.principal, ts.taskID)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStepEnded, err)
+		return nil, fmt.Errorf("%w: %w", plugin.ErrStepEnded, err)
 	}
 	t.Status = store.StatusWaitingApproval
 	// The wait is not active time: the clock pauses before the event reads
@@ -116,7 +117,7 @@ func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool
 		if d.status == store.ApprovalApproved {
 			return d.value, nil
 		}
-		return nil, &ApprovalRefusedError{ID: id, Status: d.status}
+		return nil, &plugin.ApprovalRefusedError{ID: id, Status: string(d.status)}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -156,11 +157,11 @@ func (r *Runner) Approve(ctx context.Context, principal, id string) (store.Appro
 // approval of another kind is refused: it would be dropped unread.
 func (r *Runner) Answer(ctx context.Context, principal, id string, value []byte) (store.Approval, error) {
 	if len(value) > MaxInputValue {
-		return store.Approval{}, &FieldError{Field: "value_json", Message: fmt.Sprintf("the value is %d bytes, limit %d", len(value), MaxInputValue)}
+		return store.Approval{}, &plugin.FieldError{Field: "value_json", Message: fmt.Sprintf("the value is %d bytes, limit %d", len(value), MaxInputValue)}
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, value); err != nil {
-		return store.Approval{}, &FieldError{Field: "value_json", Message: fmt.Sprintf("the value (%d bytes) is not one JSON value: %v", len(value), err)}
+		return store.Approval{}, &plugin.FieldError{Field: "value_json", Message: fmt.Sprintf("the value (%d bytes) is not one JSON value: %v", len(value), err)}
 	}
 	return r.resolve(ctx, principal, id, store.ApprovalApproved, b.Bytes())
 }
@@ -181,7 +182,7 @@ func (r *Runner) resolve(ctx context.Context, principal, id string, to store.App
 		return store.Approval{}, err
 	}
 	if kind := ApprovalKind(cur); value != nil && kind != ApprovalKindInput {
-		return store.Approval{}, &FieldError{Field: "value_json", Message: fmt.Sprintf(
+		return store.Approval{}, &plugin.FieldError{Field: "value_json", Message: fmt.Sprintf(
 			"approval %s is a %s approval, which takes no value (only an executor's question, kind input, does): approve it without one", id, kind)}
 	}
 	if value == nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -19,12 +20,12 @@ import (
 // open that checkpoint to complete it.
 func interruptedWithCheckpoint(t *testing.T, dir string) store.Task {
 	t.Helper()
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	task := create(t, h, alice, map[string]any{"steps": 3, "sleep_at_attempt": 2, "long_sleep_ms": 60000}, Limits{})
-	eventually(t, 20*time.Second, "second attempt running", func() bool {
+	testwait.Until(t, 20*time.Second, "second attempt running", func() bool {
 		a, _ := h.Runner.Attempts(context.Background(), alice, task.ID)
 		return len(a) == 2
 	})
@@ -47,10 +48,10 @@ func modeOf(t *testing.T, path string) fs.FileMode {
 // data dir up, restore it into a new directory, resume there: it
 // completes, so its checkpoint verified with the restored key.
 func TestBackupRestoreResume(t *testing.T) {
-	src := shortTempDir(t)
+	src := testwait.ShortTempDir(t)
 	task := interruptedWithCheckpoint(t, src)
 
-	backup := filepath.Join(shortTempDir(t), "backup")
+	backup := filepath.Join(testwait.ShortTempDir(t), "backup")
 	info, err := Backup(context.Background(), src, backup)
 	if err != nil {
 		t.Fatalf("Backup: %v", err)
@@ -69,7 +70,7 @@ func TestBackupRestoreResume(t *testing.T) {
 		t.Fatalf("a second backup over the first: %v, want refused", err)
 	}
 
-	restored := filepath.Join(shortTempDir(t), "restored")
+	restored := filepath.Join(testwait.ShortTempDir(t), "restored")
 	ri, err := Restore(context.Background(), backup, restored, RestoreOptions{UID: -1, GID: -1})
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
@@ -100,14 +101,14 @@ func TestBackupRestoreResume(t *testing.T) {
 }
 
 func TestRestoreRefusals(t *testing.T) {
-	src := shortTempDir(t)
+	src := testwait.ShortTempDir(t)
 	interruptedWithCheckpoint(t, src)
-	backup := filepath.Join(shortTempDir(t), "backup")
+	backup := filepath.Join(testwait.ShortTempDir(t), "backup")
 	if _, err := Backup(context.Background(), src, backup); err != nil {
 		t.Fatal(err)
 	}
 	// A backup whose key is not the store's: every checkpoint fails.
-	wrongKey := filepath.Join(shortTempDir(t), "wrong")
+	wrongKey := filepath.Join(testwait.ShortTempDir(t), "wrong")
 	if err := os.Mkdir(wrongKey, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -129,21 +130,21 @@ func TestRestoreRefusals(t *testing.T) {
 		want   string
 	}{
 		{"a non-empty data dir", func(t *testing.T) string {
-			d := shortTempDir(t)
+			d := testwait.ShortTempDir(t)
 			if err := os.WriteFile(filepath.Join(d, "taskhost.db"), []byte("live"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			return d
 		}, backup, "is not empty"},
 		{"a symlinked data dir", func(t *testing.T) string {
-			l := filepath.Join(shortTempDir(t), "link")
-			if err := os.Symlink(shortTempDir(t), l); err != nil {
+			l := filepath.Join(testwait.ShortTempDir(t), "link")
+			if err := os.Symlink(testwait.ShortTempDir(t), l); err != nil {
 				t.Fatal(err)
 			}
 			return l
 		}, backup, "is a symlink"},
 		{"a world-writable data dir", func(t *testing.T) string {
-			d := filepath.Join(shortTempDir(t), "d")
+			d := filepath.Join(testwait.ShortTempDir(t), "d")
 			if err := os.Mkdir(d, 0o777); err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +154,7 @@ func TestRestoreRefusals(t *testing.T) {
 			return d
 		}, backup, "writable by group or others"},
 		{"another user's data dir", func(t *testing.T) string {
-			d := filepath.Join(shortTempDir(t), "d")
+			d := filepath.Join(testwait.ShortTempDir(t), "d")
 			if err := os.Mkdir(d, 0o700); err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +163,7 @@ func TestRestoreRefusals(t *testing.T) {
 			}
 			return d
 		}, backup, "is owned by uid 65534"},
-		{"a key that is not the store's", func(t *testing.T) string { return filepath.Join(shortTempDir(t), "new") }, wrongKey, "does not verify with the backup's key"},
+		{"a key that is not the store's", func(t *testing.T) string { return filepath.Join(testwait.ShortTempDir(t), "new") }, wrongKey, "does not verify with the backup's key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			target := tc.target(t)
@@ -209,13 +210,13 @@ func TestRestoreForAnotherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to chown")
 	}
-	src := shortTempDir(t)
+	src := testwait.ShortTempDir(t)
 	interruptedWithCheckpoint(t, src)
-	backup := filepath.Join(shortTempDir(t), "backup")
+	backup := filepath.Join(testwait.ShortTempDir(t), "backup")
 	if _, err := Backup(context.Background(), src, backup); err != nil {
 		t.Fatal(err)
 	}
-	base := shortTempDir(t)
+	base := testwait.ShortTempDir(t)
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestRestoreForAnotherUser(t *testing.T) {
 // the act and the admin are in the task's events before its resume, and
 // the task completes as its owner's.
 func TestAdminResumesAnotherPrincipalsTask(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	task := interruptedWithCheckpoint(t, dir)
 	h := openHost(t, dir, nil)
 	ctx := context.Background()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -29,7 +29,7 @@ func benchStepOverhead(b *testing.B, sync string) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	h, err := Open(ctx, Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir, Synchronous: sync})
+	h, err := Open(ctx, Options{DataDir: dir, Config: testConfig(b), ExecutorDir: executorDir(b), Synchronous: sync})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func benchStepOverhead(b *testing.B, sync string) {
 	h.Runner.set.Caps.Steps = 1 << 40
 
 	// The floor: a Describe round trip and a one-row commit, per iteration.
-	ec, err := launch(ctx, h.Registry.forker, PluginSpec{Kind: "testexec", Path: executorDir + "/" + ExecutorPrefix + "testexec"}, h.Registry.opts, h.Registry.support, pb.UnimplementedHostServicesServer{})
+	ec, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
 	if err != nil {
 		b.Fatal(err)
 	}

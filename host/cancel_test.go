@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // context; the task is cancelled and the plugin process is gone.
 func TestCancelReachesRunningStep(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	marker, pidFile := filepath.Join(dir, "cancelled"), filepath.Join(dir, "pid")
 	task := create(t, h, alice, map[string]any{"sleep_ms": 60000, "cancel_marker": marker, "pid_file": pidFile}, Limits{})
 	pid := readPid(t, pidFile) // the step is running
@@ -25,7 +26,7 @@ func TestCancelReachesRunningStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStatus(t, cancelled, store.StatusCancelled, store.ReasonUserCancelled)
-	if got := waitFile(t, marker); !strings.Contains(got, "cancelled attempt=1") {
+	if got := testwait.File(t, marker); !strings.Contains(got, "cancelled attempt=1") {
 		t.Errorf("cancel marker = %q", got)
 	}
 	waitGone(t, pid, 5*time.Second)
@@ -65,7 +66,7 @@ func TestResumeCompletedTaskRefused(t *testing.T) {
 // within the grace: its process group is killed.
 func TestExecutorIgnoringContextIsKilled(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	pidFile := filepath.Join(dir, "pid")
 	task := create(t, h, alice, map[string]any{"sleep_ms": 120000, "ignore_ctx": true, "pid_file": pidFile, "spawn_grandchild": true}, Limits{})
 	pid := readPid(t, pidFile)
@@ -76,7 +77,7 @@ func TestExecutorIgnoringContextIsKilled(t *testing.T) {
 	}
 	waitGone(t, pid, 10*time.Second)
 	waitGone(t, grandchild, 10*time.Second)
-	t.Logf("plugin ignoring ctx stopped %v after cancel (grace %v)", time.Since(start).Round(time.Millisecond), h.Registry.opts.StopGrace)
+	t.Logf("plugin ignoring ctx stopped %v after cancel", time.Since(start).Round(time.Millisecond))
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCancelled, store.ReasonUserCancelled)
 }
 

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -29,12 +30,6 @@ const maxEnvelopeHeader = 4096
 // ErrCheckpointIncompatible is returned when a stored checkpoint does not
 // belong to the task, principal or executor that loads it, or was altered.
 var ErrCheckpointIncompatible = errors.New("checkpoint incompatible")
-
-// Checkpoint is an executor's opaque state as the host handles it.
-type Checkpoint struct {
-	Schema  string
-	Payload []byte
-}
 
 // envelopeHeader is the authenticated metadata of a sealed checkpoint.
 type envelopeHeader struct {
@@ -70,7 +65,7 @@ func (s sealer) mac(h envelopeHeader) string {
 }
 
 // seal wraps cp for o at attempt into a self-authenticating envelope.
-func (s sealer) seal(o owner, attempt int64, cp Checkpoint) []byte {
+func (s sealer) seal(o owner, attempt int64, cp plugin.Checkpoint) []byte {
 	sum := sha256.Sum256(cp.Payload)
 	h := envelopeHeader{
 		TaskID: o.TaskID, PrincipalID: o.PrincipalID, Executor: o.Executor,
@@ -89,9 +84,9 @@ func (s sealer) seal(o owner, attempt int64, cp Checkpoint) []byte {
 
 // open verifies env against o and returns the checkpoint and its attempt.
 // Every failure wraps ErrCheckpointIncompatible and says which check failed.
-func (s sealer) open(o owner, env []byte) (Checkpoint, int64, error) {
-	fail := func(format string, args ...any) (Checkpoint, int64, error) {
-		return Checkpoint{}, 0, fmt.Errorf("%w: %s", ErrCheckpointIncompatible, fmt.Sprintf(format, args...))
+func (s sealer) open(o owner, env []byte) (plugin.Checkpoint, int64, error) {
+	fail := func(format string, args ...any) (plugin.Checkpoint, int64, error) {
+		return plugin.Checkpoint{}, 0, fmt.Errorf("%w: %s", ErrCheckpointIncompatible, fmt.Sprintf(format, args...))
 	}
 	rest, ok := bytes.CutPrefix(env, []byte(envelopeMagic))
 	if !ok {
@@ -123,7 +118,7 @@ func (s sealer) open(o owner, env []byte) (Checkpoint, int64, error) {
 	if hex.EncodeToString(sum[:]) != h.Digest {
 		return fail("payload digest does not match")
 	}
-	return Checkpoint{Schema: h.Schema, Payload: bytes.Clone(payload)}, h.Attempt, nil
+	return plugin.Checkpoint{Schema: h.Schema, Payload: bytes.Clone(payload)}, h.Attempt, nil
 }
 
 // openStored opens t's stored checkpoint, nil when it has none. Besides the
@@ -131,7 +126,7 @@ func (s sealer) open(o owner, env []byte) (Checkpoint, int64, error) {
 // the attempt it was sealed at must be the one the task row records, so an
 // older envelope of the same task written back into the row (a rollback) is
 // refused, as is a checkpoint removed from a task that had one.
-func (s sealer) openStored(t store.Task) (*Checkpoint, error) {
+func (s sealer) openStored(t store.Task) (*plugin.Checkpoint, error) {
 	if t.Checkpoint == nil {
 		if t.CheckpointAttempt != 0 {
 			return nil, fmt.Errorf("%w: the task's checkpoint of attempt %d is missing from its row", ErrCheckpointIncompatible, t.CheckpointAttempt)

@@ -11,13 +11,15 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
 func TestEnvelopeRoundTripAndTamper(t *testing.T) {
 	s := sealer{key: bytes.Repeat([]byte{7}, 32)}
 	o := owner{TaskID: "t_a", PrincipalID: alice, Executor: "testexec"}
-	env := s.seal(o, 3, Checkpoint{Schema: "testexec/1", Payload: []byte(`{"done":2}`)})
+	env := s.seal(o, 3, plugin.Checkpoint{Schema: "testexec/1", Payload: []byte(`{"done":2}`)})
 	cp, att, err := s.open(o, env)
 	if err != nil || att != 3 || cp.Schema != "testexec/1" || string(cp.Payload) != `{"done":2}` {
 		t.Fatalf("open = %+v, %d, %v", cp, att, err)
@@ -48,7 +50,7 @@ func TestEnvelopeRoundTripAndTamper(t *testing.T) {
 func FuzzOpenEnvelope(f *testing.F) {
 	s := sealer{key: bytes.Repeat([]byte{7}, 32)}
 	o := owner{TaskID: "t_a", PrincipalID: alice, Executor: "testexec"}
-	f.Add(s.seal(o, 1, Checkpoint{Schema: "testexec/1", Payload: []byte("x")}))
+	f.Add(s.seal(o, 1, plugin.Checkpoint{Schema: "testexec/1", Payload: []byte("x")}))
 	f.Add([]byte(envelopeMagic))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, env []byte) {
@@ -61,7 +63,7 @@ func FuzzOpenEnvelope(f *testing.F) {
 
 // A checkpoint envelope copied from task A into task B's row is refused.
 func TestCopiedEnvelopeRefused(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
 	a := create(t, h, alice, map[string]any{"steps": 1}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, a.ID), store.StatusCompleted, "")
@@ -120,7 +122,7 @@ func TestOversizedCheckpointAndResult(t *testing.T) {
 func checkpointAfterFirstStep(t *testing.T, h *Host, id string) []byte {
 	t.Helper()
 	var cp []byte
-	eventually(t, 15*time.Second, "first step", func() bool {
+	testwait.Until(t, 15*time.Second, "first step", func() bool {
 		task, err := h.Runner.Get(context.Background(), alice, id)
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
@@ -17,9 +18,9 @@ import (
 // and recorded in one transaction (finish).
 type verdict struct {
 	attempt    store.AttemptStatus
-	outcome    Outcome
+	outcome    plugin.Outcome
 	summary    string
-	checkpoint *Checkpoint // nil keeps the stored checkpoint
+	checkpoint *plugin.Checkpoint // nil keeps the stored checkpoint
 	result     []byte
 	taskTo     store.Status // "" keeps the task running
 	reason     store.Reason
@@ -27,7 +28,7 @@ type verdict struct {
 	crashed    bool
 	abandoned  bool // the task already left running: only close the attempt
 	fenced     bool // the run lost its lease: write nothing at all
-	exit       ExitStatus
+	exit       plugin.ExitStatus
 	stderr     string
 }
 
@@ -51,13 +52,13 @@ const crashWait = 2 * time.Second
 
 // classify turns a step's answer into a verdict. It is the only place that
 // decides what a crash, a cancel or a bad result means.
-func (ru *run) classify(res StepResult, err error, cause error) verdict {
+func (ru *run) classify(res plugin.StepResult, err error, cause error) verdict {
 	if err != nil {
 		return ru.classifyError(err, cause)
 	}
 	s := ru.r.set
 	switch res.Outcome {
-	case OutcomeFail:
+	case plugin.OutcomeFail:
 		reason, ok := executorReasons[res.Reason]
 		msg := res.Message
 		if !ok {
@@ -67,8 +68,8 @@ func (ru *run) classify(res StepResult, err error, cause error) verdict {
 		if reason == store.ReasonModelUnavailable {
 			return modelVerdict(msg)
 		}
-		return verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: reason, message: text.Truncate(msg, 2000)}
-	case OutcomeContinue, OutcomeComplete:
+		return verdict{attempt: store.AttemptFailed, outcome: plugin.OutcomeFail, taskTo: store.StatusFailed, reason: reason, message: text.Truncate(msg, 2000)}
+	case plugin.OutcomeContinue, plugin.OutcomeComplete:
 	default:
 		return verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "executor returned no outcome"}
 	}
@@ -79,12 +80,12 @@ func (ru *run) classify(res StepResult, err error, cause error) verdict {
 		if len(cp.Payload) > s.CheckpointMaxBytes {
 			return fail(store.ReasonCheckpointTooLarge, fmt.Sprintf("checkpoint is %d bytes, limit %d (tasks.checkpoint_max_bytes); the previous checkpoint is kept", len(cp.Payload), s.CheckpointMaxBytes))
 		}
-		if !ru.desc.accepts(cp.Schema) {
+		if !ru.desc.Accepts(cp.Schema) {
 			return fail(store.ReasonCheckpointIncompatible, fmt.Sprintf("executor returned checkpoint schema %q it does not accept (%v)", text.Truncate(cp.Schema, 64), ru.desc.CheckpointSchemas))
 		}
 	}
 	v := verdict{attempt: store.AttemptCompleted, outcome: res.Outcome, summary: text.TruncateRunes(res.Summary, s.SummaryChars), checkpoint: res.Checkpoint}
-	if res.Outcome == OutcomeComplete {
+	if res.Outcome == plugin.OutcomeComplete {
 		if len(res.Result) > s.ResultBytes {
 			return fail(store.ReasonResultTooLarge, fmt.Sprintf("result is %d bytes, limit %d; the previous checkpoint is kept", len(res.Result), s.ResultBytes))
 		}
@@ -101,7 +102,7 @@ func (ru *run) classify(res StepResult, err error, cause error) verdict {
 // the provider is back, and the attempt keeps its observed effects for the
 // re-run to replay.
 func modelVerdict(msg string) verdict {
-	return verdict{attempt: store.AttemptInterrupted, outcome: OutcomeFail, taskTo: store.StatusInterrupted,
+	return verdict{attempt: store.AttemptInterrupted, outcome: plugin.OutcomeFail, taskTo: store.StatusInterrupted,
 		reason: store.ReasonModelUnavailable, message: text.Truncate(msg, 2000)}
 }
 
@@ -121,7 +122,7 @@ func (ru *run) classifyError(err, cause error) verdict {
 		}
 	}
 	if exited || (status.Code(err) == codes.Unavailable && cause == nil) {
-		v := verdict{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, crashed: true, exit: ExitStatus{Code: -1}}
+		v := verdict{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, crashed: true, exit: plugin.ExitStatus{Code: -1}}
 		if exited {
 			v.exit = ru.exe.ExitStatus()
 			v.message = "executor process ended during the step (" + v.exit.String() + ")"
@@ -234,7 +235,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 			ru.cp = v.checkpoint
 		}
 		ru.indeterminate = nil
-		ru.recent = append(ru.recent, StepSummary{Step: att.Number, Summary: v.summary})
+		ru.recent = append(ru.recent, plugin.StepSummary{Step: att.Number, Summary: v.summary})
 		if n := r.set.RecentSummaries; len(ru.recent) > n {
 			ru.recent = ru.recent[len(ru.recent)-n:]
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -58,7 +59,7 @@ func crashLatency(t *testing.T, h *Host, dir string, i int, grandchild bool) tim
 // settle wait for an EOF that never came.
 func TestCrashLatencyGrandchildHoldingStderr(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	const reps = 7
 	var plain, held []time.Duration
 	for i := range reps {

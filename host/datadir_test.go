@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // otherUID owns the files a second local user would plant.
@@ -114,7 +116,7 @@ func openBareHost(t *testing.T, dir string) *Host {
 
 func tryOpen(t *testing.T, dir string) (*Host, error) {
 	t.Helper()
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: t.TempDir()})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: t.TempDir()})
 	if err == nil {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -236,7 +238,7 @@ func TestOpenRefusesUntrustedDataDir(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			root := shortTempDir(t)
+			root := testwait.ShortTempDir(t)
 			base, outside := filepath.Join(root, "data"), filepath.Join(root, "outside")
 			mustDo(t, os.Mkdir(outside, 0o700))
 			populatedDataDir(t, base)
@@ -283,7 +285,7 @@ func TestOpenAcceptsOwnDataDir(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := filepath.Join(shortTempDir(t), "data")
+			dir := filepath.Join(testwait.ShortTempDir(t), "data")
 			tc.setup(t, dir)
 			h := openBareHost(t, dir)
 			fi, err := os.Lstat(dir)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -41,7 +42,7 @@ func TestDeleteTask(t *testing.T) {
 	done := createWithFile(t, h, nil)
 	wantStatus(t, waitEnd(t, h, alice, done.ID), store.StatusCompleted, "")
 	running := createWithFile(t, h, map[string]any{"sleep_ms": 60000})
-	eventually(t, 10*time.Second, "task running", func() bool {
+	testwait.Until(t, 10*time.Second, "task running", func() bool {
 		got, err := h.Runner.Get(ctx, alice, running.ID)
 		return err == nil && got.Status == store.StatusRunning
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/model"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
@@ -132,7 +133,7 @@ func (ts *turnState) storeFailed(err error) {
 	}
 }
 
-func (ts *turnState) setUnsettled(effs []Effect) {
+func (ts *turnState) setUnsettled(effs []plugin.Effect) {
 	n := 0
 	for _, e := range effs {
 		if e.Kind == string(store.EffectTool) {
@@ -185,7 +186,7 @@ func (s *taskServices) modelError(ts *turnState, err error) error {
 		msg = merr.Message
 	}
 	log := []any{"task", ts.taskID, "attempt", ts.attempt, "kind", kind, "error", msg}
-	me := &ModelError{Kind: kind, Message: msg}
+	me := &plugin.ModelError{Kind: kind, Message: msg}
 	switch {
 	case model.KindOf(err) == model.KindAuth:
 		ts.noteAuthRefused(msg)
@@ -294,6 +295,12 @@ func (ts *turnState) addCall(depth int64) string {
 	return tok
 }
 
+// effectView is a ledger entry as an executor sees it.
+func effectView(e store.Effect) plugin.Effect {
+	return plugin.Effect{Attempt: e.Attempt, Seq: e.Seq, Kind: string(e.Kind), Fingerprint: e.Fingerprint,
+		IdempotencyKey: e.IdempotencyKey, Status: string(e.Status), Summary: e.Summary}
+}
+
 // effectError turns a ledger refusal into the host's refusal the executor
 // sees and remembers an exhausted budget on the turn, which fails the task
 // when the step ends.
@@ -303,9 +310,9 @@ func effectError(ts *turnState, err error) error {
 	case errors.As(err, &be):
 		r := be.Budget.Reason()
 		ts.exhaust(r)
-		return &BudgetError{Reason: r, Err: err}
+		return &plugin.BudgetError{Reason: string(r), Err: err}
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("%w: %w", ErrStepEnded, err)
+		return fmt.Errorf("%w: %w", plugin.ErrStepEnded, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case errors.Is(err, store.ErrUnavailable):
@@ -313,7 +320,7 @@ func effectError(ts *turnState, err error) error {
 		// its effects, so it ends interrupted (store_error) whatever the
 		// executor does with this answer.
 		ts.storeFailed(err)
-		return fmt.Errorf("effect %w: %w", ErrNotRecorded, err)
+		return fmt.Errorf("effect %w: %w", plugin.ErrNotRecorded, err)
 	}
 	return fmt.Errorf("effect not recorded: %w", err)
 }
@@ -367,7 +374,7 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 		if ok {
 			s.r.log.Warn("re-run of an unsettled effect refused: no approval for the retry", "task", ts.taskID,
 				"attempt", ts.attempt, "effect_attempt", prev.Attempt, "effect_seq", prev.Seq, "status", prev.Status)
-			return nil, false, &UnsettledEffectError{Effect: prev}
+			return nil, false, &plugin.UnsettledEffectError{Effect: effectView(prev)}
 		}
 	}
 	_, charged, err := st.AdmitEffect(ctx, e)
@@ -425,21 +432,21 @@ func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewE
 
 // CallModel admits and runs one model call. Its depth comes from the parent
 // call token, never from the executor.
-func (s *taskServices) CallModel(ctx context.Context, call ModelCall) (ModelAnswer, error) {
+func (s *taskServices) CallModel(ctx context.Context, call plugin.ModelCall) (plugin.ModelAnswer, error) {
 	ts, err := s.authorizeState("CallModel", call.TurnToken)
 	if err != nil {
-		return ModelAnswer{}, err
+		return plugin.ModelAnswer{}, err
 	}
 	if s.r.svc.Model == nil {
-		return ModelAnswer{}, refuse(ErrNotConfigured, "no model provider is configured")
+		return plugin.ModelAnswer{}, plugin.Refuse(plugin.ErrNotConfigured, "no model provider is configured")
 	}
 	depth, ok := ts.depthOf(call.ParentCallToken)
 	if !ok {
-		return ModelAnswer{}, refuse(ErrNotAllowed, "parent call token is not a model call of this step")
+		return plugin.ModelAnswer{}, plugin.Refuse(plugin.ErrNotAllowed, "parent call token is not a model call of this step")
 	}
 	mreq, err := modelRequest(call)
 	if err != nil {
-		return ModelAnswer{}, err
+		return plugin.ModelAnswer{}, err
 	}
 	mreq.TaskID, mreq.Depth = ts.taskID, int(depth)
 	canon, _ := json.Marshal(mreq.Messages)
@@ -458,25 +465,25 @@ func (s *taskServices) CallModel(ctx context.Context, call ModelCall) (ModelAnsw
 		return json.Marshal(resp.Message)
 	})
 	if err != nil {
-		return ModelAnswer{}, err
+		return plugin.ModelAnswer{}, err
 	}
 	var msg model.Message
 	if err := json.Unmarshal(out, &msg); err != nil {
-		return ModelAnswer{}, fmt.Errorf("model result not readable: %w", err)
+		return plugin.ModelAnswer{}, fmt.Errorf("model result not readable: %w", err)
 	}
-	return ModelAnswer{Message: msg, CallToken: ts.addCall(depth), Depth: depth, Replayed: replayed}, nil
+	return plugin.ModelAnswer{Message: msg, CallToken: ts.addCall(depth), Depth: depth, Replayed: replayed}, nil
 }
 
 // CallTool admits and runs one tool call under its policy; a tool that needs
 // approval waits for it with the task in waiting_approval.
-func (s *taskServices) CallTool(ctx context.Context, call ToolCall) (ToolAnswer, error) {
+func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plugin.ToolAnswer, error) {
 	ts, err := s.authorizeState("CallTool", call.TurnToken)
 	if err != nil {
-		return ToolAnswer{}, err
+		return plugin.ToolAnswer{}, err
 	}
 	reg := s.r.svc.Tools
 	if reg == nil {
-		return ToolAnswer{}, refuse(ErrNotConfigured, "no tools are configured")
+		return plugin.ToolAnswer{}, plugin.Refuse(plugin.ErrNotConfigured, "no tools are configured")
 	}
 	name, args := call.Name, call.Arguments
 	if len(args) == 0 {
@@ -484,14 +491,14 @@ func (s *taskServices) CallTool(ctx context.Context, call ToolCall) (ToolAnswer,
 	}
 	// Each tool bounds its own arguments; this is the largest any allows.
 	if len(args) > tools.MaxWriteArgsBytes {
-		return ToolAnswer{}, &FieldError{Field: "arguments_json", Message: fmt.Sprintf("tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)}
+		return plugin.ToolAnswer{}, &plugin.FieldError{Field: "arguments_json", Message: fmt.Sprintf("tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)}
 	}
 	if !json.Valid(args) {
-		return ToolAnswer{}, &FieldError{Field: "arguments_json", Message: "tool arguments are not valid JSON"}
+		return plugin.ToolAnswer{}, &plugin.FieldError{Field: "arguments_json", Message: "tool arguments are not valid JSON"}
 	}
 	pol, ok := reg.Policy(name)
 	if !ok || !pol.Enabled {
-		return ToolAnswer{}, refuse(ErrUnknownTool, "tool %q is unknown or disabled", text.Truncate(name, 64))
+		return plugin.ToolAnswer{}, plugin.Refuse(plugin.ErrUnknownTool, "tool %q is unknown or disabled", text.Truncate(name, 64))
 	}
 	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
 		IdempotencyKey: text.Truncate(call.IdempotencyKey, 128), Summary: tools.Summarize(name, args)}
@@ -500,11 +507,11 @@ func (s *taskServices) CallTool(ctx context.Context, call ToolCall) (ToolAnswer,
 		key := call.IdempotencyKey
 		switch {
 		case !reg.HonoursKey(name):
-			return ToolAnswer{}, &FieldError{Field: "idempotent", Message: fmt.Sprintf("tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", text.Truncate(name, 64))}
+			return plugin.ToolAnswer{}, &plugin.FieldError{Field: "idempotent", Message: fmt.Sprintf("tool %q does not honour an idempotency key (workspace.write does): call it without idempotent; after a crash its retry needs an approval", text.Truncate(name, 64))}
 		case key == "":
-			return ToolAnswer{}, &FieldError{Field: "idempotency_key", Message: "an idempotent call needs the key its tool de-duplicates by"}
+			return plugin.ToolAnswer{}, &plugin.FieldError{Field: "idempotency_key", Message: "an idempotent call needs the key its tool de-duplicates by"}
 		case len(key) > tools.MaxIdempotencyKeyBytes:
-			return ToolAnswer{}, &FieldError{Field: "idempotency_key", Message: fmt.Sprintf("%d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)}
+			return plugin.ToolAnswer{}, &plugin.FieldError{Field: "idempotency_key", Message: fmt.Sprintf("%d bytes, limit %d", len(key), tools.MaxIdempotencyKeyBytes)}
 		}
 		e.IdempotencyKey, e.Summary, env.IdempotencyKey = key, e.Summary+idempotentMark, key
 	}
@@ -527,18 +534,18 @@ func (s *taskServices) CallTool(ctx context.Context, call ToolCall) (ToolAnswer,
 			case errors.As(err, &ae):
 				return nil, err
 			}
-			return nil, &ToolError{Err: err}
+			return nil, &plugin.ToolError{Err: err}
 		}
 		return json.Marshal(res)
 	})
 	if err != nil {
-		return ToolAnswer{}, err
+		return plugin.ToolAnswer{}, err
 	}
 	var res tools.Result
 	if err := json.Unmarshal(out, &res); err != nil {
-		return ToolAnswer{}, fmt.Errorf("tool result not readable: %w", err)
+		return plugin.ToolAnswer{}, fmt.Errorf("tool result not readable: %w", err)
 	}
-	return ToolAnswer{Output: res.Output, IsError: res.IsError, Replayed: replayed}, nil
+	return plugin.ToolAnswer{Output: res.Output, IsError: res.IsError, Replayed: replayed}, nil
 }
 
 // RequestApproval asks the task's principal to decide; the task waits in
@@ -580,7 +587,7 @@ func (s *taskServices) RequestInput(ctx context.Context, tok, question string) (
 	}
 	question = tools.Printable(text.TruncateRunes(question, 500), 1900)
 	if question == "" {
-		return nil, &FieldError{Field: "question", Message: "an input request needs a question"}
+		return nil, &plugin.FieldError{Field: "question", Message: "an input request needs a question"}
 	}
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("input"), []byte(question)), Summary: "input"}
 	var answer []byte
@@ -597,9 +604,9 @@ func (s *taskServices) RequestInput(ctx context.Context, tok, question string) (
 
 // modelRequest bounds an executor's model call: it is as much of the
 // conversation as the executor sends, never the host's limits' worth.
-func modelRequest(c ModelCall) (model.Request, error) {
+func modelRequest(c plugin.ModelCall) (model.Request, error) {
 	if n := len(c.Messages); n == 0 || n > maxModelMessages {
-		return model.Request{}, &FieldError{Field: "messages", Message: fmt.Sprintf("a model request needs 1..%d messages, got %d", maxModelMessages, n)}
+		return model.Request{}, &plugin.FieldError{Field: "messages", Message: fmt.Sprintf("a model request needs 1..%d messages, got %d", maxModelMessages, n)}
 	}
 	size := 0
 	for _, m := range c.Messages {
@@ -609,7 +616,7 @@ func modelRequest(c ModelCall) (model.Request, error) {
 		}
 	}
 	if size > maxMessageBytes {
-		return model.Request{}, &FieldError{Field: "messages", Message: fmt.Sprintf("model request messages are %d bytes, limit %d", size, maxMessageBytes)}
+		return model.Request{}, &plugin.FieldError{Field: "messages", Message: fmt.Sprintf("model request messages are %d bytes, limit %d", size, maxMessageBytes)}
 	}
 	return model.Request{Messages: c.Messages, Tools: c.Tools}, nil
 }

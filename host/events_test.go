@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -38,9 +39,9 @@ func (b *syncBuffer) String() string {
 func TestCanaryNeverInEventsOrLogs(t *testing.T) {
 	const canary = "CANARY-7d1e0c2f-secret"
 	var logs syncBuffer
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	h, err := Open(context.Background(), Options{
-		DataDir: dir, Config: testConfig(), ExecutorDir: executorDir,
+		DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t),
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Trace}),
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
@@ -13,16 +14,16 @@ import (
 // description. It lets the Runner's decisions be tested in-process, without
 // building or starting a plugin.
 type fakeLauncher struct {
-	LaunchF   func(ctx context.Context, kind string, services Services) (Executor, error)
-	DescribeF func(kind string) (Description, error)
+	LaunchF   func(ctx context.Context, kind string, services plugin.Services) (plugin.Executor, error)
+	DescribeF func(kind string) (plugin.Description, error)
 	// Exe is what Launch returns when LaunchF is unset.
 	Exe *fakeExecutor
 
 	mu       sync.Mutex
-	services []Services // what each Launch was given, in order
+	services []plugin.Services // what each Launch was given, in order
 }
 
-func (l *fakeLauncher) Launch(ctx context.Context, kind string, services Services) (Executor, error) {
+func (l *fakeLauncher) Launch(ctx context.Context, kind string, services plugin.Services) (plugin.Executor, error) {
 	l.mu.Lock()
 	l.services = append(l.services, services)
 	l.mu.Unlock()
@@ -32,7 +33,7 @@ func (l *fakeLauncher) Launch(ctx context.Context, kind string, services Service
 	return l.Exe, nil
 }
 
-func (l *fakeLauncher) Describe(kind string) (Description, error) {
+func (l *fakeLauncher) Describe(kind string) (plugin.Description, error) {
 	if l.DescribeF != nil {
 		return l.DescribeF(kind)
 	}
@@ -41,29 +42,29 @@ func (l *fakeLauncher) Describe(kind string) (Description, error) {
 
 // lastServices is the gRPC HostServices server of the last Launch: a fake
 // step calls it the way a plugin would, over the same methods and codes.
-func (l *fakeLauncher) lastServices() *servicesServer {
+func (l *fakeLauncher) lastServices() pb.HostServicesServer {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.services) == 0 {
 		return nil
 	}
-	return newServicesServer(l.services[len(l.services)-1])
+	return plugin.NewServicesServer(l.services[len(l.services)-1])
 }
 
 // fakeKind is the executor kind the seam tests register.
 const fakeKind = "fake"
 
-// fakeDescription is a description describeChecked accepts.
-func fakeDescription(kind string) Description {
-	return Description{Kind: kind, Version: "0.0.0-test", ProtocolVersion: pb.ProtocolVersion, CheckpointSchemas: []string{"fake/1"}}
+// fakeDescription is a description plugin.DescribeChecked accepts.
+func fakeDescription(kind string) plugin.Description {
+	return plugin.Description{Kind: kind, Version: "0.0.0-test", ProtocolVersion: pb.ProtocolVersion, CheckpointSchemas: []string{"fake/1"}}
 }
 
 // fakeExecutor is an Executor whose process is simulated: exit closes
 // Exited with a status, as a plugin that died would. Every Step request is
 // recorded so a test can check what the Runner sent.
 type fakeExecutor struct {
-	DescribeF func(ctx context.Context) (Description, error)
-	StepF     func(ctx context.Context, req StepRequest) (StepResult, error)
+	DescribeF func(ctx context.Context) (plugin.Description, error)
+	StepF     func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error)
 	StopF     func()
 
 	// StderrTailText is what StderrTail returns.
@@ -73,8 +74,8 @@ type fakeExecutor struct {
 	exited chan struct{}
 
 	mu     sync.Mutex
-	status ExitStatus
-	steps  []StepRequest
+	status plugin.ExitStatus
+	steps  []plugin.StepRequest
 	stops  int
 }
 
@@ -82,26 +83,26 @@ func newFakeExecutor() *fakeExecutor {
 	return &fakeExecutor{exited: make(chan struct{})}
 }
 
-func (e *fakeExecutor) Describe(ctx context.Context) (Description, error) {
+func (e *fakeExecutor) Describe(ctx context.Context) (plugin.Description, error) {
 	if e.DescribeF != nil {
 		return e.DescribeF(ctx)
 	}
 	return fakeDescription(fakeKind), nil
 }
 
-func (e *fakeExecutor) Step(ctx context.Context, req StepRequest) (StepResult, error) {
+func (e *fakeExecutor) Step(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 	e.mu.Lock()
 	e.steps = append(e.steps, req)
 	e.mu.Unlock()
 	if e.StepF != nil {
 		return e.StepF(ctx, req)
 	}
-	return StepResult{Outcome: OutcomeComplete, Summary: "done"}, nil
+	return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "done"}, nil
 }
 
 func (e *fakeExecutor) Exited() <-chan struct{} { return e.exited }
 
-func (e *fakeExecutor) ExitStatus() ExitStatus {
+func (e *fakeExecutor) ExitStatus() plugin.ExitStatus {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.status
@@ -118,11 +119,11 @@ func (e *fakeExecutor) Stop() {
 	if e.StopF != nil {
 		e.StopF()
 	}
-	e.exit(ExitStatus{Code: -1, Signal: "killed"})
+	e.exit(plugin.ExitStatus{Code: -1, Signal: "killed"})
 }
 
 // exit simulates the process ending with st; only the first call counts.
-func (e *fakeExecutor) exit(st ExitStatus) {
+func (e *fakeExecutor) exit(st plugin.ExitStatus) {
 	e.once.Do(func() {
 		e.mu.Lock()
 		e.status = st
@@ -132,10 +133,10 @@ func (e *fakeExecutor) exit(st ExitStatus) {
 }
 
 // stepRequests returns the Step requests received so far.
-func (e *fakeExecutor) stepRequests() []StepRequest {
+func (e *fakeExecutor) stepRequests() []plugin.StepRequest {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]StepRequest(nil), e.steps...)
+	return append([]plugin.StepRequest(nil), e.steps...)
 }
 
 func (e *fakeExecutor) stopCount() int {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -118,7 +119,7 @@ func benchTakeover(b *testing.B, driver string) {
 // executor (with exe's StepF) per run, as a real one starts a process.
 func benchFleetHost(b *testing.B, dir sharedStore, id string, fs FleetSettings) *fleetHost {
 	h := newFleetHost(b, dir, id, fs)
-	h.l.LaunchF = func(context.Context, string, Services) (Executor, error) {
+	h.l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
 		e := newFakeExecutor()
 		e.StepF = h.exe.StepF
 		return e, nil

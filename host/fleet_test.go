@@ -11,7 +11,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -98,13 +100,13 @@ var deaf = FleetSettings{Heartbeat: time.Hour, Lease: 3 * time.Hour, Poll: time.
 
 // blockedStep makes exe's steps wait for their context; each step's
 // cancel cause is sent on the returned channel.
-func blockedStep(exe *fakeExecutor) (started chan StepRequest, causes chan error) {
-	started, causes = make(chan StepRequest, 8), make(chan error, 8)
-	exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+func blockedStep(exe *fakeExecutor) (started chan plugin.StepRequest, causes chan error) {
+	started, causes = make(chan plugin.StepRequest, 8), make(chan error, 8)
+	exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 		started <- req
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
-		return StepResult{}, ctx.Err()
+		return plugin.StepResult{}, ctx.Err()
 	}
 	return started, causes
 }
@@ -173,20 +175,20 @@ func TestFleetCrossHostApprove(t *testing.T) {
 		a := newFleetHost(t, dir, "host-a", quick)
 		b := newFleetHost(t, dir, "host-b", quick)
 		decided := make(chan error, 1)
-		a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+		a.exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 			_, err := a.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "go on?"})
 			decided <- err
 			if err != nil {
-				return StepResult{}, err
+				return plugin.StepResult{}, err
 			}
-			return StepResult{Outcome: OutcomeComplete, Summary: "approved and done"}, nil
+			return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "approved and done"}, nil
 		}
 		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var pending []store.Approval
-		eventually(t, 10*time.Second, "a pending approval", func() bool {
+		testwait.Until(t, 10*time.Second, "a pending approval", func() bool {
 			pending, _ = b.r.Approvals(context.Background(), alice, store.ApprovalPending)
 			return len(pending) == 1
 		})
@@ -215,17 +217,17 @@ func TestFleetCrossHostReject(t *testing.T) {
 		a := newFleetHost(t, dir, "host-a", quick)
 		b := newFleetHost(t, dir, "host-b", quick)
 		decided := make(chan error, 1)
-		a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+		a.exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 			_, err := a.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "go on?"})
 			decided <- err
-			return StepResult{}, err
+			return plugin.StepResult{}, err
 		}
 		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var pending []store.Approval
-		eventually(t, 10*time.Second, "a pending approval", func() bool {
+		testwait.Until(t, 10*time.Second, "a pending approval", func() bool {
 			pending, _ = b.r.Approvals(context.Background(), alice, store.ApprovalPending)
 			return len(pending) == 1
 		})
@@ -261,8 +263,8 @@ func TestFleetTakeover(t *testing.T) {
 				dir := newSharedStore(t, driver)
 				a := newFleetHost(t, dir, "host-a", c.a)
 				release := make(chan struct{})
-				started, causes := make(chan StepRequest, 1), make(chan error, 1)
-				a.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+				started, causes := make(chan plugin.StepRequest, 1), make(chan error, 1)
+				a.exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 					started <- req
 					select {
 					case <-ctx.Done():
@@ -271,7 +273,7 @@ func TestFleetTakeover(t *testing.T) {
 						causes <- nil
 					}
 					// A late outcome, as a paused host would send on waking.
-					return StepResult{Outcome: OutcomeComplete, Summary: "A's late answer", Result: []byte(`"from A"`)}, nil
+					return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "A's late answer", Result: []byte(`"from A"`)}, nil
 				}
 				task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`), Limits: Limits{Steps: 5}})
 				if err != nil {
@@ -281,7 +283,7 @@ func TestFleetTakeover(t *testing.T) {
 				t0 := time.Now()
 				b := newFleetHost(t, dir, "host-b", quick)
 				var lost store.Task
-				eventually(t, 10*time.Second, "host_lost on B", func() bool {
+				testwait.Until(t, 10*time.Second, "host_lost on B", func() bool {
 					lost = getTaskOf(t, b.st, task.ID)
 					return lost.Status == store.StatusInterrupted
 				})
@@ -289,11 +291,11 @@ func TestFleetTakeover(t *testing.T) {
 				if lost.Reason != store.ReasonHostLost {
 					t.Fatalf("interrupted as %s, want host_lost", lost.Reason)
 				}
-				b.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+				b.exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 					if req.Remaining.Steps != 3 || req.RunID != 2 {
-						return StepResult{}, errors.New("unexpected request")
+						return plugin.StepResult{}, errors.New("unexpected request")
 					}
-					return StepResult{Outcome: OutcomeComplete, Summary: "B done", Result: []byte(`"from B"`)}, nil
+					return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "B done", Result: []byte(`"from B"`)}, nil
 				}
 				if _, err := b.r.Resume(context.Background(), alice, task.ID); err != nil {
 					t.Fatalf("resume on B: %v", err)
@@ -429,18 +431,18 @@ func TestFleetResumeElsewhereHasNoFiles(t *testing.T) {
 		}
 		recv(t, started, "A's step")
 		b := newFleetHost(t, dir, "host-b", quick)
-		eventually(t, 10*time.Second, "host_lost on B", func() bool {
+		testwait.Until(t, 10*time.Second, "host_lost on B", func() bool {
 			return getTaskOf(t, b.st, task.ID).Status == store.StatusInterrupted
 		})
 		seen := make(chan []string, 1)
-		b.exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+		b.exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 			entries, _ := os.ReadDir(b.r.workspace(req.TaskID))
 			var names []string
 			for _, e := range entries {
 				names = append(names, e.Name())
 			}
 			seen <- names
-			return StepResult{Outcome: OutcomeComplete, Summary: "done"}, nil
+			return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "done"}, nil
 		}
 		if _, err := b.r.Resume(context.Background(), alice, task.ID); err != nil {
 			t.Fatal(err)

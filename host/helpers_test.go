@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,52 +17,55 @@ import (
 	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/internal/testbin"
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
-// executorDir holds the test executor binary, built once for the package.
-var executorDir string
+// executors builds the executor binaries the first time a test needs
+// them: the seam's in-process tests run without building any.
+var executors = testbin.Lazy("thbin",
+	testbin.Executor("testexec", testbin.Testexec),
+	testbin.Executor("legacy", testbin.Legacy),
+	testbin.Executor("machinespirit", testbin.MachineSpirit))
+
+// executorsBuilt says executors ran, so TestMain removes their dir.
+var executorsBuilt atomic.Bool
+
+// executorDir is the directory of the executor binaries, built on first use.
+func executorDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := executors()
+	executorsBuilt.Store(true)
+	if err != nil {
+		tb.Fatalf("build the executors: %v", err)
+	}
+	return dir
+}
 
 func TestMain(m *testing.M) {
 	// The test binary is the plugins' trampoline.
 	confine.Main()
-	dir, err := testbin.TempDir(context.Background(), "thbin",
-		testbin.Executor("testexec", testbin.Testexec),
-		testbin.Executor("legacy", testbin.Legacy),
-		testbin.Executor("machinespirit", testbin.MachineSpirit))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	executorDir = dir
 	code := testpg.Run(m)
-	os.RemoveAll(dir)
+	if executorsBuilt.Load() {
+		if dir, err := executors(); err == nil {
+			os.RemoveAll(dir)
+		}
+	}
 	os.Exit(code)
 }
 
 const alice, bob = "alice", "bob"
 
-// shortTempDir is a temp dir short enough for unix socket paths, which
-// t.TempDir's long names can overflow.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "th")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // testConfig is the default config with the test executor as default.
-func testConfig() config.Config {
+func testConfig(tb testing.TB) config.Config {
+	tb.Helper()
 	c := config.Default()
 	c.Tasks.Executor = "testexec"
 	c.Tasks.MaxConcurrent = 16
 	// The test executor writes its pid and environment files where a test
 	// tells it, in temp dirs a confined plugin could not reach otherwise.
 	c.Executors["testexec"] = config.Executor{
-		Path:      filepath.Join(executorDir, ExecutorPrefix+"testexec"),
+		Path:      filepath.Join(executorDir(tb), ExecutorPrefix+"testexec"),
 		ReadWrite: []string{os.TempDir()},
 		// Some tests have it start grandchildren.
 		Subprocesses: true,
@@ -74,13 +78,13 @@ func testConfig() config.Config {
 func openHost(t *testing.T, dir string, mutate func(*config.Config)) *Host {
 	t.Helper()
 	if dir == "" {
-		dir = shortTempDir(t)
+		dir = testwait.ShortTempDir(t)
 	}
-	cfg := testConfig()
+	cfg := testConfig(t)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatalf("open host: %v", err)
 	}
@@ -130,34 +134,10 @@ func waitEnd(t *testing.T, h *Host, principal, id string) store.Task {
 	return task
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitFile waits for path to exist and returns its content.
-func waitFile(t *testing.T, path string) string {
-	t.Helper()
-	var data []byte
-	eventually(t, 15*time.Second, "file "+path, func() bool {
-		var err error
-		data, err = os.ReadFile(path)
-		return err == nil && len(data) > 0
-	})
-	return string(data)
-}
-
 // readPid reads a pid file the test executor wrote.
 func readPid(t *testing.T, path string) int {
 	t.Helper()
-	s := strings.TrimSpace(waitFile(t, path))
+	s := strings.TrimSpace(testwait.File(t, path))
 	pid, err := strconv.Atoi(s)
 	if err != nil {
 		t.Fatalf("pid file %s: %q", path, s)
@@ -182,7 +162,7 @@ func alive(pid int) bool {
 
 func waitGone(t *testing.T, pid int, d time.Duration) {
 	t.Helper()
-	eventually(t, d, fmt.Sprintf("process %d to be gone", pid), func() bool { return !alive(pid) })
+	testwait.Until(t, d, fmt.Sprintf("process %d to be gone", pid), func() bool { return !alive(pid) })
 }
 
 func wantStatus(t *testing.T, task store.Task, status store.Status, reason store.Reason) {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/host/tools"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
@@ -69,15 +70,15 @@ func TestSeamIdempotentRetry(t *testing.T) {
 				output = resp.GetResultJson()
 				return err
 			}
-			s.l.LaunchF = func(context.Context, string, Services) (Executor, error) {
+			s.l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
 				exe := newFakeExecutor()
-				exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+				exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 					if req.Attempt == 1 {
 						if err := call(ctx, req.TurnToken, tc.first); err != nil {
-							return StepResult{}, err
+							return plugin.StepResult{}, err
 						}
-						exe.exit(ExitStatus{Code: -1, Signal: "killed"})
-						return StepResult{}, status.Error(codes.Unavailable, "EOF")
+						exe.exit(plugin.ExitStatus{Code: -1, Signal: "killed"})
+						return plugin.StepResult{}, status.Error(codes.Unavailable, "EOF")
 					}
 					code = status.Code(call(ctx, req.TurnToken, tc.second))
 					return done, nil

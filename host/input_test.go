@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -44,21 +45,21 @@ func TestSeamInputAnswerReplayedAfterCrash(t *testing.T) {
 	s := newSeam(t, seamOptions{})
 	var mu sync.Mutex
 	got := map[int64]string{} // attempt → the value it received
-	s.l.LaunchF = func(context.Context, string, Services) (Executor, error) {
+	s.l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
 		exe := newFakeExecutor()
-		exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+		exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 			out, err := s.l.lastServices().RequestInput(ctx, &pb.RequestInputRequest{TurnToken: req.TurnToken, Question: "What is x?\x1b[2K"})
 			if err != nil {
-				return StepResult{}, err
+				return plugin.StepResult{}, err
 			}
 			mu.Lock()
 			got[req.Attempt] = out.GetValueJson()
 			mu.Unlock()
 			if req.Attempt == 1 {
-				exe.exit(ExitStatus{Code: -1, Signal: "killed"})
-				return StepResult{}, status.Error(codes.Unavailable, "EOF")
+				exe.exit(plugin.ExitStatus{Code: -1, Signal: "killed"})
+				return plugin.StepResult{}, status.Error(codes.Unavailable, "EOF")
 			}
-			return StepResult{Outcome: OutcomeComplete, Summary: "answered", Result: []byte(out.GetValueJson())}, nil
+			return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "answered", Result: []byte(out.GetValueJson())}, nil
 		}
 		return exe, nil
 	}
@@ -81,9 +82,9 @@ func TestSeamInputAnswerReplayedAfterCrash(t *testing.T) {
 		{"not JSON", `{"x":`, "value_json: the value (5 bytes) is not one JSON value"},
 		{"empty", ``, "value_json: the value (0 bytes) is not one JSON value"},
 	} {
-		var fe *FieldError
+		var fe *plugin.FieldError
 		if _, err := s.r.Answer(ctx, alice, a.ID, []byte(tc.value)); !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
-			t.Fatalf("%s: %v, want a FieldError %q", tc.name, err, tc.want)
+			t.Fatalf("%s: %v, want a plugin.FieldError %q", tc.name, err, tc.want)
 		}
 	}
 	if cur, err := s.r.Get(ctx, alice, task.ID); err != nil || cur.Status != store.StatusWaitingApproval {
@@ -119,9 +120,9 @@ func TestSeamInputAnswerReplayedAfterCrash(t *testing.T) {
 // dropped unread. The approval stays pending.
 func TestSeamValueOnYesNoApprovalRefused(t *testing.T) {
 	s := newSeam(t, seamOptions{})
-	s.l.Exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+	s.l.Exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 		if _, err := s.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "May I?"}); err != nil {
-			return StepResult{}, err
+			return plugin.StepResult{}, err
 		}
 		return done, nil
 	}
@@ -134,7 +135,7 @@ func TestSeamValueOnYesNoApprovalRefused(t *testing.T) {
 	if ApprovalKind(a) != ApprovalKindApproval {
 		t.Fatalf("kind %s", ApprovalKind(a))
 	}
-	var fe *FieldError
+	var fe *plugin.FieldError
 	if _, err := s.r.Answer(ctx, alice, a.ID, []byte(`1`)); !errors.As(err, &fe) || fe.Field != "value_json" || !strings.Contains(err.Error(), "takes no value") {
 		t.Fatalf("a value on a yes/no approval: %v", err)
 	}

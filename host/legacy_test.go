@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -26,7 +27,7 @@ func writeScript(t *testing.T, rules ...map[string]any) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(shortTempDir(t), "script.json")
+	path := filepath.Join(testwait.ShortTempDir(t), "script.json")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -67,16 +68,16 @@ func TestLegacyStopThenResumeOnNewHost(t *testing.T) {
 		map[string]any{"when": map[string]any{"last_role": "user"}, "reply": map[string]any{"tool_calls": []any{map[string]any{"name": "time.sleep", "arguments": map[string]any{"seconds": 2}}}}},
 		map[string]any{"when": map[string]any{"tool": "time.sleep"}, "reply": map[string]any{"content": "TASK_COMPLETE: slept"}},
 	)
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	mut := func(c *config.Config) { c.Model.Script = script }
-	cfg := testConfig()
+	cfg := testConfig(t)
 	mut(&cfg)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	task := legacyTask(t, h, "sleep a little")
-	eventually(t, 10*time.Second, "the sleep tool to start", func() bool {
+	testwait.Until(t, 10*time.Second, "the sleep tool to start", func() bool {
 		effs, _ := h.Store.ListEffects(context.Background(), alice, task.ID)
 		return len(effs) == 2 && effs[1].Status == store.EffectDispatching
 	})
@@ -145,10 +146,10 @@ func TestAPIKeyCanary(t *testing.T) {
 	}))
 	defer srv.Close()
 	var logs syncBuffer
-	cfg := testConfig()
+	cfg := testConfig(t)
 	cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", APIKeyEnv: "TASKHOST_TEST_KEY", TimeoutSeconds: 10}
-	dir := shortTempDir(t)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir,
+	dir := testwait.ShortTempDir(t)
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t),
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Trace})})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -69,7 +71,7 @@ func TestMachineSpiritFailsClosed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := openHost(t, "", tc.mut)
 			_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "machinespirit", Spec: rlmSpec(t)})
-			if !errors.Is(err, ErrExecutorUnavailable) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, plugin.ErrExecutorUnavailable) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want unavailable mentioning %q", err, tc.want)
 			}
 			if tasks, _ := h.Runner.List(context.Background(), alice, store.ListQuery{}); len(tasks) != 0 {
@@ -162,7 +164,7 @@ func pluginPid(t *testing.T, bin string) int {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.HasPrefix(string(cmdline), filepath.Join(executorDir, bin)) && alive(pid) {
+		if strings.HasPrefix(string(cmdline), filepath.Join(executorDir(t), bin)) && alive(pid) {
 			found = append(found, pid)
 		}
 	}
@@ -183,10 +185,10 @@ func TestMachineSpiritHostStopThenResume(t *testing.T) {
 		machineSpiritOn(c)
 		c.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 60}
 	}
-	dir := shortTempDir(t)
-	cfg := testConfig()
+	dir := testwait.ShortTempDir(t)
+	cfg := testConfig(t)
 	mut(&cfg)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

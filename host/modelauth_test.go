@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -33,9 +34,9 @@ func TestModelAuthFailsTask(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			var logs syncBuffer
-			cfg := testConfig()
+			cfg := testConfig(t)
 			cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 5, MaxRetries: 2}
-			h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir,
+			h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t),
 				Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})})
 			if err != nil {
 				t.Fatal(err)

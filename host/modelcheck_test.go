@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // With [model] preflight on, the host sends one GET {base_url}/models with
@@ -51,10 +52,10 @@ func TestModelPreflight(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			t.Setenv("TASKHOST_TEST_MODEL_KEY", "sk-test")
-			cfg := testConfig()
+			cfg := testConfig(t)
 			cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 1, MaxRetries: 3,
 				APIKeyEnv: "TASKHOST_TEST_MODEL_KEY", Preflight: true}
-			h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir})
+			h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,9 +76,9 @@ func TestModelPreflight(t *testing.T) {
 	}
 
 	t.Run("scripted", func(t *testing.T) {
-		cfg := testConfig()
+		cfg := testConfig(t)
 		cfg.Model = config.Model{Provider: config.ProviderScripted, Preflight: true}
-		h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir})
+		h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,9 +92,9 @@ func TestModelPreflight(t *testing.T) {
 		var hits atomic.Int64
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 		t.Cleanup(srv.Close)
-		cfg := testConfig()
+		cfg := testConfig(t)
 		cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 1}
-		h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir})
+		h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,9 +114,9 @@ func TestModelPreflightStopsWithTheHost(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	t.Cleanup(srv.Close)
-	cfg := testConfig()
+	cfg := testConfig(t)
 	cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 600, Preflight: true}
-	h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -58,9 +59,9 @@ func TestModelOutageIsTypedAndInterrupts(t *testing.T) {
 				url = srv.URL
 			}
 			var logs syncBuffer
-			cfg := testConfig()
+			cfg := testConfig(t)
 			cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: url + "/v1", Name: "test", TimeoutSeconds: 1, MaxRetries: 1}
-			h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir,
+			h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t),
 				Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})})
 			if err != nil {
 				t.Fatal(err)
@@ -145,9 +146,9 @@ func TestModelErrorKindsReachExecutor(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			var logs syncBuffer
-			cfg := testConfig()
+			cfg := testConfig(t)
 			cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 1, MaxRetries: 1}
-			h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir,
+			h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t),
 				Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})})
 			if err != nil {
 				t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/model"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/store"
 )
@@ -64,7 +65,7 @@ type Options struct {
 // one Host may have a data dir open at a time.
 type Host struct {
 	Runner   *Runner
-	Registry *Registry
+	Registry *plugin.Registry
 	Store    *store.Store
 	DataDir  string
 	Recovery store.Recovery
@@ -147,7 +148,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return fail(err)
 	}
-	h.Registry, err = NewRegistry(PluginOptions{
+	h.Registry, err = plugin.NewRegistry(plugin.PluginOptions{
 		SocketDir:    filepath.Join(dir, SocketDirName),
 		StartTimeout: time.Duration(cfg.Limits.PluginStartSeconds) * time.Second,
 		StopGrace:    time.Duration(cfg.Limits.PluginStopGraceSeconds) * time.Second,
@@ -282,7 +283,7 @@ func lockDataDir(dir string) (*os.File, error) {
 // taskhost-executor-KIND binary in dir, then [executors.KIND] from the
 // config, which overrides a discovered one of the same kind. cacheDir is
 // where machinespirit keeps its saved state.
-func executorSpecs(dir, cacheDir string, cfg config.Config) ([]PluginSpec, error) {
+func executorSpecs(dir, cacheDir string, cfg config.Config) ([]plugin.PluginSpec, error) {
 	if dir == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -290,12 +291,12 @@ func executorSpecs(dir, cacheDir string, cfg config.Config) ([]PluginSpec, error
 		}
 		dir = filepath.Dir(exe)
 	}
-	found := map[string]PluginSpec{}
+	found := map[string]plugin.PluginSpec{}
 	entries, _ := os.ReadDir(dir) // a missing dir just has no executors
 	for _, e := range entries {
 		kind, ok := strings.CutPrefix(e.Name(), ExecutorPrefix)
 		if ok && kind != "" && !e.IsDir() {
-			found[kind] = PluginSpec{Kind: kind, Path: filepath.Join(dir, e.Name())}
+			found[kind] = plugin.PluginSpec{Kind: kind, Path: filepath.Join(dir, e.Name())}
 		}
 	}
 	for kind := range found {
@@ -304,7 +305,7 @@ func executorSpecs(dir, cacheDir string, cfg config.Config) ([]PluginSpec, error
 		found[kind] = s
 	}
 	for kind, ex := range cfg.Executors {
-		found[kind] = PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256, Confine: confinementFrom(cfg.Confinement, ex)}
+		found[kind] = plugin.PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256, Confine: confinementFrom(cfg.Confinement, ex)}
 	}
 	if ms, ok := found[config.ExecutorMachineSpirit]; ok {
 		if !cfg.MachineSpirit.Enabled {
@@ -333,7 +334,7 @@ func executorSpecs(dir, cacheDir string, cfg config.Config) ([]PluginSpec, error
 			found[config.ExecutorMachineSpirit] = ms
 		}
 	}
-	var specs []PluginSpec
+	var specs []plugin.PluginSpec
 	for _, s := range found {
 		specs = append(specs, s)
 	}

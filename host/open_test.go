@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -40,10 +41,10 @@ func TestOpenRefusesBadStore(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := shortTempDir(t)
+			dir := testwait.ShortTempDir(t)
 			tc.prepare(t, dir)
 			before, _ := os.ReadFile(filepath.Join(dir, StoreFile))
-			h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+			h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 			if err == nil {
 				h.Close(context.Background())
 				t.Fatal("Open succeeded on a bad data dir")
@@ -61,9 +62,9 @@ func TestOpenRefusesBadStore(t *testing.T) {
 }
 
 func TestSecondHostOnDataDirRefused(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	openHost(t, dir, nil)
-	_, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	_, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if !errors.Is(err, ErrDataDirLocked) {
 		t.Fatalf("second open: err = %v, want ErrDataDirLocked", err)
 	}
@@ -72,9 +73,9 @@ func TestSecondHostOnDataDirRefused(t *testing.T) {
 // Graceful stop: a running task becomes interrupted (host_shutdown) and a
 // new host resumes it to completion.
 func TestShutdownInterruptsThenResumeOnNewHost(t *testing.T) {
-	dir := shortTempDir(t)
-	pidDir := shortTempDir(t)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	dir := testwait.ShortTempDir(t)
+	pidDir := testwait.ShortTempDir(t)
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestShutdownInterruptsThenResumeOnNewHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The resumed run still sleeps 60 s a step: cancel proves it runs.
-	eventually(t, 10*time.Second, "resumed run", func() bool {
+	testwait.Until(t, 10*time.Second, "resumed run", func() bool {
 		a, _ := h2.Runner.Attempts(context.Background(), alice, task.ID)
 		return len(a) == 2
 	})

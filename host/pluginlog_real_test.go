@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -36,7 +37,7 @@ func openLoggedHost(t *testing.T) (*Host, *syncBuffer) {
 	t.Helper()
 	var logBuf syncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Name: "taskhost", Output: &logBuf, Level: hclog.Info, JSONFormat: true})
-	h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: testConfig(), ExecutorDir: executorDir, Logger: log})
+	h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: testConfig(t), ExecutorDir: executorDir(t), Logger: log})
 	if err != nil {
 		t.Fatalf("open host: %v", err)
 	}
@@ -57,7 +58,7 @@ func TestPluginLogLineReachesHostLog(t *testing.T) {
 	task = waitEnd(t, h, alice, task.ID)
 	wantStatus(t, task, store.StatusCompleted, "")
 	var warn, plain []map[string]any
-	eventually(t, 5*time.Second, "the forwarded lines", func() bool {
+	testwait.Until(t, 5*time.Second, "the forwarded lines", func() bool {
 		warn, plain = logEntries(t, logBuf, "testexec warns"), logEntries(t, logBuf, "testexec: stderr line")
 		return len(warn) == 1 && len(plain) == 2
 	})
@@ -79,11 +80,13 @@ func TestPluginLogLineReachesHostLog(t *testing.T) {
 // to the process's stderr, so no line is lost at the plugin's stop.
 func TestPluginLogFloodBounded(t *testing.T) {
 	h, logBuf := openLoggedHost(t)
+	// logBurst is host/plugin's burst of forwarded lines (docs/operations.md).
+	const logBurst = 100
 	const lines = 20 * logBurst
 	task := create(t, h, alice, map[string]any{"log_lines": lines}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
 	var forwarded, dropped int
-	eventually(t, 10*time.Second, "every line forwarded or counted", func() bool {
+	testwait.Until(t, 10*time.Second, "every line forwarded or counted", func() bool {
 		forwarded, dropped = len(logEntries(t, logBuf, "testexec: log line")), 0
 		for _, e := range logEntries(t, logBuf, "plugin stderr lines dropped") {
 			dropped += int(e["dropped_lines"].(float64))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -29,9 +30,9 @@ func onPostgres(c *config.Config) {
 func TestPostgresStoreRunsAndRecovers(t *testing.T) {
 	t.Setenv(dsnEnv, testpg.DSN(t))
 	ctx := context.Background()
-	dir := shortTempDir(t)
-	pidDir := shortTempDir(t)
-	h, err := Open(ctx, Options{DataDir: dir, Config: pgConfig(), ExecutorDir: executorDir})
+	dir := testwait.ShortTempDir(t)
+	pidDir := testwait.ShortTempDir(t)
+	h, err := Open(ctx, Options{DataDir: dir, Config: pgConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -50,7 +51,7 @@ func TestPostgresStoreRunsAndRecovers(t *testing.T) {
 
 	task := create(t, h, alice, map[string]any{"steps": 3, "sleep_at_attempt": 2, "long_sleep_ms": 60000,
 		"pid_file": filepath.Join(pidDir, "pid")}, Limits{Steps: 10})
-	eventually(t, 15e9, "attempt 2 to start", func() bool {
+	testwait.Until(t, 15e9, "attempt 2 to start", func() bool {
 		log, _ := os.ReadFile(filepath.Join(pidDir, "pid.log"))
 		return strings.Contains(string(log), "attempt 2 started")
 	})
@@ -58,7 +59,7 @@ func TestPostgresStoreRunsAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h2, err := Open(ctx, Options{DataDir: dir, Config: pgConfig(), ExecutorDir: executorDir})
+	h2, err := Open(ctx, Options{DataDir: dir, Config: pgConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -83,8 +84,9 @@ func TestPostgresStoreRunsAndRecovers(t *testing.T) {
 	}
 }
 
-func pgConfig() config.Config {
-	c := testConfig()
+func pgConfig(tb testing.TB) config.Config {
+	tb.Helper()
+	c := testConfig(tb)
 	onPostgres(&c)
 	return c
 }
@@ -96,7 +98,7 @@ func pgConfig() config.Config {
 func TestPostgresStoreRefusals(t *testing.T) {
 	ctx := context.Background()
 	open := func(dir string, cfg config.Config) error {
-		h, err := Open(ctx, Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir})
+		h, err := Open(ctx, Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})
 		if err == nil {
 			h.Close(ctx)
 		}
@@ -104,14 +106,14 @@ func TestPostgresStoreRefusals(t *testing.T) {
 	}
 	t.Run("dsn_env unset", func(t *testing.T) {
 		t.Setenv(dsnEnv, "")
-		err := open(shortTempDir(t), pgConfig())
+		err := open(testwait.ShortTempDir(t), pgConfig(t))
 		if err == nil || !strings.Contains(err.Error(), dsnEnv) || !strings.Contains(err.Error(), "unset or empty") {
 			t.Fatalf("err = %v, want one naming %s as unset", err, dsnEnv)
 		}
 	})
 	t.Run("no server", func(t *testing.T) {
-		t.Setenv(dsnEnv, "host="+shortTempDir(t)+" user=nobody password=s3cret dbname=none connect_timeout=2")
-		err := open(shortTempDir(t), pgConfig())
+		t.Setenv(dsnEnv, "host="+testwait.ShortTempDir(t)+" user=nobody password=s3cret dbname=none connect_timeout=2")
+		err := open(testwait.ShortTempDir(t), pgConfig(t))
 		var oe *store.OpenError
 		if !errors.As(err, &oe) || !strings.Contains(err.Error(), "cannot reach the PostgreSQL server") {
 			t.Fatalf("err = %v, want an *OpenError saying the server cannot be reached", err)
@@ -121,25 +123,25 @@ func TestPostgresStoreRefusals(t *testing.T) {
 		}
 	})
 	t.Run("sqlite data dir", func(t *testing.T) {
-		dir := shortTempDir(t)
-		if err := open(dir, testConfig()); err != nil {
+		dir := testwait.ShortTempDir(t)
+		if err := open(dir, testConfig(t)); err != nil {
 			t.Fatal(err)
 		}
 		t.Setenv(dsnEnv, testpg.DSN(t))
-		if err := open(dir, pgConfig()); err == nil || !strings.Contains(err.Error(), "holds a SQLite store") {
+		if err := open(dir, pgConfig(t)); err == nil || !strings.Contains(err.Error(), "holds a SQLite store") {
 			t.Fatalf("err = %v, want a refusal of the SQLite data dir", err)
 		}
 	})
 	t.Run("postgres data dir", func(t *testing.T) {
-		dir := shortTempDir(t)
+		dir := testwait.ShortTempDir(t)
 		t.Setenv(dsnEnv, testpg.DSN(t))
-		if err := open(dir, pgConfig()); err != nil {
+		if err := open(dir, pgConfig(t)); err != nil {
 			t.Fatal(err)
 		}
-		if err := open(dir, testConfig()); !errors.Is(err, ErrPostgresStore) {
+		if err := open(dir, testConfig(t)); !errors.Is(err, ErrPostgresStore) {
 			t.Fatalf("a SQLite host on a postgres data dir: %v, want ErrPostgresStore", err)
 		}
-		_, err := Backup(ctx, dir, filepath.Join(shortTempDir(t), "b"))
+		_, err := Backup(ctx, dir, filepath.Join(testwait.ShortTempDir(t), "b"))
 		if !errors.Is(err, ErrPostgresStore) || !strings.Contains(err.Error(), "pg_dump") {
 			t.Fatalf("backup: %v, want ErrPostgresStore pointing at pg_dump", err)
 		}

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -36,7 +38,7 @@ func copyExecutable(t *testing.T, src, dst string, extra string) string {
 
 func wantUnavailable(t *testing.T, err error, check string) {
 	t.Helper()
-	var ue *UnavailableError
+	var ue *plugin.UnavailableError
 	if !errors.As(err, &ue) || ue.Check != check {
 		t.Fatalf("error %v, want an executor unavailable (%s)", err, check)
 	}
@@ -56,21 +58,21 @@ func taskCount(t *testing.T, h *Host) int {
 // Describe says so; a reload with the new pin lets them through, and a task
 // running across the reload completes on the binary it started from.
 func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
-	bin := filepath.Join(shortTempDir(t), "testexec")
-	sum := copyExecutable(t, filepath.Join(executorDir, ExecutorPrefix+"testexec"), bin, "")
-	cfg := testConfig()
+	bin := filepath.Join(testwait.ShortTempDir(t), "testexec")
+	sum := copyExecutable(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"), bin, "")
+	cfg := testConfig(t)
 	ex := cfg.Executors["testexec"]
 	ex.Path, ex.SHA256 = bin, sum
 	cfg.Executors["testexec"] = ex
 	h := openHost(t, "", func(c *config.Config) { *c = cfg })
 
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	gate := filepath.Join(dir, "go")
 	running := create(t, h, alice, map[string]any{"steps": 2, "wait_file": gate}, Limits{})
 	interrupted := create(t, h, alice, map[string]any{"exit_at_attempt": 1, "steps": 2}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, interrupted.ID), store.StatusInterrupted, store.ReasonExecutorCrashed)
 
-	newSum := copyExecutable(t, filepath.Join(executorDir, ExecutorPrefix+"testexec"), bin, "rebuilt")
+	newSum := copyExecutable(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"), bin, "rebuilt")
 	before := taskCount(t, h)
 	_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Spec: spec(t, "after rebuild", nil)})
 	wantUnavailable(t, err, "checksum")
@@ -108,8 +110,8 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 // the handshake, and one that is gone, are refused at create with what
 // failed; putting the good binary back needs no reload.
 func TestChangedUnpinnedBinaryCheckedAtCreate(t *testing.T) {
-	bin := filepath.Join(shortTempDir(t), "testexec")
-	good := filepath.Join(executorDir, ExecutorPrefix+"testexec")
+	bin := filepath.Join(testwait.ShortTempDir(t), "testexec")
+	good := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	copyExecutable(t, good, bin, "")
 	h := openHost(t, "", func(c *config.Config) {
 		ex := c.Executors["testexec"]
@@ -159,13 +161,13 @@ func BenchmarkRegistryCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	r, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
+	r, err := plugin.NewRegistry(plugin.PluginOptions{SocketDir: filepath.Join(dir, "p")})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	ex := testConfig().Executors["testexec"]
-	if err := r.Register(context.Background(), PluginSpec{Kind: "testexec", Path: ex.Path, Confine: DefaultConfinement()}); err != nil {
+	ex := testConfig(b).Executors["testexec"]
+	if err := r.Register(context.Background(), plugin.PluginSpec{Kind: "testexec", Path: ex.Path, Confine: plugin.DefaultConfinement()}); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("describe", func(b *testing.B) {

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
 func testexecSum(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(executorDir, ExecutorPrefix+"testexec"))
+	data, err := os.ReadFile(filepath.Join(executorDir(t), ExecutorPrefix+"testexec"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +31,8 @@ func testexecSum(t *testing.T) string {
 // message that says which check failed; selecting it is refused and leaves
 // no row.
 func TestExecutorUnavailable(t *testing.T) {
-	bin := filepath.Join(executorDir, ExecutorPrefix+"testexec")
-	notExec := filepath.Join(shortTempDir(t), "plain-file")
+	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
+	notExec := filepath.Join(testwait.ShortTempDir(t), "plain-file")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -56,12 +58,12 @@ func TestExecutorUnavailable(t *testing.T) {
 				c.Limits.PluginStartSeconds = 1
 			})
 			_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "broken", Spec: spec(t, "x", nil)})
-			var ue *UnavailableError
+			var ue *plugin.UnavailableError
 			if !errors.As(err, &ue) || ue.Check != tc.check || !strings.Contains(ue.Detail, tc.detail) {
 				t.Fatalf("err = %v, want unavailable (%s) mentioning %q", err, tc.check, tc.detail)
 			}
-			if !errors.Is(err, ErrExecutorUnavailable) {
-				t.Errorf("err does not match ErrExecutorUnavailable")
+			if !errors.Is(err, plugin.ErrExecutorUnavailable) {
+				t.Errorf("err does not match plugin.ErrExecutorUnavailable")
 			}
 			if tasks, _ := h.Runner.List(context.Background(), alice, store.ListQuery{}); len(tasks) != 0 {
 				t.Errorf("a refused create left %d rows", len(tasks))
@@ -72,7 +74,7 @@ func TestExecutorUnavailable(t *testing.T) {
 }
 
 func TestExecutorPinnedBySHA256(t *testing.T) {
-	bin := filepath.Join(executorDir, ExecutorPrefix+"testexec")
+	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	h := openHost(t, "", func(c *config.Config) {
 		c.Executors = map[string]config.Executor{"testexec": {Path: bin, SHA256: testexecSum(t)}}
 	})
@@ -86,16 +88,16 @@ func TestDescribeRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Kind != "testexec" || d.ProtocolVersion != 1 || !d.accepts("testexec/1") {
+	if d.Kind != "testexec" || d.ProtocolVersion != 1 || !d.Accepts("testexec/1") {
 		t.Fatalf("description = %+v", d)
 	}
-	if _, err := h.Registry.Describe("machinespirit"); !errors.Is(err, ErrExecutorUnavailable) || !strings.Contains(err.Error(), "enabled = true") {
+	if _, err := h.Registry.Describe("machinespirit"); !errors.Is(err, plugin.ErrExecutorUnavailable) || !strings.Contains(err.Error(), "enabled = true") {
 		t.Fatalf("machinespirit while disabled: %v", err)
 	}
 }
 
 func TestSocketDirSweptAtStart(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	stale := filepath.Join(dir, SocketDirName, "plugin-dir123", "plugin456")
 	if err := os.MkdirAll(filepath.Dir(stale), 0o700); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestResumeWritesObservedEffectAtMostOnce(t *testing.T) {
 	h := openHost(t, "", shellNoApproval)
 	ctx := context.Background()
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	pidFile := filepath.Join(dir, "pid")
 	te := map[string]any{
 		"pid_file": pidFile, "approve_retry": true,

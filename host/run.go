@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
@@ -34,13 +35,13 @@ type run struct {
 	// stopBeat stops the heartbeat; the run goroutine only.
 	stopBeat func()
 
-	exe    Executor
-	desc   Description
-	cp     *Checkpoint   // the last committed checkpoint, verified
-	recent []StepSummary // the last completed step summaries, oldest first
+	exe    plugin.Executor
+	desc   plugin.Description
+	cp     *plugin.Checkpoint   // the last committed checkpoint, verified
+	recent []plugin.StepSummary // the last completed step summaries, oldest first
 	// indeterminate are effects left dispatching by a dead attempt of the
 	// step about to run; cleared once an attempt completes.
-	indeterminate []Effect
+	indeterminate []plugin.Effect
 }
 
 func (ru *run) log(msg string, args ...any) {
@@ -61,7 +62,7 @@ func (ru *run) loop() {
 		}
 	}()
 
-	exe, err := ru.r.launcher.Launch(withLaunchLabels(ru.ctx, ru.id, ru.runID), ru.task.Executor, &taskServices{r: ru.r, taskID: ru.task.ID})
+	exe, err := ru.r.launcher.Launch(plugin.WithLaunchLabels(ru.ctx, ru.id, ru.runID), ru.task.Executor, &taskServices{r: ru.r, taskID: ru.task.ID})
 	if err != nil {
 		ru.log("executor unavailable", "error", err)
 		ru.endRun(store.StatusInterrupted, store.ReasonExecutorUnavailable, err.Error())
@@ -69,7 +70,7 @@ func (ru *run) loop() {
 	}
 	ru.exe = exe
 	ru.r.set.Observer.PluginStarted(ru.task.Executor)
-	if ru.desc, err = describeChecked(ru.ctx, ru.task.Executor, exe); err != nil {
+	if ru.desc, err = plugin.DescribeChecked(ru.ctx, ru.task.Executor, exe); err != nil {
 		ru.endRun(store.StatusInterrupted, store.ReasonExecutorUnavailable, err.Error())
 		return
 	}
@@ -174,7 +175,7 @@ func (ru *run) first() (store.Attempt, bool) {
 		return store.Attempt{}, false
 	}
 	for _, a := range recent {
-		ru.recent = append(ru.recent, StepSummary{Step: a.Number, Summary: a.Summary})
+		ru.recent = append(ru.recent, plugin.StepSummary{Step: a.Number, Summary: a.Summary})
 	}
 	effs, err := r.store.IndeterminateEffects(ru.ctx, t.PrincipalID, t.ID)
 	if err != nil {
@@ -182,8 +183,7 @@ func (ru *run) first() (store.Attempt, bool) {
 		return store.Attempt{}, false
 	}
 	for _, e := range effs {
-		ru.indeterminate = append(ru.indeterminate, Effect{Attempt: e.Attempt, Seq: e.Seq, Kind: string(e.Kind),
-			Fingerprint: e.Fingerprint, IdempotencyKey: e.IdempotencyKey, Status: string(e.Status), Summary: e.Summary})
+		ru.indeterminate = append(ru.indeterminate, effectView(e))
 	}
 	var att store.Attempt
 	err = ru.retryWrite(func() error {
@@ -251,22 +251,22 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	}
 
 	v := ru.classify(res, stepErr, cause)
-	if reason := ts.exhaustedReason(); reason != "" && (v.attempt == store.AttemptCompleted || v.outcome == OutcomeFail) {
+	if reason := ts.exhaustedReason(); reason != "" && (v.attempt == store.AttemptCompleted || v.outcome == plugin.OutcomeFail) {
 		// An effect was refused for a spent budget: whatever the executor
 		// made of it, the task fails with that budget's reason.
 		v = verdict{attempt: store.AttemptFailed, outcome: v.outcome, taskTo: store.StatusFailed, reason: reason,
 			message: "an effect was refused: " + string(reason)}
 	}
-	if msg := ts.modelOutage(); msg != "" && v.outcome == OutcomeFail && v.reason == store.ReasonExecutorFailed {
+	if msg := ts.modelOutage(); msg != "" && v.outcome == plugin.OutcomeFail && v.reason == store.ReasonExecutorFailed {
 		// The executor gave up after the model provider failed it: the
 		// outage, not the executor, ended the step.
 		v = modelVerdict("the model provider is unavailable (" + msg + "); the executor gave up: " + v.message)
 		r.log.Warn("step ended on a model outage: the task is interrupted (model_unavailable)", "task", ru.id, "attempt", att.Number, "cause", msg)
 	}
-	if msg := ts.modelAuthRefused(); msg != "" && v.outcome == OutcomeFail && v.reason == store.ReasonExecutorFailed {
+	if msg := ts.modelAuthRefused(); msg != "" && v.outcome == plugin.OutcomeFail && v.reason == store.ReasonExecutorFailed {
 		// The provider's own words, once: the executor's message wraps the
 		// same error again on its way back.
-		v = verdict{attempt: store.AttemptFailed, outcome: OutcomeFail, taskTo: store.StatusFailed, reason: store.ReasonModelAuth,
+		v = verdict{attempt: store.AttemptFailed, outcome: plugin.OutcomeFail, taskTo: store.StatusFailed, reason: store.ReasonModelAuth,
 			message: text.Truncate("model auth: "+msg+"; check the key named by [model] api_key_env", 2000)}
 		r.log.Warn("step ended on a model credentials refusal: the task fails (model_auth)", "task", ru.id, "attempt", att.Number)
 	}
@@ -296,12 +296,12 @@ func (ru *run) endForCause(cause error) {
 }
 
 // loadCheckpoint opens and checks the task's stored checkpoint, if any.
-func (ru *run) loadCheckpoint() (*Checkpoint, error) {
+func (ru *run) loadCheckpoint() (*plugin.Checkpoint, error) {
 	cp, err := ru.r.seal.openStored(ru.task)
 	if cp == nil || err != nil {
 		return nil, err
 	}
-	if !ru.desc.accepts(cp.Schema) {
+	if !ru.desc.Accepts(cp.Schema) {
 		return nil, fmt.Errorf("%w: executor %s %s does not accept checkpoint schema %q (it accepts %v)",
 			ErrCheckpointIncompatible, ru.desc.Kind, ru.desc.Version, cp.Schema, ru.desc.CheckpointSchemas)
 	}
@@ -309,18 +309,18 @@ func (ru *run) loadCheckpoint() (*Checkpoint, error) {
 }
 
 // request builds what the executor may see of the task (DESIGN §4).
-func (ru *run) request(att store.Attempt) StepRequest {
+func (ru *run) request(att store.Attempt) plugin.StepRequest {
 	t := ru.task
-	return StepRequest{
+	return plugin.StepRequest{
 		TaskID: t.ID, RunID: t.RunID, Attempt: att.Number, Spec: t.Spec, Checkpoint: ru.cp,
-		Recent:        append([]StepSummary(nil), ru.recent...),
+		Recent:        append([]plugin.StepSummary(nil), ru.recent...),
 		Indeterminate: ru.indeterminate,
-		Remaining: Budgets{
+		Remaining: plugin.Budgets{
 			Steps: t.Budgets.Steps.Remaining(), ToolCalls: t.Budgets.ToolCalls.Remaining(),
 			ModelCalls: t.Budgets.ModelCalls.Remaining(), Depth: t.Budgets.Depth.Remaining(),
 			WallSeconds: int64(ru.wall.remaining().Seconds()),
 		},
-		Limits: Budgets{
+		Limits: plugin.Budgets{
 			Steps: t.Budgets.Steps.Limit, ToolCalls: t.Budgets.ToolCalls.Limit,
 			ModelCalls: t.Budgets.ModelCalls.Limit, Depth: t.Budgets.Depth.Limit,
 			WallSeconds: t.Budgets.WallMillis.Limit / 1000,

@@ -1,6 +1,13 @@
 // Package host is the taskhost engine: it owns the task lifecycle, runs each
 // task's steps through an out-of-process executor, and persists every
 // decision in the store.
+//
+// The Runner knows executors only through the plain seam of host/plugin
+// (plugin.Launcher, plugin.Executor, and the plugin.Services it serves each
+// process); it decides what every answer, error and crash means for the task
+// (classify.go) and what an effect costs (effects.go). Launching, pins,
+// confinement and the wire are host/plugin's; a test drives the Runner with
+// a fake Launcher in-process (seam_test.go).
 package host
 
 import (
@@ -18,6 +25,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -73,22 +81,13 @@ func DefaultSettings() Settings {
 
 // Sentinel errors of the Runner's API; match with errors.Is.
 var (
-	ErrInvalid      = errors.New("invalid request")
+	ErrInvalid      = plugin.ErrInvalid // a *plugin.FieldError
 	ErrBusy         = errors.New("concurrency limit reached")
 	ErrShuttingDown = errors.New("host is shutting down")
 	ErrDisabled     = errors.New("tasks are disabled on this host ([tasks] enabled = false): set it to true to create or resume tasks")
 	ErrNotFound     = store.ErrNotFound
 	ErrConflict     = store.ErrConflict
 )
-
-// FieldError is a refused request field. It matches ErrInvalid.
-type FieldError struct {
-	Field   string
-	Message string
-}
-
-func (e *FieldError) Error() string   { return e.Field + ": " + e.Message }
-func (e *FieldError) Is(t error) bool { return t == ErrInvalid }
 
 // BusyError reports the concurrency limit. It matches ErrBusy.
 type BusyError struct{ Limit int }
@@ -101,7 +100,7 @@ func (e *BusyError) Is(t error) bool { return t == ErrBusy }
 // Runner runs tasks. It is safe for concurrent use.
 type Runner struct {
 	store    *store.Store
-	launcher Launcher
+	launcher plugin.Launcher
 	set      Settings
 	seal     sealer
 	log      hclog.Logger
@@ -126,7 +125,7 @@ type Runner struct {
 }
 
 // NewRunner returns a Runner over st. key is the data dir's host key (32 bytes).
-func NewRunner(st *store.Store, l Launcher, key []byte, set Settings, svc ServiceConfig, workspaceRoot string, log hclog.Logger) *Runner {
+func NewRunner(st *store.Store, l plugin.Launcher, key []byte, set Settings, svc ServiceConfig, workspaceRoot string, log hclog.Logger) *Runner {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -235,13 +234,13 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 // liveChecker is a Launcher that checks an executor against its binary on
 // disk now rather than as registered; *Registry is one.
 type liveChecker interface {
-	Check(ctx context.Context, kind string) (Description, error)
+	Check(ctx context.Context, kind string) (plugin.Description, error)
 }
 
 // preflight says whether kind can run now: a binary rebuilt since it was
 // registered is refused here, before a task is created or moved, not at
 // launch.
-func (r *Runner) preflight(ctx context.Context, kind string) (Description, error) {
+func (r *Runner) preflight(ctx context.Context, kind string) (plugin.Description, error) {
 	if c, ok := r.launcher.(liveChecker); ok {
 		return c.Check(ctx, kind)
 	}
@@ -465,23 +464,23 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 // non-empty goal.
 func (r *Runner) validateSpec(spec []byte) error {
 	if len(spec) > r.set.SpecBytes {
-		return &FieldError{Field: "spec", Message: fmt.Sprintf("is %d bytes, limit %d", len(spec), r.set.SpecBytes)}
+		return &plugin.FieldError{Field: "spec", Message: fmt.Sprintf("is %d bytes, limit %d", len(spec), r.set.SpecBytes)}
 	}
 	var s struct {
 		Goal *string `json:"goal"`
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(spec, &obj); err != nil {
-		return &FieldError{Field: "spec", Message: "must be a JSON object: " + err.Error()}
+		return &plugin.FieldError{Field: "spec", Message: "must be a JSON object: " + err.Error()}
 	}
 	if err := json.Unmarshal(spec, &s); err != nil {
-		return &FieldError{Field: "spec.goal", Message: "must be a string"}
+		return &plugin.FieldError{Field: "spec.goal", Message: "must be a string"}
 	}
 	if s.Goal == nil || strings.TrimSpace(*s.Goal) == "" {
-		return &FieldError{Field: "spec.goal", Message: "is required and must not be empty"}
+		return &plugin.FieldError{Field: "spec.goal", Message: "is required and must not be empty"}
 	}
 	if n := utf8.RuneCountInString(*s.Goal); n > r.set.GoalChars {
-		return &FieldError{Field: "spec.goal", Message: fmt.Sprintf("is %d characters, limit %d", n, r.set.GoalChars)}
+		return &plugin.FieldError{Field: "spec.goal", Message: fmt.Sprintf("is %d characters, limit %d", n, r.set.GoalChars)}
 	}
 	return nil
 }
@@ -491,15 +490,15 @@ func (r *Runner) limits(req Limits) (store.Budgets, error) {
 	pick := func(field string, v, def, cpv int64, min int64) (int64, error) {
 		switch {
 		case v < 0:
-			return 0, &FieldError{Field: field, Message: fmt.Sprintf("is %d: must not be negative", v)}
+			return 0, &plugin.FieldError{Field: field, Message: fmt.Sprintf("is %d: must not be negative", v)}
 		case v == 0:
 			v = def
 		}
 		if v > cpv {
-			return 0, &FieldError{Field: field, Message: fmt.Sprintf("is %d: above the cap of %d", v, cpv)}
+			return 0, &plugin.FieldError{Field: field, Message: fmt.Sprintf("is %d: above the cap of %d", v, cpv)}
 		}
 		if v < min {
-			return 0, &FieldError{Field: field, Message: fmt.Sprintf("is %d: must be at least %d", v, min)}
+			return 0, &plugin.FieldError{Field: field, Message: fmt.Sprintf("is %d: must be at least %d", v, min)}
 		}
 		return v, nil
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -72,9 +74,9 @@ func TestCreateValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.Executor = "testexec"
 			_, err := h.Runner.Create(context.Background(), alice, tc.req)
-			var fe *FieldError
+			var fe *plugin.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field {
-				t.Fatalf("err = %v, want a FieldError on %s", err, tc.field)
+				t.Fatalf("err = %v, want a plugin.FieldError on %s", err, tc.field)
 			}
 		})
 	}
@@ -97,7 +99,7 @@ func TestCreateValidation(t *testing.T) {
 func TestConcurrencyLimitLeavesNoRow(t *testing.T) {
 	h := openHost(t, "", nil)
 	h.Runner.set.MaxConcurrent = 2
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	var running []store.Task
 	for i := range 2 {
 		running = append(running, create(t, h, alice, map[string]any{"sleep_ms": 60000, "cancel_marker": fmt.Sprintf("%s/c%d", dir, i)}, Limits{}))
@@ -226,9 +228,9 @@ func TestCreateSeedsWorkspace(t *testing.T) {
 		{"too many", make([]File, maxSeedFiles+1), "files"},
 	} {
 		_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "x", nil), Files: tc.files})
-		var fe *FieldError
+		var fe *plugin.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
-			t.Errorf("%s: err = %v, want a FieldError on %s", tc.name, err, tc.field)
+			t.Errorf("%s: err = %v, want a plugin.FieldError on %s", tc.name, err, tc.field)
 		}
 	}
 	// At the size limit: accepted.

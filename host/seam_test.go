@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/model"
+	"github.com/taskhost/taskhost/host/plugin"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -132,37 +133,39 @@ func checkAttempts(t *testing.T, got []store.Attempt, want []wantAttempt) {
 
 // script makes a StepF answering attempt n with steps[n-1] (the last one
 // for every later attempt).
-func script(exe *fakeExecutor, steps ...func(ctx context.Context, exe *fakeExecutor, req StepRequest) (StepResult, error)) func(context.Context, StepRequest) (StepResult, error) {
-	return func(ctx context.Context, req StepRequest) (StepResult, error) {
+func script(exe *fakeExecutor, steps ...func(ctx context.Context, exe *fakeExecutor, req plugin.StepRequest) (plugin.StepResult, error)) func(context.Context, plugin.StepRequest) (plugin.StepResult, error) {
+	return func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 		i := min(int(req.Attempt), len(steps)) - 1
 		return steps[i](ctx, exe, req)
 	}
 }
 
-func answer(res StepResult) func(context.Context, *fakeExecutor, StepRequest) (StepResult, error) {
-	return func(context.Context, *fakeExecutor, StepRequest) (StepResult, error) { return res, nil }
+func answer(res plugin.StepResult) func(context.Context, *fakeExecutor, plugin.StepRequest) (plugin.StepResult, error) {
+	return func(context.Context, *fakeExecutor, plugin.StepRequest) (plugin.StepResult, error) { return res, nil }
 }
 
-func failWith(err error) func(context.Context, *fakeExecutor, StepRequest) (StepResult, error) {
-	return func(context.Context, *fakeExecutor, StepRequest) (StepResult, error) { return StepResult{}, err }
+func failWith(err error) func(context.Context, *fakeExecutor, plugin.StepRequest) (plugin.StepResult, error) {
+	return func(context.Context, *fakeExecutor, plugin.StepRequest) (plugin.StepResult, error) {
+		return plugin.StepResult{}, err
+	}
 }
 
 // dies simulates a plugin killed mid-step: the process is gone when the
 // broken call returns.
-func dies(st ExitStatus, err error) func(context.Context, *fakeExecutor, StepRequest) (StepResult, error) {
-	return func(_ context.Context, exe *fakeExecutor, _ StepRequest) (StepResult, error) {
+func dies(st plugin.ExitStatus, err error) func(context.Context, *fakeExecutor, plugin.StepRequest) (plugin.StepResult, error) {
+	return func(_ context.Context, exe *fakeExecutor, _ plugin.StepRequest) (plugin.StepResult, error) {
 		exe.exit(st)
-		return StepResult{}, err
+		return plugin.StepResult{}, err
 	}
 }
 
 var (
-	cont = StepResult{Outcome: OutcomeContinue, Summary: "went on"}
-	done = StepResult{Outcome: OutcomeComplete, Summary: "finished", Result: []byte(`{"ok":true}`)}
+	cont = plugin.StepResult{Outcome: plugin.OutcomeContinue, Summary: "went on"}
+	done = plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "finished", Result: []byte(`{"ok":true}`)}
 )
 
-func checkpointOf(n int) *Checkpoint {
-	return &Checkpoint{Schema: "fake/1", Payload: []byte(strings.Repeat("c", n))}
+func checkpointOf(n int) *plugin.Checkpoint {
+	return &plugin.Checkpoint{Schema: "fake/1", Payload: []byte(strings.Repeat("c", n))}
 }
 
 func TestSeamStepOutcomes(t *testing.T) {
@@ -171,7 +174,7 @@ func TestSeamStepOutcomes(t *testing.T) {
 	cases := []struct {
 		name    string
 		limits  Limits
-		steps   []func(context.Context, *fakeExecutor, StepRequest) (StepResult, error)
+		steps   []func(context.Context, *fakeExecutor, plugin.StepRequest) (plugin.StepResult, error)
 		launch  func(*fakeLauncher)
 		status  store.Status
 		reason  store.Reason
@@ -196,7 +199,7 @@ func TestSeamStepOutcomes(t *testing.T) {
 		},
 		{
 			name:   "complete without a result",
-			steps:  steps(answer(StepResult{Outcome: OutcomeComplete})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeComplete})),
 			status: store.StatusCompleted,
 			atts:   []wantAttempt{{status: store.AttemptCompleted, outcome: "complete"}},
 			check: func(t *testing.T, _ *seam, _ *fakeExecutor, task store.Task) {
@@ -207,31 +210,31 @@ func TestSeamStepOutcomes(t *testing.T) {
 		},
 		{
 			name:   "fail with a reason the host knows",
-			steps:  steps(answer(StepResult{Outcome: OutcomeFail, Reason: "no_progress", Message: "stuck"})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "no_progress", Message: "stuck"})),
 			status: store.StatusFailed, reason: store.ReasonNoProgress, message: "stuck",
 			atts: []wantAttempt{{status: store.AttemptFailed, outcome: "fail", reason: store.ReasonNoProgress}},
 		},
 		{
 			name:   "fail with a reason the host does not know",
-			steps:  steps(answer(StepResult{Outcome: OutcomeFail, Reason: "bogus", Message: "stuck"})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "bogus", Message: "stuck"})),
 			status: store.StatusFailed, reason: store.ReasonExecutorFailed, message: `executor reason "bogus": stuck`,
 			atts: []wantAttempt{{status: store.AttemptFailed, outcome: "fail", reason: store.ReasonExecutorFailed}},
 		},
 		{
 			name:   "fail on a model outage interrupts",
-			steps:  steps(answer(StepResult{Outcome: OutcomeFail, Reason: "model_unavailable", Message: "503"})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "model_unavailable", Message: "503"})),
 			status: store.StatusInterrupted, reason: store.ReasonModelUnavailable, message: "503",
 			atts: []wantAttempt{{status: store.AttemptInterrupted, outcome: "fail", reason: store.ReasonModelUnavailable}},
 		},
 		{
 			name:   "no outcome",
-			steps:  steps(answer(StepResult{Summary: "?"})),
+			steps:  steps(answer(plugin.StepResult{Summary: "?"})),
 			status: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "no outcome",
 			atts: []wantAttempt{{status: store.AttemptFailed, reason: store.ReasonExecutorFailed}},
 		},
 		{
 			name:   "plugin killed by a signal mid-step",
-			steps:  steps(dies(ExitStatus{Code: -1, Signal: "killed"}, unavailable)),
+			steps:  steps(dies(plugin.ExitStatus{Code: -1, Signal: "killed"}, unavailable)),
 			status: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, message: "signal: killed",
 			atts: []wantAttempt{{status: store.AttemptInterrupted, reason: store.ReasonExecutorCrashed, signal: "killed"}},
 			check: func(t *testing.T, s *seam, _ *fakeExecutor, task store.Task) {
@@ -242,11 +245,11 @@ func TestSeamStepOutcomes(t *testing.T) {
 		},
 		{
 			name: "connection broke a moment before the exit",
-			steps: steps(func(_ context.Context, exe *fakeExecutor, _ StepRequest) (StepResult, error) {
+			steps: steps(func(_ context.Context, exe *fakeExecutor, _ plugin.StepRequest) (plugin.StepResult, error) {
 				// The broken call reaches the host before the wait status
 				// does; the host waits for the exit (crashWait).
-				time.AfterFunc(2*time.Millisecond, func() { exe.exit(ExitStatus{Code: 2}) })
-				return StepResult{}, unavailable
+				time.AfterFunc(2*time.Millisecond, func() { exe.exit(plugin.ExitStatus{Code: 2}) })
+				return plugin.StepResult{}, unavailable
 			}),
 			status: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, message: "exit status 2",
 			atts: []wantAttempt{{status: store.AttemptInterrupted, reason: store.ReasonExecutorCrashed}},
@@ -258,7 +261,7 @@ func TestSeamStepOutcomes(t *testing.T) {
 		},
 		{
 			name:   "plugin exited with a code, call failed otherwise",
-			steps:  steps(dies(ExitStatus{Code: 3}, status.Error(codes.Internal, "stream closed"))),
+			steps:  steps(dies(plugin.ExitStatus{Code: 3}, status.Error(codes.Internal, "stream closed"))),
 			status: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, message: "exit status 3",
 			atts: []wantAttempt{{status: store.AttemptInterrupted, reason: store.ReasonExecutorCrashed}},
 		},
@@ -270,7 +273,7 @@ func TestSeamStepOutcomes(t *testing.T) {
 		},
 		{
 			name: "checkpoint at the limit is kept and sent back",
-			steps: steps(answer(StepResult{Outcome: OutcomeContinue, Checkpoint: checkpointOf(cpMax)}),
+			steps: steps(answer(plugin.StepResult{Outcome: plugin.OutcomeContinue, Checkpoint: checkpointOf(cpMax)}),
 				answer(done)),
 			status: store.StatusCompleted,
 			atts:   []wantAttempt{{status: store.AttemptCompleted, outcome: "continue"}, {status: store.AttemptCompleted, outcome: "complete"}},
@@ -282,31 +285,31 @@ func TestSeamStepOutcomes(t *testing.T) {
 		},
 		{
 			name:   "checkpoint one byte past the limit",
-			steps:  steps(answer(StepResult{Outcome: OutcomeContinue, Checkpoint: checkpointOf(cpMax + 1)})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeContinue, Checkpoint: checkpointOf(cpMax + 1)})),
 			status: store.StatusFailed, reason: store.ReasonCheckpointTooLarge, message: "checkpoint is 65 bytes, limit 64",
 			atts: []wantAttempt{{status: store.AttemptFailed, outcome: "continue", reason: store.ReasonCheckpointTooLarge}},
 		},
 		{
 			name:   "checkpoint of a schema the executor does not accept",
-			steps:  steps(answer(StepResult{Outcome: OutcomeContinue, Checkpoint: &Checkpoint{Schema: "other/9", Payload: []byte("x")}})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeContinue, Checkpoint: &plugin.Checkpoint{Schema: "other/9", Payload: []byte("x")}})),
 			status: store.StatusFailed, reason: store.ReasonCheckpointIncompatible, message: `"other/9"`,
 			atts: []wantAttempt{{status: store.AttemptFailed, outcome: "continue", reason: store.ReasonCheckpointIncompatible}},
 		},
 		{
 			name:   "result at the limit",
-			steps:  steps(answer(StepResult{Outcome: OutcomeComplete, Result: []byte(`"` + strings.Repeat("r", resMax-2) + `"`)})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeComplete, Result: []byte(`"` + strings.Repeat("r", resMax-2) + `"`)})),
 			status: store.StatusCompleted,
 			atts:   []wantAttempt{{status: store.AttemptCompleted, outcome: "complete"}},
 		},
 		{
 			name:   "result one byte past the limit",
-			steps:  steps(answer(StepResult{Outcome: OutcomeComplete, Result: []byte(`"` + strings.Repeat("r", resMax-1) + `"`)})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeComplete, Result: []byte(`"` + strings.Repeat("r", resMax-1) + `"`)})),
 			status: store.StatusFailed, reason: store.ReasonResultTooLarge, message: "result is 33 bytes, limit 32",
 			atts: []wantAttempt{{status: store.AttemptFailed, outcome: "complete", reason: store.ReasonResultTooLarge}},
 		},
 		{
 			name:   "summary cut to summary_chars characters",
-			steps:  steps(answer(StepResult{Outcome: OutcomeComplete, Summary: "héllo wörld"})),
+			steps:  steps(answer(plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "héllo wörld"})),
 			status: store.StatusCompleted,
 			atts:   []wantAttempt{{status: store.AttemptCompleted, outcome: "complete"}},
 			check: func(t *testing.T, s *seam, _ *fakeExecutor, task store.Task) {
@@ -330,7 +333,7 @@ func TestSeamStepOutcomes(t *testing.T) {
 		{
 			name: "launch fails",
 			launch: func(l *fakeLauncher) {
-				l.LaunchF = func(context.Context, string, Services) (Executor, error) {
+				l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
 					return nil, errors.New("fork/exec: no such file")
 				}
 			},
@@ -339,14 +342,14 @@ func TestSeamStepOutcomes(t *testing.T) {
 		{
 			name: "plugin describes itself as another kind",
 			launch: func(l *fakeLauncher) {
-				l.Exe.DescribeF = func(context.Context) (Description, error) { return fakeDescription("other"), nil }
+				l.Exe.DescribeF = func(context.Context) (plugin.Description, error) { return fakeDescription("other"), nil }
 			},
 			status: store.StatusInterrupted, reason: store.ReasonExecutorUnavailable, message: `describes itself as "other"`,
 		},
 		{
 			name: "plugin reports a failed preflight",
 			launch: func(l *fakeLauncher) {
-				l.Exe.DescribeF = func(context.Context) (Description, error) {
+				l.Exe.DescribeF = func(context.Context) (plugin.Description, error) {
 					d := fakeDescription(fakeKind)
 					d.Runtime = map[string]string{"preflight": "swipl missing"}
 					return d, nil
@@ -381,18 +384,18 @@ func TestSeamStepOutcomes(t *testing.T) {
 	}
 }
 
-func steps(s ...func(context.Context, *fakeExecutor, StepRequest) (StepResult, error)) []func(context.Context, *fakeExecutor, StepRequest) (StepResult, error) {
+func steps(s ...func(context.Context, *fakeExecutor, plugin.StepRequest) (plugin.StepResult, error)) []func(context.Context, *fakeExecutor, plugin.StepRequest) (plugin.StepResult, error) {
 	return s
 }
 
 // blockingStep answers once ctx ends, as a plugin does when the host
 // cancels its step, after closing started.
-func blockingStep(started chan<- struct{}) func(context.Context, StepRequest) (StepResult, error) {
+func blockingStep(started chan<- struct{}) func(context.Context, plugin.StepRequest) (plugin.StepResult, error) {
 	var once sync.Once
-	return func(ctx context.Context, _ StepRequest) (StepResult, error) {
+	return func(ctx context.Context, _ plugin.StepRequest) (plugin.StepResult, error) {
 		once.Do(func() { close(started) })
 		<-ctx.Done()
-		return StepResult{}, status.FromContextError(ctx.Err()).Err()
+		return plugin.StepResult{}, status.FromContextError(ctx.Err()).Err()
 	}
 }
 
@@ -470,7 +473,7 @@ func (m fakeModel) Complete(ctx context.Context, req model.Request) (model.Respo
 
 // callModel is a model call the way a plugin makes it, through the
 // Services endpoint the step's process was given.
-func callModel(ctx context.Context, svc *servicesServer, tok string) error {
+func callModel(ctx context.Context, svc pb.HostServicesServer, tok string) error {
 	_, err := svc.CallModel(ctx, &pb.CallModelRequest{TurnToken: tok, Messages: []*pb.ChatMessage{{Role: "user", Content: "hi"}}})
 	return err
 }
@@ -480,7 +483,7 @@ func TestSeamEffectOverridesTheVerdict(t *testing.T) {
 	cases := []struct {
 		name     string
 		model    fakeModel
-		answer   StepResult
+		answer   plugin.StepResult
 		wantCode codes.Code // of the step's last model call
 		status   store.Status
 		reason   store.Reason
@@ -502,7 +505,7 @@ func TestSeamEffectOverridesTheVerdict(t *testing.T) {
 		},
 		{
 			name:     "model budget spent, executor fails with its own reason",
-			answer:   StepResult{Outcome: OutcomeFail, Reason: "no_progress"},
+			answer:   plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "no_progress"},
 			wantCode: codes.ResourceExhausted,
 			status:   store.StatusFailed, reason: store.ReasonModelBudgetExhausted,
 			attempt: wantAttempt{status: store.AttemptFailed, outcome: "fail", reason: store.ReasonModelBudgetExhausted},
@@ -510,7 +513,7 @@ func TestSeamEffectOverridesTheVerdict(t *testing.T) {
 		{
 			name:     "model outage, executor gives up",
 			model:    fakeModel{CompleteF: func(context.Context, model.Request) (model.Response, error) { return model.Response{}, outage }},
-			answer:   StepResult{Outcome: OutcomeFail, Reason: "executor_failed", Message: "model call failed"},
+			answer:   plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "executor_failed", Message: "model call failed"},
 			wantCode: codes.Unavailable,
 			status:   store.StatusInterrupted, reason: store.ReasonModelUnavailable,
 			attempt: wantAttempt{status: store.AttemptInterrupted, outcome: "fail", reason: store.ReasonModelUnavailable},
@@ -520,7 +523,7 @@ func TestSeamEffectOverridesTheVerdict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSeam(t, seamOptions{svc: ServiceConfig{Model: tc.model}})
 			var code codes.Code
-			s.l.Exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+			s.l.Exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 				svc := s.l.lastServices()
 				// One call fits the budget of one; the second is refused.
 				for range 2 {
@@ -549,14 +552,14 @@ func TestSeamEffectOverridesTheVerdict(t *testing.T) {
 func TestSeamStaleTurnTokenRefused(t *testing.T) {
 	s := newSeam(t, seamOptions{svc: ServiceConfig{Model: fakeModel{}}})
 	var first string
-	s.l.Exe.StepF = func(ctx context.Context, req StepRequest) (StepResult, error) {
+	s.l.Exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 		if req.Attempt == 1 {
 			first = req.TurnToken
 			return cont, nil
 		}
 		// The first step's token died with its step.
 		if err := callModel(ctx, s.l.lastServices(), first); status.Code(err) != codes.PermissionDenied {
-			return StepResult{Outcome: OutcomeFail, Reason: "no_progress", Message: "stale token: " + status.Code(err).String()}, nil
+			return plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "no_progress", Message: "stale token: " + status.Code(err).String()}, nil
 		}
 		return done, nil
 	}
@@ -571,9 +574,9 @@ func TestSeamStaleTurnTokenRefused(t *testing.T) {
 
 func TestSeamResumeWithNoStepLeft(t *testing.T) {
 	s := newSeam(t, seamOptions{})
-	s.l.LaunchF = func(context.Context, string, Services) (Executor, error) {
+	s.l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
 		exe := newFakeExecutor()
-		exe.StepF = script(exe, dies(ExitStatus{Code: -1, Signal: "killed"}, status.Error(codes.Unavailable, "EOF")))
+		exe.StepF = script(exe, dies(plugin.ExitStatus{Code: -1, Signal: "killed"}, status.Error(codes.Unavailable, "EOF")))
 		return exe, nil
 	}
 	task := s.run(t, Limits{Steps: 1})
@@ -668,32 +671,32 @@ func TestClassify(t *testing.T) {
 		crashed bool
 		message string
 	}
-	killed := &ExitStatus{Code: -1, Signal: "killed"}
+	killed := &plugin.ExitStatus{Code: -1, Signal: "killed"}
 	cases := []struct {
 		name   string
-		res    StepResult
+		res    plugin.StepResult
 		err    error
 		cause  error
-		exited *ExitStatus // the process is gone before classify runs
+		exited *plugin.ExitStatus // the process is gone before classify runs
 		want   want
 	}{
 		{name: "continue", res: cont, want: want{attempt: store.AttemptCompleted}},
-		{name: "complete", res: StepResult{Outcome: OutcomeComplete}, want: want{attempt: store.AttemptCompleted, taskTo: store.StatusCompleted}},
-		{name: "fail known", res: StepResult{Outcome: OutcomeFail, Reason: "approval_rejected"},
+		{name: "complete", res: plugin.StepResult{Outcome: plugin.OutcomeComplete}, want: want{attempt: store.AttemptCompleted, taskTo: store.StatusCompleted}},
+		{name: "fail known", res: plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "approval_rejected"},
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonApprovalRejected}},
-		{name: "fail unknown reason cut to 64 bytes", res: StepResult{Outcome: OutcomeFail, Reason: strings.Repeat("x", 65)},
+		{name: "fail unknown reason cut to 64 bytes", res: plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: strings.Repeat("x", 65)},
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: `"` + strings.Repeat("x", 64) + `"`}},
-		{name: "fail model_unavailable", res: StepResult{Outcome: OutcomeFail, Reason: "model_unavailable"},
+		{name: "fail model_unavailable", res: plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "model_unavailable"},
 			want: want{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonModelUnavailable}},
-		{name: "unknown outcome", res: StepResult{Outcome: "maybe"},
+		{name: "unknown outcome", res: plugin.StepResult{Outcome: "maybe"},
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "no outcome"}},
-		{name: "checkpoint at the limit", res: StepResult{Outcome: OutcomeContinue, Checkpoint: checkpointOf(8)},
+		{name: "checkpoint at the limit", res: plugin.StepResult{Outcome: plugin.OutcomeContinue, Checkpoint: checkpointOf(8)},
 			want: want{attempt: store.AttemptCompleted}},
-		{name: "checkpoint past the limit", res: StepResult{Outcome: OutcomeContinue, Checkpoint: checkpointOf(9)},
+		{name: "checkpoint past the limit", res: plugin.StepResult{Outcome: plugin.OutcomeContinue, Checkpoint: checkpointOf(9)},
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonCheckpointTooLarge, message: "9 bytes, limit 8"}},
-		{name: "result at the limit", res: StepResult{Outcome: OutcomeComplete, Result: []byte("1234")},
+		{name: "result at the limit", res: plugin.StepResult{Outcome: plugin.OutcomeComplete, Result: []byte("1234")},
 			want: want{attempt: store.AttemptCompleted, taskTo: store.StatusCompleted}},
-		{name: "result past the limit", res: StepResult{Outcome: OutcomeComplete, Result: []byte("12345")},
+		{name: "result past the limit", res: plugin.StepResult{Outcome: plugin.OutcomeComplete, Result: []byte("12345")},
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonResultTooLarge, message: "5 bytes, limit 4"}},
 		{name: "process gone, call unavailable", err: status.Error(codes.Unavailable, "EOF"), exited: killed,
 			want: want{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, crashed: true, message: "signal: killed"}},

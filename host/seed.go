@@ -6,6 +6,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/taskhost/taskhost/host/plugin"
 )
 
 // Limits of the files a task creator seeds into the task's workspace.
@@ -24,7 +26,7 @@ type File struct {
 
 func validateFiles(files []File) error {
 	if len(files) > maxSeedFiles {
-		return &FieldError{Field: "files", Message: fmt.Sprintf("%d files, limit %d", len(files), maxSeedFiles)}
+		return &plugin.FieldError{Field: "files", Message: fmt.Sprintf("%d files, limit %d", len(files), maxSeedFiles)}
 	}
 	total := 0
 	seen := map[string]bool{}
@@ -33,17 +35,17 @@ func validateFiles(files []File) error {
 		clean := path.Clean(f.Name)
 		switch {
 		case f.Name == "" || len(f.Name) > maxSeedName:
-			return &FieldError{Field: field, Message: fmt.Sprintf("must be 1..%d bytes", maxSeedName)}
+			return &plugin.FieldError{Field: field, Message: fmt.Sprintf("must be 1..%d bytes", maxSeedName)}
 		case path.IsAbs(f.Name) || clean != f.Name || clean == "." || strings.HasPrefix(clean, "../") || clean == ".." || strings.ContainsRune(f.Name, 0):
-			return &FieldError{Field: field, Message: fmt.Sprintf("%q must be a clean relative path inside the workspace", f.Name)}
+			return &plugin.FieldError{Field: field, Message: fmt.Sprintf("%q must be a clean relative path inside the workspace", f.Name)}
 		case seen[clean]:
-			return &FieldError{Field: field, Message: fmt.Sprintf("%q given twice", f.Name)}
+			return &plugin.FieldError{Field: field, Message: fmt.Sprintf("%q given twice", f.Name)}
 		}
 		seen[clean] = true
 		total += len(f.Data)
 	}
 	if total > maxSeedBytes {
-		return &FieldError{Field: "files", Message: fmt.Sprintf("%d bytes in all, limit %d", total, maxSeedBytes)}
+		return &plugin.FieldError{Field: "files", Message: fmt.Sprintf("%d bytes in all, limit %d", total, maxSeedBytes)}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/host/tools"
 )
 
@@ -68,7 +69,7 @@ func (s *taskServices) authorizeState(method, tok string) (*turnState, error) {
 	ts, ok := s.r.turns.lookup(tok)
 	if !ok || ts.taskID != s.taskID {
 		s.r.log.Warn("host service call with an invalid turn token refused", "method", method, "task", s.taskID)
-		return nil, refuse(ErrNotAllowed, "turn token is not valid for a step of this task in flight")
+		return nil, plugin.Refuse(plugin.ErrNotAllowed, "turn token is not valid for a step of this task in flight")
 	}
 	return ts, nil
 }
@@ -80,7 +81,7 @@ func (s *taskServices) Progress(ctx context.Context, tok, note string) error {
 		return err
 	}
 	if err := s.r.progress(ctx, ts.turn, note); err != nil {
-		return fmt.Errorf("progress %w: %w", ErrNotRecorded, err)
+		return fmt.Errorf("progress %w: %w", plugin.ErrNotRecorded, err)
 	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -22,7 +24,7 @@ import (
 func TestTurnTokenMisuseRefused(t *testing.T) {
 	h := openHost(t, "", nil)
 	r := h.Runner
-	a := newServicesServer(&taskServices{r: r, taskID: "t_a"})
+	a := plugin.NewServicesServer(&taskServices{r: r, taskID: "t_a"})
 	finished, _ := r.turns.issue(turn{taskID: "t_a", principal: alice, runID: 1, attempt: 1})
 	r.turns.revoke(finished)
 	other, _ := r.turns.issue(turn{taskID: "t_b", principal: alice, runID: 1, attempt: 1})
@@ -216,8 +218,8 @@ func TestCancelRacesApprove(t *testing.T) {
 // An approval pending when the host dies is cancelled at restart and can no
 // longer be approved.
 func TestApprovalPendingAtRestartCancelled(t *testing.T) {
-	dir := shortTempDir(t)
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(), ExecutorDir: executorDir})
+	dir := testwait.ShortTempDir(t)
+	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +244,7 @@ func TestApprovalPendingAtRestartCancelled(t *testing.T) {
 // gone, the effect is indeterminate and the next attempt is told.
 func TestPluginKilledDuringToolEffect(t *testing.T) {
 	h := openHost(t, "", shellNoApproval)
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	pluginPid := filepath.Join(dir, "plugin.pid")
 	cmd := "sh -c 'echo $$ > tool.pid; sleep 300' & wait" // in the workspace: the command is confined to it
 	task := create(t, h, alice, map[string]any{"pid_file": pluginPid, "call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}}, Limits{})
@@ -266,7 +268,7 @@ func TestPluginKilledDuringToolEffect(t *testing.T) {
 func waitApproval(t *testing.T, h *Host, principal, taskID string) store.Approval {
 	t.Helper()
 	var found store.Approval
-	eventually(t, 15*time.Second, "a pending approval", func() bool {
+	testwait.Until(t, 15*time.Second, "a pending approval", func() bool {
 		as, err := h.Runner.Approvals(context.Background(), principal, store.ApprovalPending)
 		if err != nil {
 			t.Fatal(err)
@@ -361,10 +363,10 @@ func TestPluginEnvironmentIsAllowListed(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", canary)
 	t.Setenv("TASKHOST_SECRET_TEST", canary)
 	h := openHost(t, "", nil)
-	envFile := filepath.Join(shortTempDir(t), "env")
+	envFile := filepath.Join(testwait.ShortTempDir(t), "env")
 	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
-	env := waitFile(t, envFile)
+	env := testwait.File(t, envFile)
 	if strings.Contains(env, canary) {
 		t.Fatalf("the plugin saw the canary:\n%s", env)
 	}
@@ -378,7 +380,7 @@ func TestPluginEnvironmentIsAllowListed(t *testing.T) {
 // that is gone.
 func TestPluginCrashWhileWaitingCancelsApproval(t *testing.T) {
 	h := openHost(t, "", nil)
-	pidFile := filepath.Join(shortTempDir(t), "pid")
+	pidFile := filepath.Join(testwait.ShortTempDir(t), "pid")
 	task := create(t, h, alice, map[string]any{"request_approval": true, "pid_file": pidFile}, Limits{})
 	a := waitApproval(t, h, alice, task.ID)
 	if err := syscallKill(readPid(t, pidFile)); err != nil {

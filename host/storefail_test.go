@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/internal/testfs"
+	"github.com/taskhost/taskhost/internal/testwait"
 
 	"github.com/taskhost/taskhost/store"
 )
@@ -35,9 +36,9 @@ func TestStoreFullDiskInterruptsAndRecordsWhenSpaceReturns(t *testing.T) {
 }
 
 func testStoreFullDisk(t *testing.T, extra map[string]any) {
-	dir := testfs.MountTmpfs(t, shortTempDir(t), 32<<20)
+	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
-	ctl := shortTempDir(t) // off the full disk
+	ctl := testwait.ShortTempDir(t) // off the full disk
 	release, pidFile := filepath.Join(ctl, "release"), filepath.Join(ctl, "pid")
 	te := map[string]any{"steps": 2, "wait_file": release, "pid_file": pidFile}
 	for k, v := range extra {
@@ -62,7 +63,7 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 	}
 
 	var seen store.Task
-	eventually(t, 15*time.Second, "the task to show interrupted (store_error)", func() bool {
+	testwait.Until(t, 15*time.Second, "the task to show interrupted (store_error)", func() bool {
 		seen, err = h.Runner.Get(ctx, alice, task.ID)
 		return err == nil && seen.Status == store.StatusInterrupted
 	})
@@ -157,9 +158,9 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 // reached the store, which still says running; the next start recovers
 // the task as interrupted (host_restart) like any other, and it resumes.
 func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
-	dir := testfs.MountTmpfs(t, shortTempDir(t), 32<<20)
+	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
-	ctl := shortTempDir(t)
+	ctl := testwait.ShortTempDir(t)
 	release := filepath.Join(ctl, "release")
 	task := create(t, h, alice, map[string]any{"steps": 1, "wait_file": release, "pid_file": filepath.Join(ctl, "pid")}, Limits{})
 	readPid(t, filepath.Join(ctl, "pid"))
@@ -168,7 +169,7 @@ func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "the task to show store_error", func() bool {
+	testwait.Until(t, 15*time.Second, "the task to show store_error", func() bool {
 		got, err := h.Runner.Get(ctx, alice, task.ID)
 		return err == nil && got.Reason == store.ReasonStoreError
 	})

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -76,9 +77,9 @@ func TestOpenAIToolNamesEndToEnd(t *testing.T) {
 			{"id":"c1","type":"function","function":{"name":"workspace_write","arguments":"{\"path\":\"notes.md\",\"content\":\"hello\"}"}}]}}]}`)
 	}))
 	t.Cleanup(srv.Close)
-	cfg := testConfig()
+	cfg := testConfig(t)
 	cfg.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 10}
-	h, err := Open(context.Background(), Options{DataDir: shortTempDir(t), Config: cfg, ExecutorDir: executorDir})
+	h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: cfg, ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -35,7 +36,7 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := openHost(t, "", shellNoApproval)
 			ctx := context.Background()
-			dir := shortTempDir(t)
+			dir := testwait.ShortTempDir(t)
 			indet := filepath.Join(dir, "indet")
 			// In the workspace: the command is confined to it.
 			cmd := "echo ran >> count; echo $$ > tool.pid; sleep 300"
@@ -75,7 +76,7 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 				}
 			}
 			task = waitEnd(t, h, alice, task.ID)
-			if got := waitFile(t, indet); got != fmt.Sprintf("1 1 tool %s\n", tc.status) {
+			if got := testwait.File(t, indet); got != fmt.Sprintf("1 1 tool %s\n", tc.status) {
 				t.Errorf("the re-run was told %q, want the effect as %s", got, tc.status)
 			}
 			data, _ := os.ReadFile(count)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // An admin ([api] admins) on a real daemon: after a daemon stop leaves
@@ -19,7 +21,7 @@ func TestAdminResumesAnotherPrincipalsTask(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root: the test runs a client as another uid")
 	}
-	parent, clientDir, work := shortTempDir(t), shortTempDir(t), shortTempDir(t)
+	parent, clientDir, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	for _, dir := range []string{parent, clientDir, work} {
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // The chaos suite: a seeded, randomized workload of tasks on several
@@ -35,7 +37,7 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("chaos seed %d (replay: TASKHOST_CHAOS_SEED=%d TASKHOST_CHAOS_ROUNDS=%d)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	c := &chaos{t: t, rng: rng, data: shortTempDir(t), work: shortTempDir(t), seen: map[string]taskView{}, faults: map[string]int{}}
+	c := &chaos{t: t, rng: rng, data: testwait.ShortTempDir(t), work: testwait.ShortTempDir(t), seen: map[string]taskView{}, faults: map[string]int{}}
 	c.config = filepath.Join(c.work, "taskhost.toml")
 	if err := os.WriteFile(c.config, []byte("[machine_spirit]\nenabled = true\n"), 0o600); err != nil {
 		t.Fatal(err)

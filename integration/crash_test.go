@@ -7,13 +7,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // The host SIGKILLed in the middle of a step: its plugin dies with it (no
 // orphan), the restarted host marks the task interrupted (host_restart), and
 // an explicit resume completes the same task with the remaining budgets.
 func TestHostKilledMidStep(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
 	specFile := writeSpec(t, work, map[string]any{"goal": "survive a host crash", "testexec": map[string]any{
 		"steps": 2, "pid_file": pidFile, "sleep_at_attempt": 2, "long_sleep_ms": 60000,
@@ -36,7 +38,7 @@ func TestHostKilledMidStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.cmd.Wait()
-	eventually(t, 5*time.Second, "the plugin to die with its host", func() bool { return !alive(plugin) })
+	testwait.Until(t, 5*time.Second, "the plugin to die with its host", func() bool { return !alive(plugin) })
 
 	before := inspect(t, data, id)
 	if before.Task.Status != "running" {
@@ -70,7 +72,7 @@ func TestHostKilledMidStep(t *testing.T) {
 // The plugin SIGKILLed mid-step under 'taskhost run': the command reports
 // the task interrupted (exit 6), and 'run --resume' completes the same id.
 func TestRunShowsPluginKillThenResume(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
 	specFile := writeSpec(t, work, map[string]any{"goal": "demo", "testexec": map[string]any{
 		"steps": 3, "pid_file": pidFile, "sleep_at_attempt": 2, "long_sleep_ms": 60000,
@@ -112,7 +114,7 @@ func TestRunUsageErrors(t *testing.T) {
 			t.Errorf("taskhost %v: exit %d, stderr %q; want exit 2 with a message", args, code, errOut)
 		}
 	}
-	_, errOut, code := taskhost(t, "inspect", "--data-dir", shortTempDir(t), "t_missing")
+	_, errOut, code := taskhost(t, "inspect", "--data-dir", testwait.ShortTempDir(t), "t_missing")
 	if code == 0 {
 		t.Errorf("inspect of a missing store succeeded: %s", errOut)
 	}

@@ -9,12 +9,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // Through the real socket: create → watch → completed, with the documented
 // JSON shapes all the way.
 func TestDaemonCreateWatchComplete(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	id := createTask(t, d, work, map[string]any{"goal": "count to three", "testexec": map[string]any{"steps": 3, "sleep_ms": 20}}, "--max-steps", "5")
 
@@ -63,7 +65,7 @@ func TestDaemonCreateWatchComplete(t *testing.T) {
 // Cancel through the API: the step in flight stops, the watch reports the
 // cancel (exit 1), cancelling again is a no-op, and resuming is a conflict.
 func TestDaemonCancel(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, testexecConfig(t, work))
 	marker := filepath.Join(work, "cancelled")
 	id := createTask(t, d, work, map[string]any{"goal": "sleep", "testexec": map[string]any{"sleep_ms": 60000, "cancel_marker": marker}})
@@ -95,7 +97,7 @@ func TestDaemonCancel(t *testing.T) {
 // reconnecting; a restarted daemon recovers the task as interrupted
 // (host_restart), which the same watch reports; resume completes it.
 func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
 	d := startDaemon(t, data, testexecConfig(t, work))
 	id := createTask(t, d, work, map[string]any{"goal": "survive", "testexec": map[string]any{
@@ -106,7 +108,7 @@ func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
 	plugin := readPid(t, pidFile)
 
 	d.kill(t)
-	eventually(t, 5*time.Second, "the plugin to die with its daemon", func() bool { return !alive(plugin) })
+	testwait.Until(t, 5*time.Second, "the plugin to die with its daemon", func() bool { return !alive(plugin) })
 	// The watch is still running, reconnecting.
 	if !alive(w.cmd.Process.Pid) {
 		t.Fatal("task watch exited when the daemon died")
@@ -143,7 +145,7 @@ func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
 // (host_shutdown) and its watcher is told, the plugin is gone, the socket
 // removed, exit 0.
 func TestDaemonGracefulStop(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
 	d := startDaemon(t, data, testexecConfig(t, work))
 	id := createTask(t, d, work, map[string]any{"goal": "sleep", "testexec": map[string]any{"sleep_ms": 60000, "pid_file": pidFile}})
@@ -172,7 +174,7 @@ func TestDaemonGracefulStop(t *testing.T) {
 // One daemon per data dir: a second is refused with a message naming the
 // first, and the first keeps serving.
 func TestSecondDaemonRefused(t *testing.T) {
-	data := shortTempDir(t)
+	data := testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	_, errOut, code := taskhost(t, "serve", "--data-dir", data)
 	if code != 5 || !strings.Contains(errOut, "used by another taskhost (pid "+strconv.Itoa(d.cmd.Process.Pid)+")") ||
@@ -188,7 +190,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 	if code != 5 || !strings.Contains(errOut, "task create") {
 		t.Fatalf("run on the daemon's data dir: exit %d\n%s", code, errOut)
 	}
-	out, errOut, code := taskhost(t, "run", "--data-dir", shortTempDir(t), "--executor", "testexec", "--goal", "beside the daemon")
+	out, errOut, code := taskhost(t, "run", "--data-dir", testwait.ShortTempDir(t), "--executor", "testexec", "--goal", "beside the daemon")
 	if code != 0 || !strings.Contains(out, "completed") {
 		t.Fatalf("run beside the daemon: exit %d\n%s%s", code, out, errOut)
 	}
@@ -197,7 +199,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 // The data dir is 0700 and the socket 0600 by default, whatever the data
 // dir's mode was.
 func TestSocketPermissions(t *testing.T) {
-	data := shortTempDir(t)
+	data := testwait.ShortTempDir(t)
 	if err := os.Chmod(data, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +224,7 @@ func TestSocketPermissions(t *testing.T) {
 // A config error names the key and exits 2; a non-loopback token listener
 // is one.
 func TestServeConfigErrors(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	cfg := writeConfig(t, dir, "[api]\ntcp_listen = \"0.0.0.0:7468\"\n")
 	_, errOut, code := taskhost(t, "serve", "--data-dir", filepath.Join(dir, "data"), "--config", cfg)
 	if code != 2 || !strings.Contains(errOut, "api.tcp_listen") || !strings.Contains(errOut, "loopback") {
@@ -232,7 +234,7 @@ func TestServeConfigErrors(t *testing.T) {
 
 // The event stream of `task watch` without --json is one line per event.
 func TestWatchTextOutput(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	id := createTask(t, d, work, map[string]any{"goal": "two", "testexec": map[string]any{"steps": 2}})
 	out, errOut, code := d.cli(t, "task", "watch", id)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 const (
@@ -48,9 +50,9 @@ func setUpIsolation(t *testing.T) *isolation {
 	if os.Getuid() != 0 {
 		t.Skip("needs root: the test runs clients as other uids")
 	}
-	parent := shortTempDir(t)
-	clientDir := shortTempDir(t)
-	work := shortTempDir(t)
+	parent := testwait.ShortTempDir(t)
+	clientDir := testwait.ShortTempDir(t)
+	work := testwait.ShortTempDir(t)
 	for _, dir := range []string{parent, clientDir, work} {
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -164,7 +166,7 @@ func TestPrincipalIsolation(t *testing.T) {
 	// All three wait for an approval at once.
 	for _, a := range actors {
 		var list approvalsJSON
-		eventually(t, 15*time.Second, a.name+"'s approval", func() bool {
+		testwait.Until(t, 15*time.Second, a.name+"'s approval", func() bool {
 			a.json(t, &list, "approvals", "list")
 			return len(list.Approvals) > 0
 		})

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/internal/testbin"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // demoBinDir makes a directory with taskhost and the named executors, as
 // `make build` leaves bin/: the demo finds its executors beside itself.
 func demoBinDir(t *testing.T, executors ...string) string {
 	t.Helper()
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	copyBin := func(name string) {
 		data, err := os.ReadFile(filepath.Join(binDir, name))
 		if err != nil {

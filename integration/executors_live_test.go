@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // rebuild puts a copy of the test executor at dst, as a rebuild lands
@@ -43,7 +45,7 @@ func pinnedConfig(t *testing.T, work, bin, sum string) string {
 // the config applied by `executors reload`, and again by SIGHUP, lets
 // creates through, while a task running across both reloads completes.
 func TestExecutorRebuiltUnderDaemon(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	bin := filepath.Join(work, "testexec")
 	cfg := pinnedConfig(t, work, bin, rebuild(t, bin, ""))
 	d := startDaemon(t, data, cfg)
@@ -81,7 +83,7 @@ func TestExecutorRebuiltUnderDaemon(t *testing.T) {
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the reload by SIGHUP", func() bool {
+	testwait.Until(t, 30*time.Second, "the reload by SIGHUP", func() bool {
 		return strings.Contains(d.logText(), "executor config reloaded; the daemon keeps running")
 	})
 	createTask(t, d, work, map[string]any{"goal": "after SIGHUP"})

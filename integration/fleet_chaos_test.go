@@ -18,6 +18,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver the invariants are read through
 
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // TestFleetChaos is the chaos suite across a fleet: three real `taskhost
@@ -53,19 +54,19 @@ func TestFleetChaos(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 
 	c := &fleetChaos{
-		t: t, rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), db: db, work: shortTempDir(t),
+		t: t, rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), db: db, work: testwait.ShortTempDir(t),
 		seen: map[string]chaosRow{}, frozen: map[runKey]string{}, cancelled: map[string]bool{}, lost: map[string]bool{}, faults: map[string]int{},
 	}
 	key := make([]byte, 32)
 	rand.Read(key) //nolint:errcheck // never fails
 	for _, id := range []string{"host-a", "host-b", "host-c"} {
-		h := &fleetHost{id: id, data: shortTempDir(t)}
+		h := &fleetHost{id: id, data: testwait.ShortTempDir(t)}
 		if err := os.WriteFile(filepath.Join(h.data, "host.key"), key, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		// max_concurrent leaves room for the whole workload on one host:
 		// a resume after a takeover must not be refused as busy.
-		h.cfg = writeConfig(t, shortTempDir(t), fmt.Sprintf("[tasks]\nmax_concurrent = 16\n\n[executors.testexec]\npath = %q\nread_write = [%q]\n\n"+
+		h.cfg = writeConfig(t, testwait.ShortTempDir(t), fmt.Sprintf("[tasks]\nmax_concurrent = 16\n\n[executors.testexec]\npath = %q\nread_write = [%q]\n\n"+
 			"[store]\ndriver = \"postgres\"\ndsn_env = %q\n\n[fleet]\nhost_id = %q\n%s",
 			filepath.Join(binDir, "taskhost-executor-testexec"), c.work, fleetDSNEnv, id, fleetTimings))
 		h.start(t)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // The fleet tests run real `taskhost serve` daemons, each with its own data
@@ -32,11 +33,11 @@ const fleetTimings = "heartbeat_seconds = 1\nlease_seconds = 3\npoll_millis = 50
 func startFleet(t *testing.T, extra string, ids ...string) (work string, hosts []*daemon) {
 	t.Helper()
 	t.Setenv(fleetDSNEnv, testpg.DSN(t))
-	work = shortTempDir(t)
+	work = testwait.ShortTempDir(t)
 	key := make([]byte, 32)
 	rand.Read(key) //nolint:errcheck // never fails
 	for _, id := range ids {
-		data, conf := shortTempDir(t), shortTempDir(t)
+		data, conf := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 		if err := os.WriteFile(filepath.Join(data, "host.key"), key, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +71,7 @@ func TestFleetCancelAcrossHosts(t *testing.T) {
 	a, b := hs[0], hs[1]
 	marker := filepath.Join(work, "cancelled")
 	id := createTask(t, a, work, map[string]any{"goal": "sleep", "testexec": map[string]any{"sleep_ms": 60000, "cancel_marker": marker}})
-	eventually(t, 20*time.Second, "the step to run on A", func() bool {
+	testwait.Until(t, 20*time.Second, "the step to run on A", func() bool {
 		st := status(t, b, id)
 		return len(st.Attempts) == 1 && st.Attempts[0].Status == "running"
 	})
@@ -80,12 +81,12 @@ func TestFleetCancelAcrossHosts(t *testing.T) {
 	if v.Task.Status != "cancelled" || v.Task.Reason != "user_cancelled" {
 		t.Fatalf("cancel on B: %+v", v.Task)
 	}
-	eventually(t, 10*time.Second, "the executor on A to see its context cancelled", func() bool {
+	testwait.Until(t, 10*time.Second, "the executor on A to see its context cancelled", func() bool {
 		data, err := os.ReadFile(marker)
 		return err == nil && strings.Contains(string(data), "cancelled attempt=1")
 	})
 	t.Logf("cancel through B reached the executor on A within %s (poll 50 ms)", time.Since(t0))
-	eventually(t, 10*time.Second, "A to close the attempt", func() bool {
+	testwait.Until(t, 10*time.Second, "A to close the attempt", func() bool {
 		st := status(t, a, id)
 		return st.Attempts[0].Status == "cancelled"
 	})
@@ -100,15 +101,15 @@ func TestFleetHostKilledResumedElsewhere(t *testing.T) {
 	id := createTask(t, a, work, map[string]any{"goal": "survive a host", "testexec": map[string]any{
 		"steps": 3, "pid_file": pidFile, "sleep_at_attempt": 2, "long_sleep_ms": 60000,
 	}}, "--max-steps", "5")
-	eventually(t, 20*time.Second, "attempt 2 to run on A", func() bool {
+	testwait.Until(t, 20*time.Second, "attempt 2 to run on A", func() bool {
 		st := status(t, b, id)
 		return len(st.Attempts) == 2 && st.Attempts[1].Status == "running"
 	})
 	plugin := readPid(t, pidFile)
 	a.kill(t)
 	killed := time.Now()
-	eventually(t, 5*time.Second, "A's plugin to die with it", func() bool { return !alive(plugin) })
-	eventually(t, 15*time.Second, "B to mark the task host_lost", func() bool {
+	testwait.Until(t, 5*time.Second, "A's plugin to die with it", func() bool { return !alive(plugin) })
+	testwait.Until(t, 15*time.Second, "B to mark the task host_lost", func() bool {
 		return status(t, b, id).Task.Status == "interrupted"
 	})
 	t.Logf("host_lost %s after A's SIGKILL (lease 3 s, heartbeat 1 s)", time.Since(killed))
@@ -118,7 +119,7 @@ func TestFleetHostKilledResumedElsewhere(t *testing.T) {
 	}
 	var v oneTask
 	b.cliJSON(t, &v, "task", "resume", id)
-	eventually(t, 20*time.Second, "the resumed task to complete on B", func() bool {
+	testwait.Until(t, 20*time.Second, "the resumed task to complete on B", func() bool {
 		return status(t, b, id).Task.Status == "completed"
 	})
 	done := status(t, b, id)
@@ -139,7 +140,7 @@ func TestFleetPausedHostFenced(t *testing.T) {
 	id := createTask(t, a, work, map[string]any{"goal": "outlive a pause", "testexec": map[string]any{
 		"steps": 2, "pid_file": pidFile, "sleep_at_attempt": 1, "long_sleep_ms": 3000,
 	}}, "--max-steps", "5")
-	eventually(t, 20*time.Second, "attempt 1 to run on A", func() bool {
+	testwait.Until(t, 20*time.Second, "attempt 1 to run on A", func() bool {
 		st := status(t, b, id)
 		return len(st.Attempts) == 1 && st.Attempts[0].Status == "running"
 	})
@@ -153,12 +154,12 @@ func TestFleetPausedHostFenced(t *testing.T) {
 			a.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck // best effort for the clean-up
 		}
 	}()
-	eventually(t, 15*time.Second, "B to mark the paused host's task host_lost", func() bool {
+	testwait.Until(t, 15*time.Second, "B to mark the paused host's task host_lost", func() bool {
 		return status(t, b, id).Task.Status == "interrupted"
 	})
 	var v oneTask
 	b.cliJSON(t, &v, "task", "resume", id)
-	eventually(t, 20*time.Second, "the task to complete on B", func() bool {
+	testwait.Until(t, 20*time.Second, "the task to complete on B", func() bool {
 		return status(t, b, id).Task.Status == "completed"
 	})
 	before := status(t, b, id)
@@ -168,10 +169,10 @@ func TestFleetPausedHostFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped = false
-	eventually(t, 15*time.Second, "A to report its lost lease", func() bool {
+	testwait.Until(t, 15*time.Second, "A to report its lost lease", func() bool {
 		return strings.Contains(a.logText(), "lease") && strings.Contains(a.logText(), id)
 	})
-	eventually(t, 10*time.Second, "A's plugin to be stopped", func() bool { return !alive(plugin) })
+	testwait.Until(t, 10*time.Second, "A's plugin to be stopped", func() bool { return !alive(plugin) })
 	after := status(t, b, id)
 	if after.Task.Status != "completed" || after.Task.RunID != 2 || string(after.Task.Result) != string(before.Task.Result) ||
 		len(after.Attempts) != len(before.Attempts) || after.Task.Budgets["steps"] != before.Task.Budgets["steps"] {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // A hostile executor built only with the SDK runs next to a normal task on a
@@ -23,7 +24,7 @@ func TestHostileExecutorIsConfined(t *testing.T) {
 	if confine.Probe().LandlockABI < 1 {
 		t.Skip("the kernel offers no Landlock: the filesystem probes would not be refused")
 	}
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	data := filepath.Join(dir, "d")
 	const canary = "hostile-canary-6b1d0c"
 	t.Setenv("TASKHOST_TEST_CANARY", canary)
@@ -118,7 +119,7 @@ func TestHostileExecutorIsConfined(t *testing.T) {
 		t.Errorf("victim's result %s", vt.Result)
 	}
 	// The hostile plugin's private dir went with it.
-	eventually(t, 10*time.Second, "the plugin private dirs removed", func() bool {
+	testwait.Until(t, 10*time.Second, "the plugin private dirs removed", func() bool {
 		left, _ := filepath.Glob(filepath.Join(data, "plugins", "run-*"))
 		return len(left) == 0
 	})

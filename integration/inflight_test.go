@@ -11,6 +11,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // boundary is a moment of a multi-effect step at which the host is killed.
@@ -129,7 +131,7 @@ func unixSigName(sig syscall.Signal) string {
 // writes against its charged tool calls. It returns the number of writes.
 func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, round int) int {
 	t.Helper()
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	waitFile := filepath.Join(work, "step.go")
 	te := map[string]any{
 		"steps": 3, "approve_retry": true,
@@ -155,7 +157,7 @@ func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, rou
 	release := func() {
 		t.Helper()
 		// The host makes the workspace when the step starts.
-		eventually(t, 30*time.Second, "the workspace "+ws, func() bool { _, err := os.Stat(ws); return err == nil })
+		testwait.Until(t, 30*time.Second, "the workspace "+ws, func() bool { _, err := os.Stat(ws); return err == nil })
 		if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +188,7 @@ func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, rou
 	if data, err := os.ReadFile(filepath.Join(ws, "tool.pid")); err == nil {
 		var pid int
 		if _, err := fmt.Sscan(string(data), &pid); err == nil {
-			eventually(t, 10*time.Second, "the in-flight tool to die with its host", func() bool { return !alive(pid) })
+			testwait.Until(t, 10*time.Second, "the in-flight tool to die with its host", func() bool { return !alive(pid) })
 		}
 	}
 	release()

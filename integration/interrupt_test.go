@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // interruptDaemon is a `taskhost serve` with MACHINE-SPIRIT enabled and a
@@ -25,7 +27,7 @@ type interruptDaemon struct {
 
 func startInterruptDaemon(t *testing.T) *interruptDaemon {
 	t.Helper()
-	work := shortTempDir(t)
+	work := testwait.ShortTempDir(t)
 	sum := sha256.Sum256([]byte(ciToken))
 	cfg := writeConfig(t, work, fmt.Sprintf("[machine_spirit]\nenabled = true\n\n[api]\ntcp_listen = \"127.0.0.1:0\"\n\n[api.tokens]\nci = %q\n",
 		hex.EncodeToString(sum[:])))
@@ -66,7 +68,7 @@ func (id *interruptDaemon) create(t *testing.T) string {
 func (id *interruptDaemon) question(t *testing.T, task string) approvalJSON {
 	t.Helper()
 	var a approvalJSON
-	eventually(t, 60*time.Second, "the question of task "+task, func() bool {
+	testwait.Until(t, 60*time.Second, "the question of task "+task, func() bool {
 		var list approvalsJSON
 		id.d.cliJSON(t, &list, "approvals", "list")
 		for _, x := range list.Approvals {

@@ -9,13 +9,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // The legacy executor with the shipped scripted model: a three-step task
 // whose second step runs an approval-gated command completes with
 // --approve-all, and fails approval_rejected with --reject-all.
 func TestLegacyDemoApproveAndReject(t *testing.T) {
-	data := shortTempDir(t)
+	data := testwait.ShortTempDir(t)
 	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--executor", "legacy", "--goal", "write a report", "--approve-all")
 	if code != 0 || !strings.Contains(out, "completed after 3 steps") || !strings.Contains(out, `{"summary":"report ready"}`) {
 		t.Fatalf("approve-all: exit %d\n%s\n%s", code, out, errOut)
@@ -23,7 +25,7 @@ func TestLegacyDemoApproveAndReject(t *testing.T) {
 	if !strings.Contains(errOut, "approved automatically (--approve-all)") {
 		t.Errorf("no visible notice of the automatic approval:\n%s", errOut)
 	}
-	cfg := filepath.Join(shortTempDir(t), "c.toml")
+	cfg := filepath.Join(testwait.ShortTempDir(t), "c.toml")
 	script, _ := filepath.Abs("../examples/scripts/legacy-reject.json")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("[model]\nscript = %q\n", script)), 0o600)
 	out, errOut, code = taskhost(t, "run", "--data-dir", data, "--config", cfg, "--executor", "legacy", "--goal", "clean up", "--reject-all")
@@ -36,7 +38,7 @@ func TestLegacyDemoApproveAndReject(t *testing.T) {
 // process group dies with the step, the effect is indeterminate, and the
 // resumed step asks before doing anything — rejected, it never re-runs it.
 func TestLegacyCrashMidEffectNotRerun(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	script := map[string]any{"version": 1, "rules": []any{
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 1/"},
 			"reply": map[string]any{"tool_calls": []any{map[string]any{"name": "shell.run", "arguments": map[string]any{
@@ -60,7 +62,7 @@ func TestLegacyCrashMidEffectNotRerun(t *testing.T) {
 	}
 	h.line(t, func(l string) bool { return strings.Contains(l, "interrupted (executor_crashed)") })
 	h.cmd.Wait()
-	eventually(t, 10*time.Second, "the tool's process to die with its step", func() bool { return !alive(tool) })
+	testwait.Until(t, 10*time.Second, "the tool's process to die with its step", func() bool { return !alive(tool) })
 
 	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--config", cfg, "--resume", id, "--reject-all")
 	if code != 1 || !strings.Contains(out, "approval_rejected") {

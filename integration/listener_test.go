@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // fdCount is the number of open descriptors of process pid.
@@ -32,7 +34,7 @@ func fdCount(t *testing.T, pid int) int {
 func TestTokenListenerFloodAndBruteForce(t *testing.T) {
 	const token = "flood-test-token-0123456789abcdef"
 	const maxConns = 64
-	work := shortTempDir(t)
+	work := testwait.ShortTempDir(t)
 	sum := sha256.Sum256([]byte(token))
 	cfg := writeConfig(t, work, fmt.Sprintf(`
 [api]
@@ -43,7 +45,7 @@ first_request_timeout_seconds = 1
 [api.tokens]
 ci = "%s"
 `, maxConns, hex.EncodeToString(sum[:])))
-	d := startDaemon(t, shortTempDir(t), cfg)
+	d := startDaemon(t, testwait.ShortTempDir(t), cfg)
 	pid := d.cmd.Process.Pid
 	base := fdCount(t, pid)
 
@@ -94,13 +96,13 @@ ci = "%s"
 	// ahead of it have been closed.
 	start := time.Now()
 	tries := 0
-	eventually(t, 30*time.Second, "a token call to get through", func() bool {
+	testwait.Until(t, 30*time.Second, "a token call to get through", func() bool {
 		tries++
 		_, _, code := withToken(token, "task", "list", "--json")
 		return code == 0
 	})
 	tokenWait := time.Since(start)
-	eventually(t, 30*time.Second, "the idle connections to be closed", func() bool { return fdCount(t, pid) <= base+2 })
+	testwait.Until(t, 30*time.Second, "the idle connections to be closed", func() bool { return fdCount(t, pid) <= base+2 })
 	close(stop)
 	<-sampled
 	if peak > base+maxConns+8 {

@@ -8,13 +8,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // `serve --log-file` writes its log to a 0600 file; a rotation's
 // rename-then-SIGHUP moves the log to a fresh file, and the daemon serves
 // on.
 func TestServeLogFileReopenedOnSIGHUP(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	logPath := filepath.Join(work, "taskhost.log")
 	cmd := exec.Command(filepath.Join(binDir, "taskhost"), "serve", "--data-dir", data, "--log-file", logPath, "--log-format", "json", "--log-level", "info")
 	var stderr strings.Builder
@@ -29,7 +31,7 @@ func TestServeLogFileReopenedOnSIGHUP(t *testing.T) {
 		b, _ := os.ReadFile(p)
 		return string(b)
 	}
-	eventually(t, 30*time.Second, "the serving line in the log file", func() bool { return strings.Contains(read(logPath), `"serving"`) })
+	testwait.Until(t, 30*time.Second, "the serving line in the log file", func() bool { return strings.Contains(read(logPath), `"serving"`) })
 	if fi, err := os.Stat(logPath); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("log file: %v, mode %v; want 0600", err, fi.Mode().Perm())
 	}
@@ -41,7 +43,7 @@ func TestServeLogFileReopenedOnSIGHUP(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the SIGHUP line in a new log file", func() bool { return strings.Contains(read(logPath), "SIGHUP received") })
+	testwait.Until(t, 30*time.Second, "the SIGHUP line in a new log file", func() bool { return strings.Contains(read(logPath), "SIGHUP received") })
 	if strings.Contains(read(rotated), "SIGHUP received") {
 		t.Errorf("a line after the reopen went to the rotated file")
 	}

@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // taskhost run with machinespirit: the rlm graph completes with the shipped
 // scripted model; disabled, or pinned to a version the machine lacks, the
 // same command is refused with the reason.
 func TestMachineSpiritRun(t *testing.T) {
-	work := shortTempDir(t)
+	work := testwait.ShortTempDir(t)
 	spec, _ := filepath.Abs("../examples/machinespirit/rlm.json")
 	ctxFile, _ := filepath.Abs("../examples/machinespirit/ctx.txt")
 	n := 0

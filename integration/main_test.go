@@ -21,6 +21,7 @@ import (
 	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/internal/testbin"
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // binDir holds taskhost and the executors, built once for the package.
@@ -44,16 +45,6 @@ func TestMain(m *testing.M) {
 	code := testpg.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "th")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // taskhost runs the taskhost binary to completion.
@@ -126,17 +117,6 @@ func (s *started) line(t *testing.T, match func(string) bool) string {
 	}
 }
 
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
@@ -153,7 +133,7 @@ func alive(pid int) bool {
 func readPid(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
-	eventually(t, 15*time.Second, "pid file "+path, func() bool {
+	testwait.Until(t, 15*time.Second, "pid file "+path, func() bool {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return false

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // metricsAddr is the metrics listener's address from the daemon's
@@ -75,7 +77,7 @@ func samples(t *testing.T, body string) map[string]float64 {
 // service says SERVING, reflection lists the API, and the listener goes
 // with the daemon.
 func TestDaemonMetricsHealthAndReflection(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, writeConfig(t, work, "[api]\nmetrics_listen = \"127.0.0.1:0\"\n"))
 	base := "http://" + metricsAddr(t, d)
 
@@ -85,7 +87,7 @@ func TestDaemonMetricsHealthAndReflection(t *testing.T) {
 
 	id := createTask(t, d, work, map[string]any{"goal": "metrics", "testexec": map[string]any{"steps": 3, "sleep_ms": 400}})
 	var during map[string]float64
-	eventually(t, 20*time.Second, "a scrape showing the running task", func() bool {
+	testwait.Until(t, 20*time.Second, "a scrape showing the running task", func() bool {
 		_, body := get(t, base+"/metrics")
 		during = samples(t, body)
 		return during["taskhost_running_plugins"] == 1 && during["taskhost_steps_running"] == 1

@@ -5,13 +5,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // What a plugin logs during a step lands in the daemon's log with the
 // task's id and the executor; when the step then crashes, the panic is in
 // the attempt's stderr tail and in plain `task status`.
 func TestDaemonForwardsPluginLogAndShowsCrashTail(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, testexecConfig(t, work))
 	id := createTask(t, d, work, map[string]any{"goal": "log then crash",
 		"testexec": map[string]any{"log_warn": "testexec warns before it panics", "panic_at_attempt": 1}})
@@ -21,7 +23,7 @@ func TestDaemonForwardsPluginLogAndShowsCrashTail(t *testing.T) {
 	}
 
 	var line map[string]any
-	eventually(t, 10*time.Second, "the forwarded WARN line in the daemon log", func() bool {
+	testwait.Until(t, 10*time.Second, "the forwarded WARN line in the daemon log", func() bool {
 		for _, l := range strings.Split(d.logText(), "\n") {
 			if strings.Contains(l, "testexec warns before it panics") && json.Unmarshal([]byte(l), &line) == nil {
 				return true

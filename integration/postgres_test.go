@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/internal/testpg"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // pgDSNEnv is the variable the daemons under test read their DSN from.
@@ -29,7 +30,7 @@ func postgresConfig(t *testing.T, work string) string {
 // completes it with what was left of its budget. No store file is made.
 func TestDaemonOnPostgres(t *testing.T) {
 	t.Setenv(pgDSNEnv, testpg.DSN(t))
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, postgresConfig(t, work))
 
 	id := createTask(t, d, work, map[string]any{"goal": "count to three", "testexec": map[string]any{"steps": 3, "sleep_ms": 20}}, "--max-steps", "5")
@@ -46,7 +47,7 @@ func TestDaemonOnPostgres(t *testing.T) {
 	w.until(t, event("step.started", 2))
 	plugin := readPid(t, pidFile)
 	d.kill(t)
-	eventually(t, 5*time.Second, "the plugin to die with its daemon", func() bool { return !alive(plugin) })
+	testwait.Until(t, 5*time.Second, "the plugin to die with its daemon", func() bool { return !alive(plugin) })
 
 	d2 := startDaemon(t, data, postgresConfig(t, work))
 	var st statusJSON

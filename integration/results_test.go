@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 type filesJSON struct {
@@ -23,7 +25,7 @@ type filesJSON struct {
 // workspace; a backup taken while it runs restores into a new data dir
 // that a second daemon serves.
 func TestDaemonResultsDeleteBackup(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	notes := filepath.Join(work, "notes.md")
 	if err := os.WriteFile(notes, []byte("# my notes\n"), 0o600); err != nil {
@@ -85,7 +87,7 @@ func TestDaemonResultsDeleteBackup(t *testing.T) {
 	if out, errOut, code := taskhost(t, "backup", "--data-dir", data, backup); code != 0 || !strings.Contains(out, "host.key") {
 		t.Fatalf("backup: exit %d %q %q", code, out, errOut)
 	}
-	restored := filepath.Join(shortTempDir(t), "r")
+	restored := filepath.Join(testwait.ShortTempDir(t), "r")
 	if out, errOut, code := taskhost(t, "restore", backup, "--data-dir", restored); code != 0 || !strings.Contains(out, "checkpoints verified") {
 		t.Fatalf("restore: exit %d %q %q", code, out, errOut)
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // A hostile approved shell.run through the real binaries: the command,
@@ -22,7 +24,7 @@ func TestHostileShellRunThroughTaskhost(t *testing.T) {
 		t.Skip("setsid not installed")
 	}
 	const canary = "sk-canary-shellrun-4b1e"
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	command := fmt.Sprintf(`for f in %s %s /proc/$PPID/environ; do cat "$f" >> probe.out 2>&1 || echo "refused $f" >> probe.out; done
 setsid sh -c 'echo $$ > bg.pid; exec sleep 346' & while [ ! -s bg.pid ]; do :; done; echo started`,
 		filepath.Join(data, "host.key"), filepath.Join(data, "taskhost.db"))
@@ -62,5 +64,5 @@ setsid sh -c 'echo $$ > bg.pid; exec sleep 346' & while [ ! -s bg.pid ]; do :; d
 	}
 	pid := readPid(t, filepath.Join(ws, "bg.pid"))
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-	eventually(t, 10*time.Second, "the setsid'd process to die with its command", func() bool { return !alive(pid) })
+	testwait.Until(t, 10*time.Second, "the setsid'd process to die with its command", func() bool { return !alive(pid) })
 }

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // lockedBuffer is a bytes.Buffer a process writes while the test reads.
@@ -78,7 +80,7 @@ func (b *blockedCommand) signalAndWait(t *testing.T, sig syscall.Signal, limit t
 // Client commands blocked on input or on a watch end promptly on SIGTERM
 // and SIGINT, with exit 130.
 func TestClientCommandsEndOnSignal(t *testing.T) {
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	id := createTask(t, d, work, map[string]any{"goal": "wait", "testexec": map[string]any{"steps": 1, "request_approval": true}})
 
@@ -97,7 +99,7 @@ func TestClientCommandsEndOnSignal(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b := startBlocked(t, c.args...)
-			eventually(t, 30*time.Second, "the command to block", func() bool { return c.ready(b) })
+			testwait.Until(t, 30*time.Second, "the command to block", func() bool { return c.ready(b) })
 			code, took := b.signalAndWait(t, c.sig, 5*time.Second)
 			if code != 130 {
 				t.Fatalf("exit %d after %v, want 130; stderr:\n%s", code, c.sig, b.stderr.String())
@@ -116,7 +118,7 @@ func TestClientCommandsEndOnSignal(t *testing.T) {
 // FIFO and a directory are refused at once (exit 2) naming the flag, and
 // the size limit is enforced while reading.
 func TestInputFilesAreRegularAndBounded(t *testing.T) {
-	work := shortTempDir(t)
+	work := testwait.ShortTempDir(t)
 	fifo := filepath.Join(work, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -153,14 +155,14 @@ func TestInputFilesAreRegularAndBounded(t *testing.T) {
 // SIGHUP (a closed terminal, a log rotation's kill -HUP) does not end the
 // daemon: it logs it and serves on; SIGTERM still stops it cleanly.
 func TestServeSurvivesSIGHUP(t *testing.T) {
-	data := shortTempDir(t)
+	data := testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	for range 3 {
 		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "the SIGHUP log line", func() bool { return strings.Contains(d.logText(), "SIGHUP received") })
+	testwait.Until(t, 10*time.Second, "the SIGHUP log line", func() bool { return strings.Contains(d.logText(), "SIGHUP received") })
 	if out, errOut, code := d.cli(t, "task", "list"); code != 0 {
 		t.Fatalf("after SIGHUP: task list exit %d\n%s%s", code, out, errOut)
 	}
@@ -178,10 +180,10 @@ func TestServeSurvivesSIGHUP(t *testing.T) {
 func TestRunSignalAtApprovalPrompt(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
-			data, work := shortTempDir(t), shortTempDir(t)
+			data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 			spec := writeSpec(t, work, map[string]any{"goal": "ask", "testexec": map[string]any{"steps": 1, "request_approval": true}})
 			b := startBlocked(t, "run", "--data-dir", data, "--executor", "testexec", "--spec-file", spec)
-			eventually(t, 30*time.Second, "the approval prompt", func() bool { return strings.Contains(b.stderr.String(), "Approve? [y/N]") })
+			testwait.Until(t, 30*time.Second, "the approval prompt", func() bool { return strings.Contains(b.stderr.String(), "Approve? [y/N]") })
 			code, took := b.signalAndWait(t, sig, 10*time.Second)
 			if code != 6 {
 				t.Fatalf("exit %d after %v at the prompt, want 6 (interrupted); stderr:\n%s", code, sig, b.stderr.String())

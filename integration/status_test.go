@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // daemonStatusJSON is `taskhost status --json`, as docs/cli.md documents it.
@@ -60,7 +62,7 @@ func TestStatusCommand(t *testing.T) {
 		io.WriteString(w, `{"data":[{"id":"test"}]}`)
 	}))
 	t.Cleanup(srv.Close)
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, writeConfig(t, work, "[model]\nprovider = \"openai\"\nbase_url = \""+srv.URL+"/v1\"\nmodel = \"test\"\ntimeout_seconds = 5\npreflight = true\n"))
 
 	id := createTask(t, d, work, map[string]any{"goal": "status", "testexec": map[string]any{"steps": 1}})

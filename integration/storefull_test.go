@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/internal/testfs"
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // The daemon's data dir fills up while a step runs. `task watch` ends with
@@ -15,8 +16,8 @@ import (
 // 5 naming the cause; once space is back the interruption is recorded, and
 // a resume runs the task to completion under the same id.
 func TestDaemonFullDiskInterruptsThenResumes(t *testing.T) {
-	data := testfs.MountTmpfs(t, shortTempDir(t), 64<<20)
-	ctl := shortTempDir(t) // off the full disk
+	data := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 64<<20)
+	ctl := testwait.ShortTempDir(t) // off the full disk
 	d := startDaemon(t, data, testexecConfig(t, ctl))
 	release, pidFile := filepath.Join(ctl, "release"), filepath.Join(ctl, "pid")
 	id := createTask(t, d, ctl, map[string]any{"goal": "fill the disk", "testexec": map[string]any{"steps": 2, "wait_file": release, "pid_file": pidFile}})
@@ -32,7 +33,7 @@ func TestDaemonFullDiskInterruptsThenResumes(t *testing.T) {
 		t.Fatalf("task watch exit %d, want 6 (interrupted) with store_error:\n%s%s", code, transcript, watch.stderr)
 	}
 	t.Logf("$ taskhost task watch %s   # the disk fills during step 1\n%s", id, transcript)
-	eventually(t, 10*time.Second, "the plugin to be stopped", func() bool { return !alive(pid) })
+	testwait.Until(t, 10*time.Second, "the plugin to be stopped", func() bool { return !alive(pid) })
 	if log := d.logText(); !strings.Contains(log, `"@level":"error","@message":"store write failed`) {
 		t.Errorf("the daemon did not log the failure at ERROR:\n%s", log)
 	}
@@ -51,7 +52,7 @@ func TestDaemonFullDiskInterruptsThenResumes(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "the interruption to be recorded", func() bool {
+	testwait.Until(t, 15*time.Second, "the interruption to be recorded", func() bool {
 		var st statusJSON
 		d.cliJSON(t, &st, "task", "status", id)
 		return st.Task.Reason == "store_error" && !strings.Contains(st.Task.Message, "store_degraded")

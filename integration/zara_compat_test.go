@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testwait"
 )
 
 // zaraRow is a row of plugins/legacy/testdata/zara_compat.json (the
@@ -144,7 +146,7 @@ func runZaraRowBinaries(t *testing.T, row zaraRow) {
 		}
 	})
 
-	data, work := shortTempDir(t), shortTempDir(t)
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	cfg := filepath.Join(work, "c.toml")
 	zaraWriteFile(t, cfg, fmt.Sprintf("[model]\nprovider = \"openai\"\nbase_url = %q\nmodel = \"zara\"\nmax_retries = 0\ntimeout_seconds = 30\n", srv.URL+"/v1"))
 	spec := map[string]any{"goal": row.Goal}
@@ -282,7 +284,7 @@ func zaraSummaries(t *testing.T, data, id string) []string {
 func legacyPluginOf(t *testing.T, hostPid int) int {
 	t.Helper()
 	var found int
-	eventually(t, 10*time.Second, "the legacy plugin under the host", func() bool {
+	testwait.Until(t, 10*time.Second, "the legacy plugin under the host", func() bool {
 		entries, _ := os.ReadDir("/proc")
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
@@ -29,23 +29,11 @@ func (f funcExecutor) Step(ctx context.Context, host Host, req StepRequest) (Ste
 	return f.step(ctx, host, req)
 }
 
-// shortTempDir is a temporary directory with a short path: unix socket paths
-// are capped at 108 bytes and t.TempDir embeds the test name.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sdk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
 // listenUnix listens on a fresh unix socket and returns the listener and its
 // path.
 func listenUnix(t *testing.T, name string) (net.Listener, string) {
 	t.Helper()
-	path := filepath.Join(shortTempDir(t), name)
+	path := filepath.Join(testwait.ShortTempDir(t), name)
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)

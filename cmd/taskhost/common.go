@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -62,7 +63,7 @@ func localPrincipal() string {
 
 // exitCodeFor maps an error to the documented exit codes.
 func exitCodeFor(err error) int {
-	var fe *host.FieldError
+	var fe *plugin.FieldError
 	var ce *config.Error
 	switch {
 	case err == nil:

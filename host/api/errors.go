@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -69,10 +70,10 @@ const ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 // logged and reported without detail.
 func (s *Server) toStatus(ctx context.Context, err error, what, id string) error {
 	var (
-		fe  *host.FieldError
+		fe  *plugin.FieldError
 		te  *store.TransitionError
 		ae  *store.ApprovalResolvedError
-		ue  *host.UnavailableError
+		ue  *plugin.UnavailableError
 		be  *host.BusyError
 		le  *store.LimitError
 		sst interface{ GRPCStatus() *status.Status }
@@ -104,7 +105,7 @@ func (s *Server) toStatus(ctx context.Context, err error, what, id string) error
 		return statusError(codes.FailedPrecondition, ReasonTaskConflict, msg)
 	case errors.Is(err, store.ErrConflict):
 		return statusError(codes.FailedPrecondition, ReasonTaskConflict, err.Error())
-	case errors.As(err, &ue), errors.Is(err, host.ErrExecutorUnavailable):
+	case errors.As(err, &ue), errors.Is(err, plugin.ErrExecutorUnavailable):
 		return statusError(codes.FailedPrecondition, ReasonExecutorUnavailable, err.Error())
 	case errors.As(err, &be), errors.Is(err, host.ErrBusy):
 		return statusError(codes.ResourceExhausted, ReasonBusy, err.Error())

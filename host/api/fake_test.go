@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -211,16 +212,16 @@ type fakeExecutors struct{}
 
 func (fakeExecutors) Kinds() []string { return []string{"machinespirit", "testexec"} }
 
-func (fakeExecutors) Describe(kind string) (host.Description, error) {
+func (fakeExecutors) Describe(kind string) (plugin.Description, error) {
 	if kind == "testexec" {
-		return host.Description{Kind: kind, Version: "1.0.0", ProtocolVersion: 1, CheckpointSchemas: []string{"testexec/1"}}, nil
+		return plugin.Description{Kind: kind, Version: "1.0.0", ProtocolVersion: 1, CheckpointSchemas: []string{"testexec/1"}}, nil
 	}
-	return host.Description{}, &host.UnavailableError{Kind: kind, Check: "disabled", Detail: "machinespirit is disabled"}
+	return plugin.Description{}, &plugin.UnavailableError{Kind: kind, Check: "disabled", Detail: "machinespirit is disabled"}
 }
 
-func (fakeExecutors) Spec(kind string) (host.PluginSpec, bool) {
+func (fakeExecutors) Spec(kind string) (plugin.PluginSpec, bool) {
 	if kind == "testexec" {
-		return host.PluginSpec{Kind: kind, Path: "/bin/testexec", SHA256: "ab"}, true
+		return plugin.PluginSpec{Kind: kind, Path: "/bin/testexec", SHA256: "ab"}, true
 	}
-	return host.PluginSpec{}, false
+	return plugin.PluginSpec{}, false
 }

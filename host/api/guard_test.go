@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
@@ -53,18 +54,6 @@ func (b *logBuffer) lines(substr string) int {
 func withLog(b *logBuffer) serverOpt {
 	return func(o *Options) {
 		o.Logger = hclog.New(&hclog.LoggerOptions{Output: b, Level: hclog.Debug})
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -157,7 +146,7 @@ func TestIdleTCPConnectionsAreCappedAndClosed(t *testing.T) {
 			}
 		}
 	}()
-	eventually(t, 5*time.Second, "the daemon did not accept up to its cap", func() bool { return serverSideConns(t, port) == limit })
+	testwait.Until(t, 5*time.Second, "the daemon did not accept up to its cap", func() bool { return serverSideConns(t, port) == limit })
 
 	// The cap is full of idle connections: the unix socket still answers.
 	hc := apipb.NewHostServiceClient(ts.unixConn(t))
@@ -186,7 +175,7 @@ func TestIdleTCPConnectionsAreCappedAndClosed(t *testing.T) {
 	if peak > limit {
 		t.Fatalf("the daemon held %d TCP connections, cap %d", peak, limit)
 	}
-	eventually(t, 5*time.Second, "idle connections still held", func() bool { return serverSideConns(t, port) <= 1 })
+	testwait.Until(t, 5*time.Second, "idle connections still held", func() bool { return serverSideConns(t, port) <= 1 })
 	t.Logf("%d idle connections: the daemon held at most %d (cap %d) and closed all of them", len(idle), peak, limit)
 }
 
@@ -234,7 +223,7 @@ func TestWrongTokensAreThrottled(t *testing.T) {
 	}
 	// Once the backoff ends, the right token works and clears the count.
 	good := apipb.NewHostServiceClient(ts.tokenConn(t, goodToken))
-	eventually(t, 10*time.Second, "the right token never got through after the backoff", func() bool {
+	testwait.Until(t, 10*time.Second, "the right token never got through after the backoff", func() bool {
 		_, err := good.GetInfo(ctxT(t), &apipb.GetInfoRequest{})
 		return err == nil
 	})

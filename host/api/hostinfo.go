@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 
-	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
@@ -27,7 +27,7 @@ func (hs *hostService) GetInfo(ctx context.Context, _ *apipb.GetInfoRequest) (*a
 
 // ListExecutors reports every executor kind the daemon knows, available or
 // not, with what its preflight found — against the binary on disk now, for
-// a registry that can check it (*host.Registry can).
+// a registry that can check it (*plugin.Registry can).
 func (hs *hostService) ListExecutors(ctx context.Context, req *apipb.ListExecutorsRequest) (*apipb.ListExecutorsResponse, error) {
 	if _, err := principalOf(ctx); err != nil {
 		return nil, err
@@ -91,20 +91,20 @@ func (hs *hostService) listExecutors(ctx context.Context, modelPreflight bool) *
 		if spec, ok := reg.Spec(kind); ok {
 			e.Path, e.Sha256 = spec.Path, spec.SHA256
 		}
-		// A registry that confines its plugins says how (*host.Registry does).
+		// A registry that confines its plugins says how (*plugin.Registry does).
 		if c, ok := reg.(interface{ Confinement(kind string) string }); ok {
 			e.Confinement = c.Confinement(kind)
 		}
-		var d host.Description
+		var d plugin.Description
 		var err error
 		if c, ok := reg.(interface {
-			Check(ctx context.Context, kind string) (host.Description, error)
+			Check(ctx context.Context, kind string) (plugin.Description, error)
 		}); ok {
 			d, err = c.Check(ctx, kind)
 		} else {
 			d, err = reg.Describe(kind)
 		}
-		var ue *host.UnavailableError
+		var ue *plugin.UnavailableError
 		switch {
 		case err == nil:
 			e.Available = true

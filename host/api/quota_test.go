@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -120,7 +121,7 @@ func TestWatchQuotaPerPrincipal(t *testing.T) {
 		t.Fatalf("the other principal cannot watch: %v", err)
 	}
 	cancels[0]()
-	eventually(t, 5*time.Second, "a closed watch did not free its slot", func() bool { return open(me, "t_me") == nil })
+	testwait.Until(t, 5*time.Second, "a closed watch did not free its slot", func() bool { return open(me, "t_me") == nil })
 	for _, c := range cancels {
 		c()
 	}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -73,11 +74,11 @@ type EventLog interface {
 }
 
 // Executors is what the API shows of the executor registry;
-// *host.Registry implements it.
+// *plugin.Registry implements it.
 type Executors interface {
 	Kinds() []string
-	Describe(kind string) (host.Description, error)
-	Spec(kind string) (host.PluginSpec, bool)
+	Describe(kind string) (plugin.Description, error)
+	Spec(kind string) (plugin.PluginSpec, bool)
 }
 
 // ModelCheck reports the model provider's preflight; *host.ModelChecker

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
@@ -252,11 +253,11 @@ func TestErrorMapping(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{&host.FieldError{Field: "max_steps", Message: "is 500: above the cap of 200"}, codes.InvalidArgument, ReasonInvalidArgument},
+		{&plugin.FieldError{Field: "max_steps", Message: "is 500: above the cap of 200"}, codes.InvalidArgument, ReasonInvalidArgument},
 		{fmt.Errorf("x: %w", store.ErrNotFound), codes.NotFound, ReasonNotFound},
 		{&store.TransitionError{TaskID: "t", Current: store.StatusCompleted, To: store.StatusRunning}, codes.FailedPrecondition, ReasonTaskConflict},
 		{&store.ApprovalResolvedError{ID: "a", Current: store.ApprovalApproved}, codes.FailedPrecondition, ReasonApprovalResolved},
-		{&host.UnavailableError{Kind: "machinespirit", Check: "disabled", Detail: "off"}, codes.FailedPrecondition, ReasonExecutorUnavailable},
+		{&plugin.UnavailableError{Kind: "machinespirit", Check: "disabled", Detail: "off"}, codes.FailedPrecondition, ReasonExecutorUnavailable},
 		{&host.BusyError{Limit: 2}, codes.ResourceExhausted, ReasonBusy},
 		{host.ErrDisabled, codes.FailedPrecondition, ReasonTasksDisabled},
 		{host.ErrShuttingDown, codes.Unavailable, ReasonShuttingDown},

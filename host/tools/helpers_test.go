@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/internal/text"
 )
 
@@ -125,13 +126,7 @@ func wantErrorResult(t *testing.T, res Result, err error, msg string) {
 // goroutines of the test.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 30*time.Second, what, cond)
 }
 
 // processDead reports whether pid no longer runs: it is gone or a zombie

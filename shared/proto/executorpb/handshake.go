@@ -14,4 +14,3 @@ const (
 	// PluginName is the key of the executor in go-plugin's plugin set.
 	PluginName = "executor"
 )
-

@@ -20,6 +20,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 	"github.com/taskhost/taskhost/store/storetest"
 )
@@ -66,7 +67,7 @@ func ratio(num, den Figure) float64 {
 // one-row commit) and then the durable step of the test executor's no-op,
 // n samples each.
 func stepOverhead(ctx context.Context, h *host.Host, who string, n int) (floor, steps []time.Duration, err error) {
-	exe, err := h.Registry.Launch(ctx, "testexec", host.NoServices{})
+	exe, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the bench needs the test executor (taskhost-executor-testexec beside taskhost): %w", err)
 	}
@@ -192,7 +193,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var starts []time.Duration
 	for range o.Reps {
 		start := time.Now()
-		e, err := h.Registry.Launch(ctx, "testexec", host.NoServices{})
+		e, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
 		if err != nil {
 			return r, err
 		}
@@ -277,7 +278,7 @@ func machineSpiritStarts(ctx context.Context, h *host.Host, reps int) (cold, war
 	cache := filepath.Join(h.DataDir, host.CacheDirName, "machinespirit")
 	start := func(want string) (time.Duration, error) {
 		t0 := time.Now()
-		e, err := h.Registry.Launch(ctx, "machinespirit", host.NoServices{})
+		e, err := h.Registry.Launch(ctx, "machinespirit", plugin.NoServices{})
 		if err != nil {
 			return 0, err
 		}

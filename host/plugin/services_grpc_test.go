@@ -1,10 +1,9 @@
-package host
+package plugin
 
 import (
 	"context"
 	"errors"
 	"reflect"
-	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -39,7 +38,7 @@ func (r *recordingServices) CallTool(_ context.Context, c ToolCall) (ToolAnswer,
 func TestServicesServerConverts(t *testing.T) {
 	ctx := context.Background()
 	rec := &recordingServices{}
-	srv := newServicesServer(rec)
+	srv := NewServicesServer(rec)
 	resp, err := srv.CallModel(ctx, &pb.CallModelRequest{TurnToken: "tt", ParentCallToken: "p",
 		Messages: []*pb.ChatMessage{{Role: "tool", Content: "x", ToolCallId: "c0",
 			ToolCalls: []*pb.ToolCall{{Id: "c0", Name: "n", ArgumentsJson: "{}"}}}},
@@ -74,50 +73,7 @@ func TestServicesServerConverts(t *testing.T) {
 	if resp, err := srv.CallTool(ctx, &pb.CallToolRequest{TurnToken: "tt"}); resp != nil || status.Code(err) != codes.Aborted {
 		t.Errorf("refused call = %v, %v; want nil, Aborted", resp, err)
 	}
-	if _, err := newServicesServer(NoServices{}).Progress(ctx, &pb.ProgressRequest{}); status.Code(err) != codes.Unimplemented {
+	if _, err := NewServicesServer(NoServices{}).Progress(ctx, &pb.ProgressRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("NoServices progress: %v, want Unimplemented", err)
-	}
-}
-
-// TestModelRequestBounds: the message count and size limits, at the limit
-// and one past it.
-func TestModelRequestBounds(t *testing.T) {
-	msgs := func(n, size int) []model.Message {
-		out := make([]model.Message, n)
-		for i := range out {
-			out[i].Role = "user"
-		}
-		if n > 0 {
-			out[0].Content = strings.Repeat("x", size)
-		}
-		return out
-	}
-	tests := []struct {
-		name    string
-		call    ModelCall
-		wantErr string // "" accepted
-	}{
-		{"no messages", ModelCall{}, "needs 1..256 messages, got 0"},
-		{"messages at the limit", ModelCall{Messages: msgs(maxModelMessages, 0)}, ""},
-		{"messages past the limit", ModelCall{Messages: msgs(maxModelMessages+1, 0)}, "got 257"},
-		{"bytes at the limit", ModelCall{Messages: msgs(1, maxMessageBytes)}, ""},
-		{"bytes past the limit", ModelCall{Messages: msgs(1, maxMessageBytes+1)}, "262145 bytes, limit 262144"},
-		{"tool call arguments count", ModelCall{Messages: append(msgs(1, maxMessageBytes),
-			model.Message{Role: "assistant", ToolCalls: []model.ToolCall{{Arguments: "{}"}}})}, "262146 bytes"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := modelRequest(tt.call)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			var fe *FieldError
-			if !errors.As(err, &fe) || fe.Field != "messages" || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("err = %v, want a messages FieldError containing %q", err, tt.wantErr)
-			}
-		})
 	}
 }

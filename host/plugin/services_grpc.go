@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/tools"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
-	"github.com/taskhost/taskhost/store"
 )
 
 // servicesServer is the gRPC HostServices server of one plugin process: it
@@ -24,7 +23,10 @@ type servicesServer struct {
 	svc Services
 }
 
-func newServicesServer(svc Services) *servicesServer { return &servicesServer{svc: svc} }
+// NewServicesServer is the HostServices server a launched plugin process
+// is served svc through. A test of the Services behind it calls it the way
+// a plugin would, over the same methods and codes.
+func NewServicesServer(svc Services) pb.HostServicesServer { return &servicesServer{svc: svc} }
 
 func (s *servicesServer) Progress(ctx context.Context, req *pb.ProgressRequest) (*pb.ProgressResponse, error) {
 	if err := s.svc.Progress(ctx, req.GetTurnToken(), req.GetNote()); err != nil {
@@ -123,7 +125,7 @@ func serviceStatus(err error) error {
 	case errors.As(err, &ue):
 		e := ue.Effect
 		return withInfo(codes.FailedPrecondition, err.Error(), sdkReasonEffectUnsettled, map[string]string{
-			"kind": string(e.Kind), "attempt": strconv.FormatInt(e.Attempt, 10), "seq": strconv.FormatInt(e.Seq, 10), "status": string(e.Status)})
+			"kind": e.Kind, "attempt": strconv.FormatInt(e.Attempt, 10), "seq": strconv.FormatInt(e.Seq, 10), "status": e.Status})
 	case errors.As(err, &me):
 		code, reason := codes.Aborted, sdkReasonModelFailed
 		if me.Unavailable {
@@ -146,7 +148,7 @@ func serviceStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, ErrNotRecorded), errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, ErrNotRecorded):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())

@@ -1,10 +1,8 @@
-package host
+package plugin
 
 import (
 	"errors"
 	"fmt"
-
-	"github.com/taskhost/taskhost/store"
 )
 
 // Refusals of the host services: why a progress note, model call, tool call,
@@ -15,7 +13,7 @@ import (
 //
 // A request field the host refuses is a *FieldError (ErrInvalid); a
 // cancelled or timed-out call is its context's error; a store that refused
-// the write is store.ErrUnavailable in the chain.
+// the write is ErrNotRecorded.
 var (
 	// ErrNotAllowed: the call names what its step was not given — a turn
 	// token of another task or of a step no longer in flight, a parent
@@ -43,7 +41,19 @@ var (
 	ErrToolFailed = errors.New("tool failed")
 	// ErrApprovalRefused matches an *ApprovalRefusedError.
 	ErrApprovalRefused = errors.New("approval refused")
+	// ErrInvalid matches a *FieldError.
+	ErrInvalid = errors.New("invalid request")
 )
+
+// FieldError is a refused request field. It matches ErrInvalid; the
+// Runner refuses its own requests' fields with it too.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string   { return e.Field + ": " + e.Message }
+func (e *FieldError) Is(t error) bool { return t == ErrInvalid }
 
 // refusal is a sentinel with the words of one occasion: the message says
 // what was refused, errors.Is tells which kind.
@@ -55,7 +65,9 @@ type refusal struct {
 func (e *refusal) Error() string   { return e.msg }
 func (e *refusal) Is(t error) bool { return t == e.kind }
 
-func refuse(kind error, format string, args ...any) error {
+// Refuse is a refusal of kind (one of the sentinels above) in the words of
+// one occasion: errors.Is(err, kind) holds, and the message is the format's.
+func Refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
 
@@ -63,7 +75,7 @@ func refuse(kind error, format string, args ...any) error {
 // attempt of the step left unsettled (it may already have happened) without
 // an approval for the retry in this step. It matches ErrEffectUnsettled.
 type UnsettledEffectError struct {
-	Effect store.Effect // the earlier attempt's ledger entry
+	Effect Effect // the earlier attempt's ledger entry
 }
 
 func (e *UnsettledEffectError) Error() string {
@@ -76,7 +88,7 @@ func (e *UnsettledEffectError) Is(t error) bool { return t == ErrEffectUnsettled
 // fails with Reason when the step ends. It matches ErrBudgetExhausted and
 // unwraps to the store's refusal.
 type BudgetError struct {
-	Reason store.Reason
+	Reason string // the task's reason code (docs/reasons.md)
 	Err    error
 }
 
@@ -113,7 +125,7 @@ func (e *ToolError) Is(t error) bool { return t == ErrToolFailed }
 // or expired; the task has failed. It matches ErrApprovalRefused.
 type ApprovalRefusedError struct {
 	ID     string
-	Status store.ApprovalStatus
+	Status string // "rejected" or "expired"
 }
 
 func (e *ApprovalRefusedError) Error() string   { return fmt.Sprintf("approval %s %s", e.ID, e.Status) }

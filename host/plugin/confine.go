@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"fmt"
@@ -7,9 +7,6 @@ import (
 	"strconv"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/internal/confine"
 )
 
@@ -132,27 +129,6 @@ func (e *ConfinementError) Error() string {
 	return fmt.Sprintf("executor %q: confinement is required but this kernel offers %s", e.Kind, e.Support)
 }
 
-// confinementFrom maps the [confinement] defaults and one [executors.NAME]
-// section onto a Confinement.
-func confinementFrom(c config.Confinement, ex config.Executor) Confinement {
-	pick := func(own, def int) uint64 {
-		if own > 0 {
-			return uint64(own)
-		}
-		return uint64(def)
-	}
-	return Confinement{
-		Rlimits: confine.Rlimits{
-			AddressSpace: pick(ex.MaxAddressSpaceMB, c.MaxAddressSpaceMB) << 20,
-			NoFile:       pick(ex.MaxOpenFiles, c.MaxOpenFiles),
-			NProc:        pick(ex.MaxProcesses, c.MaxProcesses),
-		},
-		User:         ex.User,
-		ReadWrite:    ex.ReadWrite,
-		Subprocesses: ex.Subprocesses,
-	}
-}
-
 // resolveUser fills in UID and GID from User.
 func (c *Confinement) resolveUser() error {
 	if c.User == "" {
@@ -174,12 +150,5 @@ func (c *Confinement) resolveUser() error {
 		return fmt.Errorf("user %q is uid %d gid %d: a plugin never runs as root", c.User, uid, gid)
 	}
 	c.UID, c.GID = uid, gid
-	return nil
-}
-
-func markNonDumpable() error {
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("mark the host non-dumpable: %w", err)
-	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
+	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 
@@ -152,27 +152,31 @@ func isScript(f *os.File) (bool, error) {
 	return n == 2 && magic == [2]byte{'#', '!'}, nil
 }
 
+// protocolVersion is the executor protocol the host speaks; a plugin that
+// describes another is unavailable.
+const protocolVersion = pb.ProtocolVersion
+
 // grpcExecutorPlugin is the host half of go-plugin's GRPCPlugin: it hands the
 // connection and the broker to an executorClient.
 type grpcExecutorPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
+	goplugin.NetRPCUnsupportedPlugin
 }
 
-func (grpcExecutorPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
+func (grpcExecutorPlugin) GRPCServer(*goplugin.GRPCBroker, *grpc.Server) error {
 	return errors.New("the host does not serve executors")
 }
 
-func (grpcExecutorPlugin) GRPCClient(_ context.Context, broker *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+func (grpcExecutorPlugin) GRPCClient(_ context.Context, broker *goplugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
 	return &executorClient{rpc: pb.NewExecutorClient(conn), broker: broker}, nil
 }
 
 // executorClient is an Executor backed by one plugin process.
 type executorClient struct {
 	rpc        pb.ExecutorClient
-	broker     *plugin.GRPCBroker
+	broker     *goplugin.GRPCBroker
 	servicesID uint32
 
-	client     *plugin.Client
+	client     *goplugin.Client
 	proc       *process
 	grace      time.Duration
 	privateDir string // removed at Stop (for a plugin user: its whole run base)
@@ -228,13 +232,13 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	// comes through go-plugin's relay, not the process's own pipes.
 	relayOut, relayErr := &streamWriter{}, &streamWriter{}
 	callOpts := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxMessage), grpc.MaxCallSendMsgSize(opts.MaxMessage))
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig: plugin.HandshakeConfig{
+	client := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig: goplugin.HandshakeConfig{
 			ProtocolVersion:  pb.ProtocolVersion,
 			MagicCookieKey:   pb.MagicCookieKey,
 			MagicCookieValue: pb.MagicCookieValue,
 		},
-		VersionedPlugins: map[int]plugin.PluginSet{pb.ProtocolVersion: {pb.PluginName: grpcExecutorPlugin{}}},
+		VersionedPlugins: map[int]goplugin.PluginSet{pb.ProtocolVersion: {pb.PluginName: grpcExecutorPlugin{}}},
 		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, socketDir string) (runner.Runner, error) {
 			if spec.Confine.UID > 0 {
 				if err := os.Chown(socketDir, spec.Confine.UID, spec.Confine.GID); err != nil {
@@ -261,9 +265,9 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		// Host services reach the plugin over its own listener: the plugin
 		// never connects anywhere, so seccomp can refuse connect(2) to it.
 		GRPCBrokerMultiplex: true,
-		AllowedProtocols:    []plugin.Protocol{plugin.ProtocolGRPC},
+		AllowedProtocols:    []goplugin.Protocol{goplugin.ProtocolGRPC},
 		StartTimeout:        opts.StartTimeout,
-		UnixSocketConfig:    &plugin.UnixSocketConfig{TempDir: base},
+		UnixSocketConfig:    &goplugin.UnixSocketConfig{TempDir: base},
 		GRPCDialOptions:     []grpc.DialOption{callOpts},
 		Logger:              teardownQuiet{opts.Logger.Named(spec.Kind)},
 		Stderr:              io.Discard,

@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/internal/confine"
-	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
 // Registry is the Launcher of plugin executors: it knows how to start each
@@ -103,16 +102,16 @@ func (r *Registry) MarkUnavailable(kind, check, detail string) {
 }
 
 func (r *Registry) probe(ctx context.Context, spec PluginSpec) (Description, error) {
-	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, pb.UnimplementedHostServicesServer{})
+	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, NewServicesServer(NoServices{}))
 	if err != nil {
 		return Description{}, err
 	}
 	defer ec.Stop()
-	return describeChecked(ctx, spec.Kind, ec)
+	return DescribeChecked(ctx, spec.Kind, ec)
 }
 
-// describeChecked calls Describe and checks the answer fits the kind.
-func describeChecked(ctx context.Context, kind string, e Executor) (Description, error) {
+// DescribeChecked calls Describe and checks the answer fits the kind.
+func DescribeChecked(ctx context.Context, kind string, e Executor) (Description, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	d, err := e.Describe(ctx)
@@ -122,8 +121,8 @@ func describeChecked(ctx context.Context, kind string, e Executor) (Description,
 	switch {
 	case d.Kind != kind:
 		return Description{}, &UnavailableError{Kind: kind, Check: "describe", Detail: fmt.Sprintf("plugin describes itself as %q", d.Kind)}
-	case d.ProtocolVersion != pb.ProtocolVersion:
-		return Description{}, &UnavailableError{Kind: kind, Check: "protocol", Detail: fmt.Sprintf("plugin speaks protocol %d, host speaks %d", d.ProtocolVersion, pb.ProtocolVersion)}
+	case d.ProtocolVersion != protocolVersion:
+		return Description{}, &UnavailableError{Kind: kind, Check: "protocol", Detail: fmt.Sprintf("plugin speaks protocol %d, host speaks %d", d.ProtocolVersion, protocolVersion)}
 	case len(d.CheckpointSchemas) == 0:
 		return Description{}, &UnavailableError{Kind: kind, Check: "describe", Detail: "plugin accepts no checkpoint schema"}
 	}
@@ -178,7 +177,7 @@ func (r *Registry) Launch(ctx context.Context, kind string, services Services) (
 	r.mu.Lock()
 	spec := r.specs[kind]
 	r.mu.Unlock()
-	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, newServicesServer(services))
+	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, NewServicesServer(services))
 	if err != nil {
 		return nil, err
 	}

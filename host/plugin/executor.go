@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -17,8 +17,8 @@ type Description struct {
 	Runtime           map[string]string
 }
 
-// accepts reports whether the executor takes checkpoints of schema.
-func (d Description) accepts(schema string) bool {
+// Accepts reports whether the executor takes checkpoints of schema.
+func (d Description) Accepts(schema string) bool {
 	for _, s := range d.CheckpointSchemas {
 		if s == schema {
 			return true
@@ -63,6 +63,12 @@ type Effect struct {
 	IdempotencyKey string
 	Status         string
 	Summary        string
+}
+
+// Checkpoint is an executor's opaque state as the host handles it.
+type Checkpoint struct {
+	Schema  string
+	Payload []byte
 }
 
 // Outcome is the kind of a step result.
@@ -168,7 +174,7 @@ type ToolAnswer struct {
 // ErrNotConfigured. It is for a process that is only described or measured.
 type NoServices struct{}
 
-var errNoServices = refuse(ErrNotConfigured, "this executor process is served no host services")
+var errNoServices = Refuse(ErrNotConfigured, "this executor process is served no host services")
 
 func (NoServices) Progress(context.Context, string, string) error { return errNoServices }
 func (NoServices) ListTools(context.Context, string) ([]tools.Spec, error) {

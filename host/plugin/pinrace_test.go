@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
@@ -63,14 +64,14 @@ func pointLink(link, target string) error {
 // host launches the pinned kind 1000 times: the unpinned build never runs,
 // because the binary is exec'd from the very fd that was hashed.
 func TestPinnedBinarySymlinkRace(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testwait.ShortTempDir(t)
 	markDir := filepath.Join(dir, "mark")
 	if err := os.Mkdir(markDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	mark := filepath.Join(markDir, "unpinned-ran")
 	unpinned := buildMarker(t, dir, mark)
-	pinned := filepath.Join(executorDir, ExecutorPrefix+"testexec")
+	pinned := testexecBin(t)
 	link := filepath.Join(dir, "plugin")
 	if err := pointLink(link, unpinned); err != nil {
 		t.Fatal(err)
@@ -90,7 +91,7 @@ func TestPinnedBinarySymlinkRace(t *testing.T) {
 	if err == nil {
 		t.Fatal("the marker program completed a plugin handshake")
 	}
-	waitFile(t, mark)
+	testwait.File(t, mark)
 	if err := os.Remove(mark); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"bytes"
@@ -35,8 +35,8 @@ type launchLabels struct {
 
 type launchLabelsKey struct{}
 
-// withLaunchLabels returns ctx carrying the run a launched plugin serves.
-func withLaunchLabels(ctx context.Context, task string, run int64) context.Context {
+// WithLaunchLabels returns ctx carrying the run a launched plugin serves.
+func WithLaunchLabels(ctx context.Context, task string, run int64) context.Context {
 	return context.WithValue(ctx, launchLabelsKey{}, launchLabels{task: task, run: run})
 }
 

@@ -1,4 +1,4 @@
-package host
+package plugin
 
 import (
 	"context"
@@ -11,15 +11,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/tools"
-	"github.com/taskhost/taskhost/store"
 )
 
 // TestServiceStatus pins the one mapping of host-service errors to what an
 // executor receives: the code and ErrorInfo the SDK branches on, however
 // deep the error is wrapped.
 func TestServiceStatus(t *testing.T) {
-	unsettled := &UnsettledEffectError{Effect: store.Effect{Kind: store.EffectTool, Attempt: 2, Seq: 3, Status: store.EffectIndeterminate, Summary: "shell.run"}}
-	budget := &BudgetError{Reason: store.ReasonToolBudgetExhausted, Err: errors.New("tool_calls: 50 of 50 used")}
+	unsettled := &UnsettledEffectError{Effect: Effect{Kind: "tool", Attempt: 2, Seq: 3, Status: "indeterminate", Summary: "shell.run"}}
+	budget := &BudgetError{Reason: "tool_budget_exhausted", Err: errors.New("tool_calls: 50 of 50 used")}
 	tests := []struct {
 		name     string
 		err      error
@@ -28,25 +27,24 @@ func TestServiceStatus(t *testing.T) {
 		metadata map[string]string
 	}{
 		{"unsettled effect", unsettled, codes.FailedPrecondition, sdkReasonEffectUnsettled,
-			map[string]string{"kind": "tool", "attempt": "2", "seq": "3", "status": string(store.EffectIndeterminate)}},
+			map[string]string{"kind": "tool", "attempt": "2", "seq": "3", "status": "indeterminate"}},
 		{"unsettled effect, wrapped", fmt.Errorf("gate: %w", unsettled), codes.FailedPrecondition, sdkReasonEffectUnsettled, nil},
 		{"model outage", &ModelError{Kind: "rate_limited", Unavailable: true, Message: "slow down"}, codes.Unavailable, sdkReasonModelUnavailable,
 			map[string]string{"kind": "rate_limited"}},
 		{"model failure", &ModelError{Kind: "auth", Message: "bad key"}, codes.Aborted, sdkReasonModelFailed, map[string]string{"kind": "auth"}},
 		{"budget", budget, codes.ResourceExhausted, "", nil},
-		{"turn token", refuse(ErrNotAllowed, "turn token is not valid"), codes.PermissionDenied, "", nil},
-		{"no model", refuse(ErrNotConfigured, "no model provider is configured"), codes.Unimplemented, "", nil},
-		{"unknown tool", refuse(ErrUnknownTool, "tool %q is unknown or disabled", "x"), codes.NotFound, "", nil},
-		{"step ended", fmt.Errorf("%w: %w", ErrStepEnded, store.ErrNotFound), codes.FailedPrecondition, "", nil},
+		{"turn token", Refuse(ErrNotAllowed, "turn token is not valid"), codes.PermissionDenied, "", nil},
+		{"no model", Refuse(ErrNotConfigured, "no model provider is configured"), codes.Unimplemented, "", nil},
+		{"unknown tool", Refuse(ErrUnknownTool, "tool %q is unknown or disabled", "x"), codes.NotFound, "", nil},
+		{"step ended", fmt.Errorf("%w: %w", ErrStepEnded, errors.New("task t_1 not found")), codes.FailedPrecondition, "", nil},
 		// A tool whose own failure is a cancel is still a tool failure.
 		{"tool failed", &ToolError{Err: context.Canceled}, codes.Aborted, "", nil},
-		{"approval refused", &ApprovalRefusedError{ID: "a_1", Status: store.ApprovalRejected}, codes.Aborted, "", nil},
+		{"approval refused", &ApprovalRefusedError{ID: "a_1", Status: "rejected"}, codes.Aborted, "", nil},
 		{"field", &FieldError{Field: "question", Message: "empty"}, codes.InvalidArgument, "", nil},
 		{"tool arguments", fmt.Errorf("call: %w", &tools.ArgError{}), codes.InvalidArgument, "", nil},
 		{"cancelled", context.Canceled, codes.Canceled, "", nil},
 		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "", nil},
 		{"not recorded", fmt.Errorf("progress %w: %w", ErrNotRecorded, errors.New("disk full")), codes.Unavailable, "", nil},
-		{"store unavailable", fmt.Errorf("x: %w", store.ErrUnavailable), codes.Unavailable, "", nil},
 		{"unknown", errors.New("boom"), codes.Internal, "", nil},
 	}
 	for _, tt := range tests {

@@ -1,4 +1,4 @@
-package host
+package plugin
 
 // Spec returns how kind is started (its binary, arguments and SHA-256 pin),
 // and whether kind was registered with a binary at all (a kind only marked

@@ -1,0 +1,41 @@
+package host
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/confine"
+)
+
+// confinementFrom maps the [confinement] defaults and one [executors.NAME]
+// section onto a Confinement.
+func confinementFrom(c config.Confinement, ex config.Executor) plugin.Confinement {
+	pick := func(own, def int) uint64 {
+		if own > 0 {
+			return uint64(own)
+		}
+		return uint64(def)
+	}
+	return plugin.Confinement{
+		Rlimits: confine.Rlimits{
+			AddressSpace: pick(ex.MaxAddressSpaceMB, c.MaxAddressSpaceMB) << 20,
+			NoFile:       pick(ex.MaxOpenFiles, c.MaxOpenFiles),
+			NProc:        pick(ex.MaxProcesses, c.MaxProcesses),
+		},
+		User:         ex.User,
+		ReadWrite:    ex.ReadWrite,
+		Subprocesses: ex.Subprocesses,
+	}
+}
+
+// markNonDumpable keeps the daemon's /proc environ and memory out of
+// reach of its children, which may run as the same user.
+func markNonDumpable() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("mark the host non-dumpable: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package host
+
+import (
+	"errors"
+	"os"
+	"os/user"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/internal/testwait"
+	"github.com/taskhost/taskhost/store"
+)
+
+func TestOpenMarksTheHostNonDumpable(t *testing.T) {
+	openHost(t, "", nil)
+	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	if err != nil || d != 0 {
+		t.Fatalf("PR_GET_DUMPABLE = %d, %v; want 0 after Open", d, err)
+	}
+}
+
+// A plugin runs in its own empty private dir under the data dir — its cwd,
+// HOME and TMPDIR — which is gone once it stopped.
+func TestPluginPrivateDir(t *testing.T) {
+	dir := testwait.ShortTempDir(t)
+	h := openHost(t, dir, nil)
+	envFile := filepath.Join(testwait.ShortTempDir(t), "env")
+	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
+	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
+	env := testwait.File(t, envFile)
+	var tmp, home string
+	for _, l := range strings.Split(env, "\n") {
+		if v, ok := strings.CutPrefix(l, "TMPDIR="); ok {
+			tmp = v
+		}
+		if v, ok := strings.CutPrefix(l, "HOME="); ok {
+			home = v
+		}
+	}
+	if filepath.Dir(tmp) != filepath.Join(dir, SocketDirName) || !strings.HasPrefix(filepath.Base(tmp), "run-") || home != tmp {
+		t.Fatalf("TMPDIR=%q HOME=%q, want one DATA/plugins/run-* dir", tmp, home)
+	}
+	testwait.Until(t, 10*time.Second, "the private dir removed", func() bool {
+		_, err := os.Stat(tmp)
+		return errors.Is(err, os.ErrNotExist)
+	})
+}
+
+// [executors.NAME] user: the plugin runs as that user, in a run dir it can
+// reach although the data dir is the daemon's alone, removed after it.
+func TestPluginRunsAsItsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a plugin as another user")
+	}
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody here")
+	}
+	h := openHost(t, "", func(c *config.Config) {
+		ex := c.Executors["testexec"]
+		ex.User = "nobody"
+		c.Executors["testexec"] = ex
+	})
+	out := testwait.ShortTempDir(t)
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	envFile := filepath.Join(out, "env")
+	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
+	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
+	env := testwait.File(t, envFile)
+	fi, err := os.Stat(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; strconv.Itoa(int(uid)) != u.Uid {
+		t.Fatalf("the plugin wrote its file as uid %d, want %s (nobody)", uid, u.Uid)
+	}
+	var tmp string
+	for _, l := range strings.Split(env, "\n") {
+		if v, ok := strings.CutPrefix(l, "TMPDIR="); ok {
+			tmp = v
+		}
+	}
+	base := filepath.Dir(tmp)
+	if !strings.HasPrefix(filepath.Base(base), "taskhost-plugin-") {
+		t.Fatalf("TMPDIR=%q, want a run dir under a taskhost-plugin-* dir", tmp)
+	}
+	testwait.Until(t, 10*time.Second, "the plugin user's run dir removed", func() bool {
+		_, err := os.Stat(base)
+		return errors.Is(err, os.ErrNotExist)
+	})
+}
+
+func TestConfinementFromConfig(t *testing.T) {
+	def := config.Default().Confinement
+	tests := []struct {
+		name string
+		ex   config.Executor
+		want plugin.Confinement
+	}{
+		{"defaults", config.Executor{}, plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 4096 << 20, NoFile: 1024, NProc: 4096}}},
+		{"own", config.Executor{MaxAddressSpaceMB: 512, MaxOpenFiles: 64, MaxProcesses: 16, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true},
+			plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 512 << 20, NoFile: 64, NProc: 16}, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if c := confinementFrom(def, tt.ex); !reflect.DeepEqual(c, tt.want) {
+				t.Fatalf("confinementFrom = %+v, want %+v", c, tt.want)
+			}
+		})
+	}
+}
