@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/sdk"
 )
 
 // blockingSwipl is a fake swipl whose --version blocks until release is
 // called, then prints something that is not SWI-Prolog's version line.
-// started is closed once it runs.
-func blockingSwipl(t *testing.T) (path string, started <-chan struct{}, release func()) {
+// waitStarted returns once it runs.
+func blockingSwipl(t *testing.T) (path string, waitStarted, release func()) {
 	t.Helper()
 	dir := t.TempDir()
 	fifo, mark := filepath.Join(dir, "fifo"), filepath.Join(dir, "started")
@@ -24,19 +25,11 @@ func blockingSwipl(t *testing.T) (path string, started <-chan struct{}, release 
 		t.Fatal(err)
 	}
 	path = filepath.Join(dir, "swipl")
-	script := "#!/bin/sh\n: > " + mark + "\nread line < " + fifo + "\necho 'released, not prolog'\n"
+	script := "#!/bin/sh\necho started > " + mark + "\nread line < " + fifo + "\necho 'released, not prolog'\n"
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan struct{})
-	go func() {
-		defer close(ch)
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if _, err := os.Stat(mark); err == nil {
-				return
-			}
-		}
-	}()
+	waitStarted = func() { testwait.File(t, mark) }
 	release = func() {
 		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
 		if err != nil {
@@ -48,15 +41,16 @@ func blockingSwipl(t *testing.T) (path string, started <-chan struct{}, release 
 			t.Error(err)
 		}
 	}
-	return path, ch, release
+	return path, waitStarted, release
 }
 
-func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: not within 30 s", what)
+		return true
+	default:
+		return false
 	}
 }
 
@@ -64,13 +58,13 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 // runs; until it ends, Describe does not answer (so the host cannot take
 // the executor for ready) and no step runs; then both report its failure.
 func TestStartWaitsForPreflight(t *testing.T) {
-	swipl, started, release := blockingSwipl(t)
+	swipl, waitStarted, release := blockingSwipl(t)
 	e := Start(context.Background(), Config{SwiplPath: swipl, SwiplVersion: testVersion})
 	defer e.Close()
 	if kind, version := e.Identity(); kind != Kind || version != Version {
 		t.Fatalf("Identity = %q, %q", kind, version)
 	}
-	waitClosed(t, started, "the preflight's swipl --version")
+	waitStarted()
 
 	described := make(chan sdk.Description, 1)
 	go func() { described <- e.Describe() }()
@@ -89,11 +83,14 @@ func TestStartWaitsForPreflight(t *testing.T) {
 
 	release()
 	var d sdk.Description
-	select {
-	case d = <-described:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Describe did not answer once the preflight ended")
-	}
+	testwait.Until(t, 30*time.Second, "Describe to answer once the preflight ended", func() bool {
+		select {
+		case d = <-described:
+			return true
+		default:
+			return false
+		}
+	})
 	if p := d.Runtime["preflight"]; !strings.HasPrefix(p, "failed: swipl_version: unexpected output") {
 		t.Fatalf("preflight = %q", p)
 	}
@@ -106,17 +103,18 @@ func TestStartWaitsForPreflight(t *testing.T) {
 // TestCloseDuringPreflight: Close cancels a preflight still running (its
 // swipl is killed, not waited for) and the executor reports it failed.
 func TestCloseDuringPreflight(t *testing.T) {
-	swipl, started, _ := blockingSwipl(t)
+	swipl, waitStarted, _ := blockingSwipl(t)
 	e := Start(context.Background(), Config{SwiplPath: swipl, SwiplVersion: testVersion})
-	waitClosed(t, started, "the preflight's swipl --version")
-	closed := make(chan struct{})
+	waitStarted()
+	done := make(chan struct{})
 	go func() {
-		defer close(closed)
+		defer close(done)
 		e.Close()
 	}()
-	waitClosed(t, closed, "Close during the preflight")
-	if p := e.Describe().Runtime["preflight"]; !strings.HasPrefix(p, "failed: swipl_version:") {
-		t.Fatalf("preflight after Close = %q", p)
+	testwait.Until(t, 30*time.Second, "Close during the preflight to return", func() bool { return closed(done) })
+	// Cancelled, not timed out: Close did not wait for the check's bound.
+	if p := e.Describe().Runtime["preflight"]; !strings.HasPrefix(p, "failed: swipl_version:") || !strings.Contains(p, context.Canceled.Error()) {
+		t.Fatalf("preflight after Close = %q, want a swipl_version failure by %v", p, context.Canceled)
 	}
 }
 
