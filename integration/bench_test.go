@@ -17,15 +17,16 @@ func TestBenchCommand(t *testing.T) {
 			N      int    `json:"n"`
 			Median int64  `json:"median_ns"`
 		} `json:"figures"`
-		StepRatio float64 `json:"step_ratio"`
+		StepRatio       float64 `json:"step_ratio"`
+		StepRatioNormal float64 `json:"step_ratio_normal"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("bench --json: %v\n%s", err, out)
 	}
-	if len(r.Figures) < 7 || r.StepRatio <= 0 {
+	if len(r.Figures) < 7 || r.StepRatio <= 0 || r.StepRatioNormal <= 0 {
 		t.Fatalf("report %+v", r)
 	}
-	grandchild := false
+	grandchild, normal := false, 0
 	msStarts, msSkipped := 0, false
 	for _, f := range r.Figures {
 		switch f.Name {
@@ -39,10 +40,16 @@ func TestBenchCommand(t *testing.T) {
 		if f.N > 0 && f.Median <= 0 {
 			t.Errorf("figure %q has %d samples and no median", f.Name, f.N)
 		}
+		if (f.Name == "floor at synchronous=NORMAL" || f.Name == "durable step at synchronous=NORMAL") && f.N == 20 {
+			normal++
+		}
 		grandchild = grandchild || (f.Name == "plugin SIGKILL → interrupted persisted, grandchild holding stderr" && f.N == 2)
 	}
 	if msStarts != 2 && !msSkipped {
 		t.Errorf("no cold and warm machinespirit start rows with 2 samples each: %+v", r.Figures)
+	}
+	if normal != 2 {
+		t.Errorf("no floor and durable step rows at synchronous=NORMAL with 20 samples each: %+v", r.Figures)
 	}
 	if !grandchild {
 		t.Errorf("no crash row with a grandchild holding the plugin's stderr: %+v", r.Figures)

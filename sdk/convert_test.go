@@ -220,3 +220,36 @@ func TestToolSpecsFromPB(t *testing.T) {
 		})
 	}
 }
+
+// startingExecutor is an Identifier whose Describe would block until its
+// start-up work ends; here it never does.
+type startingExecutor struct{ Executor }
+
+func (startingExecutor) Describe() Description { select {} }
+
+func (startingExecutor) Identity() (kind, version string) { return "slow", "2.0.0" }
+
+type describedExecutor struct{ Executor }
+
+func (describedExecutor) Describe() Description { return Description{Kind: "quick", Version: "1.0.0"} }
+
+// TestIdentity: Serve validates an Identifier without calling its
+// Describe, which may wait for start-up work; any other executor by its
+// Describe.
+func TestIdentity(t *testing.T) {
+	tests := []struct {
+		name string
+		e    Executor
+		want Description
+	}{
+		{"identifier", startingExecutor{}, Description{Kind: "slow", Version: "2.0.0"}},
+		{"describe", describedExecutor{}, Description{Kind: "quick", Version: "1.0.0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := identity(tt.e); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("identity = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}

@@ -27,13 +27,26 @@ func Serve(e Executor) {
 		logger.Error("sdk.Serve: nil executor")
 		os.Exit(1)
 	}
-	if err := validateDescription(e.Describe()); err != nil {
+	if err := validateDescription(identity(e)); err != nil {
 		logger.Error("invalid executor description", "error", err)
 		os.Exit(1)
 	}
 	gate := newStepGate()
 	stopOnSignalOrOrphan(logger, gate)
 	plugin.Serve(serveConfig(e, gate, logger))
+}
+
+// identity is what Serve validates before the handshake: an Identifier's
+// kind and version, without waiting for its Describe; else the whole
+// description.
+func identity(e Executor) Description {
+	id, ok := e.(Identifier)
+	if !ok {
+		return e.Describe()
+	}
+	var d Description
+	d.Kind, d.Version = id.Identity()
+	return d
 }
 
 // processStderr is the process's stderr (fd 2) as it started: go-plugin's

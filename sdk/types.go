@@ -10,12 +10,23 @@ import (
 // Executor is what an executor author implements. One plugin process serves
 // one running task; Step is called once per step, never concurrently.
 type Executor interface {
-	// Describe reports what the executor is. It must be cheap and constant.
+	// Describe reports what the executor is. It must be constant, and cheap
+	// once an Identifier's start-up work is done.
 	Describe() Description
 	// Step runs one step. ctx is cancelled when the host cancels the task or
 	// stops the run: return promptly (ctx.Err() is fine) and stop every effect
 	// you started. A returned error is reported as an executor failure.
 	Step(ctx context.Context, host Host, req StepRequest) (StepResult, error)
+}
+
+// Identifier is implemented by an executor whose Describe waits for
+// start-up work of its own, such as a runtime's preflight, so that the work
+// overlaps the plugin's handshake with the host. Serve then validates
+// Identity instead of calling Describe before the handshake; the host's
+// first Describe call waits for the work, and a Describe that reports a
+// failed preflight keeps every step from being sent.
+type Identifier interface {
+	Identity() (kind, version string)
 }
 
 // Description is an executor's identity and capabilities.

@@ -51,7 +51,7 @@ func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID 
 	if running.Valid {
 		return Attempt{}, Task{}, fmt.Errorf("task %s: attempt %d is still running: %w", id, running.Int64, ErrConflict)
 	}
-	a, err := scanAttempt(tx.QueryRowContext(ctx, qInsertAttempt, id, last+1, runID, now))
+	a, err := insertAttempt(ctx, tx, id, last+1, runID, now)
 	if err != nil {
 		return Attempt{}, Task{}, err
 	}
@@ -68,9 +68,19 @@ const (
 	qAttemptsHead = `SELECT coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1), 0),
 		(SELECT number FROM attempts INDEXED BY attempts_running WHERE task_id = ?1 AND status = 'running' LIMIT 1)`
 	qInsertAttempt = `INSERT INTO attempts (task_id, number, run_id, status, started_ns)
-		VALUES (?, ?, ?, 'running', ?) RETURNING ` + attemptCols
+		VALUES (?, ?, ?, 'running', ?)`
 	qClaimRefused = `SELECT status, run_id, steps_used, steps_limit FROM tasks WHERE id = ? AND principal_id = ?`
 )
+
+// insertAttempt inserts attempt number of task id, running since now. The
+// row is all parameters and column defaults, so it is built here rather
+// than read back: a RETURNING costs a row scan on the step path.
+func insertAttempt(ctx context.Context, tx *txn, id string, number, runID, now int64) (Attempt, error) {
+	if _, err := tx.ExecContext(ctx, qInsertAttempt, id, number, runID, now); err != nil {
+		return Attempt{}, err
+	}
+	return Attempt{TaskID: id, Number: number, RunID: runID, Status: AttemptRunning, StartedAt: fromNanos(now), ExitCode: -1}, nil
+}
 
 // claimRefused explains a claim that matched no row.
 func claimRefused(ctx context.Context, tx *txn, principal, id string, runID int64) error {
@@ -301,7 +311,7 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 			return Task{}, nil, true, err
 		}
 	}
-	a, err := scanAttempt(tx.QueryRowContext(ctx, qInsertAttempt, f.TaskID, f.Number+1, f.RunID, now))
+	a, err := insertAttempt(ctx, tx, f.TaskID, f.Number+1, f.RunID, now)
 	if err != nil {
 		return Task{}, nil, true, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestFinishAttempt(t *testing.T) {
@@ -287,6 +288,40 @@ func TestFinishAndClaim(t *testing.T) {
 		f.TaskTo = StatusCompleted
 		if _, _, _, err := s.FinishAndClaim(ctx, f); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("TaskTo with FinishAndClaim: %v", err)
+		}
+	})
+}
+
+// TestClaimedAttemptIsStored: the attempt a claim returns, built without
+// reading the row back, is exactly what the store holds, on both paths
+// (ClaimAttempt and FinishAndClaim's fast path) and both engines.
+func TestClaimedAttemptIsStored(t *testing.T) {
+	forDrivers(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		s := open(t)
+		task, first := claimedTask(t, s, "p", "t1")
+		_, next, _, err := s.FinishAndClaim(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t1", RunID: task.RunID, Number: first.Number,
+			Status: AttemptCompleted, Outcome: "continue", Summary: "one", ExitCode: -1})
+		if err != nil || next == nil {
+			t.Fatalf("FinishAndClaim: %v, %v", next, err)
+		}
+		stored := listAttempts(t, s, "p", "t1")
+		if len(stored) != 2 {
+			t.Fatalf("%d attempts stored, want 2", len(stored))
+		}
+		for i, got := range []Attempt{first, *next} {
+			want := stored[i]
+			if !got.StartedAt.Equal(want.StartedAt) || !got.EndedAt.IsZero() {
+				t.Errorf("attempt %d: started %v ended %v, stored started %v", got.Number, got.StartedAt, got.EndedAt, want.StartedAt)
+			}
+			got.StartedAt, want.StartedAt, want.EndedAt = time.Time{}, time.Time{}, time.Time{}
+			if i == 0 {
+				// Stored after it finished; compare it as it was claimed.
+				want.Status, want.Outcome, want.Summary = AttemptRunning, "", ""
+			}
+			if got != want {
+				t.Errorf("attempt %d returned %+v, stored %+v", got.Number, got, want)
+			}
 		}
 	})
 }

@@ -87,7 +87,11 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, f.N, round(f.Median), round(f.P95), f.Note)
 	}
 	tw.Flush()
-	fmt.Fprintf(e.stdout, "\ndurable step / floor = %.2f (target ≤ 2)\n", r.StepRatio)
+	if r.StepRatioNormal > 0 {
+		fmt.Fprintf(e.stdout, "\ndurable step / floor = %.2f at synchronous=FULL (target ≤ 1.5), %.2f at NORMAL (target ≤ 2)\n", r.StepRatio, r.StepRatioNormal)
+	} else {
+		fmt.Fprintf(e.stdout, "\ndurable step / floor = %.2f (target ≤ 1.5)\n", r.StepRatio)
+	}
 	return exitOK
 }
 

@@ -174,7 +174,12 @@ func (c Config) withDefaults() Config {
 // one task, so one Executor drives at most one worker; two Executors share
 // nothing.
 type Executor struct {
-	cfg     Config
+	cfg Config
+	// ready is closed when the preflight is done: desc, env, preErr and
+	// sources are written before, and only read after.
+	ready       chan struct{}
+	cancelStart context.CancelFunc
+
 	desc    sdk.Description
 	env     *runtimeEnv // nil when the preflight failed
 	preErr  error
@@ -193,8 +198,33 @@ var _ sdk.Executor = (*Executor)(nil)
 // host can tell the operator why instead of seeing a plugin that would
 // not start.
 func New(ctx context.Context, cfg Config) *Executor {
+	e := Start(ctx, cfg)
+	<-e.ready
+	return e
+}
+
+// Start is New without the wait: the preflight runs in the background, so
+// that the plugin's handshake with the host overlaps the worker's start.
+// Describe and Step wait for it, so nothing reports the runtime, and no
+// step runs, before the preflight has passed or failed; Close cancels it.
+func Start(ctx context.Context, cfg Config) *Executor {
 	cfg = cfg.withDefaults()
-	e := &Executor{cfg: cfg}
+	ctx, cancel := context.WithCancel(ctx)
+	e := &Executor{cfg: cfg, ready: make(chan struct{}), cancelStart: cancel}
+	go func() {
+		defer close(e.ready)
+		e.start(ctx)
+	}()
+	return e
+}
+
+// Identity is the kind and version, known before the preflight ends
+// (sdk.Identifier): the SDK validates them without waiting for Describe.
+func (e *Executor) Identity() (kind, version string) { return Kind, Version }
+
+// start runs the preflight and writes its outcome into e.
+func (e *Executor) start(ctx context.Context) {
+	cfg := e.cfg
 	var version string
 	var graphs []string
 	e.env, version, graphs, e.preErr = e.preflight(ctx)
@@ -227,7 +257,6 @@ func New(ctx context.Context, cfg Config) *Executor {
 			e.desc.Runtime["saved_state"] = e.env.stateFrom
 		}
 	}
-	return e
 }
 
 // openStateCache returns the saved-state cache of cfg.StateCacheDir, or
@@ -294,11 +323,11 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 	}
 	env.work, env.trampoline = work, trampoline
 	env.policy = workerPolicy(e.cfg, dir, work)
-	env.version, env.versionLine, err = checkVersion(ctx, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
-	if err != nil {
+	if env.cache, err = e.openStateCache(); err != nil {
 		return fail(err)
 	}
-	if env.cache, err = e.openStateCache(); err != nil {
+	env.version, env.versionLine, err = cachedVersion(ctx, env.cache, e.cfg.SwiplPath, e.cfg.SwiplVersion, env.env)
+	if err != nil {
 		return fail(err)
 	}
 	env.stateKey = stateKey(e.sources, e.cfg.SwiplPath, env.versionLine)
@@ -328,8 +357,10 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 	return env, env.version, graphs, nil
 }
 
-// Describe reports the executor and its runtime facts.
+// Describe reports the executor and its runtime facts, once the
+// preflight is done.
 func (e *Executor) Describe() sdk.Description {
+	<-e.ready
 	d := e.desc
 	d.CheckpointSchemas = append([]string(nil), e.desc.CheckpointSchemas...)
 	d.Capabilities = append([]string(nil), e.desc.Capabilities...)
@@ -342,6 +373,8 @@ func (e *Executor) Describe() sdk.Description {
 
 // Close stops the worker and removes the runtime's temp dir.
 func (e *Executor) Close() {
+	e.cancelStart()
+	<-e.ready
 	e.mu.Lock()
 	w := e.worker
 	e.worker = nil
@@ -408,6 +441,11 @@ func (e *Executor) dropWorker(w *worker) {
 
 // Step runs one node of the task's graph.
 func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest) (sdk.StepResult, error) {
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return sdk.StepResult{}, ctx.Err()
+	}
 	if e.preErr != nil {
 		return sdk.Fail("executor_failed", truncate(fmt.Sprintf("machinespirit: %v: %v", errNoPreflight, e.preErr), maxFailMessage)), nil
 	}

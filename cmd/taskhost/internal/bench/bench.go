@@ -52,6 +52,48 @@ type Report struct {
 	Figures []Figure `json:"figures"`
 	// StepRatio is the median durable step over the median floor.
 	StepRatio float64 `json:"step_ratio"`
+	// StepRatioNormal is the same at synchronous=NORMAL (SQLite only).
+	StepRatioNormal float64 `json:"step_ratio_normal,omitempty"`
+}
+
+func ratio(num, den Figure) float64 {
+	if den.Median <= 0 {
+		return 0
+	}
+	return float64(num.Median) / float64(den.Median)
+}
+
+// stepOverhead measures, on h, the floor (a go-plugin round trip and a
+// one-row commit) and then the durable step of the test executor's no-op,
+// n samples each.
+func stepOverhead(ctx context.Context, h *host.Host, who string, n int) (floor, steps []time.Duration, err error) {
+	exe, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the bench needs the test executor (taskhost-executor-testexec beside taskhost): %w", err)
+	}
+	parked, err := create(ctx, h, who, `{"goal":"park","testexec":{"sleep_ms":600000}}`, 0)
+	if err != nil {
+		exe.Stop()
+		return nil, nil, err
+	}
+	for i := range n {
+		start := time.Now()
+		if _, err := exe.Describe(ctx); err != nil {
+			exe.Stop()
+			return nil, nil, err
+		}
+		if err := h.Store.Heartbeat(ctx, who, parked.ID, parked.RunID, int64(i)); err != nil {
+			exe.Stop()
+			return nil, nil, err
+		}
+		floor = append(floor, time.Since(start))
+	}
+	exe.Stop()
+	if _, err := h.Runner.Cancel(ctx, who, parked.ID); err != nil {
+		return nil, nil, err
+	}
+	steps, err = stepIntervals(ctx, h, who, fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d}}`, n+1), n+1)
+	return floor, steps, err
 }
 
 func figure(name string, samples []time.Duration, note string) Figure {
@@ -119,39 +161,32 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	const who = "bench"
 
 	say("floor: go-plugin round trip + one store commit")
-	exe, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
-	if err != nil {
-		return r, fmt.Errorf("the bench needs the test executor (taskhost-executor-testexec beside taskhost): %w", err)
-	}
-	parked, err := create(ctx, h, who, `{"goal":"park","testexec":{"sleep_ms":600000}}`, 0)
-	if err != nil {
-		return r, err
-	}
-	var floor []time.Duration
-	for i := range o.Steps {
-		start := time.Now()
-		if _, err := exe.Describe(ctx); err != nil {
-			return r, err
-		}
-		if err := h.Store.Heartbeat(ctx, who, parked.ID, parked.RunID, int64(i)); err != nil {
-			return r, err
-		}
-		floor = append(floor, time.Since(start))
-	}
-	exe.Stop()
-	if _, err := h.Runner.Cancel(ctx, who, parked.ID); err != nil {
-		return r, err
-	}
-
-	say("durable step: %d no-op steps of the test executor", o.Steps)
-	steps, err := stepIntervals(ctx, h, who, fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d}}`, o.Steps+1), o.Steps+1)
+	floor, steps, err := stepOverhead(ctx, h, who, o.Steps)
 	if err != nil {
 		return r, err
 	}
 	ff, sf := figure("floor: plugin RPC + store commit", floor, ""), figure("durable step (testexec no-op)", steps, "")
 	r.Figures = append(r.Figures, ff, sf)
-	if ff.Median > 0 {
-		r.StepRatio = float64(sf.Median) / float64(ff.Median)
+	r.StepRatio = ratio(sf, ff)
+
+	if cfg.Store.Driver != config.StorePostgres {
+		// The same pair on a store at synchronous=NORMAL (a commit is not
+		// fsynced, so the step's own work weighs more against the floor),
+		// on a host of its own.
+		say("floor and durable step at synchronous=NORMAL")
+		hn, err := host.Open(ctx, host.Options{DataDir: filepath.Join(dir, "normal"), Config: cfg, ExecutorDir: o.ExecutorDir, Synchronous: "NORMAL"})
+		if err != nil {
+			return r, err
+		}
+		floor, steps, err := stepOverhead(ctx, hn, who, o.Steps)
+		hn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return r, err
+		}
+		ff, sf := figure("floor at synchronous=NORMAL", floor, ""), figure("durable step at synchronous=NORMAL", steps, "")
+		r.StepRatioNormal = ratio(sf, ff)
+		sf.Note = fmt.Sprintf("step/floor = %.2f (target ≤ 2)", r.StepRatioNormal)
+		r.Figures = append(r.Figures, ff, sf)
 	}
 
 	say("plugin start, %d times", o.Reps)

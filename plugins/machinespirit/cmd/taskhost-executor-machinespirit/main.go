@@ -60,7 +60,10 @@ func run(args []string, stderr io.Writer) int {
 		ex.Close()
 		os.Exit(exitWorkerLost)
 	}
-	ex = machinespirit.New(context.Background(), cfg)
+	// The preflight (swipl's version, the saved state, the worker's
+	// hello) runs while sdk.Serve does the handshake with the host; the
+	// host's first Describe waits for it.
+	ex = machinespirit.Start(context.Background(), cfg)
 
 	// On SIGTERM the SDK cancels the running step (the worker is signalled,
 	// then killed) and ends the process; the worker dies with it
