@@ -48,6 +48,16 @@ func main() {
 		fmt.Fprintf(os.Stderr, "dbos-bench: -steps %d: must be 10..100000\n", *steps)
 		os.Exit(2)
 	}
+	if *executors != "" {
+		// The plugin confinement's trampoline must be named by an
+		// absolute path.
+		abs, err := filepath.Abs(*executors)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dbos-bench: -executors:", err)
+			os.Exit(2)
+		}
+		*executors = abs
+	}
 	if err := run(context.Background(), os.Stdout, *steps, *executors); err != nil {
 		fmt.Fprintln(os.Stderr, "dbos-bench:", err)
 		os.Exit(1)
