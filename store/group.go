@@ -90,8 +90,10 @@ func (s *Store) writeGrouped(ctx context.Context, fn func(ctx context.Context, t
 		c.hold(len(group))
 	}
 	s.runGroup(group)
-	for _, o := range group[1:] {
-		o.done <- outcome{err: o.err}
+	for _, o := range group {
+		if o != m {
+			o.done <- outcome{err: o.err}
+		}
 	}
 	c.mu.Lock()
 	if len(c.queue) > 0 {
