@@ -459,3 +459,34 @@ func TestGroupCommitConcurrentSteps(t *testing.T) {
 		}
 	}
 }
+
+// Only a writable SQLite store groups commits: PostgreSQL runs each step in
+// its own SERIALIZABLE transaction, and a read-only store refuses writes
+// before any queue.
+func TestGroupCommitOnlyOnWritableSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "taskhost.db")
+	s, err := Open(context.Background(), path, Options{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, a := claimedTask(t, s, "alice", "t1")
+	if s.group == nil {
+		t.Error("a writable SQLite store has no committer")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := Open(context.Background(), path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ro.Close() })
+	if ro.group != nil {
+		t.Error("a read-only store has a committer")
+	}
+	_, _, _, err = ro.FinishAndClaim(context.Background(), stepOf(task, a, 16))
+	wantErrIs(t, err, ErrReadOnly)
+	if pg := openPostgres(t); pg.group != nil {
+		t.Error("a PostgreSQL store has a committer")
+	}
+}
