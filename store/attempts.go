@@ -212,6 +212,9 @@ func (s *Store) FinishAttempt(ctx context.Context, f FinishAttempt) (Task, error
 // per step instead of two. Each half keeps its own guarantees. When the step
 // budget is spent the finish still commits, and next is nil with a
 // *BudgetError in exhausted; any other refusal of the claim undoes both.
+// On SQLite, steps of several tasks finishing at once share one commit
+// (writeGrouped); once queued for one, the step is written whether or not
+// ctx is cancelled, and the call returns its real result.
 func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents ...NewEvent) (t Task, next *Attempt, exhausted *BudgetError, err error) {
 	if f.TaskTo != "" {
 		return Task{}, nil, nil, invalidf("FinishAndClaim keeps the task running: TaskTo must be empty")
@@ -223,7 +226,7 @@ func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents 
 	if err := s.checkEvents(nextEvents); err != nil {
 		return Task{}, nil, nil, err
 	}
-	err = s.write(ctx, func(tx *txn) error {
+	err = s.writeGrouped(ctx, func(ctx context.Context, tx *txn) error {
 		next, exhausted = nil, nil
 		var err error
 		var fast bool

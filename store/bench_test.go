@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/taskhost/taskhost/internal/testpg"
 )
@@ -155,5 +159,80 @@ func BenchmarkFinishAndClaim(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(s.statements.Load()-before)/float64(b.N), "stmts/step")
 		})
+	}
+}
+
+// BenchmarkFinishAndClaimConcurrent measures durable steps at
+// synchronous=FULL when K tasks step at once, each in its own goroutine,
+// with group commit (the default) and without it (every step its own
+// commit), in the same run. One op is one step of any task; steps/s is
+// the store's total.
+func BenchmarkFinishAndClaimConcurrent(b *testing.B) {
+	for _, k := range []int{1, 4, 16} {
+		for _, mode := range []string{"group", "alone"} {
+			b.Run(fmt.Sprintf("K=%d/%s", k, mode), func(b *testing.B) {
+				ctx := context.Background()
+				s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: "FULL"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				if mode == "alone" {
+					s.group = nil
+				}
+				steps := make([]FinishAttempt, k)
+				for i := range steps {
+					id := fmt.Sprint("bench", i)
+					budgets := defaultBudgets()
+					budgets.Steps.Limit = int64(b.N) + 2
+					if _, err := s.CreateTask(ctx, NewTask{ID: id, PrincipalID: "p", Executor: "legacy",
+						Spec: []byte(`{"goal":"bench"}`), Limits: budgets}); err != nil {
+						b.Fatal(err)
+					}
+					task, err := s.StartRun(ctx, "p", id, StatusPending)
+					if err != nil {
+						b.Fatal(err)
+					}
+					a, _, err := s.ClaimAttempt(ctx, "p", id, task.RunID)
+					if err != nil {
+						b.Fatal(err)
+					}
+					steps[i] = FinishAttempt{
+						PrincipalID: "p", TaskID: id, RunID: task.RunID, Number: a.Number,
+						Status: AttemptCompleted, Outcome: "continue", Summary: "did a step",
+						Checkpoint: make([]byte, 1024),
+						Events:     []NewEvent{{Type: "step.completed", Payload: []byte(`{"attempt":1,"outcome":"continue","steps":"1/20"}`)}},
+					}
+				}
+				started := []byte(`{"attempt":2,"steps":"2/20"}`)
+				var left atomic.Int64
+				left.Store(int64(b.N))
+				var wg sync.WaitGroup
+				errs := make(chan error, k)
+				b.ResetTimer()
+				start := time.Now()
+				for _, f := range steps {
+					wg.Go(func() {
+						for left.Add(-1) >= 0 {
+							_, next, _, err := s.FinishAndClaim(ctx, f, NewEvent{Type: "step.started", Payload: started})
+							if err != nil || next == nil {
+								errs <- fmt.Errorf("%s: next %v, %w", f.TaskID, next, err)
+								return
+							}
+							f.Number = next.Number
+							f.WallMillisUsed++
+						}
+					})
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				b.StopTimer()
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "steps/s")
+			})
+		}
 	}
 }

@@ -21,6 +21,20 @@
 //     write rows that depend on both, as a single writer allows;
 //     SERIALIZABLE keeps that meaning for every path, present and future,
 //     where row locks would have to be right in each one.
+//   - On SQLite, the steps of several tasks that finish at once
+//     (FinishAndClaim) share one commit — one fsync at synchronous=FULL:
+//     up to 64 of them run in one write transaction, each in its own
+//     savepoint. Each stays its own compare-and-set: one that is refused is
+//     rolled back to its savepoint and gets the same error it would get
+//     alone, while the others are stored; a failed commit fails every
+//     member; and if the shared transaction is lost (a savepoint cannot be
+//     rolled back or released), every member runs again alone, so none is
+//     reported stored from a transaction that was rolled back. A step that
+//     has joined a group is written whatever its caller's context does
+//     (an interrupt would roll back the others), and its caller gets the
+//     real result. PostgreSQL keeps one SERIALIZABLE transaction per write:
+//     its pool already runs writes side by side, and one member's
+//     serialization failure would run a whole group again.
 //   - Budgets never exceed their limits (the schema checks it too) and wall
 //     time never goes backwards.
 //   - Every call is scoped to a principal; another principal's task is

@@ -41,6 +41,9 @@ type Store struct {
 	unprepared atomic.Int64         // write statements run without preparation (should stay 0)
 	statements atomic.Int64         // write statements run, for the tests that count a step's
 	readStmts  stmtCache            // reader statements, prepared on first use
+	// group shares one commit among concurrent steps (group.go); nil on
+	// PostgreSQL and read-only stores, where writeGrouped is write.
+	group *committer
 }
 
 // readerConns is the size of the reader pool: enough for the API to list and
@@ -136,6 +139,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	if err := s.prepare(ctx); err != nil {
 		return s.openErr("sqlite", err)
 	}
+	s.group = &committer{}
 
 	r, err := sql.Open("sqlite", dsn(s.path, opts, "_pragma=query_only(1)"))
 	if err != nil {
