@@ -27,7 +27,7 @@
 //     savepoint. Each stays its own compare-and-set: one that is refused is
 //     rolled back to its savepoint and gets the same error it would get
 //     alone, while the others are stored; a failed commit fails every
-//     member; and if the shared transaction is lost (a savepoint cannot be
+//     other member; and if the shared transaction is lost (a savepoint cannot be
 //     rolled back or released), every member runs again alone, so none is
 //     reported stored from a transaction that was rolled back. A step that
 //     has joined a group is written whatever its caller's context does

@@ -127,7 +127,7 @@ func (s *Store) runGroup(group []*member) {
 // writeTogether runs group's closures in one write transaction, each in a
 // savepoint: a closure that fails is rolled back to its savepoint and keeps
 // its error, and the others go on. One commit follows; its failure is every
-// member's. It reports false, with the transaction rolled back and no
+// other member's. It reports false, with the transaction rolled back and no
 // member's err to be trusted, when a savepoint could not be set, rolled
 // back or released — SQLite may have rolled back the whole transaction
 // (after a full disk, an I/O error), and a later member's statements would
@@ -171,8 +171,12 @@ func (s *Store) writeTogether(group []*member) bool {
 	}
 	start := time.Now()
 	if err := tx.Commit(); err != nil {
+		// A refused member keeps its refusal: it had nothing to commit.
 		for _, m := range group {
-			m.err = s.dbErr(err)
+			if m.err == nil {
+				m.err = err
+			}
+			m.err = s.dbErr(m.err)
 		}
 		return true
 	}
