@@ -17,16 +17,17 @@ func TestBenchCommand(t *testing.T) {
 			N      int    `json:"n"`
 			Median int64  `json:"median_ns"`
 		} `json:"figures"`
-		StepRatio       float64 `json:"step_ratio"`
-		StepRatioNormal float64 `json:"step_ratio_normal"`
+		StepRatio            float64 `json:"step_ratio"`
+		StepRatioNormal      float64 `json:"step_ratio_normal"`
+		ConcurrentThroughput float64 `json:"concurrent_throughput"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("bench --json: %v\n%s", err, out)
 	}
-	if len(r.Figures) < 7 || r.StepRatio <= 0 || r.StepRatioNormal <= 0 {
+	if len(r.Figures) < 7 || r.StepRatio <= 0 || r.StepRatioNormal <= 0 || r.ConcurrentThroughput <= 0 {
 		t.Fatalf("report %+v", r)
 	}
-	grandchild, normal := false, 0
+	grandchild, normal, concurrent := false, 0, false
 	msStarts, msSkipped := 0, false
 	for _, f := range r.Figures {
 		switch f.Name {
@@ -43,6 +44,7 @@ func TestBenchCommand(t *testing.T) {
 		if (f.Name == "floor at synchronous=NORMAL" || f.Name == "durable step at synchronous=NORMAL") && f.N == 20 {
 			normal++
 		}
+		concurrent = concurrent || (f.Name == "durable step, 4 tasks at once" && f.N == 4*20)
 		grandchild = grandchild || (f.Name == "plugin SIGKILL → interrupted persisted, grandchild holding stderr" && f.N == 2)
 	}
 	if msStarts != 2 && !msSkipped {
@@ -50,6 +52,9 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if normal != 2 {
 		t.Errorf("no floor and durable step rows at synchronous=NORMAL with 20 samples each: %+v", r.Figures)
+	}
+	if !concurrent {
+		t.Errorf("no row of 4 tasks stepping at once with 80 samples: %+v", r.Figures)
 	}
 	if !grandchild {
 		t.Errorf("no crash row with a grandchild holding the plugin's stderr: %+v", r.Figures)

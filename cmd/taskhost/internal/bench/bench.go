@@ -9,12 +9,14 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,6 +56,10 @@ type Report struct {
 	StepRatio float64 `json:"step_ratio"`
 	// StepRatioNormal is the same at synchronous=NORMAL (SQLite only).
 	StepRatioNormal float64 `json:"step_ratio_normal,omitempty"`
+	// ConcurrentThroughput is the steps per second of concurrentTasks
+	// tasks stepping at once over one task's (the inverse of its median
+	// durable step).
+	ConcurrentThroughput float64 `json:"concurrent_throughput"`
 }
 
 func ratio(num, den Figure) float64 {
@@ -188,6 +194,19 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		sf.Note = fmt.Sprintf("step/floor = %.2f (target ≤ 2)", r.StepRatioNormal)
 		r.Figures = append(r.Figures, ff, sf)
 	}
+
+	say("durable steps, %d tasks at once", concurrentTasks)
+	each, elapsed, err := concurrentSteps(ctx, h, who, concurrentTasks, o.Steps)
+	if err != nil {
+		return r, err
+	}
+	cf := figure(fmt.Sprintf("durable step, %d tasks at once", concurrentTasks), each, "")
+	if sf.Median > 0 && elapsed > 0 {
+		perSec := float64(concurrentTasks*o.Steps) / elapsed.Seconds()
+		r.ConcurrentThroughput = perSec / (float64(time.Second) / float64(sf.Median))
+		cf.Note = fmt.Sprintf("%.0f steps/s in all = %.2f× one task's (SQLite: group commit)", perSec, r.ConcurrentThroughput)
+	}
+	r.Figures = append(r.Figures, cf)
 
 	say("plugin start, %d times", o.Reps)
 	var starts []time.Duration
@@ -329,6 +348,31 @@ func create(ctx context.Context, h *host.Host, who, spec string, steps int64) (s
 		executor = "machinespirit"
 	}
 	return h.Runner.Create(ctx, who, host.CreateRequest{Executor: executor, Spec: []byte(spec), Limits: host.Limits{Steps: steps}})
+}
+
+// concurrentTasks is how many tasks step at once in the concurrent row:
+// the bench host's max_concurrent.
+const concurrentTasks = 4
+
+// concurrentSteps runs k tasks of n steps at once and returns every step's
+// interval and the time until the last task ended. Steps that finish
+// together share commits (SQLite's group commit), so k tasks step faster in
+// all than one.
+func concurrentSteps(ctx context.Context, h *host.Host, who string, k, n int) ([]time.Duration, time.Duration, error) {
+	spec := fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d}}`, n+1)
+	out := make([][]time.Duration, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range k {
+		wg.Go(func() { out[i], errs[i] = stepIntervals(ctx, h, who, spec, n+1) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return nil, 0, err
+	}
+	return slices.Concat(out...), elapsed, nil
 }
 
 // stepIntervals runs one task and returns the intervals between its
