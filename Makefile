@@ -88,5 +88,5 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
-		$(GO) test -run XXX -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		GO="$(GO)" .ci/fuzz-one "$$pkg" "$$fn" "$(FUZZTIME)" || exit 1; \
 	done
