@@ -21,6 +21,7 @@ help:
 
 build:
 	$(GO) build -o $(BIN)/taskhost ./cmd/taskhost
+	$(GO) build -o $(BIN)/taskhost-confine ./cmd/taskhost-confine
 	$(GO) build -o $(BIN)/taskhost-executor-testexec ./integration/testexec
 	$(GO) build -o $(BIN)/taskhost-executor-legacy ./plugins/legacy/cmd/taskhost-executor-legacy
 	$(GO) build -o $(BIN)/taskhost-executor-machinespirit ./plugins/machinespirit/cmd/taskhost-executor-machinespirit

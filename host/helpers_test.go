@@ -21,9 +21,11 @@ import (
 	"github.com/taskhost/taskhost/store"
 )
 
-// executors builds the executor binaries the first time a test needs
-// them: the seam's in-process tests run without building any.
+// executors builds the executor binaries, and the dedicated trampoline
+// beside them as `make build` puts it, the first time a test needs them:
+// the seam's in-process tests run without building any.
 var executors = testbin.Lazy("thbin",
+	testbin.Build{Package: testbin.Confine},
 	testbin.Executor("testexec", testbin.Testexec),
 	testbin.Executor("legacy", testbin.Legacy),
 	testbin.Executor("machinespirit", testbin.MachineSpirit))

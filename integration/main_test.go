@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	confine.Main()
 	dir, err := testbin.TempDir(context.Background(), "thint",
 		testbin.Build{Package: testbin.Taskhost},
+		testbin.Build{Package: testbin.Confine},
 		testbin.Executor("testexec", testbin.Testexec),
 		testbin.Executor("hostileexec", testbin.Hostileexec),
 		testbin.Build{Package: testbin.Legacy},

@@ -18,6 +18,7 @@ import (
 // Import paths of the binaries tests run.
 const (
 	Taskhost      = "github.com/taskhost/taskhost/cmd/taskhost"
+	Confine       = "github.com/taskhost/taskhost/cmd/taskhost-confine"
 	Testexec      = "github.com/taskhost/taskhost/integration/testexec"
 	Hostileexec   = "github.com/taskhost/taskhost/integration/hostileexec"
 	Legacy        = "github.com/taskhost/taskhost/plugins/legacy/cmd/taskhost-executor-legacy"

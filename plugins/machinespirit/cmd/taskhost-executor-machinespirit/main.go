@@ -4,7 +4,8 @@
 //
 //	taskhost-executor-machinespirit --swipl /usr/bin/swipl --swipl-version 9.0.4 \
 //	    [--graphs-dir DIR --graph-pin NAME=SHA256 ...] [--checkpoint-max-bytes N] \
-//	    [--start state|source] [--state-cache-dir DIR] [--worker-memory-mb N] [--worker-cpu-seconds N]
+//	    [--start state|source] [--state-cache-dir DIR] [--worker-memory-mb N] [--worker-cpu-seconds N] \
+//	    [--trampoline PATH]
 //
 // A failed preflight does not stop the plugin: Describe reports
 // Runtime["preflight"] = "failed: ..." and every step is refused, so the
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -104,12 +106,16 @@ func parseFlags(args []string, stderr io.Writer) (machinespirit.Config, error) {
 	mode := fs.String("start", string(machinespirit.StartFromState), "worker start: state (saved state) or source")
 	fs.StringVar(&cfg.StateCacheDir, "state-cache-dir", "", "absolute directory that keeps the built saved state across starts (empty: build it at every start)")
 	memMB := fs.Int64("worker-memory-mb", machinespirit.DefaultWorkerMemoryBytes>>20, "the Prolog worker's address space (RLIMIT_AS), MiB")
+	fs.StringVar(&cfg.Trampoline, "trampoline", "", "absolute path of the binary that confines the worker (the host's taskhost-confine; empty: this binary)")
 	fs.Int64Var(&cfg.WorkerCPUSeconds, "worker-cpu-seconds", machinespirit.DefaultWorkerCPUSeconds, "the Prolog worker's CPU time (RLIMIT_CPU), seconds")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.Trampoline != "" && !filepath.IsAbs(cfg.Trampoline) {
+		return cfg, fmt.Errorf("--trampoline %q: must be an absolute path", cfg.Trampoline)
 	}
 	cfg.GraphPins = pins
 	cfg.StartMode = machinespirit.StartMode(*mode)

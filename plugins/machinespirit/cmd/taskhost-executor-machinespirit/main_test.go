@@ -14,14 +14,14 @@ func TestParseFlags(t *testing.T) {
 		"--swipl", "/usr/bin/swipl", "--swipl-version", "9.0.4",
 		"--graphs-dir", "/etc/taskhost/graphs", "--graph-pin", "a=" + strings.Repeat("0", 64),
 		"--graph-pin", "b=" + strings.Repeat("1", 64), "--checkpoint-max-bytes", "1000", "--start", "source",
-		"--worker-memory-mb", "512", "--worker-cpu-seconds", "60",
+		"--worker-memory-mb", "512", "--worker-cpu-seconds", "60", "--trampoline", "/opt/taskhost/taskhost-confine",
 	}, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.SwiplPath != "/usr/bin/swipl" || cfg.SwiplVersion != "9.0.4" || cfg.GraphsDir != "/etc/taskhost/graphs" ||
 		len(cfg.GraphPins) != 2 || cfg.CheckpointMaxBytes != 1000 || cfg.StartMode != machinespirit.StartFromSource ||
-		cfg.WorkerMemoryBytes != 512<<20 || cfg.WorkerCPUSeconds != 60 {
+		cfg.WorkerMemoryBytes != 512<<20 || cfg.WorkerCPUSeconds != 60 || cfg.Trampoline != "/opt/taskhost/taskhost-confine" {
 		t.Fatalf("config %+v", cfg)
 	}
 	for _, bad := range [][]string{
@@ -32,6 +32,7 @@ func TestParseFlags(t *testing.T) {
 		{"--worker-memory-mb", "65537"},
 		{"--worker-memory-mb", "-1"},
 		{"--worker-cpu-seconds", "x"},
+		{"--trampoline", "taskhost-confine"},
 	} {
 		if _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
