@@ -37,6 +37,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -87,10 +88,11 @@ func run(ctx context.Context, out io.Writer, steps int, executors string) error 
 		}
 		rows = append(rows, summarize(sync, "taskhost store: FinishAndClaim", s, false))
 		if executors != "" {
-			h, err := hostSteps(ctx, sync, steps, executors)
+			floor, h, err := hostSteps(ctx, sync, steps, executors)
 			if err != nil {
 				return fmt.Errorf("taskhost step (%s): %w", sync, err)
 			}
+			rows = append(rows, summarize(sync, "taskhost floor: plugin round trip + one-row commit", floor, false))
 			rows = append(rows, summarize(sync, "taskhost step: testexec no-op via plugin", h, false))
 		}
 	}
@@ -219,46 +221,85 @@ func storeSteps(ctx context.Context, sync string, n int) ([]time.Duration, error
 	return times, nil
 }
 
-// hostSteps runs one task of n+1 no-op steps of the test executor on a
-// host opened at sync and returns the intervals between its attempts'
-// starts: each is one whole durable step.
-func hostSteps(ctx context.Context, sync string, n int, executors string) ([]time.Duration, error) {
+// hostSteps opens a host at sync and measures, n samples each, the floor
+// any out-of-process step pays (a Describe round trip to the test
+// executor's plugin and a one-row commit, a heartbeat of a parked task),
+// then a task of n+1 no-op steps, returning the intervals between its
+// attempts' starts: each is one whole durable step.
+func hostSteps(ctx context.Context, sync string, n int, executors string) (floor, steps []time.Duration, err error) {
 	dir, err := os.MkdirTemp("", "thdb") // short: plugin socket paths are capped
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer os.RemoveAll(dir)
 	cfg := config.Default()
 	cfg.Tasks.MaxStepsCap = 100000
 	cfg.Executors["testexec"] = config.Executor{Path: filepath.Join(executors, host.ExecutorPrefix+"testexec")}
+	// This binary cannot serve as the trampoline (its main does not call
+	// confine.Main): the installed one, or taskhost itself.
+	trampoline := filepath.Join(executors, host.TrampolineName)
+	if _, err := os.Stat(trampoline); err != nil {
+		trampoline = filepath.Join(executors, "taskhost")
+	}
 	h, err := host.Open(ctx, host.Options{DataDir: filepath.Join(dir, "d"), Config: cfg, Synchronous: sync,
-		ExecutorDir: executors, Trampoline: filepath.Join(executors, "taskhost")})
+		ExecutorDir: executors, Trampoline: trampoline})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer h.Close(context.WithoutCancel(ctx))
+	if floor, err = floorSamples(ctx, h, n); err != nil {
+		return nil, nil, fmt.Errorf("floor: %w", err)
+	}
 	t, err := h.Runner.Create(ctx, "bench", host.CreateRequest{Executor: "testexec",
 		Spec:   []byte(fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d}}`, n+1)),
 		Limits: host.Limits{Steps: int64(n + 1)}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := h.Runner.Wait(ctx, t.ID); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if t, err = h.Runner.Get(ctx, "bench", t.ID); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if t.Status != store.StatusCompleted {
-		return nil, fmt.Errorf("task %s ended %s (%s: %s)", t.ID, t.Status, t.Reason, strings.TrimSpace(t.Message))
+		return nil, nil, fmt.Errorf("task %s ended %s (%s: %s)", t.ID, t.Status, t.Reason, strings.TrimSpace(t.Message))
 	}
 	atts, err := h.Runner.Attempts(ctx, "bench", t.ID)
 	if err != nil {
+		return nil, nil, err
+	}
+	for i := 1; i < len(atts); i++ {
+		steps = append(steps, atts[i].StartedAt.Sub(atts[i-1].StartedAt))
+	}
+	return floor, steps, nil
+}
+
+// floorSamples times n rounds of a Describe round trip to a test executor
+// plugin plus a heartbeat (one UPDATE, one commit) of a task parked in a
+// long step, as `taskhost bench`'s floor row does.
+func floorSamples(ctx context.Context, h *host.Host, n int) ([]time.Duration, error) {
+	exe, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
+	if err != nil {
 		return nil, err
 	}
-	var times []time.Duration
-	for i := 1; i < len(atts); i++ {
-		times = append(times, atts[i].StartedAt.Sub(atts[i-1].StartedAt))
+	defer exe.Stop()
+	parked, err := h.Runner.Create(ctx, "bench", host.CreateRequest{Executor: "testexec",
+		Spec: []byte(`{"goal":"park","testexec":{"sleep_ms":600000}}`)})
+	if err != nil {
+		return nil, err
 	}
-	return times, nil
+	defer h.Runner.Cancel(context.WithoutCancel(ctx), "bench", parked.ID)
+	out := make([]time.Duration, 0, n)
+	for i := range n {
+		start := time.Now()
+		if _, err := exe.Describe(ctx); err != nil {
+			return nil, err
+		}
+		if err := h.Store.Heartbeat(ctx, "bench", parked.ID, parked.RunID, int64(i)); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
 }
