@@ -37,5 +37,10 @@ func TestMain(m *testing.M) {
 			os.RemoveAll(dir)
 		}
 	}
+	if trampolinesBuilt.Load() {
+		if dir, err := trampolines(); err == nil {
+			os.RemoveAll(dir)
+		}
+	}
 	os.Exit(code)
 }
