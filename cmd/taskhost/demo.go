@@ -253,6 +253,12 @@ func (d *demoRun) runTask(t demoTask) int {
 	for _, name := range slices.Sorted(maps.Keys(t.files)) {
 		req.Files = append(req.Files, &apipb.WorkspaceFile{Name: name, Data: []byte(t.files[name])})
 	}
+	// A plugin of an earlier task may still be stopping: the one to kill
+	// is none of those.
+	var earlier map[int]bool
+	if t.kill {
+		earlier = d.pluginChildren(t.executor)
+	}
 	cctx, cancel := context.WithTimeout(d.ctx, callTimeout)
 	resp, err := d.tc.CreateTask(cctx, req)
 	cancel()
@@ -269,7 +275,7 @@ func (d *demoRun) runTask(t demoTask) int {
 		case ev.Type == host.EventTaskStarted && t.kill:
 			// The plugin is starting now: find it while it does, so the
 			// kill lands as soon as its step has started.
-			hunt = d.huntPlugin(t.executor)
+			hunt = d.huntPlugin(t.executor, earlier)
 		case ev.Type == host.EventStepStarted && hunt != nil:
 			d.killPlugin(t.executor, hunt)
 			hunt = nil
@@ -357,19 +363,18 @@ func (d *demoRun) answerApprovals(taskID string) int {
 
 // huntPlugin looks for the plugin process of kind that is starting: a
 // child of this process (the demo's daemon runs in it) running the
-// executor's binary. The channel yields its pid, or 0 if none appeared.
-func (d *demoRun) huntPlugin(kind string) chan int {
-	bin := filepath.Join(d.o.executorDir, host.ExecutorPrefix+kind)
-	if resolved, err := filepath.EvalSymlinks(bin); err == nil {
-		bin = resolved // /proc/PID/exe names the resolved path
-	}
+// executor's binary, other than those in earlier. The channel yields its
+// pid, or 0 if none appeared.
+func (d *demoRun) huntPlugin(kind string, earlier map[int]bool) chan int {
 	found := make(chan int, 1)
 	go func() {
 		deadline := time.Now().Add(10 * time.Second)
 		for d.ctx.Err() == nil && time.Now().Before(deadline) {
-			if pid := findChild(bin); pid > 0 {
-				found <- pid
-				return
+			for pid := range d.pluginChildren(kind) {
+				if !earlier[pid] {
+					found <- pid
+					return
+				}
 			}
 			// Polling /proc: nothing announces a process start.
 			time.Sleep(2 * time.Millisecond)
@@ -393,14 +398,19 @@ func (d *demoRun) killPlugin(kind string, hunt chan int) {
 	fmt.Fprintf(d.out, "!! SIGKILL to the %s plugin (pid %d) in the middle of its step\n", kind, pid)
 }
 
-// findChild returns the pid of a child of this process whose executable is
-// bin, or 0.
-func findChild(bin string) int {
+// pluginChildren returns the live children of this process running the
+// binary of executor kind.
+func (d *demoRun) pluginChildren(kind string) map[int]bool {
+	bin := filepath.Join(d.o.executorDir, host.ExecutorPrefix+kind)
+	if resolved, err := filepath.EvalSymlinks(bin); err == nil {
+		bin = resolved // /proc/PID/exe names the resolved path
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
-	self := os.Getpid()
+	self := strconv.Itoa(os.Getpid())
+	out := map[int]bool{}
 	for _, ent := range entries {
 		pid, err := strconv.Atoi(ent.Name())
 		if err != nil {
@@ -417,14 +427,14 @@ func findChild(bin string) int {
 			continue
 		}
 		f := strings.Fields(s[i+1:])
-		if len(f) < 2 || f[1] != strconv.Itoa(self) || f[0] == "Z" {
+		if len(f) < 2 || f[1] != self || f[0] == "Z" {
 			continue
 		}
 		if exe, err := os.Readlink(filepath.Join("/proc", ent.Name(), "exe")); err == nil && exe == bin {
-			return pid
+			out[pid] = true
 		}
 	}
-	return 0
+	return out
 }
 
 // summary prints the table, checks what the demo set out to show, and
