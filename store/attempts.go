@@ -255,11 +255,12 @@ func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents 
 	return t, next, exhausted, nil
 }
 
-// eventTrimSteps is how often the step path trims a task's events: at
-// every attempt number divisible by it. Between two trims a running task
-// may hold up to that many steps' events beyond Limits.EventsPerTask;
-// every other writer of events trims at once.
-const eventTrimSteps = 16
+// eventTrimSlack is how far past Limits.EventsPerTask the step path lets
+// a task's events run before it trims them back to the limit: a long task
+// then pays for a trim (two statements) once every eventTrimSlack/2 or so
+// steps, not on every step past the limit; a task under its limit never
+// does. Every other writer of events trims at once.
+const eventTrimSlack = 32
 
 // finishAndClaimFast is FinishAndClaim's common case — the task running in
 // f.RunID with steps left, the attempt ending other than interrupted — in
@@ -269,8 +270,9 @@ const eventTrimSteps = 16
 // is checked by the update of its row (rows affected) instead of a read
 // first, the next number is f.Number+1 (the running attempt is the last
 // one: a claim refuses to start another while one runs), effect results
-// are dropped only when some exist, and events are trimmed every
-// eventTrimSteps attempts.
+// are dropped only when some exist, and the task update counts the events
+// (events_stored), which are trimmed only when that count passes the limit
+// by more than eventTrimSlack.
 //
 // fast is false, with nothing written, when the task is not in that case;
 // the caller then takes the general path, which explains any refusal. An
@@ -286,10 +288,12 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 	if len(f.Checkpoint) > 0 {
 		checkpoint, newCheckpoint = f.Checkpoint, 1
 	}
+	events := append(slices.Clip(f.Events), nextEvents...)
+	var stored int64
 	var results bool
 	row := tx.QueryRowContext(ctx, qFinishClaimTask, f.WallMillisUsed, f.WallMillisUsed, checkpoint, newCheckpoint, f.Number, now,
-		f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number)
-	t, err = scanTask(row, &results)
+		len(events), f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number)
+	t, err = scanTask(row, &stored, &results)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Task{}, nil, false, nil
 	}
@@ -318,13 +322,11 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 	if err != nil {
 		return Task{}, nil, true, err
 	}
-	if err := s.insertEvents(ctx, tx, f.TaskID, t.RunID, now, append(slices.Clip(f.Events), nextEvents...)); err != nil {
+	if err := s.insertEvents(ctx, tx, f.TaskID, t.RunID, now, events); err != nil {
 		return Task{}, nil, true, err
 	}
-	if a.Number%eventTrimSteps == 0 {
-		if _, err := tx.ExecContext(ctx, qTrimEvents, f.TaskID, s.lim.EventsPerTask); err != nil {
-			return Task{}, nil, true, err
-		}
+	if err := s.trimEvents(ctx, tx, f.TaskID, stored, eventTrimSlack); err != nil {
+		return Task{}, nil, true, err
 	}
 	return t, &a, true, nil
 }
@@ -332,7 +334,8 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 const (
 	// qFinishClaimTask: the outcome's task side (as finishTaskSQL, for a
 	// task that stays running) and the next claim's charge in one
-	// compare-and-set; the EXISTS says whether an effect result of an
+	// compare-and-set, counting the step's events; it returns the new
+	// count, and the EXISTS says whether an effect result of an
 	// attempt after the last completed one is left to drop. Plain ?
 	// placeholders and no SQLite-only function, so it reads the same on
 	// PostgreSQL.
@@ -340,9 +343,9 @@ const (
 			wall_ms_used = CASE WHEN wall_ms_used < ? THEN ? ELSE wall_ms_used END,
 			checkpoint = coalesce(?, checkpoint),
 			checkpoint_attempt = CASE WHEN ? = 1 THEN ? ELSE checkpoint_attempt END,
-			steps_used = steps_used + 1, updated_ns = ?
+			steps_used = steps_used + 1, updated_ns = ?, events_stored = events_stored + ?
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND steps_used < steps_limit
-		RETURNING ` + taskCols + `, EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND result IS NOT NULL
+		RETURNING ` + taskCols + `, events_stored, EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND result IS NOT NULL
 			AND attempt > coalesce((SELECT number FROM attempts WHERE task_id = ? AND number < ? AND status = 'completed'
 				ORDER BY number DESC LIMIT 1), 0))`
 	qFinishRunningAttempt = `UPDATE attempts SET status = ?, outcome = ?, summary = ?, reason = ?,

@@ -5,24 +5,29 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 )
 
 // appendEvents inserts events for a task inside tx — the transaction of the
 // change they describe, so an event is never stored for a change that did not
-// commit, nor a change without its events — then trims the task's events to
-// the newest Limits.EventsPerTask. Callers have run checkEvents already.
+// commit, nor a change without its events — counts them in the task's
+// events_stored, and trims the task's events to the newest
+// Limits.EventsPerTask when that count passes it. Callers have run
+// checkEvents already.
 func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID int64, events []NewEvent) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	if q := s.d.lockTask(); q != "" && !tx.written[taskID] {
-		if _, err := tx.exec(ctx, q, taskID); err != nil {
-			return nil, err
-		}
-		tx.wrote(taskID)
+	// The count goes first: on PostgreSQL its UPDATE takes the task row's
+	// lock before the events are numbered (see pgDialect.lockTask), which a
+	// transaction that has updated the row already holds.
+	var stored int64
+	if err := tx.QueryRowContext(ctx, qCountEvents, len(events), taskID).Scan(&stored); err != nil {
+		return nil, fmt.Errorf("count the events of task %s: %w", taskID, err)
 	}
+	tx.wrote(taskID)
 	now := s.now()
 	out := make([]Event, 0, len(events))
 	for _, e := range events {
@@ -40,8 +45,30 @@ func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID 
 		}
 		out = append(out, ev)
 	}
-	_, err := tx.ExecContext(ctx, qTrimEvents, taskID, s.lim.EventsPerTask)
-	return out, err
+	return out, s.trimEvents(ctx, tx, taskID, stored, 0)
+}
+
+// trimEvents deletes task taskID's oldest events down to the newest
+// Limits.EventsPerTask when stored, its count of events, is past that limit
+// by more than slack; a task within it pays nothing. The count is lowered
+// by the rows deleted, so it stays the number left.
+func (s *Store) trimEvents(ctx context.Context, tx *txn, taskID string, stored, slack int64) error {
+	limit := int64(s.lim.EventsPerTask)
+	if stored <= limit+slack {
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, qTrimEvents, taskID, stored-limit)
+	if err != nil {
+		return fmt.Errorf("trim the events of task %s: %w", taskID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("trim the events of task %s: %w", taskID, err)
+	}
+	if _, err := tx.ExecContext(ctx, qUncountEvents, n, taskID); err != nil {
+		return fmt.Errorf("trim the events of task %s: %w", taskID, err)
+	}
+	return nil
 }
 
 // maxEventRows is the most events one INSERT of insertEvents writes; a
@@ -77,10 +104,14 @@ func insertEventsSQL(n int) string {
 
 const (
 	qInsertEvent = `INSERT INTO events (task_id, run_id, type, time_ns, payload) VALUES (?, ?, ?, ?, ?) RETURNING seq`
-	// Keep the newest ?2 events: find the seq just past the window (an index
-	// walk of at most ?2 entries) and delete it and everything older.
-	qTrimEvents = `DELETE FROM events WHERE task_id = ?1 AND seq <= (
-		SELECT seq FROM events WHERE task_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`
+	// qCountEvents adds ? events to the task's count and returns the new
+	// count; qUncountEvents takes ? away.
+	qCountEvents   = `UPDATE tasks SET events_stored = events_stored + ? WHERE id = ? RETURNING events_stored`
+	qUncountEvents = `UPDATE tasks SET events_stored = events_stored - ? WHERE id = ?`
+	// Delete the task's oldest ?2 events: an index walk of exactly those
+	// entries, however many the task holds.
+	qTrimEvents = `DELETE FROM events WHERE seq IN (
+		SELECT seq FROM events WHERE task_id = ? ORDER BY seq LIMIT ?)`
 	qEvents = `SELECT seq, task_id, run_id, type, time_ns, payload FROM events
 		WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?`
 	qTaskExists = `SELECT 1 FROM tasks WHERE id = ? AND principal_id = ?`
