@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -351,4 +353,21 @@ func TestPostgresMigrateCountsEvents(t *testing.T) {
 	}
 	defer s.Close()
 	wantMigratedCounts(t, s)
+}
+
+// TestEventTrimSlackDocumented: the bound the package doc and the operator
+// docs state is the one the step path keeps.
+func TestEventTrimSlackDocumented(t *testing.T) {
+	for _, c := range []struct{ file, text string }{
+		{"doc.go", fmt.Sprintf("never\n//     more than EventsPerTask+%d at any commit", eventTrimSlack)},
+		{"../docs/configuration.md", fmt.Sprintf("by up to %d events", eventTrimSlack)},
+	} {
+		b, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Skipf("docs not beside the package: %v", err)
+		}
+		if !strings.Contains(string(b), c.text) {
+			t.Errorf("%s does not state the bound %q", c.file, c.text)
+		}
+	}
 }

@@ -21,8 +21,7 @@ func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID 
 		return nil, nil
 	}
 	// The count goes first: on PostgreSQL its UPDATE takes the task row's
-	// lock before the events are numbered (see pgDialect.lockTask), which a
-	// transaction that has updated the row already holds.
+	// lock before the events are numbered (see pgDialect.lockTask).
 	var stored int64
 	if err := tx.QueryRowContext(ctx, qCountEvents, len(events), taskID).Scan(&stored); err != nil {
 		return nil, fmt.Errorf("count the events of task %s: %w", taskID, err)
