@@ -35,7 +35,8 @@ func (s *Store) ClaimAttempt(ctx context.Context, principal, id string, runID in
 // claim is ClaimAttempt inside tx.
 func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID int64, events []NewEvent) (Attempt, Task, error) {
 	now := nanos(s.now())
-	t, err := scanTask(tx.QueryRowContext(ctx, qClaimTask, now, id, principal, runID))
+	var stored int64
+	t, err := scanTask(tx.QueryRowContext(ctx, qClaimTask, now, len(events), id, principal, runID), &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Attempt{}, Task{}, claimRefused(ctx, tx, principal, id, runID)
 	}
@@ -55,14 +56,14 @@ func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID 
 	if err != nil {
 		return Attempt{}, Task{}, err
 	}
-	_, err = s.appendEvents(ctx, tx, id, t.RunID, events)
+	_, err = s.storeEvents(ctx, tx, id, t.RunID, stored, events)
 	return a, t, err
 }
 
 const (
-	qClaimTask = `UPDATE tasks SET steps_used = steps_used + 1, updated_ns = ?
+	qClaimTask = `UPDATE tasks SET steps_used = steps_used + 1, updated_ns = ?, events_stored = events_stored + ?
 		WHERE id = ? AND principal_id = ? AND status = 'running' AND run_id = ? AND steps_used < steps_limit
-		RETURNING ` + taskCols
+		RETURNING ` + taskCols + `, events_stored`
 	// Both lookups are index seeks: the last number from the primary key,
 	// a running attempt from the small partial index of running attempts.
 	qAttemptsHead = `SELECT coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1), 0),
@@ -368,7 +369,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		if f.Result != nil {
 			result = f.Result
 		}
-		args := []any{f.WallMillisUsed, checkpoint, result, now, f.TaskID, f.PrincipalID, f.RunID, f.Number}
+		args := []any{f.WallMillisUsed, checkpoint, result, now, f.TaskID, f.PrincipalID, f.RunID, f.Number, len(f.Events)}
 		if f.TaskTo != "" {
 			args = append(args, string(f.TaskTo), string(f.TaskReason), f.TaskMessage)
 		}
@@ -376,7 +377,8 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 			args = append(args, string(st))
 		}
 		var err error
-		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(f.TaskTo != "", len(from)), args...))
+		var stored int64
+		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(f.TaskTo != "", len(from)), args...), &stored)
 		if errors.Is(err, sql.ErrNoRows) {
 			cur, run, err := taskState(ctx, tx, f.PrincipalID, f.TaskID)
 			if err != nil {
@@ -403,7 +405,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		if err := s.settleApprovals(ctx, tx, t); err != nil {
 			return err
 		}
-		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, f.Events)
+		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, f.Events)
 		return err
 	}()
 	return t, err
@@ -411,19 +413,20 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 
 // finishTaskSQL is the task side of FinishAttempt: wall time only grows, a
 // nil checkpoint or result keeps the stored one, a new checkpoint records the
-// finishing attempt (?8) as the one that wrote it, and the status
-// changes only when setStatus — all under the same compare-and-set on run and
-// status.
+// finishing attempt (?8) as the one that wrote it, the outcome's events
+// (?9 of them) are counted, and the status changes only when setStatus —
+// all under the same compare-and-set on run and status. It returns the
+// task and its new count of events.
 func finishTaskSQL(setStatus bool, n int) string {
-	set, first := "", 9
+	set, first := "", 10
 	if setStatus {
-		set, first = `, status = ?9, reason = ?10, message = ?11`, 12
+		set, first = `, status = ?10, reason = ?11, message = ?12`, 13
 	}
 	return `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?1), checkpoint = coalesce(?2, checkpoint),
 			checkpoint_attempt = CASE WHEN ?2 IS NULL THEN checkpoint_attempt ELSE ?8 END,
-			result = coalesce(?3, result), updated_ns = ?4` + set + `
+			result = coalesce(?3, result), updated_ns = ?4, events_stored = events_stored + ?9` + set + `
 		WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN (` + numbered(first, n) + `)
-		RETURNING ` + taskCols
+		RETURNING ` + taskCols + `, events_stored`
 }
 
 const (

@@ -27,6 +27,18 @@ func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID 
 		return nil, fmt.Errorf("count the events of task %s: %w", taskID, err)
 	}
 	tx.wrote(taskID)
+	return s.storeEvents(ctx, tx, taskID, runID, stored, events)
+}
+
+// storeEvents is appendEvents after the count: events are already counted
+// in stored, the task's new count, by the statement that changed the task
+// row in tx — which on PostgreSQL also holds the row's lock, so that the
+// events are numbered under it. A path that changes the task row anyway
+// counts its events there, sparing appendEvents' own statement.
+func (s *Store) storeEvents(ctx context.Context, tx *txn, taskID string, runID, stored int64, events []NewEvent) ([]Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
 	now := s.now()
 	out := make([]Event, 0, len(events))
 	for _, e := range events {
@@ -107,6 +119,9 @@ const (
 	// count; qUncountEvents takes ? away.
 	qCountEvents   = `UPDATE tasks SET events_stored = events_stored + ? WHERE id = ? RETURNING events_stored`
 	qUncountEvents = `UPDATE tasks SET events_stored = events_stored - ? WHERE id = ?`
+	// qCountRunEvents is qCountEvents for principal ?3's task in run ?4 only.
+	qCountRunEvents = `UPDATE tasks SET events_stored = events_stored + ?1
+		WHERE id = ?2 AND principal_id = ?3 AND run_id = ?4 RETURNING events_stored`
 	// Delete the task's oldest ?2 events: an index walk of exactly those
 	// entries, however many the task holds.
 	qTrimEvents = `DELETE FROM events WHERE seq IN (
@@ -125,14 +140,23 @@ func (s *Store) AppendEvents(ctx context.Context, principal, id string, runID in
 	}
 	var out []Event
 	err := s.write(ctx, func(tx *txn) error {
-		st, run, err := taskState(ctx, tx, principal, id)
-		if err != nil {
-			return err
-		}
-		if run != runID {
+		out = nil
+		// The check of the run and the count of the events are one
+		// statement; a miss is explained after.
+		var stored int64
+		err := tx.QueryRowContext(ctx, qCountRunEvents, len(events), id, principal, runID).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			st, run, err := taskState(ctx, tx, principal, id)
+			if err != nil {
+				return err
+			}
 			return &TransitionError{TaskID: id, Current: st, RunID: run, WantRunID: runID}
 		}
-		out, err = s.appendEvents(ctx, tx, id, run, events)
+		if err != nil || len(events) == 0 {
+			return err
+		}
+		tx.wrote(id)
+		out, err = s.storeEvents(ctx, tx, id, runID, stored, events)
 		return err
 	})
 	if err != nil {
