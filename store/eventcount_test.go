@@ -95,8 +95,8 @@ func TestEventsCountedOnEveryWrite(t *testing.T) {
 		ok := func(_ any, err error) error { return err }
 		var err error
 		task, err = s.CreateTask(ctx, NewTask{ID: "t", PrincipalID: "p", Executor: "legacy", Spec: []byte(`{}`),
-			Limits: defaultBudgets()}, evs("task.created", 3)...)
-		check(t, "CreateTask", err)
+			Limits: defaultBudgets()}, evs("task.created", limit+3)...)
+		check(t, "CreateTask past the limit", err)
 		task, err = s.StartRun(ctx, "p", "t", StatusPending, evs("task.started", 2)...)
 		check(t, "StartRun", err)
 		a, _, err = s.ClaimAttempt(ctx, "p", "t", task.RunID, evs("step.started", limit+2)...)
@@ -359,7 +359,7 @@ func TestPostgresMigrateCountsEvents(t *testing.T) {
 // docs state is the one the step path keeps.
 func TestEventTrimSlackDocumented(t *testing.T) {
 	for _, c := range []struct{ file, text string }{
-		{"doc.go", fmt.Sprintf("never\n//     more than EventsPerTask+%d at any commit", eventTrimSlack)},
+		{"doc.go", fmt.Sprintf("holds at most EventsPerTask+%d.", eventTrimSlack)},
 		{"../docs/configuration.md", fmt.Sprintf("by up to %d events", eventTrimSlack)},
 	} {
 		b, err := os.ReadFile(c.file)

@@ -87,8 +87,9 @@ func (s *Store) trimEvents(ctx context.Context, tx *txn, taskID string, stored, 
 const maxEventRows = 4
 
 // insertEvents inserts events for a task inside tx as appendEvents does,
-// but in multi-row INSERTs and without reading their seqs back or
-// trimming: the step path, whose caller needs neither.
+// but in multi-row INSERTs and without reading their seqs back, counting
+// or trimming: the step path, whose caller needs no seqs and counts and
+// trims itself.
 func (s *Store) insertEvents(ctx context.Context, tx *txn, taskID string, runID, now int64, events []NewEvent) error {
 	for chunk := range slices.Chunk(events, maxEventRows) {
 		args := make([]any, 0, 5*len(chunk))
