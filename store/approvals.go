@@ -96,7 +96,8 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 			return err
 		}
 		var err error
-		t, err = s.transition(ctx, tx, a.PrincipalID, a.TaskID, []Status{StatusRunning}, StatusWaitingApproval, ReasonNone, "")
+		var stored int64
+		t, stored, err = s.transition(ctx, tx, a.PrincipalID, a.TaskID, []Status{StatusRunning}, StatusWaitingApproval, ReasonNone, "", len(events))
 		if err != nil {
 			return err
 		}
@@ -109,7 +110,7 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 		if err != nil {
 			return err
 		}
-		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, events)
 		return err
 	})
 	if err != nil {
@@ -161,11 +162,12 @@ func (s *Store) ResolveApproval(ctx context.Context, principal, id string, to Ap
 		if err != nil {
 			return err
 		}
-		t, err = s.transition(ctx, tx, principal, a.TaskID, []Status{StatusWaitingApproval}, taskTo, reason, "")
+		var stored int64
+		t, stored, err = s.transition(ctx, tx, principal, a.TaskID, []Status{StatusWaitingApproval}, taskTo, reason, "", len(events))
 		if err != nil {
 			return err
 		}
-		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, events)
 		return err
 	})
 	if err != nil {

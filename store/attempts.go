@@ -35,7 +35,8 @@ func (s *Store) ClaimAttempt(ctx context.Context, principal, id string, runID in
 // claim is ClaimAttempt inside tx.
 func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID int64, events []NewEvent) (Attempt, Task, error) {
 	now := nanos(s.now())
-	t, err := scanTask(tx.QueryRowContext(ctx, qClaimTask, now, id, principal, runID))
+	var stored int64
+	t, err := scanTask(tx.QueryRowContext(ctx, qClaimTask, now, len(events), id, principal, runID), &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Attempt{}, Task{}, claimRefused(ctx, tx, principal, id, runID)
 	}
@@ -55,14 +56,14 @@ func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID 
 	if err != nil {
 		return Attempt{}, Task{}, err
 	}
-	_, err = s.appendEvents(ctx, tx, id, t.RunID, events)
+	_, err = s.storeEvents(ctx, tx, id, t.RunID, stored, events)
 	return a, t, err
 }
 
 const (
-	qClaimTask = `UPDATE tasks SET steps_used = steps_used + 1, updated_ns = ?
+	qClaimTask = `UPDATE tasks SET steps_used = steps_used + 1, updated_ns = ?, events_stored = events_stored + ?
 		WHERE id = ? AND principal_id = ? AND status = 'running' AND run_id = ? AND steps_used < steps_limit
-		RETURNING ` + taskCols
+		RETURNING ` + taskCols + `, events_stored`
 	// Both lookups are index seeks: the last number from the primary key,
 	// a running attempt from the small partial index of running attempts.
 	qAttemptsHead = `SELECT coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1), 0),
@@ -255,11 +256,12 @@ func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents 
 	return t, next, exhausted, nil
 }
 
-// eventTrimSteps is how often the step path trims a task's events: at
-// every attempt number divisible by it. Between two trims a running task
-// may hold up to that many steps' events beyond Limits.EventsPerTask;
-// every other writer of events trims at once.
-const eventTrimSteps = 16
+// eventTrimSlack is how far past Limits.EventsPerTask the step path lets
+// a task's events run before it trims them back to the limit: a long task
+// then pays for a trim (two statements) once every eventTrimSlack/2 or so
+// steps, not on every step past the limit; a task under its limit never
+// does. Every other writer of events trims at once.
+const eventTrimSlack = 32
 
 // finishAndClaimFast is FinishAndClaim's common case — the task running in
 // f.RunID with steps left, the attempt ending other than interrupted — in
@@ -269,8 +271,9 @@ const eventTrimSteps = 16
 // is checked by the update of its row (rows affected) instead of a read
 // first, the next number is f.Number+1 (the running attempt is the last
 // one: a claim refuses to start another while one runs), effect results
-// are dropped only when some exist, and events are trimmed every
-// eventTrimSteps attempts.
+// are dropped only when some exist, and the task update counts the events
+// (events_stored), which are trimmed only when that count passes the limit
+// by more than eventTrimSlack.
 //
 // fast is false, with nothing written, when the task is not in that case;
 // the caller then takes the general path, which explains any refusal. An
@@ -286,10 +289,12 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 	if len(f.Checkpoint) > 0 {
 		checkpoint, newCheckpoint = f.Checkpoint, 1
 	}
+	events := append(slices.Clip(f.Events), nextEvents...)
+	var stored int64
 	var results bool
 	row := tx.QueryRowContext(ctx, qFinishClaimTask, f.WallMillisUsed, f.WallMillisUsed, checkpoint, newCheckpoint, f.Number, now,
-		f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number)
-	t, err = scanTask(row, &results)
+		len(events), f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number)
+	t, err = scanTask(row, &stored, &results)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Task{}, nil, false, nil
 	}
@@ -318,13 +323,11 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 	if err != nil {
 		return Task{}, nil, true, err
 	}
-	if err := s.insertEvents(ctx, tx, f.TaskID, t.RunID, now, append(slices.Clip(f.Events), nextEvents...)); err != nil {
+	if err := s.insertEvents(ctx, tx, f.TaskID, t.RunID, now, events); err != nil {
 		return Task{}, nil, true, err
 	}
-	if a.Number%eventTrimSteps == 0 {
-		if _, err := tx.ExecContext(ctx, qTrimEvents, f.TaskID, s.lim.EventsPerTask); err != nil {
-			return Task{}, nil, true, err
-		}
+	if err := s.trimEvents(ctx, tx, f.TaskID, stored, eventTrimSlack); err != nil {
+		return Task{}, nil, true, err
 	}
 	return t, &a, true, nil
 }
@@ -332,7 +335,8 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 const (
 	// qFinishClaimTask: the outcome's task side (as finishTaskSQL, for a
 	// task that stays running) and the next claim's charge in one
-	// compare-and-set; the EXISTS says whether an effect result of an
+	// compare-and-set, counting the step's events; it returns the new
+	// count, and the EXISTS says whether an effect result of an
 	// attempt after the last completed one is left to drop. Plain ?
 	// placeholders and no SQLite-only function, so it reads the same on
 	// PostgreSQL.
@@ -340,9 +344,9 @@ const (
 			wall_ms_used = CASE WHEN wall_ms_used < ? THEN ? ELSE wall_ms_used END,
 			checkpoint = coalesce(?, checkpoint),
 			checkpoint_attempt = CASE WHEN ? = 1 THEN ? ELSE checkpoint_attempt END,
-			steps_used = steps_used + 1, updated_ns = ?
+			steps_used = steps_used + 1, updated_ns = ?, events_stored = events_stored + ?
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND steps_used < steps_limit
-		RETURNING ` + taskCols + `, EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND result IS NOT NULL
+		RETURNING ` + taskCols + `, events_stored, EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND result IS NOT NULL
 			AND attempt > coalesce((SELECT number FROM attempts WHERE task_id = ? AND number < ? AND status = 'completed'
 				ORDER BY number DESC LIMIT 1), 0))`
 	qFinishRunningAttempt = `UPDATE attempts SET status = ?, outcome = ?, summary = ?, reason = ?,
@@ -365,7 +369,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		if f.Result != nil {
 			result = f.Result
 		}
-		args := []any{f.WallMillisUsed, checkpoint, result, now, f.TaskID, f.PrincipalID, f.RunID, f.Number}
+		args := []any{f.WallMillisUsed, checkpoint, result, now, f.TaskID, f.PrincipalID, f.RunID, f.Number, len(f.Events)}
 		if f.TaskTo != "" {
 			args = append(args, string(f.TaskTo), string(f.TaskReason), f.TaskMessage)
 		}
@@ -373,7 +377,8 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 			args = append(args, string(st))
 		}
 		var err error
-		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(f.TaskTo != "", len(from)), args...))
+		var stored int64
+		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(f.TaskTo != "", len(from)), args...), &stored)
 		if errors.Is(err, sql.ErrNoRows) {
 			cur, run, err := taskState(ctx, tx, f.PrincipalID, f.TaskID)
 			if err != nil {
@@ -400,7 +405,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		if err := s.settleApprovals(ctx, tx, t); err != nil {
 			return err
 		}
-		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, f.Events)
+		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, f.Events)
 		return err
 	}()
 	return t, err
@@ -408,19 +413,20 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 
 // finishTaskSQL is the task side of FinishAttempt: wall time only grows, a
 // nil checkpoint or result keeps the stored one, a new checkpoint records the
-// finishing attempt (?8) as the one that wrote it, and the status
-// changes only when setStatus — all under the same compare-and-set on run and
-// status.
+// finishing attempt (?8) as the one that wrote it, the outcome's events
+// (?9 of them) are counted, and the status changes only when setStatus —
+// all under the same compare-and-set on run and status. It returns the
+// task and its new count of events.
 func finishTaskSQL(setStatus bool, n int) string {
-	set, first := "", 9
+	set, first := "", 10
 	if setStatus {
-		set, first = `, status = ?9, reason = ?10, message = ?11`, 12
+		set, first = `, status = ?10, reason = ?11, message = ?12`, 13
 	}
 	return `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?1), checkpoint = coalesce(?2, checkpoint),
 			checkpoint_attempt = CASE WHEN ?2 IS NULL THEN checkpoint_attempt ELSE ?8 END,
-			result = coalesce(?3, result), updated_ns = ?4` + set + `
+			result = coalesce(?3, result), updated_ns = ?4, events_stored = events_stored + ?9` + set + `
 		WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN (` + numbered(first, n) + `)
-		RETURNING ` + taskCols
+		RETURNING ` + taskCols + `, events_stored`
 }
 
 const (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,12 +115,28 @@ func BenchmarkCommitBaseline(b *testing.B) {
 // BenchmarkFinishAndClaim measures one durable step as the runner records
 // it: the outcome of an attempt (1 KiB checkpoint, step.completed) and the
 // claim of the next (step.started) in one transaction. It reports the write
-// statements per step besides the time.
+// statements per step besides the time. The task stays under its events
+// limit throughout (the common case); BenchmarkFinishAndClaimAtLimit is a
+// task whose log is full.
 func BenchmarkFinishAndClaim(b *testing.B) {
+	benchFinishAndClaim(b, func(n int) int { return 2*n + 16 })
+}
+
+// BenchmarkFinishAndClaimAtLimit is BenchmarkFinishAndClaim on a store
+// with the default events limit, which a run of more than 250 steps
+// passes: its steps pay for trimming the log as well.
+func BenchmarkFinishAndClaimAtLimit(b *testing.B) {
+	benchFinishAndClaim(b, func(int) int { return 0 })
+}
+
+// benchFinishAndClaim runs b.N steps of one task on a store whose
+// EventsPerTask is eventsPerTask(b.N).
+func benchFinishAndClaim(b *testing.B, eventsPerTask func(n int) int) {
 	for _, sync := range []string{"FULL", "NORMAL"} {
 		b.Run(sync, func(b *testing.B) {
 			ctx := context.Background()
-			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"), Options{Synchronous: sync})
+			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"),
+				Options{Synchronous: sync, Limits: Limits{EventsPerTask: eventsPerTask(b.N)}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -159,6 +176,41 @@ func BenchmarkFinishAndClaim(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(s.statements.Load()-before)/float64(b.N), "stmts/step")
 		})
+	}
+}
+
+// BenchmarkAppendEventsAtLimit appends one event to a task whose log
+// already holds EventsPerTask events (the default 500, and 10000), so every
+// append trims the oldest one: the cost of keeping a full log at its bound.
+// It reports the write statements per append.
+func BenchmarkAppendEventsAtLimit(b *testing.B) {
+	for _, st := range benchStores() {
+		for _, limit := range []int{500, 10000} {
+			b.Run(fmt.Sprintf("%s/%d", st.name, limit), func(b *testing.B) {
+				ctx := context.Background()
+				s := st.open(b)
+				s.lim.EventsPerTask = limit
+				task := runningTask(b, s, "p", "bench")
+				for n := len(allEvents(b, s, "p", "bench")); n < limit; n += 1000 {
+					if _, err := s.AppendEvents(ctx, "p", "bench", task.RunID, slices.Repeat([]NewEvent{{Type: "fill"}}, 1000)...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				ev := NewEvent{Type: "tool.called", Payload: []byte(`{"tool":"search"}`)}
+				before := s.statements.Load()
+				b.ResetTimer()
+				for range b.N {
+					if _, err := s.AppendEvents(ctx, "p", "bench", task.RunID, ev); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(s.statements.Load()-before)/float64(b.N), "stmts/op")
+				if n := len(allEvents(b, s, "p", "bench")); n != limit {
+					b.Fatalf("%d events kept, want %d", n, limit)
+				}
+			})
+		}
 	}
 }
 

@@ -98,7 +98,7 @@ func (t *txn) exec(ctx context.Context, query string, args ...any) (sql.Result, 
 func writeQueries() []string {
 	qs := []string{
 		qInsertTask, qTaskByID, qTaskState, qHeartbeat,
-		qInsertEvent, qTrimEvents,
+		qInsertEvent, qTrimEvents, qCountEvents, qUncountEvents, qCountRunEvents,
 		qClaimTask, qClaimRefused, qAttemptsHead, qInsertAttempt,
 		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, qChargeWall,
 		qFinishClaimTask, qFinishRunningAttempt,

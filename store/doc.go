@@ -41,6 +41,15 @@
 //     indistinguishable from a missing one.
 //   - Every variable-size value is bounded (Limits) and checked before the
 //     transaction starts.
+//   - A task keeps the newest Limits.EventsPerTask of its events, and
+//     after any write of them holds at most EventsPerTask+32. Every writer
+//     but the step path trims a task's events back to the limit as soon as
+//     they pass it; the step path (FinishAndClaim) lets them run up to 32
+//     past it before trimming, so that a long task pays for a trim every
+//     dozen or so steps rather than on each. A count of the task's events,
+//     kept in its row in the same transaction as every insert and trim of
+//     them, tells a writer when, so a task under its limit pays nothing (a
+//     lowered limit reaches a task at its next write).
 //   - A failure outside the request — a full disk, an I/O error, a
 //     PostgreSQL server gone, restarting, out of connections or too busy —
 //     is an *UnavailableError (errors.Is ErrUnavailable) naming its class,
@@ -61,8 +70,8 @@
 // written once, in SQLite's text, and rebound centrally for PostgreSQL
 // ("?N" to "$N", SQLite's INDEXED BY hint dropped; two-argument max and min
 // exist as SQL functions there). Each engine has its own migration list
-// (SQLite: PRAGMA user_version, v1..v4; PostgreSQL: the
-// taskhost_schema_version table, whose v1 is SQLite's v4, applied under an
+// (SQLite: PRAGMA user_version, v1..v6; PostgreSQL: the
+// taskhost_schema_version table, v1..v3, whose v1 is SQLite's v4, applied under an
 // advisory lock so that hosts starting together migrate once).
 //
 // What differs, and is so by design:

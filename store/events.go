@@ -5,23 +5,39 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 )
 
 // appendEvents inserts events for a task inside tx — the transaction of the
 // change they describe, so an event is never stored for a change that did not
-// commit, nor a change without its events — then trims the task's events to
-// the newest Limits.EventsPerTask. Callers have run checkEvents already.
+// commit, nor a change without its events — counts them in the task's
+// events_stored, and trims the task's events to the newest
+// Limits.EventsPerTask when that count passes it. Callers have run
+// checkEvents already.
 func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID int64, events []NewEvent) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	if q := s.d.lockTask(); q != "" && !tx.written[taskID] {
-		if _, err := tx.exec(ctx, q, taskID); err != nil {
-			return nil, err
-		}
-		tx.wrote(taskID)
+	// The count goes first: on PostgreSQL its UPDATE takes the task row's
+	// lock before the events are numbered (see pgDialect.lockTask).
+	var stored int64
+	if err := tx.QueryRowContext(ctx, qCountEvents, len(events), taskID).Scan(&stored); err != nil {
+		return nil, fmt.Errorf("count the events of task %s: %w", taskID, err)
+	}
+	tx.wrote(taskID)
+	return s.storeEvents(ctx, tx, taskID, runID, stored, events)
+}
+
+// storeEvents is appendEvents after the count: events are already counted
+// in stored, the task's new count, by the statement that changed the task
+// row in tx — which on PostgreSQL also holds the row's lock, so that the
+// events are numbered under it. A path that changes the task row anyway
+// counts its events there, sparing appendEvents' own statement.
+func (s *Store) storeEvents(ctx context.Context, tx *txn, taskID string, runID, stored int64, events []NewEvent) ([]Event, error) {
+	if len(events) == 0 {
+		return nil, nil
 	}
 	now := s.now()
 	out := make([]Event, 0, len(events))
@@ -40,8 +56,30 @@ func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID 
 		}
 		out = append(out, ev)
 	}
-	_, err := tx.ExecContext(ctx, qTrimEvents, taskID, s.lim.EventsPerTask)
-	return out, err
+	return out, s.trimEvents(ctx, tx, taskID, stored, 0)
+}
+
+// trimEvents deletes task taskID's oldest events down to the newest
+// Limits.EventsPerTask when stored, its count of events, is past that limit
+// by more than slack; a task within it pays nothing. The count is lowered
+// by the rows deleted, so it stays the number left.
+func (s *Store) trimEvents(ctx context.Context, tx *txn, taskID string, stored, slack int64) error {
+	limit := int64(s.lim.EventsPerTask)
+	if stored <= limit+slack {
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, qTrimEvents, taskID, stored-limit)
+	if err != nil {
+		return fmt.Errorf("trim the events of task %s: %w", taskID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("trim the events of task %s: %w", taskID, err)
+	}
+	if _, err := tx.ExecContext(ctx, qUncountEvents, n, taskID); err != nil {
+		return fmt.Errorf("trim the events of task %s: %w", taskID, err)
+	}
+	return nil
 }
 
 // maxEventRows is the most events one INSERT of insertEvents writes; a
@@ -49,8 +87,9 @@ func (s *Store) appendEvents(ctx context.Context, tx *txn, taskID string, runID 
 const maxEventRows = 4
 
 // insertEvents inserts events for a task inside tx as appendEvents does,
-// but in multi-row INSERTs and without reading their seqs back or
-// trimming: the step path, whose caller needs neither.
+// but in multi-row INSERTs and without reading their seqs back, counting
+// or trimming: the step path, whose caller needs no seqs and counts and
+// trims itself.
 func (s *Store) insertEvents(ctx context.Context, tx *txn, taskID string, runID, now int64, events []NewEvent) error {
 	for chunk := range slices.Chunk(events, maxEventRows) {
 		args := make([]any, 0, 5*len(chunk))
@@ -77,10 +116,17 @@ func insertEventsSQL(n int) string {
 
 const (
 	qInsertEvent = `INSERT INTO events (task_id, run_id, type, time_ns, payload) VALUES (?, ?, ?, ?, ?) RETURNING seq`
-	// Keep the newest ?2 events: find the seq just past the window (an index
-	// walk of at most ?2 entries) and delete it and everything older.
-	qTrimEvents = `DELETE FROM events WHERE task_id = ?1 AND seq <= (
-		SELECT seq FROM events WHERE task_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`
+	// qCountEvents adds ? events to the task's count and returns the new
+	// count; qUncountEvents takes ? away.
+	qCountEvents   = `UPDATE tasks SET events_stored = events_stored + ? WHERE id = ? RETURNING events_stored`
+	qUncountEvents = `UPDATE tasks SET events_stored = events_stored - ? WHERE id = ?`
+	// qCountRunEvents is qCountEvents for principal ?3's task in run ?4 only.
+	qCountRunEvents = `UPDATE tasks SET events_stored = events_stored + ?1
+		WHERE id = ?2 AND principal_id = ?3 AND run_id = ?4 RETURNING events_stored`
+	// Delete the task's oldest ?2 events: an index walk of exactly those
+	// entries, however many the task holds.
+	qTrimEvents = `DELETE FROM events WHERE seq IN (
+		SELECT seq FROM events WHERE task_id = ? ORDER BY seq LIMIT ?)`
 	qEvents = `SELECT seq, task_id, run_id, type, time_ns, payload FROM events
 		WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?`
 	qTaskExists = `SELECT 1 FROM tasks WHERE id = ? AND principal_id = ?`
@@ -95,14 +141,23 @@ func (s *Store) AppendEvents(ctx context.Context, principal, id string, runID in
 	}
 	var out []Event
 	err := s.write(ctx, func(tx *txn) error {
-		st, run, err := taskState(ctx, tx, principal, id)
-		if err != nil {
-			return err
-		}
-		if run != runID {
+		out = nil
+		// The check of the run and the count of the events are one
+		// statement; a miss is explained after.
+		var stored int64
+		err := tx.QueryRowContext(ctx, qCountRunEvents, len(events), id, principal, runID).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			st, run, err := taskState(ctx, tx, principal, id)
+			if err != nil {
+				return err
+			}
 			return &TransitionError{TaskID: id, Current: st, RunID: run, WantRunID: runID}
 		}
-		out, err = s.appendEvents(ctx, tx, id, run, events)
+		if err != nil || len(events) == 0 {
+			return err
+		}
+		tx.wrote(id)
+		out, err = s.storeEvents(ctx, tx, id, runID, stored, events)
 		return err
 	})
 	if err != nil {

@@ -265,9 +265,9 @@ func (s *Store) TaskLease(ctx context.Context, principal, id string) (Lease, err
 	return l, err
 }
 
-const qEndRun = `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4
+const qEndRun = `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4, events_stored = events_stored + ?8
 	WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN ('running', 'waiting_approval')
-	RETURNING ` + taskCols
+	RETURNING ` + taskCols + `, events_stored`
 
 // EndRun is the end of a task's run outside any attempt.
 type EndRun struct {
@@ -302,7 +302,9 @@ func (s *Store) EndRun(ctx context.Context, e EndRun) (Task, error) {
 	var t Task
 	err := s.write(ctx, func(tx *txn) error {
 		var err error
-		t, err = scanTask(tx.QueryRowContext(ctx, qEndRun, string(to), string(reason), message, nanos(s.now()), id, principal, runID))
+		var stored int64
+		t, err = scanTask(tx.QueryRowContext(ctx, qEndRun, string(to), string(reason), message, nanos(s.now()), id, principal, runID,
+			len(events)), &stored)
 		if errors.Is(err, sql.ErrNoRows) {
 			cur, run, err := taskState(ctx, tx, principal, id)
 			if err != nil {
@@ -316,7 +318,7 @@ func (s *Store) EndRun(ctx context.Context, e EndRun) (Task, error) {
 		if err := s.settleApprovals(ctx, tx, t); err != nil {
 			return err
 		}
-		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, events)
 		return err
 	})
 	if err != nil {

@@ -163,7 +163,20 @@ var migrations = []migration{
 		// The sweep for lost hosts looks only at live tasks.
 		`CREATE INDEX tasks_lease ON tasks (lease_host) WHERE status IN ('running','waiting_approval')`,
 	}},
+	{version: 6, name: "events counter", stmts: []string{
+		// How many events the task holds, kept in the transaction of every
+		// insert and trim of them, so that a writer knows whether to trim
+		// without walking the task's events (events.go).
+		`ALTER TABLE tasks ADD COLUMN events_stored INTEGER NOT NULL DEFAULT 0 CHECK (events_stored >= 0)`,
+		qCountStoredEvents,
+	}},
 }
+
+// qCountStoredEvents sets every task's events_stored to the events it
+// holds, in the text of either engine; a task without events keeps the
+// default 0.
+const qCountStoredEvents = `UPDATE tasks SET events_stored = (SELECT count(*) FROM events WHERE events.task_id = tasks.id)
+	WHERE id IN (SELECT task_id FROM events)`
 
 // schemaVersion is the schema version this binary writes and reads.
 func schemaVersion() int { return migrations[len(migrations)-1].version }

@@ -131,6 +131,11 @@ var pgMigrations = []migration{
 		`ALTER TABLE tasks ADD COLUMN lease_host TEXT NOT NULL DEFAULT '' CHECK (length(lease_host) <= 64)`,
 		`CREATE INDEX tasks_lease ON tasks (lease_host) WHERE status IN ('running','waiting_approval')`,
 	}},
+	{version: 3, name: "events counter", stmts: []string{
+		// SQLite's v6: each task's count of stored events (events.go).
+		`ALTER TABLE tasks ADD COLUMN events_stored BIGINT NOT NULL DEFAULT 0 CHECK (events_stored >= 0)`,
+		qCountStoredEvents,
+	}},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

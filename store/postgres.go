@@ -112,13 +112,16 @@ func (pgDialect) retryable(err error) bool {
 
 func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(err), "23") }
 
-// lockTask takes the task row's lock before its events are numbered:
-// sequence numbers are handed out outside transactions, so without it two
-// transactions could number a task's events in one order and commit them
-// in the other, and a watcher past the later number would miss the
-// earlier. NO KEY: the attempts and events referencing the task still
-// insert. A transaction that has updated the row already holds the lock
-// (txn.written) and skips it.
+// lockTask takes the task row's lock without changing the row, for a
+// transaction that must hold it before touching the task's other rows
+// (lockApprovalTask). NO KEY: the attempts and events referencing the task
+// still insert. A transaction that has updated the row already holds the
+// lock (txn.written) and skips it. Writers of events need no lockTask: the
+// update that counts them (appendEvents, the step's task update) takes the
+// row's lock before they are numbered — sequence numbers are handed out
+// outside transactions, so without it two transactions could number a
+// task's events in one order and commit them in the other, and a watcher
+// past the later number would miss the earlier.
 func (pgDialect) lockTask() string { return `SELECT 1 FROM tasks WHERE id = ?1 FOR NO KEY UPDATE` }
 
 func (pgDialect) classify(where string, err error) error {

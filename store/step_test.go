@@ -35,9 +35,10 @@ func observedResult(t *testing.T, s *Store, run, a int64) {
 
 // TestStepStatements counts the write statements of one durable step
 // (FinishAndClaim): the two attempt rows and two more — one task update,
-// one insert of the events — plus the effect results' drop only when
-// there are results, and the events' trim only every eventTrimSteps
-// attempts. Each step's effects on the store are checked too.
+// which also counts the events, one insert of the events — plus the effect
+// results' drop only when there are results, and the events' trim (two
+// statements) only when the task's count passes its limit by more than
+// eventTrimSlack. Each step's effects on the store are checked too.
 func TestStepStatements(t *testing.T) {
 	tests := []struct {
 		name string
@@ -50,16 +51,12 @@ func TestStepStatements(t *testing.T) {
 			observedResult(t, s, run, a.Number)
 			return a
 		}, 5},
+		{"a step that brings its task to the limit plus the slack", func(t *testing.T, s *Store, run int64, a Attempt) Attempt {
+			return stepTo(t, s, run, a, int64(s.lim.EventsPerTask+eventTrimSlack-2))
+		}, 4},
 		{"the step that trims events", func(t *testing.T, s *Store, run int64, a Attempt) Attempt {
-			for a.Number+1 < eventTrimSteps {
-				_, next, _, err := s.FinishAndClaim(context.Background(), stepFinish(run, a.Number), NewEvent{Type: "step.started"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				a = *next
-			}
-			return a
-		}, 5},
+			return stepTo(t, s, run, a, int64(s.lim.EventsPerTask+eventTrimSlack-1))
+		}, 6},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,8 +96,12 @@ func TestStepStatements(t *testing.T) {
 				string(last[1].Payload) != `{"attempt":2}` || last[1].RunID != task.RunID {
 				t.Fatalf("the step's events: %+v", last)
 			}
-			if next.Number%eventTrimSteps == 0 && len(evs) != min(len(beforeEvents)+2, s.lim.EventsPerTask) {
-				t.Fatalf("%d events after the trim, from %d", len(evs), len(beforeEvents))
+			want := append(seqs(beforeEvents), seqs(last)...)
+			if len(want) > s.lim.EventsPerTask+eventTrimSlack {
+				want = want[len(want)-s.lim.EventsPerTask:]
+			}
+			if n := wantEventsCounted(t, s, "t"); !reflect.DeepEqual(seqs(evs), want) || n != int64(len(want)) {
+				t.Fatalf("events %v (%d counted) after the step, want %v", seqs(evs), n, want)
 			}
 			effs, err := s.ListEffects(ctx, "p", "t")
 			if err != nil {
@@ -193,16 +194,17 @@ func TestStepDropsResultsOfAnEarlierRun(t *testing.T) {
 	}
 }
 
-// TestStepEventRetention: the step path trims a task's events every
-// eventTrimSteps attempts, so a running task holds at most that many
-// steps' events beyond the bound, and exactly the newest EventsPerTask
-// after each trim.
+// TestStepEventRetention: the step path lets a task's events run at most
+// eventTrimSlack past EventsPerTask, then trims them to exactly the newest
+// EventsPerTask; whatever it keeps is the newest of all it wrote, and the
+// count is right after every step.
 func TestStepEventRetention(t *testing.T) {
 	ctx := context.Background()
 	const keep = 10
+	const steps = 3 * (eventTrimSlack/2 + 1)
 	s := openTest(t, func(o *Options) { o.Limits = Limits{EventsPerTask: keep} })
 	if _, err := s.CreateTask(ctx, NewTask{ID: "t", PrincipalID: "p", Executor: "legacy", Spec: []byte(`{}`),
-		Limits: Budgets{Steps: Budget{Limit: 100}, WallMillis: Budget{Limit: 1 << 40}}}); err != nil {
+		Limits: Budgets{Steps: Budget{Limit: steps + 1}, WallMillis: Budget{Limit: 1 << 40}}}); err != nil {
 		t.Fatal(err)
 	}
 	task, err := s.StartRun(ctx, "p", "t", StatusPending)
@@ -213,25 +215,34 @@ func TestStepEventRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var written []int64 // every event's seq, oldest first
+	var prev int64
 	trims := 0
-	for range 3 * eventTrimSteps {
+	for range steps {
 		_, next, _, err := s.FinishAndClaim(ctx, stepFinish(task.RunID, a.Number), NewEvent{Type: "step.started"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		a = *next
 		evs := allEvents(t, s, "p", "t")
-		if len(evs) > keep+2*eventTrimSteps {
-			t.Fatalf("attempt %d: %d events kept, bound %d + %d steps' events", a.Number, len(evs), keep, eventTrimSteps)
+		n := wantEventsCounted(t, s, "t")
+		if n > keep+eventTrimSlack {
+			t.Fatalf("attempt %d: %d events kept, bound %d + %d", a.Number, n, keep, eventTrimSlack)
 		}
-		if a.Number%eventTrimSteps == 0 {
+		written = append(written, seqs(evs[len(evs)-2:])...)
+		if got, want := seqs(evs), written[len(written)-len(evs):]; !reflect.DeepEqual(got, want) {
+			t.Fatalf("attempt %d: kept %v, want the newest %v", a.Number, got, want)
+		}
+		if n < prev+2 {
 			trims++
-			if len(evs) != keep || evs[len(evs)-1].Type != "step.started" {
-				t.Fatalf("attempt %d: %d events after a trim, want the newest %d", a.Number, len(evs), keep)
+			if n != keep || prev+2 <= keep+eventTrimSlack {
+				t.Fatalf("attempt %d: %d events after a trim from %d, want the newest %d of more than %d",
+					a.Number, n, prev+2, keep, keep+eventTrimSlack)
 			}
 		}
+		prev = n
 	}
 	if trims < 2 {
-		t.Fatalf("%d trims in %d steps", trims, 3*eventTrimSteps)
+		t.Fatalf("%d trims in %d steps", trims, steps)
 	}
 }

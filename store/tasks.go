@@ -20,8 +20,8 @@ type NewTask struct {
 }
 
 const qInsertTask = `INSERT INTO tasks (id, principal_id, executor, spec, status,
-		steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns)
-	VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?) RETURNING ` + taskCols
+		steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns, events_stored)
+	VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ` + taskCols
 
 // CreateTask stores a new pending task (RunID 0, nothing used) and its
 // events in one transaction.
@@ -55,14 +55,14 @@ func (s *Store) CreateTask(ctx context.Context, nt NewTask, events ...NewEvent) 
 		now := nanos(s.now())
 		var err error
 		t, err = scanTask(tx.QueryRowContext(ctx, qInsertTask, nt.ID, nt.PrincipalID, nt.Executor, nt.Spec,
-			l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now))
+			l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now, len(events)))
 		if s.d.constraint(err) {
 			return fmt.Errorf("task %s already exists: %w (%w)", nt.ID, ErrConflict, err)
 		}
 		if err != nil {
 			return err
 		}
-		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, int64(len(events)), events)
 		return err
 	})
 	if err != nil {
@@ -285,10 +285,11 @@ func (s *Store) Transition(ctx context.Context, tr Transition) (Task, error) {
 	var t Task
 	err := s.write(ctx, func(tx *txn) error {
 		var err error
-		if t, err = s.transition(ctx, tx, principal, id, uniq(from), to, reason, message); err != nil {
+		var stored int64
+		if t, stored, err = s.transition(ctx, tx, principal, id, uniq(from), to, reason, message, len(events)); err != nil {
 			return err
 		}
-		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, events)
 		return err
 	})
 	if err != nil {
@@ -302,36 +303,42 @@ func (s *Store) Transition(ctx context.Context, tr Transition) (Task, error) {
 // interrupted (SET expressions see the row as it was).
 //
 // A new run is leased to the host that starts it (the last argument, after
-// the n statuses); the new run id is its lease epoch.
+// the n statuses); the new run id is its lease epoch. The events stored
+// with the change are counted (the argument after the host) and the new
+// count returned.
 func transitionSQL(n int) string {
 	return `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4,
+			events_stored = events_stored + ?` + fmt.Sprint(8+n) + `,
 			run_id = run_id + CASE WHEN ?1 = 'running' AND status IN ('pending', 'interrupted') THEN 1 ELSE 0 END,
 			lease_host = CASE WHEN ?1 = 'running' AND status IN ('pending', 'interrupted') THEN ?` + fmt.Sprint(7+n) + ` ELSE lease_host END
 		WHERE id = ?5 AND principal_id = ?6 AND status IN (` + numbered(7, n) + `)
-		RETURNING ` + taskCols
+		RETURNING ` + taskCols + `, events_stored`
 }
 
 // transition is the compare-and-set behind every status change. Arguments
-// are validated and from deduplicated by the caller.
-func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, from []Status, to Status, reason Reason, message string) (Task, error) {
+// are validated and from deduplicated by the caller. It counts events, the
+// number of events the caller stores with the change (storeEvents), and
+// returns the task's new count.
+func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, from []Status, to Status, reason Reason, message string, events int) (Task, int64, error) {
 	args := []any{string(to), string(reason), message, nanos(s.now()), id, principal}
 	for _, f := range from {
 		args = append(args, string(f))
 	}
-	args = append(args, s.host)
-	t, err := scanTask(tx.QueryRowContext(ctx, transitionSQL(len(from)), args...))
+	args = append(args, s.host, events)
+	var stored int64
+	t, err := scanTask(tx.QueryRowContext(ctx, transitionSQL(len(from)), args...), &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		cur, _, err := taskState(ctx, tx, principal, id)
 		if err != nil {
-			return Task{}, err
+			return Task{}, 0, err
 		}
-		return Task{}, &TransitionError{TaskID: id, Current: cur, To: to}
+		return Task{}, 0, &TransitionError{TaskID: id, Current: cur, To: to}
 	}
 	if err == nil {
 		tx.wrote(id)
 		err = s.settleApprovals(ctx, tx, t)
 	}
-	return t, err
+	return t, stored, err
 }
 
 // settleApprovals cancels the pending approvals of a task that has left
@@ -359,8 +366,9 @@ func (s *Store) Cancel(ctx context.Context, principal, id string, events ...NewE
 	}
 	var t Task
 	err := s.write(ctx, func(tx *txn) error {
+		var stored int64
 		var err error
-		t, err = s.transition(ctx, tx, principal, id, cancellable, StatusCancelled, ReasonUserCancelled, "")
+		t, stored, err = s.transition(ctx, tx, principal, id, cancellable, StatusCancelled, ReasonUserCancelled, "", len(events))
 		var te *TransitionError
 		if errors.As(err, &te) && te.Current == StatusCancelled {
 			t, err = scanTask(tx.QueryRowContext(ctx, qTaskByID, id, principal))
@@ -373,7 +381,7 @@ func (s *Store) Cancel(ctx context.Context, principal, id string, events ...NewE
 		if _, err := tx.ExecContext(ctx, qCancelApprovals, nanos(s.now()), t.ID); err != nil {
 			return err
 		}
-		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, events)
 		return err
 	})
 	if err != nil {
