@@ -3,10 +3,8 @@ package store
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/binary"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -86,16 +84,7 @@ func sealedHeader(attempt int64) string {
 // readable envelope gets 0, which no envelope matches (it fails closed).
 func TestMigrateV3BackfillsCheckpointAttempt(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "taskhost.db")
-	opts, _ := Options{}.normalize()
-	db, err := sql.Open("sqlite", dsn(path, opts, "_txlock=immediate"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	if err := migrate(ctx, db, 2); err != nil {
-		t.Fatal(err)
-	}
+	path, db := sqliteAtVersion(t, 2)
 	atLimit := sealedHeader(7)
 	atLimit = atLimit[:len(atLimit)-1] + `,"x":"` + strings.Repeat("y", maxEnvelopeHeader-len(atLimit)-7) + `"}`
 	if len(atLimit) != maxEnvelopeHeader {

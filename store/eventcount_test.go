@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -317,16 +316,7 @@ func wantMigratedCounts(t *testing.T, s *Store) {
 // each task's events.
 func TestMigrateCountsEvents(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "taskhost.db")
-	opts, _ := Options{}.normalize()
-	db, err := sql.Open("sqlite", dsn(path, opts, "_txlock=immediate"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	if err := migrate(ctx, db, 5); err != nil {
-		t.Fatal(err)
-	}
+	path, db := sqliteAtVersion(t, 5)
 	fillOldStore(t, db, func(q string) string { return q })
 	db.Close()
 	s, err := Open(ctx, path, Options{Limits: Limits{EventsPerTask: migratedLimit}})

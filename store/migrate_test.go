@@ -69,19 +69,7 @@ func TestMigrateFromEveryVersion(t *testing.T) {
 
 	for k := 0; k <= schemaVersion(); k++ {
 		t.Run(fmt.Sprintf("from v%d", k), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "taskhost.db")
-			opts, _ := Options{}.normalize()
-			db, err := sql.Open("sqlite", dsn(path, opts, "_txlock=immediate"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			db.SetMaxOpenConns(1)
-			if err := db.PingContext(ctx); err != nil { // creates the (empty) file
-				t.Fatal(err)
-			}
-			if err := migrate(ctx, db, k); err != nil {
-				t.Fatalf("migrate to v%d: %v", k, err)
-			}
+			path, db := sqliteAtVersion(t, k)
 			db.Close()
 			if _, v, _ := schemaOf(t, path); v != k {
 				t.Fatalf("built file is at v%d, want v%d", v, k)
@@ -109,4 +97,26 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	if err := migrate(context.Background(), s.w, schemaVersion()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sqliteAtVersion builds a SQLite store file at schema version v (0: an
+// empty file) and returns its path and a one-connection handle on it, as
+// an older binary would have left it.
+func sqliteAtVersion(t *testing.T, v int) (string, *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "taskhost.db")
+	opts, _ := Options{}.normalize()
+	db, err := sql.Open("sqlite", dsn(path, opts, "_txlock=immediate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	if err := db.PingContext(ctx); err != nil { // creates the (empty) file
+		t.Fatal(err)
+	}
+	if err := migrate(ctx, db, v); err != nil {
+		t.Fatalf("migrate to v%d: %v", v, err)
+	}
+	return path, db
 }
