@@ -194,6 +194,10 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	var nt store.Task
 	var next *store.Attempt
 	var exhausted *store.BudgetError
+	// A try that failed unavailable may still have committed: the next
+	// try then finds the attempt closed, and adopts the attempt the lost
+	// commit claimed next when it is this run's.
+	uncertain := false
 	err := ru.retryWrite(func() error {
 		var err error
 		if v.taskTo == "" {
@@ -201,9 +205,15 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 			after.Budgets.Steps.Used = att.Number // the next claim follows this attempt
 			after.Budgets.WallMillis.Used = max(after.Budgets.WallMillis.Used, wall)
 			nt, next, exhausted, err = r.store.FinishAndClaim(ctx, f, ru.startedEvent(after))
+			if uncertain && errors.Is(err, store.ErrConflict) {
+				if a, at, ok := ru.adopt(); ok && a.Number == att.Number+1 {
+					nt, next, exhausted, err = at, &a, nil, nil
+				}
+			}
 		} else {
 			nt, err = r.store.FinishAttempt(ctx, f)
 		}
+		uncertain = uncertain || errors.Is(err, store.ErrUnavailable)
 		return err
 	})
 	r.notify()

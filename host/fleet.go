@@ -86,6 +86,7 @@ func (r *Runner) StartFleet(ctx context.Context, version string) error {
 			})
 		}()
 	}
+	r.startLiveness(r.set.Fleet.Heartbeat)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

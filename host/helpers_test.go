@@ -86,7 +86,17 @@ func openHost(t *testing.T, dir string, mutate func(*config.Config)) *Host {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: cfg, ExecutorDir: executorDir(t)})
+	return openHostWith(t, Options{DataDir: dir, Config: cfg})
+}
+
+// openHostWith opens a host with opts, on the test executors unless
+// opts.ExecutorDir names others, and closes it at the end of the test.
+func openHostWith(t *testing.T, opts Options) *Host {
+	t.Helper()
+	if opts.ExecutorDir == "" {
+		opts.ExecutorDir = executorDir(t)
+	}
+	h, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("open host: %v", err)
 	}

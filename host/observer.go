@@ -12,6 +12,8 @@ type Observer interface {
 	PluginCrashed(executor string, reason string)
 	StepFinished(executor string, status string, d time.Duration)
 	StoreCommitted(d time.Duration)
+	// RunLost counts a task the liveness check interrupted (run_lost).
+	RunLost()
 }
 
 // nopObserver is the Observer of a host without metrics.
@@ -21,3 +23,4 @@ func (nopObserver) PluginStarted(string)                       {}
 func (nopObserver) PluginCrashed(string, string)               {}
 func (nopObserver) StepFinished(string, string, time.Duration) {}
 func (nopObserver) StoreCommitted(time.Duration)               {}
+func (nopObserver) RunLost()                                   {}

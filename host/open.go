@@ -60,6 +60,9 @@ type Options struct {
 	Observer Observer
 	// Version is this binary's version, shown in the store's hosts row.
 	Version string
+	// StoreFault is the store's Options.WriteFault: for fault-injection
+	// tests, nil otherwise.
+	StoreFault func(committed bool) error
 }
 
 // Host is an open data dir: its store, its executors and its Runner. Only
@@ -140,13 +143,14 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted, HostID: hostID, Limits: store.Limits{
-		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
-		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
-		Result:        cfg.Limits.ResultBytes,
-		EventPayload:  cfg.Limits.EventBytes,
-		EventsPerTask: cfg.Limits.EventsPerTask,
-	}})
+	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted, HostID: hostID,
+		WriteFault: opts.StoreFault, Limits: store.Limits{
+			Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
+			Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
+			Result:        cfg.Limits.ResultBytes,
+			EventPayload:  cfg.Limits.EventBytes,
+			EventsPerTask: cfg.Limits.EventsPerTask,
+		}})
 	if err != nil {
 		return fail(err)
 	}

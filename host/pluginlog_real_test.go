@@ -2,7 +2,6 @@ package host
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -37,15 +36,7 @@ func openLoggedHost(t *testing.T) (*Host, *syncBuffer) {
 	t.Helper()
 	var logBuf syncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Name: "taskhost", Output: &logBuf, Level: hclog.Info, JSONFormat: true})
-	h, err := Open(context.Background(), Options{DataDir: testwait.ShortTempDir(t), Config: testConfig(t), ExecutorDir: executorDir(t), Logger: log})
-	if err != nil {
-		t.Fatalf("open host: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		h.Close(ctx)
-	})
+	h := openHostWith(t, Options{DataDir: testwait.ShortTempDir(t), Config: testConfig(t), Logger: log})
 	return h, &logBuf
 }
 

@@ -152,45 +152,52 @@ func (ru *run) recordEnd(to store.Status, reason store.Reason, msg string) error
 
 // first loads what a run needs from the store and claims its first
 // attempt. Later attempts are claimed in the transaction that records the
-// previous one's outcome (finish).
+// previous one's outcome (finish). The task is running in the store from
+// the moment the run starts, so every way out of first either hands back a
+// claimed attempt or leaves the task in a state that is not running on this
+// run: a store that keeps failing ends the run through storeFailed, which
+// records the interruption once the store answers.
 func (ru *run) first() (store.Attempt, bool) {
 	r := ru.r
-	t, err := r.store.GetTask(ru.ctx, ru.task.PrincipalID, ru.task.ID)
-	if err != nil {
+	var recent []store.Attempt
+	var effs []store.Effect
+	err := ru.retryWrite(func() error {
+		t, err := r.store.GetTask(ru.ctx, ru.principal, ru.id)
+		if err != nil {
+			return err
+		}
+		ru.task = t
+		if t.Status != store.StatusRunning || t.RunID != ru.runID {
+			return nil
+		}
+		if recent, err = r.store.RecentSummaries(ru.ctx, t.PrincipalID, t.ID, r.set.RecentSummaries); err != nil {
+			return err
+		}
+		effs, err = r.store.IndeterminateEffects(ru.ctx, t.PrincipalID, t.ID)
+		return err
+	})
+	switch {
+	case err != nil && !ru.stillOurs(err):
+		return store.Attempt{}, false
+	case err != nil:
 		ru.log("task not readable", "error", err)
+		ru.storeFailed(nil, err)
+		return store.Attempt{}, false
+	case ru.task.Status != store.StatusRunning || ru.task.RunID != ru.runID:
 		return store.Attempt{}, false
 	}
-	ru.task = t
-	if t.Status != store.StatusRunning {
-		return store.Attempt{}, false
+	for _, a := range recent {
+		ru.recent = append(ru.recent, plugin.StepSummary{Step: a.Number, Summary: a.Summary})
+	}
+	for _, e := range effs {
+		ru.indeterminate = append(ru.indeterminate, effectView(e))
 	}
 	// The checkpoint is verified before a step is charged for it.
 	if ru.cp, err = ru.loadCheckpoint(); err != nil {
 		ru.endRun(store.StatusFailed, store.ReasonCheckpointIncompatible, err.Error())
 		return store.Attempt{}, false
 	}
-	recent, err := r.store.RecentSummaries(ru.ctx, t.PrincipalID, t.ID, r.set.RecentSummaries)
-	if err != nil {
-		ru.log("summaries not readable", "error", err)
-		return store.Attempt{}, false
-	}
-	for _, a := range recent {
-		ru.recent = append(ru.recent, plugin.StepSummary{Step: a.Number, Summary: a.Summary})
-	}
-	effs, err := r.store.IndeterminateEffects(ru.ctx, t.PrincipalID, t.ID)
-	if err != nil {
-		ru.log("effects not readable", "error", err)
-		return store.Attempt{}, false
-	}
-	for _, e := range effs {
-		ru.indeterminate = append(ru.indeterminate, effectView(e))
-	}
-	var att store.Attempt
-	err = ru.retryWrite(func() error {
-		var err error
-		att, t, err = r.store.ClaimAttempt(ru.ctx, t.PrincipalID, t.ID, t.RunID, ru.startedEvent(t))
-		return err
-	})
+	att, err := ru.claimFirst()
 	r.notify()
 	var be *store.BudgetError
 	switch {
@@ -200,15 +207,69 @@ func (ru *run) first() (store.Attempt, bool) {
 	case err != nil:
 		if c := context.Cause(ru.ctx); c != nil {
 			ru.endForCause(c)
-		} else if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+		} else if ru.stillOurs(err) {
 			ru.storeFailed(nil, err)
 		} else {
 			ru.log("attempt not claimed", "error", err)
 		}
 		return store.Attempt{}, false
 	}
-	ru.task = t
 	return att, true
+}
+
+// stillOurs reports whether a run whose write or read failed with err may
+// still hold its task: anything but the task leaving running (a conflict,
+// a fence) or going away.
+func (ru *run) stillOurs(err error) bool {
+	return !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) && ru.ctx.Err() == nil
+}
+
+// claimFirst claims the run's first attempt, retrying while the store is
+// unavailable. Every try names the run's own task: a failed try returns no
+// task to claim with. A try that failed unavailable may still have
+// committed (its acknowledgement lost with the connection): the next try
+// then finds the attempt running, and adopts it when it is this run's.
+func (ru *run) claimFirst() (store.Attempt, error) {
+	r := ru.r
+	var att store.Attempt
+	uncertain := false
+	err := ru.retryWrite(func() error {
+		a, t, err := r.store.ClaimAttempt(ru.ctx, ru.principal, ru.id, ru.runID, ru.startedEvent(ru.task))
+		switch {
+		case err == nil:
+			att, ru.task = a, t
+		case errors.Is(err, store.ErrUnavailable):
+			uncertain = true
+		case uncertain && errors.Is(err, store.ErrConflict):
+			if a, t, ok := ru.adopt(); ok {
+				att, ru.task = a, t
+				return nil
+			}
+		}
+		return err
+	})
+	return att, err
+}
+
+// adopt finds the attempt an unacknowledged claim of this run committed:
+// the task is still running in this run and its last attempt is running
+// under this run's id.
+func (ru *run) adopt() (store.Attempt, store.Task, bool) {
+	ctx := ru.ctx
+	t, err := ru.r.store.GetTask(ctx, ru.principal, ru.id)
+	if err != nil || t.Status != store.StatusRunning || t.RunID != ru.runID {
+		return store.Attempt{}, store.Task{}, false
+	}
+	as, err := ru.r.store.ListAttempts(ctx, ru.principal, ru.id)
+	if err != nil || len(as) == 0 {
+		return store.Attempt{}, store.Task{}, false
+	}
+	last := as[len(as)-1]
+	if last.Status != store.AttemptRunning || last.RunID != ru.runID {
+		return store.Attempt{}, store.Task{}, false
+	}
+	ru.log("claim acknowledged late: the attempt it committed is this run's", "attempt", last.Number)
+	return last, t, true
 }
 
 // startedEvent is the step.started event of the attempt claimed next. Every

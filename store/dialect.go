@@ -97,12 +97,24 @@ func (s *Store) writeOnce(ctx context.Context, fn func(tx *txn) error) error {
 		tx.Rollback() //nolint:errcheck // fn's error is the one to report
 		return err
 	}
+	if err := s.fault(false); err != nil {
+		tx.Rollback() //nolint:errcheck // the injected fault is the one to report
+		return err
+	}
 	start := time.Now()
 	if err := tx.Commit(); err != nil {
 		return err
 	}
 	s.observeCommit(time.Since(start))
-	return nil
+	return s.fault(true)
+}
+
+// fault is Options.WriteFault's verdict on a commit, nil without one.
+func (s *Store) fault(committed bool) error {
+	if s.writeFault == nil {
+		return nil
+	}
+	return s.writeFault(committed)
 }
 
 // sqlParamRE matches SQLite's parameters: "?" or "?N".

@@ -170,18 +170,18 @@ func (s *Store) writeTogether(group []*member) bool {
 		return true
 	}
 	start := time.Now()
-	if err := tx.Commit(); err != nil {
-		// A refused member keeps its refusal: it had nothing to commit.
-		for _, m := range group {
-			if m.err == nil {
-				m.err = err
-			}
-			m.err = s.dbErr(m.err)
-		}
-		return true
+	err = s.fault(false)
+	if err != nil {
+		tx.Rollback() //nolint:errcheck // the injected fault is every member's error
+	} else if err = tx.Commit(); err == nil {
+		s.observeCommit(time.Since(start))
+		err = s.fault(true)
 	}
-	s.observeCommit(time.Since(start))
 	for _, m := range group {
+		// A refused member keeps its refusal: it had nothing to commit.
+		if m.err == nil {
+			m.err = err
+		}
 		m.err = s.dbErr(m.err)
 	}
 	return true

@@ -98,13 +98,13 @@ const (
 	// than has passed since the task's row was last written (no reading of
 	// the run's wall time is older than that write), so a task lost a
 	// moment after it started is not charged time that never passed.
-	qLoseLease = `UPDATE tasks SET status = 'interrupted', reason = 'host_lost', message = ?1,
+	qLoseLease = `UPDATE tasks SET status = 'interrupted', reason = ?7, message = ?1,
 			wall_ms_used = CASE WHEN wall_ms_used >= wall_ms_limit THEN wall_ms_used
 				WHEN wall_ms_used + ` + lostCharge + ` < wall_ms_limit THEN wall_ms_used + ` + lostCharge + ` ELSE wall_ms_limit END,
 			updated_ns = ?2
 		WHERE id = ?4 AND run_id = ?5 AND lease_host = ?6 AND status IN ('running', 'waiting_approval')
 		RETURNING ` + taskCols
-	qLoseAttempts = `UPDATE attempts SET status = 'interrupted', reason = 'host_lost', ended_ns = ?1
+	qLoseAttempts = `UPDATE attempts SET status = 'interrupted', reason = ?3, ended_ns = ?1
 		WHERE task_id = ?2 AND status = 'running'`
 	qTaskLease = `SELECT status, reason, run_id, lease_host FROM tasks WHERE id = ? AND principal_id = ?`
 )
@@ -215,37 +215,13 @@ func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeW
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		ns := nanos(now)
-		for _, l := range found {
+		runs := make([]lostRun, len(found))
+		for i, l := range found {
 			msg := fmt.Sprintf("host %s missed its heartbeats for over %s", l.host, lease)
-			t, err := scanTask(tx.QueryRowContext(ctx, qLoseLease, msg, ns, chargeWallMillis, l.id, l.run, l.host))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, qLoseAttempts, ns, t.ID); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, qSettleTaskEffects, ns, t.ID, t.PrincipalID); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, qCancelApprovals, ns, t.ID); err != nil {
-				return err
-			}
-			if events != nil {
-				evs := events(t)
-				if err := s.checkEvents(evs); err != nil {
-					return err
-				}
-				if _, err := s.appendEvents(ctx, tx, t.ID, t.RunID, evs); err != nil {
-					return err
-				}
-			}
-			ids = append(ids, t.ID)
+			runs[i] = lostRun{id: l.id, run: l.run, host: l.host, reason: ReasonHostLost, message: msg}
 		}
-		return nil
+		ids, err = s.loseRuns(ctx, tx, runs, nanos(now), chargeWallMillis, events)
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -32,7 +32,9 @@ type Store struct {
 	lim  Limits
 	// observeCommit is Options.ObserveCommit, or a no-op.
 	observeCommit func(time.Duration)
-	host          string // Options.HostID: the lease every run started here carries
+	// writeFault is Options.WriteFault, or nil.
+	writeFault func(committed bool) error
+	host       string // Options.HostID: the lease every run started here carries
 	// listenCfg is PostgreSQL's connection config, for the dedicated
 	// connection Listen holds; nil on SQLite.
 	listenCfg *pgx.ConnConfig
@@ -69,7 +71,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit, host: opts.HostID}
+	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit, host: opts.HostID,
+		writeFault: opts.WriteFault}
 	if s.observeCommit == nil {
 		s.observeCommit = func(time.Duration) {}
 	}

@@ -35,6 +35,13 @@ type Options struct {
 	// only its own leases. Up to MaxHostID bytes of [A-Za-z0-9._-]; empty
 	// is the unnamed single host.
 	HostID string
+	// WriteFault, when set, is asked around every write transaction's
+	// COMMIT, for fault-injection tests: before it (committed false), an
+	// error it returns rolls the transaction back and is what the write
+	// reports; after a successful one (committed true), the write reports
+	// the error although its changes are stored — a commit whose
+	// acknowledgement was lost with the connection. Nil in production.
+	WriteFault func(committed bool) error
 }
 
 // Limits bound every variable-size value the store accepts (DESIGN §9). A

@@ -205,7 +205,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
 	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit,
-		host: opts.HostID, listenCfg: cfg.Copy()}
+		host: opts.HostID, listenCfg: cfg.Copy(), writeFault: opts.WriteFault}
 	if s.observeCommit == nil {
 		s.observeCommit = func(time.Duration) {}
 	}

@@ -79,6 +79,10 @@ const (
 	// ReasonHostLost: the host that ran the task stopped heartbeating for
 	// longer than its lease; another host of the fleet interrupted the task.
 	ReasonHostLost Reason = "host_lost"
+	// ReasonRunLost: the task's own host found it live in the store with
+	// no run of the host's holding it — a write whose acknowledgement was
+	// lost with the store's connection left it so — and interrupted it.
+	ReasonRunLost Reason = "run_lost"
 )
 
 var reasons = map[Reason]bool{
@@ -89,7 +93,7 @@ var reasons = map[Reason]bool{
 	ReasonCheckpointTooLarge: true, ReasonResultTooLarge: true, ReasonEffectIndeterminate: true,
 	ReasonHostShutdown: true, ReasonHostRestart: true, ReasonUserCancelled: true,
 	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true, ReasonModelAuth: true,
-	ReasonHostLost: true,
+	ReasonHostLost: true, ReasonRunLost: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.

@@ -313,6 +313,7 @@ type Instruments struct {
 	pluginCrashes *prometheus.CounterVec
 	stepDuration  *prometheus.HistogramVec
 	storeCommit   prometheus.Histogram
+	runsLost      prometheus.Counter
 }
 
 // NewInstruments returns zeroed Instruments.
@@ -328,6 +329,8 @@ func NewInstruments() *Instruments {
 		storeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskhost_store_commit_seconds",
 			Help:    "Latency of the store's write-transaction commits since the daemon started.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5}}),
+		runsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskhost_runs_lost_total",
+			Help: "Tasks this host found running with no live run of its own and interrupted (run_lost) since the daemon started."}),
 	}
 }
 
@@ -347,8 +350,11 @@ func (i *Instruments) StepFinished(executor, status string, d time.Duration) {
 // StoreCommitted observes a commit's latency.
 func (i *Instruments) StoreCommitted(d time.Duration) { i.storeCommit.Observe(d.Seconds()) }
 
+// RunLost counts a task the liveness check interrupted.
+func (i *Instruments) RunLost() { i.runsLost.Inc() }
+
 func (i *Instruments) collectors() []prometheus.Collector {
-	return []prometheus.Collector{i.pluginStarts, i.pluginCrashes, i.stepDuration, i.storeCommit}
+	return []prometheus.Collector{i.pluginStarts, i.pluginCrashes, i.stepDuration, i.storeCommit, i.runsLost}
 }
 
 func boolFloat(v bool) float64 {

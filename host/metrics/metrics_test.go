@@ -159,6 +159,7 @@ func TestMetricsCountTheStore(t *testing.T) {
 		`taskhost_steps_total{outcome="none",status="interrupted"}`:   1,
 		`taskhost_steps_total{outcome="none",status="cancelled"}`:     0,
 		`taskhost_approvals_pending`:                                  0,
+		`taskhost_runs_lost_total`:                                    0,
 	}
 	for series, v := range want {
 		if g, ok := got[series]; !ok || g != v {
@@ -166,7 +167,7 @@ func TestMetricsCountTheStore(t *testing.T) {
 		}
 	}
 	// 4 finished statuses × 4 outcomes, 7 task statuses, 3 effect kinds ×
-	// 5 statuses, 5 budgets, 7 single series: the size of the store's
+	// 5 statuses, 5 budgets, 8 single series: the size of the store's
 	// part does not grow with the number of tasks.
 	n := 0
 	for series := range got {
@@ -174,8 +175,8 @@ func TestMetricsCountTheStore(t *testing.T) {
 			n++
 		}
 	}
-	if n != 16+7+15+5+7 {
-		t.Errorf("%d taskhost_ series, want %d:\n%s", n, 16+7+15+5+7, body)
+	if n != 16+7+15+5+8 {
+		t.Errorf("%d taskhost_ series, want %d:\n%s", n, 16+7+15+5+8, body)
 	}
 
 	// A task resumed and running: one plugin, one step running.
