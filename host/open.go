@@ -177,8 +177,12 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if svc.Model, err = model.New(cfg.Model, os.Getenv); err != nil {
 		return fail(fmt.Errorf("model provider: %w", err))
 	}
+	pool, err := uidPool(cfg.Confinement, log)
+	if err != nil {
+		return fail(err)
+	}
 	if svc.Tools, err = tools.New(tools.Options{Tools: cfg.Tools, WorkspaceRoot: filepath.Join(dir, WorkspaceDirName),
-		Trampoline: opts.Trampoline, RequireConfinement: cfg.Confinement.Required}); err != nil {
+		Trampoline: opts.Trampoline, RequireConfinement: cfg.Confinement.Required, UIDs: pool, Logger: log.Named("tools")}); err != nil {
 		return fail(fmt.Errorf("tools: %w", err))
 	}
 	h.tools = svc.Tools

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/taskhost/taskhost/internal/uids"
 	"io"
 	stdlog "log"
 	"net"
@@ -211,6 +212,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		Reloader: reloader,
 		Tasks:    h.Runner, Events: h.Store, Executors: h.Registry, Model: h.Model,
 		Principals: principals, Tokens: cfg.API.Tokens,
+		Sandbox:         sandboxRange(cfg.Confinement),
 		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
 		MaxWatchesPerPrincipal: cfg.API.MaxWatchesPerPrincipal,
 		MaxRunningPerPrincipal: cfg.Tasks.MaxRunningPerPrincipal,
@@ -385,4 +387,13 @@ func (h hostHealth) Ping(ctx context.Context) error {
 		return err
 	}
 	return h.runner.StoreDegraded()
+}
+
+// sandboxRange is the configured range of untrusted processes' uids, which
+// the API refuses whether or not this daemon can use it (a root one does).
+func sandboxRange(c config.Confinement) uids.Range {
+	if c.UIDCount == 0 {
+		return uids.Range{}
+	}
+	return uids.Range{First: c.UIDFirst, Count: c.UIDCount}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/taskhost/taskhost/internal/uids"
 	"net"
 	"strings"
 	"time"
@@ -32,9 +33,9 @@ type PeerCred struct {
 	UID, GID uint32
 	PID      int32
 	// Confined: the peer carries the marks of a process the host confined
-	// (a plugin, a shell.run command, or any descendant of one). It runs as
-	// the daemon's uid, which is a principal, so without this it could use
-	// the API as the daemon's user.
+	// (a plugin, a shell.run command, or any descendant of one). Without a
+	// uid of its own it runs as the daemon's uid, which is a principal, so
+	// without this it could use the API as the daemon's user.
 	Confined bool
 }
 
@@ -113,8 +114,12 @@ func peerCred(conn *net.UnixConn) (PeerCred, error) {
 
 // authenticator maps a caller to its principal.
 type authenticator struct {
-	uids   map[uint32]string
-	tokens []tokenEntry
+	uids map[uint32]string
+	// sandbox are the uids of the daemon's untrusted processes, refused
+	// by uid: a process cannot change its uid without privileges it
+	// never has, whatever namespaces it makes.
+	sandbox uids.Range
+	tokens  []tokenEntry
 	// peers throttles TCP peers that send wrong tokens and rate-limits
 	// the refusal log of every peer.
 	peers *peerTable
@@ -125,11 +130,14 @@ type tokenEntry struct {
 	sum       []byte // SHA-256 of the token
 }
 
-func newAuthenticator(uids map[uint32]string, tokens map[string]string, peers *peerTable) (*authenticator, error) {
-	a := &authenticator{uids: map[uint32]string{}, peers: peers}
-	for uid, name := range uids {
+func newAuthenticator(principals map[uint32]string, tokens map[string]string, sandbox uids.Range, peers *peerTable) (*authenticator, error) {
+	a := &authenticator{uids: map[uint32]string{}, sandbox: sandbox, peers: peers}
+	for uid, name := range principals {
 		if name == "" {
 			return nil, fmt.Errorf("api: uid %d maps to an empty principal", uid)
+		}
+		if sandbox.Contains(int(uid)) {
+			return nil, fmt.Errorf("api: principal %q is uid %d, inside the range the daemon runs untrusted commands under (%s): map another uid, or move [confinement] uid_first", name, uid, sandbox)
 		}
 		a.uids[uid] = name
 	}
@@ -166,6 +174,10 @@ func (a *authenticator) authenticate(ctx context.Context) (string, caller, error
 	switch info := p.AuthInfo.(type) {
 	case PeerCred:
 		c := caller{who: fmt.Sprintf("uid %d (pid %d)", info.UID, info.PID), key: fmt.Sprintf("uid %d", info.UID)}
+		if a.sandbox.Contains(int(info.UID)) {
+			return "", c, statusError(codes.PermissionDenied, ReasonUnknownPeer, fmt.Sprintf(
+				"uid %d is one the daemon runs untrusted commands under (a shell.run command or a process it started): it may not call the API", info.UID))
+		}
 		if info.Confined {
 			return "", c, statusError(codes.PermissionDenied, ReasonUnknownPeer, fmt.Sprintf(
 				"pid %d is a process the daemon confined (a plugin or a shell.run command): it may not call the API", info.PID))

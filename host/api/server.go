@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/taskhost/taskhost/internal/uids"
 	"net"
 	"sync"
 
@@ -102,6 +103,10 @@ type Options struct {
 	// Tokens maps a principal name to the SHA-256 (lowercase hex) of its
 	// bearer token, for the TCP listener.
 	Tokens map[string]string
+	// Sandbox is the range of uids the daemon runs untrusted processes
+	// under (shell.run commands): a peer with one of them is refused
+	// whatever it does inside, and no principal may be one. Zero: none.
+	Sandbox uids.Range
 
 	DefaultExecutor string
 	Version         string // the daemon's version, reported by GetInfo
@@ -179,7 +184,7 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxExportFileBytes <= 0 {
 		opts.MaxExportFileBytes = DefaultMaxExportFileBytes
 	}
-	auth, err := newAuthenticator(opts.Principals, opts.Tokens, newPeerTable(opts.Listener, opts.Logger))
+	auth, err := newAuthenticator(opts.Principals, opts.Tokens, opts.Sandbox, newPeerTable(opts.Listener, opts.Logger))
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/taskhost/taskhost/internal/uids"
 	"io"
 	"os"
 	"path/filepath"
@@ -679,5 +680,31 @@ func TestListSortFiltersAndTotal(t *testing.T) {
 		if st := wantCode(t, err, codes.InvalidArgument, ""); !strings.Contains(st.Message(), bad.want) {
 			t.Errorf("%v: %q, want it to say %q", bad.req, st.Message(), bad.want)
 		}
+	}
+}
+
+// A peer whose uid is one the daemon runs untrusted commands under is
+// refused by that uid, before its principal is looked up and whatever it
+// did inside (a user namespace of its own fills its capability bounding
+// set again, which is why the uid decides); a principal mapped to such a
+// uid is refused when the server is built.
+func TestSandboxUIDRefused(t *testing.T) {
+	me := int(os.Getuid())
+	sandbox := uids.Range{First: me, Count: 1}
+	ts := startServer(t, func(o *Options) {
+		o.Principals = map[uint32]string{uint32(me) + 1: "someone"}
+		o.Sandbox = sandbox
+	})
+	ts.fake.add(self, "t_1", store.StatusRunning)
+	_, err := apipb.NewTaskServiceClient(ts.unixConn(t)).GetTask(ctxT(t), &apipb.GetTaskRequest{TaskId: "t_1"})
+	st := wantCode(t, err, codes.PermissionDenied, ReasonUnknownPeer)
+	if !strings.Contains(st.Message(), "untrusted commands") {
+		t.Errorf("refused as %q, want the sandbox's refusal", st.Message())
+	}
+	if ts.fake.calls != 0 {
+		t.Fatalf("the backend was called %d times for a refused caller", ts.fake.calls)
+	}
+	if _, err := newAuthenticator(map[uint32]string{uint32(me): self}, nil, sandbox, nil); err == nil || !strings.Contains(err.Error(), "inside the range") {
+		t.Errorf("a principal inside the sandbox range: %v, want refused", err)
 	}
 }

@@ -32,6 +32,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/taskhost/taskhost/internal/uids"
 )
 
 // MaxFileBytes is the largest configuration file accepted (1 MiB). A real
@@ -192,6 +194,8 @@ func Default() Config {
 			MaxAddressSpaceMB: 4096,
 			MaxOpenFiles:      1024,
 			MaxProcesses:      4096,
+			UIDFirst:          uids.DefaultFirst,
+			UIDCount:          uids.DefaultCount,
 		},
 		Model:      defaultModel(),
 		Store:      defaultStore(),

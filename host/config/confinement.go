@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/taskhost/taskhost/internal/uids"
 )
 
 // Confinement is the [confinement] section: how every executor plugin is
@@ -17,6 +19,11 @@ type Confinement struct {
 	MaxAddressSpaceMB int  `toml:"max_address_space_mb"` // 64..1048576, default 4096 (RLIMIT_AS)
 	MaxOpenFiles      int  `toml:"max_open_files"`       // 64..65536, default 1024 (RLIMIT_NOFILE)
 	MaxProcesses      int  `toml:"max_processes"`        // 16..65536, default 4096 (RLIMIT_NPROC: every process and thread of the plugin's uid)
+	// UIDFirst and UIDCount are the range of uids a root daemon runs each
+	// shell.run command under, one per command (internal/uids); UIDCount
+	// 0 runs them as the daemon's uid.
+	UIDFirst int `toml:"uid_first"` // 65536..2147483646, default 2000000000
+	UIDCount int `toml:"uid_count"` // 0..1048576, default 65536
 }
 
 // Bounds of the plugin rlimits and paths.
@@ -34,6 +41,11 @@ func (c Confinement) validate(ps *problems) {
 	ps.intRange("confinement.max_address_space_mb", c.MaxAddressSpaceMB, minAddressSpaceMB, maxAddressSpaceMB)
 	ps.intRange("confinement.max_open_files", c.MaxOpenFiles, minOpenFiles, maxOpenFiles)
 	ps.intRange("confinement.max_processes", c.MaxProcesses, minProcesses, maxProcesses)
+	ps.intRange("confinement.uid_count", c.UIDCount, 0, uids.MaxCount)
+	if c.UIDCount > 0 && c.UIDCount <= uids.MaxCount {
+		// The range's last uid stays at uids.MaxLast at most.
+		ps.intRange("confinement.uid_first", c.UIDFirst, uids.MinFirst, uids.MaxLast-c.UIDCount+1)
+	}
 }
 
 func validateExecutorConfinement(name string, ex Executor, ps *problems) {

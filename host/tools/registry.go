@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hashicorp/go-hclog"
+	"github.com/taskhost/taskhost/internal/uids"
 	"hash/fnv"
 	"io/fs"
 	"maps"
@@ -46,6 +48,9 @@ type Registry struct {
 	// confine starts shell.run commands confined; nil only in tests that
 	// measure or compare with the unconfined path.
 	confine *shellConfinement
+	// uids is Options.UIDs: each confined command's own uid.
+	uids *uids.Pool
+	log  hclog.Logger
 
 	mu      sync.Mutex
 	closed  bool
@@ -69,6 +74,13 @@ type Options struct {
 	// offers no Landlock ([confinement] required), instead of running
 	// commands with no_new_privs and no capabilities only.
 	RequireConfinement bool
+	// UIDs, when set, gives each shell.run command a uid of its own to run
+	// under (a root daemon's pool; see ownership.go); nil: commands run as
+	// the daemon's uid.
+	UIDs *uids.Pool
+	// Logger gets what no caller is there to hear (a workspace not handed
+	// back after its command); nil: discarded.
+	Logger hclog.Logger
 }
 
 // NewRegistry builds the registry from the [tools."NAME"] configuration.
@@ -99,6 +111,10 @@ func New(o Options) (*Registry, error) {
 		r.cgroups.sweepStale()
 	}
 	var err error
+	r.uids, r.log = o.UIDs, o.Logger
+	if r.log == nil {
+		r.log = hclog.NewNullLogger()
+	}
 	if r.confine, err = newShellConfinement(o.Trampoline, o.RequireConfinement); err != nil {
 		return nil, err
 	}

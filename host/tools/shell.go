@@ -78,7 +78,15 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 
 	var cmd *exec.Cmd
 	if r.confine != nil {
-		if cmd, err = r.confine.command(dir, command); err != nil {
+		uid, handBack, err := r.ownUID(dir)
+		if err != nil {
+			pw.Close()
+			return Result{}, err
+		}
+		// After the container's release below: every process of the
+		// command is gone before its files change hands.
+		defer handBack()
+		if cmd, err = r.confine.command(dir, command, uid); err != nil {
 			pw.Close()
 			return Result{}, err
 		}

@@ -56,7 +56,7 @@ func newShellConfinement(trampoline string, required bool) (*shellConfinement, e
 // (files only: Landlock gives no execute right where one may write),
 // read-only on the system paths, no_new_privs, no capabilities, no ptrace,
 // and signals and abstract sockets scoped to the command's own processes.
-func (c *shellConfinement) policy(workspace string) confine.Policy {
+func (c *shellConfinement) policy(workspace string, uid int) confine.Policy {
 	p := confine.Policy{
 		Dir:       workspace,
 		ReadOnly:  c.readOnly,
@@ -64,6 +64,8 @@ func (c *shellConfinement) policy(workspace string) confine.Policy {
 		Landlock:  confine.LandlockBestEffort,
 		Seccomp:   confine.Seccomp{DenyPtrace: true},
 		DropCaps:  true,
+		UID:       uid,
+		GID:       uid,
 		Pdeathsig: syscall.SIGKILL,
 	}
 	if c.required {
@@ -73,12 +75,12 @@ func (c *shellConfinement) policy(workspace string) confine.Policy {
 }
 
 // command returns the exec.Cmd of /bin/sh -c command in workspace, started
-// through the trampoline.
-func (c *shellConfinement) command(workspace, command string) (*exec.Cmd, error) {
+// through the trampoline, under uid (0: the daemon's).
+func (c *shellConfinement) command(workspace, command string, uid int) (*exec.Cmd, error) {
 	if c.required && c.support.LandlockABI < 1 {
 		return nil, ErrUnconfined
 	}
-	cmd, err := confine.Command(c.trampoline, c.policy(workspace), nil, "/bin/sh", "-c", command)
+	cmd, err := confine.Command(c.trampoline, c.policy(workspace, uid), nil, "/bin/sh", "-c", command)
 	if errors.Is(err, confine.ErrLandlockUnavailable) {
 		return nil, ErrUnconfined
 	}
@@ -94,10 +96,13 @@ func (c *shellConfinement) command(workspace, command string) (*exec.Cmd, error)
 func (r *Registry) Confinement() string {
 	s := "unconfined"
 	if r.confine != nil {
-		s = r.confine.policy("/").Summary(r.confine.support)
+		s = r.confine.policy("/", 0).Summary(r.confine.support)
 		if r.confine.required && r.confine.support.LandlockABI < 1 {
 			s += ", required: shell.run refuses to run"
 		}
+	}
+	if r.uids != nil {
+		s += ", own uid (" + r.uids.Range().String() + ")"
 	}
 	return s + "; " + r.Containment()
 }

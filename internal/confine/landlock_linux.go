@@ -43,16 +43,18 @@ const (
 	writeRights = ^uint64(ll.AccessFSExecute) // everything else, masked by what the ABI handles
 )
 
-// restrictLandlock builds the ruleset and enforces it on the calling thread
-// only: go-landlock's Restrict syncs all threads (psx), which is neither
-// needed before an exec from this thread nor available in cgo binaries.
-func restrictLandlock(p Policy, execFD int) error {
+// landlockRuleset builds the ruleset of p, or returns -1 where the kernel
+// has no Landlock and p allows that. It runs before any credential change:
+// a rule's path is opened with the trampoline's own rights, so a child run
+// under another uid may be given a directory (its workspace) whose parents
+// it cannot traverse itself. restrictLandlock enforces it.
+func landlockRuleset(p Policy, execFD int) (int, error) {
 	abi := landlockABI()
 	if abi < 1 {
 		if p.Landlock == LandlockRequired {
-			return ErrLandlockUnavailable
+			return -1, ErrLandlockUnavailable
 		}
-		return nil
+		return -1, nil
 	}
 	handled := fsRights(abi)
 	attr := ll.RulesetAttr{HandledAccessFS: handled}
@@ -63,9 +65,17 @@ func restrictLandlock(p Policy, execFD int) error {
 	}
 	rs, err := createRuleset(&attr, abi)
 	if err != nil {
-		return fmt.Errorf("create ruleset: %w", err)
+		return -1, fmt.Errorf("create ruleset: %w", err)
 	}
-	defer unix.Close(rs)
+	if err := addRules(rs, p, execFD, handled); err != nil {
+		unix.Close(rs)
+		return -1, err
+	}
+	return rs, nil
+}
+
+// addRules adds p's paths and the exec target to ruleset rs.
+func addRules(rs int, p Policy, execFD int, handled uint64) error {
 	add := func(fd int, rights uint64) error {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
@@ -96,6 +106,18 @@ func restrictLandlock(p Policy, execFD int) error {
 	if err := add(execFD, execRights); err != nil {
 		return fmt.Errorf("rule for the target: %w", err)
 	}
+	return nil
+}
+
+// restrictLandlock enforces ruleset rs (from landlockRuleset; -1: none) on
+// the calling thread only: go-landlock's Restrict syncs all threads (psx),
+// which is neither needed before an exec from this thread nor available in
+// cgo binaries.
+func restrictLandlock(rs int) error {
+	if rs < 0 {
+		return nil
+	}
+	defer unix.Close(rs)
 	return ll.LandlockRestrictSelf(rs, 0)
 }
 

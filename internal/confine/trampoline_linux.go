@@ -56,6 +56,12 @@ func trampoline(enc string, argv []string) (string, error) {
 			return "drop capabilities", err
 		}
 	}
+	ruleset := -1
+	if p.Landlock != LandlockOff {
+		if ruleset, err = landlockRuleset(p, fd); err != nil {
+			return "landlock", err
+		}
+	}
 	if p.UID > 0 {
 		if err := setCreds(p.UID, p.GID); err != nil {
 			return "set credentials", err
@@ -76,10 +82,8 @@ func trampoline(enc string, argv []string) (string, error) {
 			return "pdeathsig", fmt.Errorf("parent %d is gone", w.Parent)
 		}
 	}
-	if p.Landlock != LandlockOff {
-		if err := restrictLandlock(p, fd); err != nil {
-			return "landlock", err
-		}
+	if err := restrictLandlock(ruleset); err != nil {
+		return "landlock", err
 	}
 	var secret uint64
 	if p.Seccomp.any() {

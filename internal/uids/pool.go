@@ -1,0 +1,243 @@
+// Package uids hands out the unprivileged uids that untrusted processes —
+// approved shell.run commands, executor plugins — run under, one per
+// process tree, so that nothing keyed on the daemon's uid (its API socket,
+// a PostgreSQL role by peer authentication, its data dir) and nothing of
+// another task is reachable from inside: in the manner of systemd's
+// DynamicUser, from a configured range with no /etc/passwd entries.
+//
+// A uid goes back to the pool only once no process runs under it: Release
+// kills every process whose real, effective, saved or filesystem uid is the
+// released one (found in /proc, signalled through a pidfd so a reused pid is
+// never hit) and checks again until none is left. Only root can run
+// processes under other uids, so a Pool is only made by a root daemon.
+package uids
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bounds of a range.
+const (
+	// MinFirst keeps a range above the uids distributions give to system
+	// and regular accounts.
+	MinFirst = 65536
+	// MaxLast keeps every uid of a range a positive int32: some tools
+	// still read uids as signed.
+	MaxLast  = 1<<31 - 2
+	MaxCount = 1 << 20
+)
+
+// DefaultFirst and DefaultCount are the default range: 2,000,000,000 to
+// 2,000,065,535, above the ranges Debian allocates to accounts (up to
+// 60,000), systemd's DynamicUser (61,184–65,519) and systemd-nspawn's
+// containers (524,288–1,879,048,191).
+const (
+	DefaultFirst = 2_000_000_000
+	DefaultCount = 65536
+)
+
+// ErrExhausted: every uid of the pool is in use.
+var ErrExhausted = errors.New("uids: every uid of the pool is in use")
+
+// Range is a contiguous range of uids: First, First+1, … First+Count-1.
+// Each uid is also the gid of the processes run under it.
+type Range struct {
+	First, Count int
+}
+
+// Contains reports whether uid is in r.
+func (r Range) Contains(uid int) bool { return r.Count > 0 && uid >= r.First && uid < r.First+r.Count }
+
+func (r Range) String() string { return fmt.Sprintf("%d-%d", r.First, r.First+r.Count-1) }
+
+// Check refuses a range outside the bounds.
+func (r Range) Check() error {
+	switch {
+	case r.Count < 1 || r.Count > MaxCount:
+		return fmt.Errorf("uid range count is %d: it must be 1..%d", r.Count, MaxCount)
+	case r.First < MinFirst || r.First > MaxLast-r.Count+1:
+		return fmt.Errorf("uid range starts at %d: it must start at %d or above and end at %d at most (got %s)", r.First, MinFirst, MaxLast, r)
+	}
+	return nil
+}
+
+// Pool allocates uids of a Range. It is safe for concurrent use.
+type Pool struct {
+	r Range
+
+	mu   sync.Mutex
+	used map[int]bool
+	next int // the next uid to try, so a released uid is the last reused
+}
+
+// NewPool returns a pool over r. It refuses a range in which /etc/passwd or
+// /etc/group names an account: a process run under that uid would be that
+// account to everything that looks it up.
+func NewPool(r Range) (*Pool, error) {
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
+	for _, file := range []string{"/etc/passwd", "/etc/group"} {
+		if name, id, err := firstIn(file, r); err != nil {
+			return nil, err
+		} else if name != "" {
+			return nil, fmt.Errorf("uid range %s holds %q (id %d) of %s: choose a range no account uses ([confinement] uid_first, uid_count)", r, name, id, file)
+		}
+	}
+	return &Pool{r: r, used: map[int]bool{}, next: r.First}, nil
+}
+
+// Range is the pool's range.
+func (p *Pool) Range() Range { return p.r }
+
+// Acquire returns a uid no process of this pool runs under, or ErrExhausted.
+func (p *Pool) Acquire() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.used) >= p.r.Count {
+		return 0, fmt.Errorf("%w (%d of range %s)", ErrExhausted, p.r.Count, p.r)
+	}
+	for {
+		uid := p.next
+		p.next++
+		if p.next == p.r.First+p.r.Count {
+			p.next = p.r.First
+		}
+		if !p.used[uid] {
+			p.used[uid] = true
+			return uid, nil
+		}
+	}
+}
+
+// maxSweeps bounds Release's rounds: a process tree forking as fast as it
+// is killed is bounded by its RLIMIT_NPROC, which now counts only its own
+// processes.
+const maxSweeps = 1000
+
+// Release kills every process running under uid and returns uid to the
+// pool. A uid whose processes could not all be killed stays out of the pool
+// (and the error says so): reusing it would put another task's process
+// beside them.
+func (p *Pool) Release(uid int) error {
+	if !p.r.Contains(uid) {
+		return fmt.Errorf("uids: %d is not in the pool's range %s", uid, p.r)
+	}
+	if err := KillAll(uid); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	delete(p.used, uid)
+	p.mu.Unlock()
+	return nil
+}
+
+// KillAll sends SIGKILL to every live process any of whose uids is uid,
+// until a scan of /proc finds none. Zombies are left to their parents:
+// they run nothing.
+func KillAll(uid int) error {
+	for range maxSweeps {
+		found, err := killRound(uid)
+		if err != nil {
+			return err
+		}
+		if found == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("uids: processes of uid %d kept appearing after %d rounds of SIGKILL", uid, maxSweeps)
+}
+
+// killRound signals the processes of uid found in one scan of /proc and
+// returns how many it found.
+func killRound(uid int) (int, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("uids: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return 0, fmt.Errorf("uids: read /proc: %w", err)
+	}
+	found := 0
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		// The pidfd first, the check second: the pidfd then names the
+		// process that was checked, even if the pid is reused meanwhile.
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone
+		}
+		if live, ok := runsAs(pid, uid); ok && live {
+			found++
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		unix.Close(fd)
+	}
+	return found, nil
+}
+
+// runsAs reports whether process pid has uid among its uids (ok) and is not
+// a zombie (live).
+func runsAs(pid, uid int) (live, ok bool) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false, false
+	}
+	defer f.Close()
+	want := strconv.Itoa(uid)
+	sc := bufio.NewScanner(f)
+	live = true
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		switch k {
+		case "State":
+			live = !strings.HasPrefix(strings.TrimSpace(v), "Z")
+		case "Uid":
+			for _, id := range strings.Fields(v) {
+				if id == want {
+					ok = true
+				}
+			}
+			return live, ok // State comes before Uid
+		}
+	}
+	return false, false
+}
+
+// firstIn returns the first account of an /etc/passwd-format file whose id
+// (the third field) is in r.
+func firstIn(path string, r Range) (string, int, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("uids: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) < 3 {
+			continue
+		}
+		id, err := strconv.Atoi(fields[2])
+		if err == nil && r.Contains(id) {
+			return fields[0], id, nil
+		}
+	}
+	return "", 0, sc.Err()
+}

@@ -1,0 +1,107 @@
+package uids
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func TestRangeCheck(t *testing.T) {
+	for _, c := range []struct {
+		r  Range
+		ok bool
+	}{
+		{Range{DefaultFirst, DefaultCount}, true},
+		{Range{MinFirst, 1}, true},
+		{Range{MinFirst - 1, 1}, false},
+		{Range{MaxLast, 1}, true},
+		{Range{MaxLast, 2}, false},
+		{Range{MinFirst, MaxCount}, true},
+		{Range{MinFirst, MaxCount + 1}, false},
+		{Range{MinFirst, 0}, false},
+	} {
+		if err := c.r.Check(); (err == nil) != c.ok {
+			t.Errorf("Range%v.Check() = %v, want ok %v", c.r, err, c.ok)
+		}
+	}
+}
+
+// Acquire hands out each uid once until the pool is exhausted; a released
+// uid is handed out again, after the others.
+func TestAcquireRelease(t *testing.T) {
+	p := &Pool{r: Range{MinFirst, 2}, used: map[int]bool{}, next: MinFirst}
+	a, err := p.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire()
+	if err != nil || b == a {
+		t.Fatalf("second Acquire = %d, %v; want a uid other than %d", b, err, a)
+	}
+	if _, err := p.Acquire(); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("third Acquire of 2: %v, want ErrExhausted", err)
+	}
+	if err := p.Release(MinFirst + 2); err == nil {
+		t.Fatal("Release of a uid outside the range accepted")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("Release scans /proc for the uid's processes; the rest needs root to start one")
+	}
+	if err := p.Release(a); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := p.Acquire(); err != nil || c != a {
+		t.Fatalf("Acquire after Release = %d, %v; want %d", c, err, a)
+	}
+}
+
+// KillAll leaves no live process of the uid: a detached child that
+// ignores SIGTERM and a grandchild in its own session alike; another
+// uid's process is untouched.
+func TestKillAll(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("starting a process under another uid needs root")
+	}
+	uid := DefaultFirst + 12345
+	start := func(uid int, script string) *exec.Cmd {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	victim := start(uid, "trap '' TERM; (setsid sleep 60 &) ; sleep 60")
+	bystander := start(uid+1, "sleep 60")
+	defer bystander.Process.Kill()
+	if err := KillAll(uid); err != nil {
+		t.Fatal(err)
+	}
+	err := victim.Wait()
+	if ws, ok := victim.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("victim: %v, want killed by SIGKILL", err)
+	}
+	if n, err := killRound(uid); err != nil || n != 0 {
+		t.Fatalf("a scan after KillAll found %d processes of uid %d (%v)", n, uid, err)
+	}
+	if err := bystander.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("another uid's process was hit: %v", err)
+	}
+}
+
+// A range holding an account's id is refused, naming it.
+func TestFirstIn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(path, []byte("root:x:0:0::/root:/bin/sh\nbad line\nsvc:x:70001:70001::/:/bin/false\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if name, id, err := firstIn(path, Range{70000, 2}); err != nil || name != "svc" || id != 70001 {
+		t.Fatalf("firstIn = %q %d %v, want svc 70001", name, id, err)
+	}
+	if name, _, err := firstIn(path, Range{70002, 10}); err != nil || name != "" {
+		t.Fatalf("firstIn past the account = %q, %v; want none", name, err)
+	}
+}
