@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"io/fs"
 	"os"
@@ -121,10 +122,16 @@ func writeNew(path string, data []byte, uid, gid int) error {
 // with mode 0600, copies r into it, syncs it and, when uid is not -1, gives
 // it to uid:gid.
 func copyNew(path string, r io.Reader, uid, gid int) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	return copyNewAt(unix.AT_FDCWD, path, r, uid, gid)
+}
+
+// copyNewAt is copyNew for name beneath directory dirfd.
+func copyNewAt(dirfd int, name string, r io.Reader, uid, gid int) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", name, err)
 	}
+	f := os.NewFile(uintptr(fd), name)
 	_, err = io.Copy(f, r)
 	if err == nil && uid != -1 {
 		err = f.Chown(uid, gid)
@@ -136,8 +143,8 @@ func copyNew(path string, r io.Reader, uid, gid int) error {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(path)
-		return fmt.Errorf("write %s: %w", path, err)
+		unix.Unlinkat(dirfd, name, 0) //nolint:errcheck // the write's error is the one to report
+		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
 }
@@ -163,6 +170,13 @@ type RestoreInfo struct {
 // was. The restored store is then opened and every checkpoint in it
 // verified with the restored key; if one does not verify, what Restore
 // wrote is removed again and the error says which task.
+//
+// The data dir is looked up by path once, through its parent: every step
+// after that — creating it, giving it to the user, writing its files,
+// opening the restored store, removing what a failed restore wrote — goes
+// through descriptors, so a user who may write the parent and swaps the
+// data dir for a symlink meanwhile gets nothing chowned or written but the
+// directory Restore itself made and holds open.
 func Restore(ctx context.Context, src, dataDir string, opts RestoreOptions) (info RestoreInfo, err error) {
 	uid, gid := opts.UID, opts.GID
 	if uid < 0 {
@@ -187,13 +201,15 @@ func Restore(ctx context.Context, src, dataDir string, opts RestoreOptions) (inf
 	}
 	defer db.Close()
 
-	created, err := prepareRestoreTarget(dataDir, uid)
+	target, err := openRestoreTarget(dataDir, uid)
 	if err != nil {
 		return RestoreInfo{}, err
 	}
-	if created && chownTo != -1 {
-		if err := os.Chown(dataDir, uid, gid); err != nil {
-			os.Remove(dataDir)
+	defer target.close()
+	dirfd := target.fd
+	if target.created && chownTo != -1 {
+		if err := unix.Fchown(dirfd, uid, gid); err != nil {
+			target.removeCreated()
 			return RestoreInfo{}, fmt.Errorf("restore: %w", err)
 		}
 	}
@@ -202,38 +218,34 @@ func Restore(ctx context.Context, src, dataDir string, opts RestoreOptions) (inf
 		if err == nil {
 			return
 		}
-		for _, p := range written {
-			os.Remove(p)
+		for _, name := range append(written, StoreFile+"-wal", StoreFile+"-shm") {
+			unix.Unlinkat(dirfd, name, 0) //nolint:errcheck // best effort: the restore's error is reported
 		}
-		for _, suffix := range []string{"-wal", "-shm"} {
-			os.Remove(filepath.Join(dataDir, StoreFile+suffix))
-		}
-		if created {
-			os.Remove(dataDir)
-		}
+		target.removeCreated()
 	}()
 	for _, f := range []struct {
 		name string
 		r    io.Reader
 	}{{KeyFile, bytes.NewReader(key)}, {StoreFile, db}} {
-		p := filepath.Join(dataDir, f.name)
-		if err := copyNew(p, f.r, chownTo, gid); err != nil {
+		if err := copyNewAt(dirfd, f.name, f.r, chownTo, gid); err != nil {
 			return RestoreInfo{}, fmt.Errorf("restore: %w", err)
 		}
-		written = append(written, p)
+		written = append(written, f.name)
 	}
-	if err := syncDir(dataDir); err != nil {
-		return RestoreInfo{}, fmt.Errorf("restore: %w", err)
+	if err := unix.Fsync(dirfd); err != nil {
+		return RestoreInfo{}, fmt.Errorf("restore: sync %s: %w", dataDir, err)
 	}
-	n, err := verifyCheckpoints(ctx, filepath.Join(dataDir, StoreFile), key)
+	// The store is opened through the held directory, not its path.
+	n, err := verifyCheckpoints(ctx, filepath.Join(target.procPath(), StoreFile), key)
 	// Opening the store may leave SQLite's side files, made by this
 	// process: the daemon refuses them unless they are its user's.
-	for _, suffix := range []string{"-wal", "-shm"} {
-		p := filepath.Join(dataDir, StoreFile+suffix)
-		if _, serr := os.Lstat(p); serr == nil && chownTo != -1 {
-			if cerr := os.Lchown(p, uid, gid); cerr != nil && err == nil {
-				err = cerr
-			}
+	for _, name := range []string{StoreFile + "-wal", StoreFile + "-shm"} {
+		if chownTo == -1 {
+			break
+		}
+		cerr := unix.Fchownat(dirfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+		if cerr != nil && !errors.Is(cerr, unix.ENOENT) && err == nil {
+			err = cerr
 		}
 	}
 	if err != nil {
@@ -242,36 +254,126 @@ func Restore(ctx context.Context, src, dataDir string, opts RestoreOptions) (inf
 	return RestoreInfo{Checkpoints: n}, nil
 }
 
-// prepareRestoreTarget creates dataDir (0700) or checks that it is an empty
-// directory the daemon running as uid would trust. created says whether it
-// made it.
-func prepareRestoreTarget(dataDir string, uid int) (created bool, err error) {
-	fi, err := os.Lstat(dataDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(dataDir, 0o700); err != nil {
-			return false, fmt.Errorf("restore: data dir: %w", err)
+// restoreTarget is the data dir a restore writes, held open.
+type restoreTarget struct {
+	parent, fd int
+	base       string
+	created    bool // Restore made it, and removes it on failure
+}
+
+func (t *restoreTarget) close() {
+	unix.Close(t.fd)
+	unix.Close(t.parent)
+}
+
+// procPath names the held directory for what only takes a path (SQLite).
+func (t *restoreTarget) procPath() string { return fmt.Sprintf("/proc/self/fd/%d", t.fd) }
+
+// removeCreated removes the data dir Restore made, if it is still the one
+// held open and empty: through the parent's descriptor, never by a path.
+func (t *restoreTarget) removeCreated() {
+	if !t.created {
+		return
+	}
+	var held, there unix.Stat_t
+	if unix.Fstat(t.fd, &held) != nil || unix.Fstatat(t.parent, t.base, &there, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+		held.Dev != there.Dev || held.Ino != there.Ino {
+		return // moved or replaced since: not ours to remove by that name
+	}
+	unix.Unlinkat(t.parent, t.base, unix.AT_REMOVEDIR) //nolint:errcheck // best effort
+}
+
+// openRestoreTarget creates dataDir (0700) beneath its parent and opens it,
+// or opens the empty directory already there, which the daemon running as
+// uid must trust (that user's, not a symlink, not writable by group or
+// others): the checks are made on the open directory itself.
+func openRestoreTarget(dataDir string, uid int) (_ *restoreTarget, err error) {
+	dataDir = filepath.Clean(dataDir)
+	t := &restoreTarget{parent: -1, fd: -1, base: filepath.Base(dataDir)}
+	if t.base == "/" || t.base == "." || t.base == ".." {
+		return nil, fmt.Errorf("restore: data dir %q: give a directory to create or an empty one", dataDir)
+	}
+	if t.parent, err = unix.Open(filepath.Dir(dataDir), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return nil, fmt.Errorf("restore: data dir's parent %s: %w", filepath.Dir(dataDir), err)
+	}
+	defer func() {
+		if err != nil {
+			t.removeCreated()
+			t.close()
 		}
-		return true, nil
+	}()
+	switch err := unix.Mkdirat(t.parent, t.base, 0o700); {
+	case err == nil:
+		t.created = true
+	case !errors.Is(err, unix.EEXIST):
+		return nil, fmt.Errorf("restore: data dir %s: %w", dataDir, err)
 	}
+	if t.fd, err = unix.Openat(t.parent, t.base, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			found := "is not a directory"
+			buf := make([]byte, 4096)
+			if n, lerr := unix.Readlinkat(t.parent, t.base, buf); lerr == nil {
+				found = "is a symlink to " + string(buf[:n])
+			}
+			return nil, fmt.Errorf("restore: data dir %s %s: restore only into a new or empty directory (the host follows no link in its data dir)", dataDir, found)
+		}
+		return nil, fmt.Errorf("restore: data dir %s: %w", dataDir, err)
+	}
+	fi, err := fstatInfo(t.fd, dataDir)
 	if err != nil {
-		return false, fmt.Errorf("restore: data dir: %w", err)
+		return nil, fmt.Errorf("restore: data dir %s: %w", dataDir, err)
 	}
-	if err := checkEntry(dataDir, fi, kindDir, uid); err != nil {
-		return false, fmt.Errorf("restore: %w", err)
+	want := uid
+	if t.created {
+		// Made by this process a moment ago: anything else there now is
+		// someone else's directory moved into its place.
+		want = os.Geteuid()
 	}
-	d, err := os.Open(dataDir)
+	if err := checkEntry(dataDir, fi, kindDir, want); err != nil {
+		t.created = false // not the one Restore made
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	names, err := readDirNames(t.fd)
 	if err != nil {
-		return false, fmt.Errorf("restore: data dir: %w", err)
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return false, fmt.Errorf("restore: data dir: %w", err)
+		return nil, fmt.Errorf("restore: data dir %s: %w", dataDir, err)
 	}
 	if len(names) > 0 {
-		return false, fmt.Errorf("restore: data dir %s is not empty (it holds %q): restore only into a new or empty directory, never over a data dir in use", dataDir, names[0])
+		return nil, fmt.Errorf("restore: data dir %s is not empty (it holds %q): restore only into a new or empty directory, never over a data dir in use", dataDir, names[0])
 	}
-	return false, nil
+	return t, nil
+}
+
+// fstatInfo is the fs.FileInfo of open fd, named name.
+func fstatInfo(fd int, name string) (fs.FileInfo, error) {
+	d, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(d), name)
+	defer f.Close()
+	return f.Stat()
+}
+
+// readDirNames lists directory fd's entries, "." and ".." left out,
+// without moving fd's own offset for others (it reads a duplicate).
+func readDirNames(fd int) ([]string, error) {
+	d, err := unix.Openat(fd, ".", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(d)
+	var names []string
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := unix.Getdents(d, buf)
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
 }
 
 // verifyCheckpoints opens the store at path read-only and checks every
