@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // parseArgs parses args with fs, allowing flags before and after the
@@ -19,6 +20,15 @@ func parseArgs(e *env, fs *flag.FlagSet, args []string, minArgs, maxArgs int) (p
 	var out bytes.Buffer
 	fs.SetOutput(&out)
 	defer fs.SetOutput(e.stderr)
+	// An id, a goal, a path: every argument ends up in a protobuf string
+	// or a file name shown back, and neither holds invalid UTF-8. Refused
+	// here as the usage error it is, not as an unavailable daemon.
+	for i, a := range args {
+		if !utf8.ValidString(a) {
+			errorf(e, "%s: argument %d (%q) is not valid UTF-8", fs.Name(), i+1, a)
+			return nil, exitUsage, false
+		}
+	}
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) || !e.jsonErrors {

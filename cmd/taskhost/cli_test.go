@@ -137,6 +137,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"task", "create", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"task", "status"}, "missing argument"},
 		{[]string{"task", "status", "a", "b"}, "too many arguments"},
+		// Invalid UTF-8 ids exited 5, as if the daemon were down.
+		{[]string{"task", "status", "t_\xff\xfe"}, "is not valid UTF-8"},
+		{[]string{"task", "cancel", "t_\xc3"}, "is not valid UTF-8"},
+		{[]string{"task", "create", "--goal", "g\xff"}, "is not valid UTF-8"},
 		{[]string{"task", "status", "--attempts", "0", "t_x"}, "--attempts must be 1..500"},
 		{[]string{"task", "list", "--limit", "0"}, "--limit must be 1..100000"},
 		{[]string{"task", "watch"}, "missing argument"},
