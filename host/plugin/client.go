@@ -258,6 +258,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			if err != nil {
 				return nil, err
 			}
+			p.socketDir = socketDir
 			proc, relayOut.t, relayErr.t = p, p.stderr, p.stderr
 			return p, nil
 		},

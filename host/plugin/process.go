@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // forker runs process starts on one goroutine locked to its OS thread for the
@@ -93,6 +97,10 @@ type process struct {
 	stdoutR, stderrR *os.File
 	stdoutW, stderrW *os.File
 	stderr           *tailReader
+
+	// socketDir is the fresh dir the plugin's go-plugin listener must be
+	// in: the only address its handshake may name.
+	socketDir string
 
 	exited   chan struct{} // closed once the wait status is known
 	status   ExitStatus
@@ -231,8 +239,39 @@ func (p *process) Diagnose(context.Context) string {
 	}
 }
 
+// PluginToHost is where go-plugin learns the address the plugin's
+// handshake line names, before the daemon dials it from its own, unconfined
+// process. Only a unix socket in the plugin's own socket dir is dialed: any
+// other address (a TCP listener anywhere, another process's socket) fails
+// the handshake.
 func (p *process) PluginToHost(network, addr string) (string, string, error) {
+	if err := checkHandshakeAddr(p.socketDir, network, addr); err != nil {
+		return "", "", err
+	}
 	return network, addr, nil
+}
+
+// ErrHandshakeAddr: a plugin's handshake named an address outside its own
+// socket dir.
+var ErrHandshakeAddr = errors.New("plugin handshake: the address is not a socket in the plugin's own socket dir")
+
+// checkHandshakeAddr refuses a handshake address other than a unix socket
+// directly in socketDir.
+func checkHandshakeAddr(socketDir, network, addr string) error {
+	if network != "unix" {
+		return fmt.Errorf("%w: it names %s %q", ErrHandshakeAddr, text.Clip(network, 16), text.Clip(addr, 256))
+	}
+	if socketDir == "" || !filepath.IsAbs(addr) || filepath.Dir(filepath.Clean(addr)) != filepath.Clean(socketDir) {
+		return fmt.Errorf("%w: it names unix %q, not a socket in %s", ErrHandshakeAddr, text.Clip(addr, 256), socketDir)
+	}
+	fi, err := os.Lstat(addr)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrHandshakeAddr, err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%w: %q is %v, not a socket", ErrHandshakeAddr, text.Clip(addr, 256), fi.Mode().Type())
+	}
+	return nil
 }
 
 func (p *process) HostToPlugin(network, addr string) (string, string, error) {
