@@ -111,30 +111,24 @@ func checkDataDir(dir string) error {
 			return err
 		}
 	}
-	return checkWorkspaces(filepath.Join(dir, WorkspaceDirName), euid)
+	return nil
 }
 
-// checkWorkspaces checks each task workspace: the tools open them through
-// an os.Root, which would follow a workspace that is itself a symlink.
-func checkWorkspaces(root string, euid int) error {
+// untrustedWorkspaces lists the task workspaces under root the tools would
+// refuse (tools.Registry.CheckWorkspace): each makes its own task
+// unavailable, never the daemon, so they are only reported at start.
+func untrustedWorkspaces(root string, check func(taskID string) error) []error {
 	entries, err := os.ReadDir(root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
 	if err != nil {
-		return fmt.Errorf("data dir %s: %w", root, err)
+		return nil // no workspaces yet, or the check at each use says why
 	}
+	var bad []error
 	for _, e := range entries {
-		path := filepath.Join(root, e.Name())
-		fi, err := os.Lstat(path)
-		if err != nil {
-			return fmt.Errorf("data dir %s: %w", path, err)
-		}
-		if err := checkEntry(path, fi, kindDir, euid); err != nil {
-			return err
+		if err := check(e.Name()); err != nil {
+			bad = append(bad, err)
 		}
 	}
-	return nil
+	return bad
 }
 
 // checkEntry checks one Lstat result against what the entry must be.

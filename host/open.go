@@ -186,6 +186,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		return fail(fmt.Errorf("tools: %w", err))
 	}
 	h.tools = svc.Tools
+	for _, err := range untrustedWorkspaces(filepath.Join(dir, WorkspaceDirName), svc.Tools.CheckWorkspace) {
+		log.Warn("a task's workspace is untrusted: that task's tools refuse it and it cannot be resumed until it is fixed", "error", err)
+	}
 	if svc.Tools.Landlocked() {
 		log.Info("shell.run confinement", "confinement", svc.Tools.Confinement())
 	} else {

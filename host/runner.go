@@ -221,6 +221,11 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 	if t.Status != store.StatusInterrupted && t.Status != store.StatusPending {
 		return store.Task{}, &store.TransitionError{TaskID: id, Current: t.Status, To: store.StatusRunning}
 	}
+	if r.svc.Tools != nil {
+		if err := r.svc.Tools.CheckWorkspace(id); err != nil {
+			return store.Task{}, err
+		}
+	}
 	if _, err := r.preflight(ctx, t.Executor); err != nil {
 		return store.Task{}, err
 	}

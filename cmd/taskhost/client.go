@@ -153,7 +153,7 @@ func exitCodeForStatus(err error) int {
 		return exitNotFound
 	case codes.FailedPrecondition:
 		switch reasonOf(st) {
-		case api.ReasonExecutorUnavailable, api.ReasonTasksDisabled:
+		case api.ReasonExecutorUnavailable, api.ReasonTasksDisabled, api.ReasonWorkspaceUntrusted:
 			return exitUnavailable
 		}
 		return exitConflict

@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -61,6 +62,11 @@ func notFound(what, id string) error {
 	return statusError(codes.NotFound, ReasonNotFound, what+" "+id+" not found")
 }
 
+// ReasonWorkspaceUntrusted: the task's workspace is one the host will not
+// use (a symlink, another uid's, writable by group or others); the message
+// says how to fix it. Only that task is affected.
+const ReasonWorkspaceUntrusted = "WORKSPACE_UNTRUSTED"
+
 // ReasonStoreUnavailable: the daemon's store refused a write (a full disk,
 // an I/O error); the message names the cause. Retry once it is fixed.
 const ReasonStoreUnavailable = "STORE_UNAVAILABLE"
@@ -105,6 +111,8 @@ func (s *Server) toStatus(ctx context.Context, err error, what, id string) error
 		return statusError(codes.FailedPrecondition, ReasonTaskConflict, msg)
 	case errors.Is(err, store.ErrConflict):
 		return statusError(codes.FailedPrecondition, ReasonTaskConflict, err.Error())
+	case errors.Is(err, tools.ErrUntrustedWorkspace):
+		return statusError(codes.FailedPrecondition, ReasonWorkspaceUntrusted, err.Error())
 	case errors.As(err, &ue), errors.Is(err, plugin.ErrExecutorUnavailable):
 		return statusError(codes.FailedPrecondition, ReasonExecutorUnavailable, err.Error())
 	case errors.As(err, &be), errors.Is(err, host.ErrBusy):

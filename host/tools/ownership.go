@@ -3,6 +3,7 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -161,4 +162,52 @@ func (r *Registry) ownUID(dir string) (uid int, handBack func(), err error) {
 			r.log.Error("shell.run: workspace not handed back to the daemon; its uid is kept out of the pool", "workspace", dir, "uid", uid, "error", err)
 		}
 	}, nil
+}
+
+// ErrUntrustedWorkspace: a task's workspace is not one the host trusts (a
+// symlink, not a directory, another uid's, writable by group or others);
+// that task's tools refuse it, and it cannot be resumed, until it is fixed.
+// Only that task is affected: the daemon and every other task go on.
+var ErrUntrustedWorkspace = errors.New("tools: the task's workspace is untrusted")
+
+// WorkspaceError says what is wrong with a task's workspace and the fix.
+type WorkspaceError struct {
+	TaskID, Path, Found, Fix string
+}
+
+func (e *WorkspaceError) Error() string {
+	return fmt.Sprintf("task %s's workspace %s %s: the task cannot run until it is fixed; %s", e.TaskID, e.Path, e.Found, e.Fix)
+}
+
+func (e *WorkspaceError) Is(target error) bool { return target == ErrUntrustedWorkspace }
+
+// CheckWorkspace reports, as a *WorkspaceError, a workspace of taskID the
+// host would not use: it must be a directory (not a symlink) owned by the
+// daemon — or, while a command runs in it, by that command's uid — and not
+// writable by group or others. A workspace not made yet is fine.
+func (r *Registry) CheckWorkspace(taskID string) error {
+	path := filepath.Join(r.root, taskID)
+	var st unix.Stat_t
+	err := unix.Lstat(path, &st)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("workspace %s: %w", path, err)
+	}
+	bad := func(found, fix string) error {
+		return &WorkspaceError{TaskID: taskID, Path: path, Found: found, Fix: fix}
+	}
+	switch mode := st.Mode & unix.S_IFMT; {
+	case mode == unix.S_IFLNK:
+		return bad("is a symlink", "remove the link (the host follows no link in its data dir), then resume the task")
+	case mode != unix.S_IFDIR:
+		return bad("is not a directory", "move it aside, then resume the task")
+	case int(st.Uid) != unix.Geteuid() && (r.uids == nil || !r.uids.Range().Contains(int(st.Uid))):
+		return bad(fmt.Sprintf("is owned by uid %d, not by the daemon's uid %d", st.Uid, unix.Geteuid()),
+			fmt.Sprintf("run: chown -R %d %s", unix.Geteuid(), path))
+	case st.Mode&0o022 != 0:
+		return bad(fmt.Sprintf("has mode %04o: it is writable by group or others", st.Mode&0o7777), "run: chmod go-w "+path)
+	}
+	return nil
 }

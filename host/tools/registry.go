@@ -356,6 +356,9 @@ func (r *Registry) openWorkspace(taskID string) (*os.Root, error) {
 	if err := parent.Mkdir(taskID, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
+	if err := r.CheckWorkspace(taskID); err != nil {
+		return nil, err
+	}
 	// Opening through the parent Root refuses a task directory that was
 	// replaced by a symlink leading elsewhere.
 	root, err := parent.OpenRoot(taskID)
