@@ -55,13 +55,13 @@ func TestPluginLogLineReachesHostLog(t *testing.T) {
 	})
 	e := warn[0]
 	want := map[string]any{"@level": "warn", "task": task.ID, "run": float64(1), "attempt": float64(1),
-		"executor": "testexec", "plugin_task": "t_forged"}
+		"executor": "testexec", "plugin_task": "t_forged", "source": "plugin"}
 	for k, v := range want {
 		if e[k] != v {
 			t.Errorf("forwarded WARN line: %s = %v, want %v (%v)", k, e[k], v, e)
 		}
 	}
-	if p := plain[0]; p["@level"] != "info" || p["task"] != task.ID || p["executor"] != "testexec" {
+	if p := plain[0]; p["@level"] != "info" || p["task"] != task.ID || p["executor"] != "testexec" || p["source"] != "plugin" {
 		t.Errorf("forwarded plain stderr line %v, want INFO with the task and executor", p)
 	}
 }

@@ -90,10 +90,39 @@ func (p *pluginLog) admit() (ok bool, droppedBefore int) {
 	return true, droppedBefore
 }
 
-// fields are the labels every forwarded line carries.
+// fields are the labels every forwarded line carries. source=plugin marks
+// the line as the plugin's whatever level and text it chose: a plugin can
+// write "[ERROR]" or an hclog ERROR line, never one that reads as the
+// daemon's own.
 func (p *pluginLog) fields(extra ...any) []any {
-	f := append(slices.Clip(p.labels), "attempt", p.attempt.Load())
+	f := append(slices.Clip(p.labels), "attempt", p.attempt.Load(), "source", "plugin")
 	return append(f, extra...)
+}
+
+// escapeControls makes a plugin's text one inert line: C0 and C1 controls
+// (ESC of a terminal sequence, CR that would overwrite the line before,
+// a newline that would start a forged one), DEL and the bidirectional
+// overrides are written as \xNN or \uNNNN. Tabs stay.
+func escapeControls(s string) string {
+	if !strings.ContainsFunc(s, needsEscape) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case !needsEscape(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
+func needsEscape(r rune) bool {
+	return (r < 0x20 && r != '\t') || (r >= 0x7f && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
 
 // reportDropped logs that n lines were dropped by the rate bound.
@@ -119,10 +148,10 @@ func (p *pluginLog) line(l logLine) {
 	p.reportDropped(l.dropped)
 	b := l.b
 	if lvl, msg, kv, ok := parseHCLogJSON(b); ok && !l.cut {
-		p.log.Log(lvl, msg, p.fields(kv...)...)
+		p.log.Log(lvl, escapeControls(msg), p.fields(kv...)...)
 		return
 	}
-	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	s := escapeControls(strings.ToValidUTF8(string(b), "\uFFFD"))
 	var extra []any
 	if l.cut {
 		s += " …(cut)"
@@ -152,7 +181,7 @@ func (p *pluginLog) line(l logLine) {
 
 // reservedLogKeys are the labels the host sets; a plugin's field of the
 // same name is renamed so that a plugin cannot pass for another task.
-var reservedLogKeys = []string{"executor", "task", "run", "attempt", "@level", "@message", "@timestamp", "@module", "@caller"}
+var reservedLogKeys = []string{"executor", "task", "run", "attempt", "source", "@level", "@message", "@timestamp", "@module", "@caller"}
 
 // parseHCLogJSON reads an hclog JSON line: its level, message and up to
 // maxLogFields other fields, sorted by key.
@@ -193,7 +222,10 @@ func parseHCLogJSON(b []byte) (hclog.Level, string, []any, bool) {
 		if _, nested := v.(map[string]any); nested {
 			v = fmt.Sprint(v)
 		}
-		kv = append(kv, name, v)
+		if str, ok := v.(string); ok {
+			v = escapeControls(str)
+		}
+		kv = append(kv, escapeControls(name), v)
 	}
 	return lvl, msg, kv, true
 }

@@ -73,6 +73,13 @@ func TestPluginLogLevelsAndLabels(t *testing.T) {
 		{name: "panic", line: "panic: boom", wantLevel: "error", wantMsg: "panic: boom"},
 		{name: "broken json is plain", line: `{"@level":"warn"`, wantLevel: "info", wantMsg: `{"@level":"warn"`},
 		{name: "invalid utf-8", line: "a\xffb", wantLevel: "info", wantMsg: "a\uFFFDb"},
+		// A plugin cannot write a line that reads as the daemon's own: its
+		// level is kept, but source=plugin marks it and cannot be
+		// overwritten, and no control sequence survives.
+		{name: "a plugin cannot pass for the daemon", line: `{"@level":"error","@message":"store corrupt\u001b[2J\r","source":"daemon"}`,
+			wantLevel: "error", wantMsg: `store corrupt\x1b[2J\x0d`, wantField: map[string]any{"source": "plugin", "plugin_source": "daemon"}},
+		{name: "plain line with a terminal sequence", line: "[ERROR] taskhost: \x1b]52;c;Zm9v\x07 bidi\u202e", wantLevel: "error",
+			wantMsg: `taskhost: \x1b]52;c;Zm9v\x07 bidi\u202e`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, _ := forward(t, tc.line+"\n")
@@ -83,7 +90,7 @@ func TestPluginLogLevelsAndLabels(t *testing.T) {
 			if e["@level"] != tc.wantLevel || e["@message"] != tc.wantMsg {
 				t.Errorf("level %v message %q, want %s %q", e["@level"], e["@message"], tc.wantLevel, tc.wantMsg)
 			}
-			want := map[string]any{"task": "t_1", "run": float64(2), "attempt": float64(3), "executor": "testexec"}
+			want := map[string]any{"task": "t_1", "run": float64(2), "attempt": float64(3), "executor": "testexec", "source": "plugin"}
 			for k, v := range tc.wantField {
 				want[k] = v
 			}
