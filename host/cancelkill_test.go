@@ -1,0 +1,174 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/taskhost/taskhost/internal/testwait"
+	"github.com/taskhost/taskhost/store"
+)
+
+// cancelKillRounds and cancelKillBurners size TestCancelKillsRunningShellUnderLoad:
+// enough cancels for a p99 worth logging, and CPU burners for a load of
+// about 5–8 on a two-core machine, where the seconds-long kills were seen.
+const (
+	cancelKillRounds  = 40
+	cancelKillBurners = 6
+)
+
+// A cancel committed while an approved shell.run command runs kills the
+// command at once, on a loaded machine too, and the effect is recorded as
+// what it is: indeterminate, never observed. The command is `exec sleep`, so
+// its pid is the host's own child, which shell.run reaps; it counts as
+// killed once it is dead (a zombie, seen through a pidfd) and as gone once
+// it is reaped (kill(pid, 0) fails with ESRCH). The clock starts before
+// Runner.Cancel is called, so each figure also holds the cancel's own
+// commit. The figures are logged, not asserted, but for a bound of a second
+// that only the seconds-long regression crosses.
+func TestCancelKillsRunningShellUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts CPU burners and 40 executor processes")
+	}
+	h := openHost(t, "", shellNoApproval)
+	burn(t, cancelKillBurners)
+
+	var called, killed, reaped []time.Duration
+	for i := range cancelKillRounds {
+		cmd := `echo $$ > cmd.pid; exec sleep 300`
+		task := create(t, h, alice, map[string]any{"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}}, Limits{})
+		pid := readPid(t, filepath.Join(h.Runner.workspace(task.ID), "cmd.pid"))
+		testwait.Until(t, 15*time.Second, fmt.Sprintf("round %d: pid %d to be sleep", i, pid), func() bool {
+			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			return err == nil && strings.TrimSpace(string(comm)) == "sleep"
+		})
+		dead := deathWatch(t, pid)
+
+		start := time.Now()
+		cancelled := make(chan error, 1)
+		go func() {
+			_, err := h.Runner.Cancel(context.Background(), alice, task.ID)
+			cancelled <- err
+		}()
+		var d time.Time
+		select {
+		case <-dead:
+			d = time.Now()
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: command %d still running 30 s after the cancel", i, pid)
+		}
+		r, ok := reapedWithin(pid, 30*time.Second)
+		if !ok {
+			t.Fatalf("round %d: command %d dead but not reaped 30 s after the cancel", i, pid)
+		}
+		if err := <-cancelled; err != nil {
+			t.Fatalf("round %d: cancel: %v", i, err)
+		}
+		committed := cancelTime(t, h, task.ID)
+		called = append(called, d.Sub(start))
+		killed, reaped = append(killed, d.Sub(committed)), append(reaped, r.Sub(committed))
+		wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCancelled, store.ReasonUserCancelled)
+		effs, err := h.Store.ListEffects(context.Background(), alice, task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(effs) != 1 || effs[0].Status != store.EffectIndeterminate {
+			t.Fatalf("round %d: ledger %+v, want one indeterminate shell.run", i, effs)
+		}
+	}
+	t.Logf("%d rounds, %d CPU burners", cancelKillRounds, cancelKillBurners)
+	t.Logf("cancel committed → command dead:   %s", quantiles(killed))
+	t.Logf("cancel committed → command reaped: %s", quantiles(reaped))
+	t.Logf("Runner.Cancel called → command dead: %s", quantiles(called))
+	// Generous on purpose: a loaded CI machine must not flake it, and the
+	// regression it guards against took seconds.
+	if m := slices.Max(killed); m > time.Second {
+		t.Errorf("a cancel took %v to kill its command", m)
+	}
+}
+
+// cancelTime is the time of the task.cancelled event of task id: taken in the
+// cancel's transaction, before its commit, so the figures measured from it
+// are upper bounds of commit → kill.
+func cancelTime(t *testing.T, h *Host, id string) time.Time {
+	t.Helper()
+	evs, err := h.Store.Events(context.Background(), alice, id, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Type == EventTaskCancelled {
+			return e.Time
+		}
+	}
+	t.Fatalf("task %s has no %s event", id, EventTaskCancelled)
+	return time.Time{}
+}
+
+// deathWatch returns a channel closed once pid has died (is a zombie or
+// gone), read through a pidfd so the moment is exact.
+func deathWatch(t *testing.T, pid int) <-chan struct{} {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Skipf("pidfd_open: %v", err)
+	}
+	dead := make(chan struct{})
+	go func() {
+		defer unix.Close(fd)
+		defer close(dead)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
+				return
+			}
+		}
+	}()
+	return dead
+}
+
+// reapedWithin polls, finely, until pid no longer exists, and returns when
+// it saw that.
+func reapedWithin(pid int, d time.Duration) (time.Time, bool) {
+	deadline := time.Now().Add(d)
+	for now := time.Now(); now.Before(deadline); now = time.Now() {
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			return now, true
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return time.Time{}, false
+}
+
+// burn keeps n busy-looping processes running until the test ends.
+func burn(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		c := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			t.Fatalf("start a CPU burner: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		})
+	}
+}
+
+// quantiles formats p50, p99 and the max of ds.
+func quantiles(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return fmt.Sprintf("p50 %v, p99 %v, max %v", q(0.50).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), s[len(s)-1].Round(10*time.Microsecond))
+}
