@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/testpg"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -38,16 +40,40 @@ const (
 // that only the seconds-long regression crosses.
 func TestCancelKillsRunningShellUnderLoad(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts CPU burners and 40 executor processes")
+		t.Skip("starts CPU burners and 40 executor processes per case")
 	}
-	h := openHost(t, "", shellNoApproval)
-	burn(t, cancelKillBurners)
+	t.Run("local", func(t *testing.T) {
+		h := openHost(t, "", shellNoApproval)
+		burn(t, cancelKillBurners)
+		measureCancelKills(t, h, h)
+	})
+	// The cancel commits on B and reaches A through the store: NOTIFY, or
+	// at the latest A's next lease poll.
+	t.Run("fleet", func(t *testing.T) {
+		t.Setenv(dsnEnv, testpg.DSN(t))
+		fleetHost := func(id string) *Host {
+			return openHost(t, "", func(c *config.Config) {
+				onPostgres(c)
+				shellNoApproval(c)
+				c.Fleet.HostID = id
+			})
+		}
+		a, b := fleetHost("host-a"), fleetHost("host-b")
+		burn(t, cancelKillBurners)
+		measureCancelKills(t, a, b)
+	})
+}
 
+// measureCancelKills runs cancelKillRounds tasks on owner, each running an
+// `exec sleep` through shell.run, cancels each through via, and logs how
+// long the command took to die after the cancel.
+func measureCancelKills(t *testing.T, owner, via *Host) {
+	t.Helper()
 	var called, killed, reaped []time.Duration
 	for i := range cancelKillRounds {
 		cmd := `echo $$ > cmd.pid; exec sleep 300`
-		task := create(t, h, alice, map[string]any{"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}}, Limits{})
-		pid := readPid(t, filepath.Join(h.Runner.workspace(task.ID), "cmd.pid"))
+		task := create(t, owner, alice, map[string]any{"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}}, Limits{})
+		pid := readPid(t, filepath.Join(owner.Runner.workspace(task.ID), "cmd.pid"))
 		testwait.Until(t, 15*time.Second, fmt.Sprintf("round %d: pid %d to be sleep", i, pid), func() bool {
 			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 			return err == nil && strings.TrimSpace(string(comm)) == "sleep"
@@ -57,7 +83,7 @@ func TestCancelKillsRunningShellUnderLoad(t *testing.T) {
 		start := time.Now()
 		cancelled := make(chan error, 1)
 		go func() {
-			_, err := h.Runner.Cancel(context.Background(), alice, task.ID)
+			_, err := via.Runner.Cancel(context.Background(), alice, task.ID)
 			cancelled <- err
 		}()
 		var d time.Time
@@ -74,11 +100,11 @@ func TestCancelKillsRunningShellUnderLoad(t *testing.T) {
 		if err := <-cancelled; err != nil {
 			t.Fatalf("round %d: cancel: %v", i, err)
 		}
-		committed := cancelTime(t, h, task.ID)
+		wantStatus(t, waitEnd(t, owner, alice, task.ID), store.StatusCancelled, store.ReasonUserCancelled)
+		committed := cancelTime(t, owner, task.ID)
 		called = append(called, d.Sub(start))
 		killed, reaped = append(killed, d.Sub(committed)), append(reaped, r.Sub(committed))
-		wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCancelled, store.ReasonUserCancelled)
-		effs, err := h.Store.ListEffects(context.Background(), alice, task.ID)
+		effs, err := owner.Store.ListEffects(context.Background(), alice, task.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
