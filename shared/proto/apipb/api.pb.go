@@ -2702,7 +2702,8 @@ type FleetHost struct {
 	// How old its last heartbeat is by the answering daemon's clock (0 when
 	// the clocks put it in the future).
 	HeartbeatAgeMs int64 `protobuf:"varint,5,opt,name=heartbeat_age_ms,json=heartbeatAgeMs,proto3" json:"heartbeat_age_ms,omitempty"`
-	// Its tasks that are running or waiting_approval (lease_host = id).
+	// Its tasks that are running or waiting_approval (lease_host = id), of
+	// every principal.
 	TasksOwned int64 `protobuf:"varint,6,opt,name=tasks_owned,json=tasksOwned,proto3" json:"tasks_owned,omitempty"`
 	// live: heartbeat age at most the lease; lost: older — stopped, crashed,
 	// paused or cut off from the store; the next sweep of a live host

@@ -738,7 +738,8 @@ type HostServiceClient interface {
 	// ListHosts lists the hosts sharing the daemon's store (a fleet on
 	// PostgreSQL; on SQLite, the daemon alone), by id, at most 1000, each
 	// with its heartbeat, the live tasks it owns and its state as this
-	// daemon sees it. Any principal may call it: it shows no task.
+	// daemon sees it. Any principal may call it: it names no task and no
+	// principal, and its task counts are every principal's (a load figure).
 	ListHosts(ctx context.Context, in *ListHostsRequest, opts ...grpc.CallOption) (*ListHostsResponse, error)
 }
 
@@ -808,7 +809,8 @@ type HostServiceServer interface {
 	// ListHosts lists the hosts sharing the daemon's store (a fleet on
 	// PostgreSQL; on SQLite, the daemon alone), by id, at most 1000, each
 	// with its heartbeat, the live tasks it owns and its state as this
-	// daemon sees it. Any principal may call it: it shows no task.
+	// daemon sees it. Any principal may call it: it names no task and no
+	// principal, and its task counts are every principal's (a load figure).
 	ListHosts(context.Context, *ListHostsRequest) (*ListHostsResponse, error)
 	mustEmbedUnimplementedHostServiceServer()
 }
