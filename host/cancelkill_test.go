@@ -14,10 +14,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/internal/testpg"
 	"github.com/taskhost/taskhost/internal/testwait"
+	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -199,4 +204,66 @@ func quantiles(ds []time.Duration) string {
 	slices.Sort(s)
 	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	return fmt.Sprintf("p50 %v, p99 %v, max %v", q(0.50).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), s[len(s)-1].Round(10*time.Microsecond))
+}
+
+// The kill does not wait for the executor: here its step call returns only
+// when the test lets it, and its shell.run call is made on a context the
+// step's cancel does not reach, as an executor that is slow to hear of the
+// cancel (or never drops its call) would. The cancel kills the command
+// while both are still pending, and the effect is indeterminate.
+func TestCancelKillsShellBeforeTheExecutorReturns(t *testing.T) {
+	s := newSeam(t, seamOptions{})
+	cfg := config.Default().Tools
+	sh := cfg[tools.ToolShellRun]
+	sh.Approval = config.ApprovalNever
+	cfg[tools.ToolShellRun] = sh
+	reg, err := tools.NewRegistry(cfg, s.r.workspaceRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	s.r.svc.Tools = reg
+
+	release := make(chan struct{})
+	callDone := make(chan error, 1)
+	s.l.Exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
+		go func() {
+			_, err := s.l.lastServices().CallTool(context.Background(), &pb.CallToolRequest{TurnToken: req.TurnToken, Name: tools.ToolShellRun,
+				ArgumentsJson: `{"command":"echo $$ > cmd.pid; exec sleep 300"}`})
+			callDone <- err
+		}()
+		<-release // deaf to ctx until the test says
+		return plugin.StepResult{}, ctx.Err()
+	}
+	ctx := context.Background()
+	task, err := s.r.Create(ctx, alice, CreateRequest{Spec: []byte(`{"goal":"kill"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	pid := readPid(t, filepath.Join(s.r.workspace(task.ID), "cmd.pid"))
+	testwait.Until(t, 10*time.Second, "the command to be sleep", func() bool {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return err == nil && strings.TrimSpace(string(comm)) == "sleep"
+	})
+	dead := deathWatch(t, pid)
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	// Cancel waits for the run, which waits for the deaf step: only its
+	// commit matters here.
+	if _, err := s.r.Cancel(cctx, alice, task.ID); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	select {
+	case <-dead:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the command still runs 10 s after the cancel: its kill waits for the executor's step to return")
+	}
+	if err := <-callDone; status.Code(err) != codes.Canceled {
+		t.Errorf("the killed call answered %v, want Canceled", err)
+	}
+	effs, err := s.st.ListEffects(ctx, alice, task.ID)
+	if err != nil || len(effs) != 1 || effs[0].Status != store.EffectIndeterminate {
+		t.Fatalf("ledger %+v, %v: want one indeterminate shell.run", effs, err)
+	}
 }
