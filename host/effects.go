@@ -38,8 +38,10 @@ const (
 // and the first budget it ran out of.
 type turnState struct {
 	turn
-	// ctx ends with the step: an effect still running then is cut off, so
-	// no tool outlives the step that asked for it.
+	// ctx ends with the step, and is derived from the run's context: an
+	// effect still running is cut off when the run is cancelled, directly,
+	// and at the latest when the step ends, so no tool outlives the step
+	// that asked for it.
 	ctx      context.Context
 	cancel   context.CancelFunc
 	inflight sync.WaitGroup
@@ -338,12 +340,18 @@ func fingerprint(parts ...[]byte) string {
 // attempt of the same step if (seq, fingerprint) was observed there, else
 // admit (charging its budget), wait for an approval when gate says so, mark
 // dispatching, run, and record observed or failed with the bounded result.
-func (s *taskServices) ledgered(ctx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
 	ts.inflight.Add(1)
 	defer ts.inflight.Done()
-	ctx, cancel := context.WithCancel(ctx)
+	// The effect's context derives from the step's, not from the
+	// executor's call: a cancel committed on this host reaches the tool
+	// through the context tree at once, without waiting for the executor
+	// to hear of it and drop its call. The call ending (the executor gave
+	// up on it) ends the effect too. Nothing below reads a value of the
+	// call's context.
+	ctx, cancel := context.WithCancel(ts.ctx)
 	defer cancel()
-	stop := context.AfterFunc(ts.ctx, cancel)
+	stop := context.AfterFunc(callCtx, cancel)
 	defer stop()
 	st := s.r.store
 	e.PrincipalID, e.TaskID, e.RunID, e.Attempt = ts.principal, ts.taskID, ts.runID, ts.attempt

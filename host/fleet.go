@@ -87,13 +87,11 @@ func (r *Runner) StartFleet(ctx context.Context, version string) error {
 		}()
 	}
 	r.startLiveness(r.set.Fleet.Heartbeat)
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
 		beat := time.NewTicker(r.set.Fleet.Heartbeat)
 		defer beat.Stop()
-		poll := time.NewTicker(r.set.Fleet.Poll)
-		defer poll.Stop()
 		for {
 			select {
 			case <-r.stopped:
@@ -103,6 +101,20 @@ func (r *Runner) StartFleet(ctx context.Context, version string) error {
 					r.hostHeartbeat(version)
 					r.sweep()
 				}
+			}
+		}
+	}()
+	// The lease poll has a goroutine of its own: a heartbeat or sweep that
+	// waits (a row lock, the store's retries) must not hold back a cancel
+	// committed through another host when its notification is lost.
+	go func() {
+		defer r.wg.Done()
+		poll := time.NewTicker(r.set.Fleet.Poll)
+		defer poll.Stop()
+		for {
+			select {
+			case <-r.stopped:
+				return
 			case <-poll.C:
 				r.watchLeases()
 			}

@@ -292,14 +292,13 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		return ru.finish(verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the task used all of its wall-clock budget"}, att)
 	}
 	req := ru.request(att)
-	tok, ts := r.turns.issue(turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number})
-	req.TurnToken = tok
-	ts.setUnsettled(ru.indeterminate)
-
 	// Not a deadline: waiting for an approval moves the moment the budget
 	// runs out, and a gRPC deadline would carry the first one to the
 	// executor.
 	stepCtx, cancelStep := context.WithCancelCause(ru.ctx)
+	tok, ts := r.turns.issue(stepCtx, turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number})
+	req.TurnToken = tok
+	ts.setUnsettled(ru.indeterminate)
 	go ru.wall.expire(stepCtx, cancelStep, errWallExceeded)
 	began := time.Now()
 	res, stepErr := ru.exe.Step(stepCtx, req)

@@ -146,9 +146,10 @@ func NewRunner(st *store.Store, l plugin.Launcher, key []byte, set Settings, svc
 	}
 }
 
-// Recover is the host's start-up step: every task a dead host left running
-// or waiting becomes interrupted (host_restart) and its lost active time is
-// charged in full. Nothing resumes on its own.
+// Recover is the host's start-up step: every task this host (its store's
+// host id) or no host left running or waiting becomes interrupted
+// (host_restart) and its lost active time is charged in full; another
+// host's tasks are left to the lost-host sweep. Nothing resumes on its own.
 func (r *Runner) Recover(ctx context.Context) (store.Recovery, error) {
 	rec, err := r.store.Recover(ctx, r.set.Heartbeat.Milliseconds(), func(t store.Task) []store.NewEvent {
 		return []store.NewEvent{

@@ -26,9 +26,13 @@ type turns struct {
 
 func newTurns() *turns { return &turns{m: map[string]*turnState{}} }
 
-func (t *turns) issue(tr turn) (string, *turnState) {
+// issue names a step in flight. Its state's context is derived from ctx, the
+// step's: a cancel of the run reaches the step's effects (a running
+// shell.run is killed) the moment it commits, not once the executor's step
+// call has returned.
+func (t *turns) issue(ctx context.Context, tr turn) (string, *turnState) {
 	tok := randomToken()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	ts := &turnState{turn: tr, ctx: ctx, cancel: cancel}
 	t.mu.Lock()
 	t.m[tok] = ts

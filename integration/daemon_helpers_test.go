@@ -147,6 +147,7 @@ type (
 		Result    json.RawMessage      `json:"result"`
 		CreatedAt string               `json:"created_at"`
 		UpdatedAt string               `json:"updated_at"`
+		Host      string               `json:"host"` // task status only
 	}
 	attemptJSON struct {
 		Attempt    int64  `json:"attempt"`

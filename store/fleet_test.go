@@ -635,3 +635,57 @@ func TestPoolOptionsIdleInTxTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestHostLoads: each host is listed with the live tasks leased to it —
+// running and waiting_approval, not pending, finished or swept ones — and
+// the list stops at its limit, saying there is more.
+func TestHostLoads(t *testing.T) {
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		_, hs := openFleet("host-a", "host-b", "host-c")
+		a, b := hs[0], hs[1]
+		claimedTask(t, a, "p", "a1")
+		runningTask(t, a, "q", "a2")
+		runningTask(t, a, "p", "a3")
+		if _, err := a.Cancel(ctx, "p", "a3"); err != nil {
+			t.Fatal(err)
+		}
+		createTask(t, a, "p", "pending") // no run: no lease
+		runningTask(t, b, "p", "b1")
+
+		got, more, err := b.HostLoads(ctx, MaxHostLoads)
+		if err != nil || more {
+			t.Fatalf("HostLoads: %v, more=%v", err, more)
+		}
+		owned := map[string]int64{}
+		for _, h := range got {
+			owned[h.ID] = h.Owned
+			if h.Version != "test" || h.StartedAt.IsZero() || h.HeartbeatAt.Before(h.StartedAt) {
+				t.Errorf("host %+v", h)
+			}
+		}
+		if want := map[string]int64{"host-a": 2, "host-b": 1, "host-c": 0}; !reflect.DeepEqual(owned, want) {
+			t.Fatalf("owned %v, want %v", owned, want)
+		}
+
+		for _, c := range []struct {
+			limit int
+			ids   []string
+			more  bool
+		}{{2, []string{"host-a", "host-b"}, true}, {3, []string{"host-a", "host-b", "host-c"}, false}} {
+			got, more, err := a.HostLoads(ctx, c.limit)
+			var ids []string
+			for _, h := range got {
+				ids = append(ids, h.ID)
+			}
+			if err != nil || more != c.more || !reflect.DeepEqual(ids, c.ids) {
+				t.Errorf("HostLoads(%d) = %v, more=%v, %v; want %v, more=%v", c.limit, ids, more, err, c.ids, c.more)
+			}
+		}
+		for _, limit := range []int{0, MaxHostLoads + 1} {
+			if _, _, err := a.HostLoads(ctx, limit); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprint(limit)) {
+				t.Errorf("HostLoads(%d): %v, want ErrInvalid naming the value", limit, err)
+			}
+		}
+	})
+}

@@ -302,3 +302,50 @@ func (s *Store) EndRun(ctx context.Context, e EndRun) (Task, error) {
 	}
 	return t, nil
 }
+
+// MaxHostLoads bounds HostLoads.
+const MaxHostLoads = 1000
+
+// HostLoad is a host with the count of the live tasks leased to it.
+type HostLoad struct {
+	Host
+	// Owned counts its tasks that are running or waiting_approval with
+	// lease_host = ID: the runs it holds, or held when it was lost and no
+	// sweep has taken them yet.
+	Owned int64
+}
+
+// The count reads the tasks_lease partial index, one probe per host.
+const qHostLoads = `SELECT h.id, h.version, h.started_ns, h.heartbeat_ns,
+		(SELECT COUNT(*) FROM tasks t WHERE t.lease_host = h.id AND t.status IN ('running', 'waiting_approval'))
+	FROM hosts h ORDER BY h.id LIMIT ?`
+
+// HostLoads returns up to limit (1..MaxHostLoads) hosts by id, each with
+// the live tasks it owns, in one read; more reports that there are further
+// hosts past limit.
+func (s *Store) HostLoads(ctx context.Context, limit int) (hosts []HostLoad, more bool, err error) {
+	if limit < 1 || limit > MaxHostLoads {
+		return nil, false, invalidf("host list limit must be 1..%d, got %d", MaxHostLoads, limit)
+	}
+	rows, err := s.readRows(ctx, qHostLoads, limit+1)
+	if err != nil {
+		return nil, false, s.dbErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h HostLoad
+		var started, beat int64
+		if err := rows.Scan(&h.ID, &h.Version, &started, &beat, &h.Owned); err != nil {
+			return nil, false, s.dbErr(err)
+		}
+		h.StartedAt, h.HeartbeatAt = fromNanos(started), fromNanos(beat)
+		hosts = append(hosts, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, s.dbErr(err)
+	}
+	if len(hosts) > limit {
+		return hosts[:limit], true, nil
+	}
+	return hosts, false, nil
+}

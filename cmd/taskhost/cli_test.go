@@ -70,6 +70,7 @@ func TestJSONShapes(t *testing.T) {
 		{"approve.json", []string{"approve", "a_cccccccccccccccccccccccccc"}, "", exitOK, false},
 		{"reject.json", []string{"reject", "a_cccccccccccccccccccccccccc"}, "", exitOK, false},
 		{"executors.json", []string{"executors"}, "", exitOK, false},
+		{"hosts.json", []string{"hosts"}, "", exitOK, false},
 		{"error_not_found.json", []string{"task", "status", "t_missing"}, "", exitNotFound, true},
 		{"error_invalid_argument.json", []string{"task", "create", "--goal", "g", "--max-steps", "500"}, "", exitUsage, true},
 		{"error_conflict.json", []string{"task", "cancel", "t_done"}, "", exitConflict, true},

@@ -67,8 +67,10 @@ func (fakeAPI) GetTask(_ context.Context, req *apipb.GetTaskRequest) (*apipb.Get
 	if req.TaskId != "t_aaaaaaaaaaaaaaaaaaaaaaaaaa" {
 		return nil, notFoundErr("task " + req.TaskId)
 	}
+	t := fixedTask("completed", "")
+	t.LeaseHost = "h-0123456789abcdef"
 	return &apipb.GetTaskResponse{
-		Task: fixedTask("completed", ""),
+		Task: t,
 		Attempts: []*apipb.Attempt{
 			{Number: 1, RunId: 1, Status: "interrupted", Reason: "executor_crashed", StartedUnixNano: fixedTime, EndedUnixNano: fixedTime + 5e6, ExitCode: -1, ExitSignal: "killed", StderrTail: "panic: x"},
 			{Number: 2, RunId: 2, Status: "completed", Outcome: "complete", Summary: "report ready", StartedUnixNano: fixedTime + 1e9, EndedUnixNano: fixedTime + 1e9 + 8e6, ExitCode: -1},
@@ -145,6 +147,15 @@ func (fakeAPI) ListExecutors(context.Context, *apipb.ListExecutorsRequest) (*api
 			Sha256:      "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 			Confinement: "landlock abi 7, no_new_privs, no capabilities, seccomp, rlimits"},
 		{Kind: "machinespirit", Confinement: "none (no Landlock)", UnavailableCheck: "disabled", UnavailableDetail: "machinespirit is disabled: set [machine_spirit] enabled = true in the config to use it"},
+	}}, nil
+}
+
+func (fakeAPI) ListHosts(context.Context, *apipb.ListHostsRequest) (*apipb.ListHostsResponse, error) {
+	return &apipb.ListHostsResponse{Self: "h-0123456789abcdef", LeaseMs: 30000, Shared: true, Hosts: []*apipb.FleetHost{
+		{Id: "h-0123456789abcdef", Version: "0.1.0", StartedUnixNano: fixedTime, HeartbeatUnixNano: fixedTime + 3600e9,
+			HeartbeatAgeMs: 1200, TasksOwned: 3, State: "live", Self: true},
+		{Id: "h-fedcba9876543210", Version: "0.1.0", StartedUnixNano: fixedTime, HeartbeatUnixNano: fixedTime + 3500e9,
+			HeartbeatAgeMs: 101200, TasksOwned: 1, State: "lost"},
 	}}, nil
 }
 

@@ -93,7 +93,7 @@ func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id 
 		p.emit(map[string]any{"task": taskJSON(t), "attempts": views})
 		return exitOK
 	}
-	writeTaskDetail(e.stdout, t, atts, 0)
+	writeTaskDetail(e.stdout, t, "", atts, 0)
 	return exitOK
 }
 

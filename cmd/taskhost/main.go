@@ -81,6 +81,7 @@ func commands() []command {
 		{"reject", "reject a pending approval", rejectCmd},
 		{"executors", "list executors: version, pin, preflight", executorsCmd},
 		{"status", "is the daemon up: version, store, executors, model, task counts", statusCmd},
+		{"hosts", "list the hosts sharing the store: heartbeat age, tasks owned, live or lost", hostsCmd},
 		{"demo", "run the demo on a temporary data dir", demoCmd},
 		{"run", "run one task in the foreground (or --resume one)", runCmd},
 		{"inspect", "print tasks, or one task with its attempts, from the store (read-only)", inspectCmd},

@@ -85,6 +85,9 @@ type taskView struct {
 	Result    json.RawMessage   `json:"result,omitempty"`
 	Created   string            `json:"created_at"`
 	Updated   string            `json:"updated_at"`
+	// Host is the host that holds the task's run or last held it: `task
+	// status` only.
+	Host string `json:"host,omitempty"`
 }
 
 type meterV struct {

@@ -220,6 +220,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		Deleter:                h.Runner,
 		Admins:                 cfg.API.Admins,
 		AdminActs:              h.Runner,
+		Fleet:                  h.Runner,
 		Ready:                  hostHealth{h.Store, h.Runner}.Ping,
 		Listener: api.ListenerLimits{
 			MaxConns:            cfg.API.MaxConnections,

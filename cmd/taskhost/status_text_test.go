@@ -37,7 +37,7 @@ func TestTaskDetailStderrTail(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
-			writeTaskDetail(&b, store.Task{ID: "t_x"}, tc.atts, 0)
+			writeTaskDetail(&b, store.Task{ID: "t_x"}, "", tc.atts, 0)
 			for _, w := range tc.want {
 				if !strings.Contains(b.String(), w) {
 					t.Errorf("output lacks %q:\n%s", w, b.String())

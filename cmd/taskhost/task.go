@@ -259,10 +259,12 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 		for _, a := range atts {
 			views = append(views, attemptJSON(a))
 		}
-		newPrinter(e, true).emit(map[string]any{"task": taskJSON(t), "attempts": views, "attempts_omitted": resp.AttemptsOmitted})
+		tv := taskJSON(t)
+		tv.Host = resp.Task.GetLeaseHost()
+		newPrinter(e, true).emit(map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted})
 		return exitOK
 	}
-	writeTaskDetail(e.stdout, t, atts, resp.AttemptsOmitted)
+	writeTaskDetail(e.stdout, t, resp.Task.GetLeaseHost(), atts, resp.AttemptsOmitted)
 	if t.Status == store.StatusInterrupted {
 		fmt.Fprintf(e.stdout, "\nresume it with: taskhost task resume %s\n", t.ID)
 	}

@@ -148,8 +148,9 @@ func meters(b store.Budgets) string {
 		b.Depth.Used, b.Depth.Limit, float64(b.WallMillis.Used)/1000, b.WallMillis.Limit/1000)
 }
 
-// writeTaskDetail prints one task with its budgets and attempt log.
-func writeTaskDetail(w io.Writer, t store.Task, atts []store.Attempt, omitted int64) {
+// writeTaskDetail prints one task with its budgets and attempt log; host,
+// when known, is the host that holds (or last held) its run.
+func writeTaskDetail(w io.Writer, t store.Task, host string, atts []store.Attempt, omitted int64) {
 	fmt.Fprintf(w, "task      %s\nexecutor  %s\nstatus    %s", t.ID, t.Executor, t.Status)
 	if t.Reason != "" {
 		fmt.Fprintf(w, " (%s)", t.Reason)
@@ -158,7 +159,11 @@ func writeTaskDetail(w io.Writer, t store.Task, atts []store.Attempt, omitted in
 	if t.Message != "" {
 		fmt.Fprintf(w, "message   %s\n", t.Message)
 	}
-	fmt.Fprintf(w, "run       %d\nbudgets   %s\n", t.RunID, meters(t.Budgets))
+	fmt.Fprintf(w, "run       %d\n", t.RunID)
+	if host != "" {
+		fmt.Fprintf(w, "host      %s\n", host)
+	}
+	fmt.Fprintf(w, "budgets   %s\n", meters(t.Budgets))
 	if !t.CreatedAt.IsZero() {
 		fmt.Fprintf(w, "created   %s\n", t.CreatedAt.Local().Format(time.DateTime))
 	}

@@ -71,6 +71,10 @@ const ReasonWorkspaceUntrusted = "WORKSPACE_UNTRUSTED"
 // an I/O error); the message names the cause. Retry once it is fixed.
 const ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 
+// ReasonUnimplemented: this daemon does not serve the call (Unimplemented),
+// e.g. ListHosts of a server built without a fleet view.
+const ReasonUnimplemented = "UNIMPLEMENTED"
+
 // toStatus maps an error of the Runner or store to a gRPC status. what and id
 // name the object the call was about, for NotFound. Unexpected errors are
 // logged and reported without detail.

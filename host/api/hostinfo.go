@@ -119,3 +119,26 @@ func (hs *hostService) listExecutors(ctx context.Context, modelPreflight bool) *
 	}
 	return resp
 }
+
+// ListHosts lists the hosts sharing the store. It shows no task, so any
+// principal may call it.
+func (hs *hostService) ListHosts(ctx context.Context, _ *apipb.ListHostsRequest) (*apipb.ListHostsResponse, error) {
+	if _, err := principalOf(ctx); err != nil {
+		return nil, err
+	}
+	if hs.s.opts.Fleet == nil {
+		return nil, statusError(codes.Unimplemented, ReasonUnimplemented, "this daemon does not list its hosts (no fleet view)")
+	}
+	f, err := hs.s.opts.Fleet.Hosts(ctx)
+	if err != nil {
+		return nil, hs.s.toStatus(ctx, err, "hosts", "")
+	}
+	resp := &apipb.ListHostsResponse{Self: f.Self, LeaseMs: f.Lease.Milliseconds(), Shared: f.Shared, Truncated: f.Truncated}
+	for _, h := range f.Hosts {
+		resp.Hosts = append(resp.Hosts, &apipb.FleetHost{
+			Id: h.ID, Version: h.Version, StartedUnixNano: nanos(h.StartedAt), HeartbeatUnixNano: nanos(h.HeartbeatAt),
+			HeartbeatAgeMs: h.HeartbeatAge.Milliseconds(), TasksOwned: h.Owned, State: h.State, Self: h.Self,
+		})
+	}
+	return resp, nil
+}

@@ -89,6 +89,15 @@ type ModelCheck interface {
 	Check(ctx context.Context) host.ModelStatus
 }
 
+// Fleet is what the API shows of the hosts sharing the daemon's store;
+// *host.Runner implements it.
+type Fleet interface {
+	Hosts(ctx context.Context) (host.Fleet, error)
+	// TaskHost is the host that holds (or last held) the run of
+	// principal's task id.
+	TaskHost(ctx context.Context, principal, id string) (string, error)
+}
+
 // Options configure a Server.
 type Options struct {
 	Tasks     Tasks
@@ -141,7 +150,11 @@ type Options struct {
 	// Reloader reloads the executor config for ReloadExecutors; nil
 	// disables it (Unimplemented).
 	Reloader ExecutorReloader
-	Logger   hclog.Logger
+	// Fleet lists the hosts for ListHosts and names a task's host in
+	// GetTask; nil disables ListHosts (Unimplemented) and leaves
+	// lease_host empty.
+	Fleet  Fleet
+	Logger hclog.Logger
 }
 
 // Server serves the API. Create it with New, start it with Serve, stop it

@@ -81,6 +81,11 @@ func (ts *taskService) GetTask(ctx context.Context, req *apipb.GetTaskRequest) (
 		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
 	}
 	resp := &apipb.GetTaskResponse{Task: taskPB(t, true)}
+	if f := ts.s.opts.Fleet; f != nil {
+		if resp.Task.LeaseHost, err = f.TaskHost(ctx, p, req.TaskId); err != nil {
+			return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
+		}
+	}
 	if len(atts) > limit {
 		resp.AttemptsOmitted = int64(len(atts) - limit)
 		atts = atts[len(atts)-limit:]

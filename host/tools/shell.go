@@ -128,6 +128,11 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	if closed {
 		box.kill()
 	}
+	// The kill runs the moment ctx ends, in a goroutine of its own: not
+	// after this one, locked to its thread, has been scheduled again,
+	// which on a loaded machine can take a while.
+	stopKill := context.AfterFunc(ctx, box.kill)
+	defer stopKill()
 
 	out := &tailBuffer{limit: MaxShellOutputBytes}
 	copied := make(chan struct{})
@@ -146,6 +151,12 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	case <-ctx.Done():
 		box.kill()
 		werr = <-waited
+	}
+	if ctx.Err() != nil {
+		// Killed by the kill above, or by the one ctx's end ran, which
+		// may have been reaped first: either way the exit status is the
+		// kill's, not the command's, and nothing is known of how far it
+		// got.
 		stopped = context.Cause(ctx)
 	}
 	// The shell is gone; whatever it started would hold the pipe and run

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -170,6 +171,31 @@ func TestShellRunCancelKillsProcessGroup(t *testing.T) {
 	// delivery of the signal.
 	for _, pid := range []int{shPID, bgPID} {
 		waitFor(t, "process "+strconv.Itoa(pid)+" to die", func() bool { return processDead(pid) })
+	}
+}
+
+// A cancelled command is killed from the context's end, and the shell's
+// exit can then be reaped before the call sees the context done: whichever
+// comes first, the call fails with the cancel, never a result (the killed
+// shell's 137 says nothing of what the command did).
+func TestShellRunCancelledNeverAnswersAResult(t *testing.T) {
+	t.Parallel()
+	r := newTestRegistry(t, nil)
+	ws := workspace(t, r)
+	for i := range 30 {
+		pidFile := filepath.Join(ws, fmt.Sprintf("sh%d.pid", i))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan callResult, 1)
+		go func() {
+			res, err := r.Call(ctx, Env{TaskID: testTask}, ToolShellRun,
+				args(t, map[string]any{"command": "echo $$ > " + filepath.Base(pidFile) + "; exec sleep 300"}))
+			done <- callResult{res, err}
+		}()
+		readPID(t, pidFile)
+		cancel()
+		if got := recvResult(t, done); !errors.Is(got.err, context.Canceled) {
+			t.Fatalf("round %d: Call = %s, %v; want context.Canceled", i, got.res.Output, got.err)
+		}
 	}
 }
 

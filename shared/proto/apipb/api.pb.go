@@ -211,8 +211,12 @@ type Task struct {
 	Spec            []byte `protobuf:"bytes,10,opt,name=spec,proto3" json:"spec,omitempty"`
 	CreatedUnixNano int64  `protobuf:"varint,11,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	UpdatedUnixNano int64  `protobuf:"varint,12,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The host that holds the task's run (running, waiting_approval) or
+	// held its last one: its [fleet] host id, as ListHosts shows it; "" for
+	// a task that never ran. Set by GetTask only.
+	LeaseHost     string `protobuf:"bytes,13,opt,name=lease_host,json=leaseHost,proto3" json:"lease_host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -327,6 +331,13 @@ func (x *Task) GetUpdatedUnixNano() int64 {
 		return x.UpdatedUnixNano
 	}
 	return 0
+}
+
+func (x *Task) GetLeaseHost() string {
+	if x != nil {
+		return x.LeaseHost
+	}
+	return ""
 }
 
 // Attempt is one step attempt.
@@ -2564,6 +2575,231 @@ func (*ReloadExecutorsRequest) Descriptor() ([]byte, []int) {
 	return file_api_proto_rawDescGZIP(), []int{37}
 }
 
+type ListHostsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostsRequest) Reset() {
+	*x = ListHostsRequest{}
+	mi := &file_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostsRequest) ProtoMessage() {}
+
+func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
+func (*ListHostsRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{38}
+}
+
+type ListHostsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hosts []*FleetHost           `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// The id of the daemon answering.
+	Self string `protobuf:"bytes,2,opt,name=self,proto3" json:"self,omitempty"`
+	// [fleet] lease_seconds, in milliseconds: a host whose heartbeat is
+	// older is lost.
+	LeaseMs int64 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// The store is shared by a fleet (PostgreSQL); false on SQLite, where
+	// the list is this daemon alone.
+	Shared bool `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
+	// More hosts than the 1000 listed.
+	Truncated     bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostsResponse) Reset() {
+	*x = ListHostsResponse{}
+	mi := &file_api_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostsResponse) ProtoMessage() {}
+
+func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
+func (*ListHostsResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListHostsResponse) GetHosts() []*FleetHost {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *ListHostsResponse) GetSelf() string {
+	if x != nil {
+		return x.Self
+	}
+	return ""
+}
+
+func (x *ListHostsResponse) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *ListHostsResponse) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *ListHostsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type FleetHost struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Version           string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"` // the taskhost version it registered with
+	StartedUnixNano   int64                  `protobuf:"varint,3,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	HeartbeatUnixNano int64                  `protobuf:"varint,4,opt,name=heartbeat_unix_nano,json=heartbeatUnixNano,proto3" json:"heartbeat_unix_nano,omitempty"`
+	// How old its last heartbeat is by the answering daemon's clock (0 when
+	// the clocks put it in the future).
+	HeartbeatAgeMs int64 `protobuf:"varint,5,opt,name=heartbeat_age_ms,json=heartbeatAgeMs,proto3" json:"heartbeat_age_ms,omitempty"`
+	// Its tasks that are running or waiting_approval (lease_host = id), of
+	// every principal.
+	TasksOwned int64 `protobuf:"varint,6,opt,name=tasks_owned,json=tasksOwned,proto3" json:"tasks_owned,omitempty"`
+	// live: heartbeat age at most the lease; lost: older — stopped, crashed,
+	// paused or cut off from the store; the next sweep of a live host
+	// interrupts its tasks (host_lost).
+	State         string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	Self          bool   `protobuf:"varint,8,opt,name=self,proto3" json:"self,omitempty"` // the daemon answering
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetHost) Reset() {
+	*x = FleetHost{}
+	mi := &file_api_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetHost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetHost) ProtoMessage() {}
+
+func (x *FleetHost) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetHost.ProtoReflect.Descriptor instead.
+func (*FleetHost) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *FleetHost) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FleetHost) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *FleetHost) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *FleetHost) GetHeartbeatUnixNano() int64 {
+	if x != nil {
+		return x.HeartbeatUnixNano
+	}
+	return 0
+}
+
+func (x *FleetHost) GetHeartbeatAgeMs() int64 {
+	if x != nil {
+		return x.HeartbeatAgeMs
+	}
+	return 0
+}
+
+func (x *FleetHost) GetTasksOwned() int64 {
+	if x != nil {
+		return x.TasksOwned
+	}
+	return 0
+}
+
+func (x *FleetHost) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *FleetHost) GetSelf() bool {
+	if x != nil {
+		return x.Self
+	}
+	return false
+}
+
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
@@ -2579,7 +2815,7 @@ const file_api_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x03 \x01(\v2\x16.taskhost.api.v1.MeterR\n" +
 	"modelCalls\x12,\n" +
 	"\x05depth\x18\x04 \x01(\v2\x16.taskhost.api.v1.MeterR\x05depth\x12/\n" +
-	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\xe9\x02\n" +
+	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\x88\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1a\n" +
@@ -2593,7 +2829,9 @@ const file_api_proto_rawDesc = "" +
 	"\x04spec\x18\n" +
 	" \x01(\fR\x04spec\x12*\n" +
 	"\x11created_unix_nano\x18\v \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
-	"\x11updated_unix_nano\x18\f \x01(\x03R\x0fupdatedUnixNano\"\xe9\x02\n" +
+	"\x11updated_unix_nano\x18\f \x01(\x03R\x0fupdatedUnixNano\x12\x1d\n" +
+	"\n" +
+	"lease_host\x18\r \x01(\tR\tleaseHost\"\xe9\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x03R\x06number\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\x03R\x05runId\x12\x16\n" +
@@ -2752,7 +2990,24 @@ const file_api_proto_rawDesc = "" +
 	"\x02ok\x18\x05 \x01(\bR\x02ok\x12\x12\n" +
 	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\"\x18\n" +
-	"\x16ReloadExecutorsRequest2\xa0\x06\n" +
+	"\x16ReloadExecutorsRequest\"\x12\n" +
+	"\x10ListHostsRequest\"\xaa\x01\n" +
+	"\x11ListHostsResponse\x120\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x1a.taskhost.api.v1.FleetHostR\x05hosts\x12\x12\n" +
+	"\x04self\x18\x02 \x01(\tR\x04self\x12\x19\n" +
+	"\blease_ms\x18\x03 \x01(\x03R\aleaseMs\x12\x16\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\x12\x1c\n" +
+	"\ttruncated\x18\x05 \x01(\bR\ttruncated\"\x86\x02\n" +
+	"\tFleetHost\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12*\n" +
+	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\x12.\n" +
+	"\x13heartbeat_unix_nano\x18\x04 \x01(\x03R\x11heartbeatUnixNano\x12(\n" +
+	"\x10heartbeat_age_ms\x18\x05 \x01(\x03R\x0eheartbeatAgeMs\x12\x1f\n" +
+	"\vtasks_owned\x18\x06 \x01(\x03R\n" +
+	"tasksOwned\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12\x12\n" +
+	"\x04self\x18\b \x01(\bR\x04self2\xa0\x06\n" +
 	"\vTaskService\x12U\n" +
 	"\n" +
 	"CreateTask\x12\".taskhost.api.v1.CreateTaskRequest\x1a#.taskhost.api.v1.CreateTaskResponse\x12L\n" +
@@ -2770,11 +3025,12 @@ const file_api_proto_rawDesc = "" +
 	"\x0fApprovalService\x12^\n" +
 	"\rListApprovals\x12%.taskhost.api.v1.ListApprovalsRequest\x1a&.taskhost.api.v1.ListApprovalsResponse\x12\\\n" +
 	"\aApprove\x12'.taskhost.api.v1.ResolveApprovalRequest\x1a(.taskhost.api.v1.ResolveApprovalResponse\x12[\n" +
-	"\x06Reject\x12'.taskhost.api.v1.ResolveApprovalRequest\x1a(.taskhost.api.v1.ResolveApprovalResponse2\x9f\x02\n" +
+	"\x06Reject\x12'.taskhost.api.v1.ResolveApprovalRequest\x1a(.taskhost.api.v1.ResolveApprovalResponse2\xf3\x02\n" +
 	"\vHostService\x12L\n" +
 	"\aGetInfo\x12\x1f.taskhost.api.v1.GetInfoRequest\x1a .taskhost.api.v1.GetInfoResponse\x12^\n" +
 	"\rListExecutors\x12%.taskhost.api.v1.ListExecutorsRequest\x1a&.taskhost.api.v1.ListExecutorsResponse\x12b\n" +
-	"\x0fReloadExecutors\x12'.taskhost.api.v1.ReloadExecutorsRequest\x1a&.taskhost.api.v1.ListExecutorsResponseB1Z/github.com/taskhost/taskhost/shared/proto/apipbb\x06proto3"
+	"\x0fReloadExecutors\x12'.taskhost.api.v1.ReloadExecutorsRequest\x1a&.taskhost.api.v1.ListExecutorsResponse\x12R\n" +
+	"\tListHosts\x12!.taskhost.api.v1.ListHostsRequest\x1a\".taskhost.api.v1.ListHostsResponseB1Z/github.com/taskhost/taskhost/shared/proto/apipbb\x06proto3"
 
 var (
 	file_api_proto_rawDescOnce sync.Once
@@ -2788,7 +3044,7 @@ func file_api_proto_rawDescGZIP() []byte {
 	return file_api_proto_rawDescData
 }
 
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_api_proto_goTypes = []any{
 	(*Meter)(nil),                   // 0: taskhost.api.v1.Meter
 	(*Budgets)(nil),                 // 1: taskhost.api.v1.Budgets
@@ -2828,7 +3084,10 @@ var file_api_proto_goTypes = []any{
 	(*ListExecutorsResponse)(nil),   // 35: taskhost.api.v1.ListExecutorsResponse
 	(*ModelStatus)(nil),             // 36: taskhost.api.v1.ModelStatus
 	(*ReloadExecutorsRequest)(nil),  // 37: taskhost.api.v1.ReloadExecutorsRequest
-	nil,                             // 38: taskhost.api.v1.Executor.RuntimeEntry
+	(*ListHostsRequest)(nil),        // 38: taskhost.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),       // 39: taskhost.api.v1.ListHostsResponse
+	(*FleetHost)(nil),               // 40: taskhost.api.v1.FleetHost
+	nil,                             // 41: taskhost.api.v1.Executor.RuntimeEntry
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: taskhost.api.v1.Budgets.steps:type_name -> taskhost.api.v1.Meter
@@ -2851,44 +3110,47 @@ var file_api_proto_depIdxs = []int32{
 	2,  // 17: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
 	26, // 18: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
 	26, // 19: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	38, // 20: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	41, // 20: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
 	34, // 21: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
 	36, // 22: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
-	6,  // 23: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
-	9,  // 24: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
-	11, // 25: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
-	20, // 26: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
-	22, // 27: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
-	24, // 28: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
-	13, // 29: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
-	16, // 30: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
-	18, // 31: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
-	27, // 32: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
-	29, // 33: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	29, // 34: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	31, // 35: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
-	33, // 36: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	37, // 37: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
-	8,  // 38: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	10, // 39: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	12, // 40: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	21, // 41: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	23, // 42: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	25, // 43: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	15, // 44: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	17, // 45: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	19, // 46: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	28, // 47: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	30, // 48: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	30, // 49: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	32, // 50: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	35, // 51: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	35, // 52: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	38, // [38:53] is the sub-list for method output_type
-	23, // [23:38] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	40, // 23: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
+	6,  // 24: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
+	9,  // 25: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
+	11, // 26: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
+	20, // 27: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
+	22, // 28: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
+	24, // 29: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
+	13, // 30: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
+	16, // 31: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
+	18, // 32: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
+	27, // 33: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
+	29, // 34: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	29, // 35: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	31, // 36: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
+	33, // 37: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
+	37, // 38: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	38, // 39: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
+	8,  // 40: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	10, // 41: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	12, // 42: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	21, // 43: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	23, // 44: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	25, // 45: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	15, // 46: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	17, // 47: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	19, // 48: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	28, // 49: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	30, // 50: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	30, // 51: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	32, // 52: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	35, // 53: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	35, // 54: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	39, // 55: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
+	40, // [40:56] is the sub-list for method output_type
+	24, // [24:40] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -2907,7 +3169,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -717,6 +717,7 @@ const (
 	HostService_GetInfo_FullMethodName         = "/taskhost.api.v1.HostService/GetInfo"
 	HostService_ListExecutors_FullMethodName   = "/taskhost.api.v1.HostService/ListExecutors"
 	HostService_ReloadExecutors_FullMethodName = "/taskhost.api.v1.HostService/ReloadExecutors"
+	HostService_ListHosts_FullMethodName       = "/taskhost.api.v1.HostService/ListHosts"
 )
 
 // HostServiceClient is the client API for HostService service.
@@ -734,6 +735,12 @@ type HostServiceClient interface {
 	// (or root) on the unix socket, may call it (PERMISSION_DENIED otherwise);
 	// a config that fails to load is INVALID_ARGUMENT and changes nothing.
 	ReloadExecutors(ctx context.Context, in *ReloadExecutorsRequest, opts ...grpc.CallOption) (*ListExecutorsResponse, error)
+	// ListHosts lists the hosts sharing the daemon's store (a fleet on
+	// PostgreSQL; on SQLite, the daemon alone), by id, at most 1000, each
+	// with its heartbeat, the live tasks it owns and its state as this
+	// daemon sees it. Any principal may call it: it names no task and no
+	// principal, and its task counts are every principal's (a load figure).
+	ListHosts(ctx context.Context, in *ListHostsRequest, opts ...grpc.CallOption) (*ListHostsResponse, error)
 }
 
 type hostServiceClient struct {
@@ -774,6 +781,16 @@ func (c *hostServiceClient) ReloadExecutors(ctx context.Context, in *ReloadExecu
 	return out, nil
 }
 
+func (c *hostServiceClient) ListHosts(ctx context.Context, in *ListHostsRequest, opts ...grpc.CallOption) (*ListHostsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListHostsResponse)
+	err := c.cc.Invoke(ctx, HostService_ListHosts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HostServiceServer is the server API for HostService service.
 // All implementations must embed UnimplementedHostServiceServer
 // for forward compatibility.
@@ -789,6 +806,12 @@ type HostServiceServer interface {
 	// (or root) on the unix socket, may call it (PERMISSION_DENIED otherwise);
 	// a config that fails to load is INVALID_ARGUMENT and changes nothing.
 	ReloadExecutors(context.Context, *ReloadExecutorsRequest) (*ListExecutorsResponse, error)
+	// ListHosts lists the hosts sharing the daemon's store (a fleet on
+	// PostgreSQL; on SQLite, the daemon alone), by id, at most 1000, each
+	// with its heartbeat, the live tasks it owns and its state as this
+	// daemon sees it. Any principal may call it: it names no task and no
+	// principal, and its task counts are every principal's (a load figure).
+	ListHosts(context.Context, *ListHostsRequest) (*ListHostsResponse, error)
 	mustEmbedUnimplementedHostServiceServer()
 }
 
@@ -807,6 +830,9 @@ func (UnimplementedHostServiceServer) ListExecutors(context.Context, *ListExecut
 }
 func (UnimplementedHostServiceServer) ReloadExecutors(context.Context, *ReloadExecutorsRequest) (*ListExecutorsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReloadExecutors not implemented")
+}
+func (UnimplementedHostServiceServer) ListHosts(context.Context, *ListHostsRequest) (*ListHostsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListHosts not implemented")
 }
 func (UnimplementedHostServiceServer) mustEmbedUnimplementedHostServiceServer() {}
 func (UnimplementedHostServiceServer) testEmbeddedByValue()                     {}
@@ -883,6 +909,24 @@ func _HostService_ReloadExecutors_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostService_ListHosts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListHostsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).ListHosts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_ListHosts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).ListHosts(ctx, req.(*ListHostsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HostService_ServiceDesc is the grpc.ServiceDesc for HostService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -901,6 +945,10 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReloadExecutors",
 			Handler:    _HostService_ReloadExecutors_Handler,
+		},
+		{
+			MethodName: "ListHosts",
+			Handler:    _HostService_ListHosts_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
