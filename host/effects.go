@@ -525,11 +525,18 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 	}
 	var gate func(int64) error
 	if pol.NeedsApproval {
+		// The approver sees what would run, all of it; the approval
+		// record is the owner's, unlike the ledger and events, which keep
+		// no argument values. A command too long to show is refused
+		// before it is admitted: it costs no budget.
+		desc, n, whole := tools.DescribeForApproval(name, args)
+		if !whole {
+			return plugin.ToolAnswer{}, &plugin.FieldError{Field: "arguments_json.command", Message: fmt.Sprintf(
+				"the command shows as %d bytes and an approval shows at most %d: an approver must see the whole command; write it to a script with workspace.write and run `sh SCRIPT`",
+				n, tools.MaxApprovalCommandBytes)}
+		}
 		gate = func(seq int64) error {
-			// The approver sees what would run; the approval record is
-			// the owner's, unlike the ledger and events, which keep no
-			// argument values.
-			return s.r.awaitApproval(ctx, ts, seq, name, tools.Describe(name, args))
+			return s.r.awaitApproval(ctx, ts, seq, name, desc)
 		}
 	}
 	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, error) {

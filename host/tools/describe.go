@@ -43,6 +43,31 @@ func Describe(name string, args json.RawMessage) string {
 	return Summarize(name, args)
 }
 
+// MaxApprovalCommandBytes bounds the visible form of a shell.run command an
+// approval shows: it is shown whole, or the call is refused before it is
+// admitted (DescribeForApproval). It leaves the approval record's other
+// 464 bytes for the host's own notes.
+const MaxApprovalCommandBytes = 1536
+
+// DescribeForApproval is what an approver is shown of a call that needs an
+// approval: Describe, except that a shell.run command is never cut — ok is
+// false when its visible form is longer than MaxApprovalCommandBytes, and
+// such a call must be refused: nobody can approve what they cannot see.
+// visibleLen is that form's length.
+func DescribeForApproval(name string, args json.RawMessage) (desc string, visibleLen int, ok bool) {
+	if name != ToolShellRun {
+		return Describe(name, args), 0, true
+	}
+	var a struct {
+		Command string `json:"command"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(args), &a); err != nil || a.Command == "" {
+		return Describe(name, args), 0, true
+	}
+	v := Visible(a.Command)
+	return v, len(v), len(v) <= MaxApprovalCommandBytes
+}
+
 func isBuiltin(name string) bool {
 	for _, b := range builtins() {
 		if b.spec.Name == name {

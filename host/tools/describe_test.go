@@ -158,3 +158,32 @@ func TestPrintable(t *testing.T) {
 		}
 	}
 }
+
+func TestDescribeForApproval(t *testing.T) {
+	args := func(cmd string) json.RawMessage {
+		b, _ := json.Marshal(map[string]string{"command": cmd})
+		return b
+	}
+	at := strings.Repeat("a", MaxApprovalCommandBytes)
+	for _, c := range []struct {
+		name, command string
+		ok            bool
+	}{
+		{"at the bound", at, true},
+		{"one past", at + "a", false},
+		{"escaping counts", strings.Repeat("\n", MaxApprovalCommandBytes/2+1), false},
+		{"short", "ls -l", true},
+	} {
+		desc, n, ok := DescribeForApproval(ToolShellRun, args(c.command))
+		if ok != c.ok || n != len(Visible(c.command)) {
+			t.Errorf("%s: ok %v, length %d; want ok %v, length %d", c.name, ok, n, c.ok, len(Visible(c.command)))
+		}
+		if ok && desc != Visible(c.command) {
+			t.Errorf("%s: shown %q, want the whole command", c.name, desc)
+		}
+	}
+	// Other tools are described as before.
+	if desc, _, ok := DescribeForApproval(ToolWorkspaceRead, json.RawMessage(`{"path":"a"}`)); !ok || desc != Describe(ToolWorkspaceRead, json.RawMessage(`{"path":"a"}`)) {
+		t.Errorf("workspace.read: %q, %v", desc, ok)
+	}
+}
