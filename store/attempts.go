@@ -319,6 +319,9 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 			return Task{}, nil, true, err
 		}
 	}
+	if _, err := tx.ExecContext(ctx, qSettleObserved, f.TaskID, f.Number); err != nil {
+		return Task{}, nil, true, err
+	}
 	a, err := insertAttempt(ctx, tx, f.TaskID, f.Number+1, f.RunID, now)
 	if err != nil {
 		return Task{}, nil, true, err
@@ -399,6 +402,9 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		// them for the attempt that re-runs its step.
 		if f.Status != AttemptInterrupted {
 			if _, err := tx.ExecContext(ctx, qDropEffectResults, f.TaskID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, qSettleObserved, f.TaskID, f.Number); err != nil {
 				return err
 			}
 		}
