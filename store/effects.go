@@ -148,9 +148,10 @@ const (
 	qInsertEffect = `INSERT INTO effects (` + effectInsertCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		RETURNING ` + effectCols
 	// A tool effect becomes unsettled as it becomes indeterminate, or
-	// observed without a result a re-run could replay (unsettledAs).
+	// observed without a result a re-run could replay (?9 = 1: no result;
+	// a parameter of its own, as PostgreSQL cannot type "?2 IS NULL").
 	qMarkEffect = `UPDATE effects SET status = ?1, result = ?2, updated_ns = ?3,
-			resolution = CASE WHEN kind = 'tool' AND (?1 = 'indeterminate' OR (?1 = 'observed' AND ?2 IS NULL AND replayed = 0))
+			resolution = CASE WHEN kind = 'tool' AND (?1 = 'indeterminate' OR (?1 = 'observed' AND ?9 = 1 AND replayed = 0))
 				THEN 'unsettled' ELSE resolution END
 		WHERE task_id = ?4 AND attempt = ?5 AND seq = ?6 AND status = ?7
 			AND EXISTS (SELECT 1 FROM tasks WHERE id = ?4 AND principal_id = ?8)
@@ -330,8 +331,12 @@ func (s *Store) MarkEffect(ctx context.Context, m MarkEffect) (Effect, error) {
 	var out Effect
 	err := s.write(ctx, func(tx *txn) error {
 		var err error
+		noResult := 0
+		if result == nil {
+			noResult = 1
+		}
 		out, err = scanEffect(tx.QueryRowContext(ctx, qMarkEffect, string(to), result, nanos(s.now()),
-			taskID, attempt, seq, string(from), principal))
+			taskID, attempt, seq, string(from), principal, noResult))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("task %s attempt %d effect %d is not %s: %w", taskID, attempt, seq, from, ErrConflict)
 		}
