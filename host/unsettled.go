@@ -2,7 +2,9 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
@@ -79,4 +81,37 @@ func (r *Runner) resolveEffect(ctx context.Context, principal string, e store.Ef
 	r.log.Info("unsettled effect resolved", "task", e.TaskID, "effect_attempt", e.Attempt, "effect_seq", e.Seq,
 		"resolution", to, "by", by)
 	return out, nil
+}
+
+// AbandonEffect gives up the task's unsettled tool effect (attempt, seq)
+// for the executor: the gate stops refusing the same call as its re-run.
+// A call issued after it is a new call under its tool's policy (an
+// approval where the policy asks one), never an automatic retry of it.
+func (s *taskServices) AbandonEffect(ctx context.Context, tok string, attempt, seq int64) error {
+	ts, err := s.authorizeState("AbandonEffect", tok)
+	if err != nil {
+		return err
+	}
+	if attempt < 1 || seq < 1 {
+		return &plugin.FieldError{Field: "attempt", Message: fmt.Sprintf("an effect's attempt and seq are positive, got %d and %d", attempt, seq)}
+	}
+	_, err = s.r.resolveEffect(ctx, ts.principal, store.Effect{TaskID: ts.taskID, Attempt: attempt, Seq: seq}, store.ResolutionAbandoned, store.ResolvedByExecutor, "")
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
+		return &plugin.FieldError{Field: "seq", Message: err.Error()}
+	case err != nil:
+		return effectError(ts, err)
+	}
+	ts.forget(attempt, seq)
+	return nil
+}
+
+// forget drops (attempt, seq) from the unsettled effects the step was told
+// of: a later approval of the step does not count it.
+func (ts *turnState) forget(attempt, seq int64) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.unsettledTools = slices.DeleteFunc(slices.Clone(ts.unsettledTools), func(e plugin.Effect) bool {
+		return e.Attempt == attempt && e.Seq == seq
+	})
 }

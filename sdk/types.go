@@ -160,6 +160,15 @@ type Host interface {
 	Progress(ctx context.Context, note string) error
 	// Tools lists the tools the task may call, to offer to a model.
 	Tools(ctx context.Context) ([]ToolSpec, error)
+	// AbandonEffect gives up an unsettled tool effect the step was told of
+	// (StepRequest.Indeterminate, by its Attempt and Seq): the host stops
+	// refusing the same call as a re-run of it (ErrEffectUnsettled), and
+	// records who gave it up. A call issued afterwards is a new call under
+	// its tool's policy: an approval where the policy asks one, none where
+	// it asks none — abandon only what the executor will not repeat, or
+	// has checked did not happen. An effect that is not unsettled (or no
+	// longer) is ErrInvalidArgument.
+	AbandonEffect(ctx context.Context, e Effect) error
 }
 
 // Message is one chat message.
