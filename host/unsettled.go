@@ -115,3 +115,20 @@ func (ts *turnState) forget(attempt, seq int64) {
 		return e.Attempt == attempt && e.Seq == seq
 	})
 }
+
+// UnsettledEffects lists the effects of principal's task that were
+// unsettled, resolved or not, newest first (at most 100): what status shows.
+func (r *Runner) UnsettledEffects(ctx context.Context, principal, id string) ([]store.Effect, error) {
+	return r.store.UnsettledHistory(ctx, principal, id)
+}
+
+// ResolveEffect resolves the unsettled effect (attempt, seq) of principal's
+// task for operator, who is principal or an admin acting on the task: the
+// resolution records "operator:" and the operator.
+func (r *Runner) ResolveEffect(ctx context.Context, principal, id string, attempt, seq int64, to store.EffectResolution, operator string) (store.Effect, error) {
+	admin := ""
+	if operator != principal {
+		admin = operator
+	}
+	return r.resolveEffect(ctx, principal, store.Effect{TaskID: id, Attempt: attempt, Seq: seq}, to, store.ResolvedByOperatorPrefix+operator, admin)
+}
