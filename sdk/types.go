@@ -253,11 +253,12 @@ var (
 	// retries). Nothing was charged twice; the call may be retried later,
 	// or the step failed with reason "model_unavailable".
 	ErrModelUnavailable = errors.New("model unavailable")
-	// ErrEffectUnsettled: the call would run again an effect an earlier
-	// attempt of the step left unsettled (indeterminate, or observed with a
-	// result too large to replay), and no approval for that retry was
-	// granted in this step. Ask one (RequestApproval) first, or treat the
-	// effect as failed.
+	// ErrEffectUnsettled: the call would run again a tool effect an
+	// earlier attempt of the task (any run, any host) left unsettled
+	// (indeterminate, or observed with a result too large to replay), which
+	// is not resolved yet. Nothing ran. The same call is refused until its
+	// retry is approved (RequestApproval in a step that lists it) or it is
+	// abandoned (AbandonEffect, or an operator); or treat it as failed.
 	ErrEffectUnsettled = errors.New("effect unsettled: its retry needs an approval")
 )
 
