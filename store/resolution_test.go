@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -268,4 +269,61 @@ func fillOldEffects(t *testing.T, db *sql.DB, rebind func(string) string) {
 		exec(`INSERT INTO effects (task_id, attempt, seq, kind, fingerprint, status, summary, replayed, result, created_ns, updated_ns)
 			VALUES ('t', ?, ?, ?, 'f', ?, ?, ?, ?, 1, 1)`, e.attempt, e.seq, e.kind, e.status, e.name, e.replayed, e.result)
 	}
+}
+
+// The lists of unsettled effects hold at most 100 (at and past the bound),
+// and the gate finds a call's own effect whatever the list shows.
+func TestUnsettledListsBounded(t *testing.T) {
+	forDrivers(t, func(t *testing.T, open opener) {
+		s := open(t)
+		ctx := context.Background()
+		lim := defaultBudgets()
+		lim.ToolCalls.Limit = 200
+		if _, err := s.CreateTask(ctx, NewTask{ID: "t1", PrincipalID: "alice", Executor: "legacy", Spec: []byte(`{"goal":"g"}`), Limits: lim}); err != nil {
+			t.Fatal(err)
+		}
+		task, err := s.StartRun(ctx, "alice", "t1", StatusPending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a1, task, err := s.ClaimAttempt(ctx, "alice", "t1", task.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := func(n, want int) {
+			t.Helper()
+			ind, err := s.IndeterminateEffects(ctx, "alice", "t1")
+			if err != nil || len(ind) != want {
+				t.Fatalf("%d unsettled: a step is told %d, %v; want %d", n, len(ind), err, want)
+			}
+			hist, err := s.UnsettledHistory(ctx, "alice", "t1")
+			if err != nil || len(hist) != want {
+				t.Fatalf("%d unsettled: status lists %d, %v; want %d", n, len(hist), err, want)
+			}
+		}
+		for seq := int64(1); seq <= 101; seq++ {
+			toolEffect(t, s, task, a1.Number, seq, fmt.Sprintf("f%d", seq), "", EffectDispatching, nil)
+		}
+		if err := s.AbandonAttempt(ctx, AbandonAttempt{PrincipalID: "alice", TaskID: "t1", Number: a1.Number, Status: AttemptInterrupted, Reason: ReasonExecutorCrashed}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SettleEffects(ctx, "alice", "t1"); err != nil {
+			t.Fatal(err)
+		}
+		check(101, 100)
+		if _, err := s.ResolveEffect(ctx, ResolveEffect{PrincipalID: "alice", TaskID: "t1", Attempt: 1, Seq: 1, To: ResolutionAbandoned, By: ResolvedByExecutor}); err != nil {
+			t.Fatal(err)
+		}
+		ind, _ := s.IndeterminateEffects(ctx, "alice", "t1")
+		if len(ind) != 100 || ind[99].Seq != 101 {
+			t.Fatalf("100 unresolved: a step is told %d, the last %+v; want all 100", len(ind), ind[len(ind)-1])
+		}
+		a2, _, err := s.ClaimAttempt(ctx, "alice", "t1", task.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gated(t, s, task, a2.Number, "f101", ""); len(got) != 1 || got[0].Seq != 101 {
+			t.Fatalf("the gate found %+v for the 101st call", got)
+		}
+	})
 }
