@@ -291,10 +291,10 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 	}
 	events := append(slices.Clip(f.Events), nextEvents...)
 	var stored int64
-	var results bool
+	var results, observedUnsettled bool
 	row := tx.QueryRowContext(ctx, qFinishClaimTask, f.WallMillisUsed, f.WallMillisUsed, checkpoint, newCheckpoint, f.Number, now,
-		len(events), f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number)
-	t, err = scanTask(row, &stored, &results)
+		len(events), f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number, f.TaskID, f.Number)
+	t, err = scanTask(row, &stored, &results, &observedUnsettled)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Task{}, nil, false, nil
 	}
@@ -319,8 +319,10 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 			return Task{}, nil, true, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, qSettleObserved, f.TaskID, f.Number); err != nil {
-		return Task{}, nil, true, err
+	if observedUnsettled {
+		if _, err := tx.ExecContext(ctx, qSettleObserved, f.TaskID, f.Number); err != nil {
+			return Task{}, nil, true, err
+		}
 	}
 	a, err := insertAttempt(ctx, tx, f.TaskID, f.Number+1, f.RunID, now)
 	if err != nil {
@@ -351,7 +353,8 @@ const (
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND steps_used < steps_limit
 		RETURNING ` + taskCols + `, events_stored, EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND result IS NOT NULL
 			AND attempt > coalesce((SELECT number FROM attempts WHERE task_id = ? AND number < ? AND status = 'completed'
-				ORDER BY number DESC LIMIT 1), 0))`
+				ORDER BY number DESC LIMIT 1), 0)),
+			EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND attempt = ? AND resolution = 'unsettled' AND status = 'observed')`
 	qFinishRunningAttempt = `UPDATE attempts SET status = ?, outcome = ?, summary = ?, reason = ?,
 			message = ?, ended_ns = ?, exit_code = ?, exit_signal = ?, stderr_tail = ?
 		WHERE task_id = ? AND number = ? AND run_id = ? AND status = 'running'`
