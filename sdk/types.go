@@ -86,9 +86,13 @@ type StepRequest struct {
 	Checkpoint *Checkpoint
 	Remaining  Budgets
 	Limits     Budgets
-	// Indeterminate lists effects that were in flight when an earlier attempt
-	// died. Do not re-run a non-idempotent one on your own: treat it as
-	// failed or ask for an approval to retry.
+	// Indeterminate lists the task's unsettled effects: every tool effect
+	// an earlier attempt (any run, any host) left in flight or observed
+	// without a kept result and that nobody has resolved yet, and model and
+	// approval effects left in flight since the last completed step; at
+	// most 100, oldest first. Do not re-run a non-idempotent one on your
+	// own (the host refuses it: ErrEffectUnsettled): treat it as failed,
+	// ask for an approval to retry, or AbandonEffect.
 	Indeterminate []Effect
 }
 

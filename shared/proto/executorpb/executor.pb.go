@@ -439,8 +439,11 @@ type StepRequest struct {
 	// Absent on a task's first step.
 	Checkpoint *Checkpoint `protobuf:"bytes,7,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	Remaining  *Budgets    `protobuf:"bytes,8,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	// Effects that were dispatching when an earlier attempt died. The executor
-	// must not re-run a non-idempotent one on its own.
+	// The task's unsettled effects: tool effects an earlier attempt (any run,
+	// any host) left dispatching, or observed without a kept result, that are
+	// not resolved yet; and model and approval effects left dispatching since
+	// the last completed step. At most 100, oldest first. The executor must
+	// not re-run a non-idempotent one on its own (the host refuses it).
 	Indeterminate []*Effect `protobuf:"bytes,9,rep,name=indeterminate,proto3" json:"indeterminate,omitempty"`
 	// The go-plugin broker id of the host services endpoint of this process.
 	HostServicesId uint32   `protobuf:"varint,10,opt,name=host_services_id,json=hostServicesId,proto3" json:"host_services_id,omitempty"`
