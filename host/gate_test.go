@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,4 +149,39 @@ func hasEvent(t *testing.T, h *Host, taskID, typ, outcome string) bool {
 		}
 	}
 	return false
+}
+
+// An operator authorizes the retry of an unsettled effect (task
+// resolve-effect): the resolution records who, is an event, is a
+// compare-and-set, and the resumed task's re-issue runs once more.
+func TestOperatorAuthorizesRetry(t *testing.T) {
+	h := openHost(t, "", shellNoApproval)
+	ctx := context.Background()
+	task, count := crashDuringTool(t, h, map[string]any{}, Limits{Steps: 3})
+	hist, err := h.Runner.UnsettledEffects(ctx, alice, task.ID)
+	if err != nil || len(hist) != 1 || hist[0].Resolution != store.ResolutionUnsettled {
+		t.Fatalf("unsettled effects = %+v, %v", hist, err)
+	}
+	e := hist[0]
+	got, err := h.Runner.ResolveEffect(ctx, alice, task.ID, e.Attempt, e.Seq, store.ResolutionRetryAuthorized, alice)
+	if err != nil || got.Resolution != store.ResolutionRetryAuthorized || got.ResolvedBy != store.ResolvedByOperatorPrefix+alice {
+		t.Fatalf("resolve: %+v, %v", got, err)
+	}
+	if _, err := h.Runner.ResolveEffect(ctx, alice, task.ID, e.Attempt, e.Seq, store.ResolutionAbandoned, alice); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a second resolution: %v, want ErrConflict", err)
+	}
+	if _, err := h.Runner.ResolveEffect(ctx, "mallory", task.ID, e.Attempt, e.Seq, store.ResolutionAbandoned, "mallory"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another principal's resolution: %v, want ErrNotFound", err)
+	}
+	if !hasEvent(t, h, task.ID, EventEffectResolved, "retry_authorized") {
+		t.Error("no effect.resolved event for the operator's authorization")
+	}
+	if _, err := h.Runner.Resume(ctx, alice, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	task = waitEnd(t, h, alice, task.ID)
+	wantStatus(t, task, store.StatusCompleted, "")
+	if n := runs(t, count); n != 2 {
+		t.Errorf("the command ran %d times, want 2 (the first run and the authorized retry)", n)
+	}
 }
