@@ -171,7 +171,8 @@ type Host interface {
 	// its tool's policy: an approval where the policy asks one, none where
 	// it asks none — abandon only what the executor will not repeat, or
 	// has checked did not happen. An effect that is not unsettled (or no
-	// longer) is ErrInvalidArgument.
+	// longer) is ErrInvalidArgument; a host older than the call answers
+	// ErrUnimplemented.
 	AbandonEffect(ctx context.Context, e Effect) error
 }
 
