@@ -67,14 +67,14 @@ type waiter struct {
 // waiting_approval in the same transaction, and blocks until the approval is
 // resolved — approved (nil), rejected or expired (the task has failed and the
 // run is ending) — or ctx ends (a cancel, a shutdown).
-func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, tool, prompt string) error {
-	_, err := r.awaitAnswer(ctx, ts, seq, tool, prompt)
-	return err
+func (r *Runner) awaitApproval(ctx context.Context, ts *turnState, seq int64, tool, prompt string) (id string, err error) {
+	id, _, err = r.awaitAnswer(ctx, ts, seq, tool, prompt)
+	return id, err
 }
 
 // awaitAnswer is awaitApproval returning the value an input approval
 // (tool inputTool) was answered with: compact JSON, "null" when none.
-func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool, prompt string) ([]byte, error) {
+func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool, prompt string) (string, []byte, error) {
 	timeout := r.svc.ApprovalTimeout
 	if timeout <= 0 {
 		timeout = time.Hour
@@ -92,7 +92,7 @@ func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool
 
 	t, err := r.store.GetTask(ctx, ts.principal, ts.taskID)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", plugin.ErrStepEnded, err)
+		return "", nil, fmt.Errorf("%w: %w", plugin.ErrStepEnded, err)
 	}
 	t.Status = store.StatusWaitingApproval
 	// The wait is not active time: the clock pauses before the event reads
@@ -105,7 +105,7 @@ func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool
 	}, newEvent(EventTaskWaitingApproval, r.liveMeters(t), EventPayload{Attempt: ts.attempt, Note: id}))
 	r.notify()
 	if err != nil {
-		return nil, effectError(ts, err)
+		return "", nil, effectError(ts, err)
 	}
 	expiry := time.AfterFunc(timeout, func() {
 		_, _ = r.resolve(context.Background(), ts.principal, id, store.ApprovalExpired, nil)
@@ -115,11 +115,11 @@ func (r *Runner) awaitAnswer(ctx context.Context, ts *turnState, seq int64, tool
 	select {
 	case d := <-w.decision:
 		if d.status == store.ApprovalApproved {
-			return d.value, nil
+			return id, d.value, nil
 		}
-		return nil, &plugin.ApprovalRefusedError{ID: id, Status: string(d.status)}
+		return "", nil, &plugin.ApprovalRefusedError{ID: id, Status: string(d.status)}
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return "", nil, ctx.Err()
 	}
 }
 

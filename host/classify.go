@@ -233,6 +233,9 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		return store.Attempt{}, false
 	}
 	ru.task = nt
+	// The next attempt is told the task's unresolved effects as they are
+	// then: this one may have left some, or an operator resolved some.
+	ru.indeterminate, ru.rereadEffects = nil, true
 	if v.reason == store.ReasonStoreError {
 		ru.settleEffects()
 	}
@@ -244,7 +247,6 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		if v.checkpoint != nil {
 			ru.cp = v.checkpoint
 		}
-		ru.indeterminate = nil
 		ru.recent = append(ru.recent, plugin.StepSummary{Step: att.Number, Summary: v.summary})
 		if n := r.set.RecentSummaries; len(ru.recent) > n {
 			ru.recent = ru.recent[len(ru.recent)-n:]

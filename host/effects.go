@@ -54,11 +54,10 @@ type turnState struct {
 	// storeErr is the first effect write the store refused: the attempt's
 	// ledger is incomplete and the attempt ends interrupted (store_error).
 	storeErr error
-	// unsettledTools is how many tool effects earlier attempts of this
-	// step left unsettled; retryApproved is set once an approval was
-	// granted in this step, which re-admits them.
-	unsettledTools int
-	retryApproved  bool
+	// unsettledTools are the task's unresolved tool effects the step was
+	// told of (StepRequest.Indeterminate): an approval the executor asks
+	// in this step authorizes their retry (RequestApproval).
+	unsettledTools []plugin.Effect
 	// outage is the last model outage a call of this step met ("" none).
 	outage string
 	// authRefused is the model endpoint's refusal of the credentials
@@ -136,21 +135,21 @@ func (ts *turnState) storeFailed(err error) {
 }
 
 func (ts *turnState) setUnsettled(effs []plugin.Effect) {
-	n := 0
+	var tools []plugin.Effect
 	for _, e := range effs {
 		if e.Kind == string(store.EffectTool) {
-			n++
+			tools = append(tools, e)
 		}
 	}
 	ts.mu.Lock()
-	ts.unsettledTools = n
+	ts.unsettledTools = tools
 	ts.mu.Unlock()
 }
 
-func (ts *turnState) unsettled() (tools int, approved bool) {
+func (ts *turnState) unsettled() []plugin.Effect {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	return ts.unsettledTools, ts.retryApproved
+	return ts.unsettledTools
 }
 
 func (ts *turnState) noteOutage(msg string) {
@@ -215,12 +214,6 @@ func sdkModelKind(k model.ErrorKind) string {
 		return model.KindRequest.String()
 	}
 	return model.KindBadResponse.String()
-}
-
-func (ts *turnState) approveRetry() {
-	ts.mu.Lock()
-	ts.retryApproved = true
-	ts.mu.Unlock()
 }
 
 // rerunSafe reports whether running tool call (name, args) twice is the same
@@ -336,11 +329,18 @@ func fingerprint(parts ...[]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// gateFunc waits for the approval an effect needs before it is dispatched
+// and returns the approval's id. rerun are the unsettled effects of the
+// task the call would run again (the gate's prompt says so; the approval is
+// bound to them).
+type gateFunc func(seq int64, rerun []store.Effect) (approvalID string, err error)
+
 // ledgered runs one effect through the ledger: replay from an earlier
 // attempt of the same step if (seq, fingerprint) was observed there, else
-// admit (charging its budget), wait for an approval when gate says so, mark
-// dispatching, run, and record observed or failed with the bounded result.
-func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.NewEffect, gate func(seq int64) error, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+// pass the unsettled-effect gate (rerunGate), admit (charging its budget),
+// wait for an approval when gate says so, mark dispatching, run, and record
+// observed or failed with the bounded result.
+func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.NewEffect, gate gateFunc, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
 	ts.inflight.Add(1)
 	defer ts.inflight.Done()
 	// The effect's context derives from the step's, not from the
@@ -365,24 +365,12 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 		}
 		return prev.Result, true, nil
 	}
-	// A tool effect an earlier attempt left unsettled runs again only
-	// with an approval: this step's own (gate), or one granted in this
-	// step for the retry — unless running it twice is the same as once.
-	// The host checks it, whatever the executor does.
-	if _, approved := ts.unsettled(); e.Kind == store.EffectTool && gate == nil && !approved && !rerunSafe {
-		prev, ok, err := st.UnsettledEffect(ctx, ts.principal, ts.taskID, ts.attempt, e.Kind, e.Fingerprint)
-		if err != nil {
-			return nil, false, effectError(ts, err)
-		}
-		if ok && idempotentRetry(e, prev) {
-			// The tool de-duplicates by the key both attempts gave it: if
-			// the first one happened, this one does nothing.
-			ok = false
-		}
-		if ok {
-			s.r.log.Warn("re-run of an unsettled effect refused: no approval for the retry", "task", ts.taskID,
-				"attempt", ts.attempt, "effect_attempt", prev.Attempt, "effect_seq", prev.Seq, "status", prev.Status)
-			return nil, false, &plugin.UnsettledEffectError{Effect: effectView(prev)}
+	var rerun []store.Effect
+	if e.Kind == store.EffectTool && !rerunSafe {
+		var err error
+		if rerun, err = s.rerunGate(ctx, ts, e, gate != nil); err != nil {
+			// Refused before admission: the call charges nothing.
+			return nil, false, err
 		}
 	}
 	_, charged, err := st.AdmitEffect(ctx, e)
@@ -400,8 +388,16 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 		return nil, false, err
 	}
 	if gate != nil {
-		if err := gate(e.Seq); err != nil {
+		id, err := gate(e.Seq, rerun)
+		if err != nil {
 			return fail(err)
+		}
+		// Bound to the approval, before the call is dispatched: a crash
+		// after this leaves the retry authorized, not asked twice.
+		for _, p := range rerun {
+			if _, err := s.r.resolveEffect(ctx, ts.principal, p, store.ResolutionRetryAuthorized, id, ""); err != nil && !errors.Is(err, store.ErrConflict) {
+				return fail(effectError(ts, err))
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -523,7 +519,7 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 		}
 		e.IdempotencyKey, e.Summary, env.IdempotencyKey = key, e.Summary+idempotentMark, key
 	}
-	var gate func(int64) error
+	var gate gateFunc
 	if pol.NeedsApproval {
 		// The approver sees what would run, all of it; the approval
 		// record is the owner's, unlike the ledger and events, which keep
@@ -535,8 +531,8 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 				"the command shows as %d bytes and an approval shows at most %d: an approver must see the whole command; write it to a script with workspace.write and run `sh SCRIPT`",
 				n, tools.MaxApprovalCommandBytes)}
 		}
-		gate = func(seq int64) error {
-			return s.r.awaitApproval(ctx, ts, seq, name, desc)
+		gate = func(seq int64, rerun []store.Effect) (string, error) {
+			return s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(desc, rerun))
 		}
 	}
 	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, error) {
@@ -574,19 +570,35 @@ func (s *taskServices) RequestApproval(ctx context.Context, tok, prompt string) 
 	// An executor's prompt is shown on terminals: no control characters.
 	// Escaping can grow it; the store takes 2000 bytes.
 	prompt = tools.Printable(text.TruncateRunes(prompt, 500), 1900)
-	if n, _ := ts.unsettled(); n > 0 {
+	listed := ts.unsettled()
+	if n := len(listed); n > 0 {
 		// Whatever the executor wrote, the approver learns what a yes
 		// re-admits: the host's word, within the store's 2000 bytes.
-		prompt += fmt.Sprintf(" [taskhost: approving lets %d interrupted tool call(s) of this step run again]", n)
+		prompt += fmt.Sprintf(" [taskhost: approving lets %d interrupted tool call(s) of this task run again]", n)
 	}
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
-	gate := func(seq int64) error { return s.r.awaitApproval(ctx, ts, seq, "", prompt) }
+	var id string
+	gate := func(seq int64, _ []store.Effect) (got string, err error) {
+		id, err = s.r.awaitApproval(ctx, ts, seq, "", prompt)
+		return id, err
+	}
 	if _, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {
 		return err
 	}
-	// Granted now or replayed from an earlier attempt of this step: either
-	// way a person said yes to the retry.
-	ts.approveRetry()
+	if id == "" {
+		// Replayed: the attempt that was granted it authorized the
+		// retries then, unless it died between the two writes; the gate
+		// then refuses them again and the executor asks anew.
+		return nil
+	}
+	// A person said yes to the retry of what the prompt counted: bound to
+	// this approval, durably, before any of them is called again.
+	for _, l := range listed {
+		prev := store.Effect{TaskID: ts.taskID, Attempt: l.Attempt, Seq: l.Seq}
+		if _, err := s.r.resolveEffect(ctx, ts.principal, prev, store.ResolutionRetryAuthorized, id, ""); err != nil && !errors.Is(err, store.ErrConflict) {
+			return effectError(ts, err)
+		}
+	}
 	return nil
 }
 
@@ -606,9 +618,9 @@ func (s *taskServices) RequestInput(ctx context.Context, tok, question string) (
 	}
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("input"), []byte(question)), Summary: "input"}
 	var answer []byte
-	gate := func(seq int64) (err error) {
-		answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question)
-		return err
+	gate := func(seq int64, _ []store.Effect) (id string, err error) {
+		id, answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question)
+		return id, err
 	}
 	out, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return answer, nil })
 	if err != nil {

@@ -91,7 +91,7 @@ func TestSeamIdempotentRetry(t *testing.T) {
 			// The crash came after the append and before its observation
 			// was written: the line is there, the ledger cannot know it.
 			db := rawStore(t, dir)
-			if _, err := db.Exec(`UPDATE effects SET status = 'indeterminate', result = NULL WHERE task_id = ?`, task.ID); err != nil {
+			if _, err := db.Exec(`UPDATE effects SET status = 'indeterminate', result = NULL, resolution = 'unsettled' WHERE task_id = ?`, task.ID); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.r.Resume(ctx, alice, task.ID); err != nil {

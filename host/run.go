@@ -42,6 +42,9 @@ type run struct {
 	// indeterminate are effects left dispatching by a dead attempt of the
 	// step about to run; cleared once an attempt completes.
 	indeterminate []plugin.Effect
+	// rereadEffects: indeterminate is to be read again before the next
+	// step (an attempt ended since first read it).
+	rereadEffects bool
 }
 
 func (ru *run) log(msg string, args ...any) {
@@ -290,6 +293,17 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	}
 	if ru.wall.remaining() <= 0 {
 		return ru.finish(verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the task used all of its wall-clock budget"}, att)
+	}
+	if ru.rereadEffects {
+		effs, err := r.store.IndeterminateEffects(ru.ctx, ru.task.PrincipalID, ru.task.ID)
+		if err != nil {
+			ru.storeFailed(&att, err)
+			return store.Attempt{}, false
+		}
+		ru.rereadEffects = false
+		for _, e := range effs {
+			ru.indeterminate = append(ru.indeterminate, effectView(e))
+		}
 	}
 	req := ru.request(att)
 	// Not a deadline: waiting for an approval moves the moment the budget

@@ -68,7 +68,7 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 			}
 			if tc.approve {
 				a := waitApproval(t, h, alice, task.ID)
-				if !strings.Contains(a.Prompt, "approving lets 1 interrupted tool call(s) of this step run again") {
+				if !strings.Contains(a.Prompt, "approving lets 1 interrupted tool call(s) of this task run again") {
 					t.Errorf("approval prompt %q does not say what a yes re-admits", a.Prompt)
 				}
 				if _, err := h.Runner.Approve(ctx, alice, a.ID); err != nil {

@@ -169,6 +169,16 @@ type (
 		Task            taskJSON      `json:"task"`
 		Attempts        []attemptJSON `json:"attempts"`
 		AttemptsOmitted int64         `json:"attempts_omitted"`
+		Unsettled       []effectJSON  `json:"unsettled_effects"`
+	}
+	effectJSON struct {
+		Attempt    int64  `json:"attempt"`
+		Seq        int64  `json:"seq"`
+		Status     string `json:"status"`
+		Summary    string `json:"summary"`
+		Resolution string `json:"resolution"`
+		ResolvedBy string `json:"resolved_by"`
+		ResolvedAt string `json:"resolved_at"`
 	}
 	listJSON struct {
 		Tasks   []taskJSON `json:"tasks"`

@@ -1,6 +1,9 @@
 package sdk
 
 import (
+	"fmt"
+	"math"
+
 	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
@@ -156,6 +159,15 @@ func approvalRequestToPB(token, prompt string) *executorpb.RequestApprovalReques
 
 func inputRequestToPB(token, question string) *executorpb.RequestInputRequest {
 	return &executorpb.RequestInputRequest{TurnToken: token, Question: question}
+}
+
+// abandonToPB names the effect by its key; one the wire cannot carry is
+// no effect the host told of.
+func abandonToPB(token string, e Effect) (*executorpb.AbandonEffectRequest, error) {
+	if e.Attempt < 1 || e.Seq < 1 || e.Attempt > math.MaxUint32 || e.Seq > math.MaxUint32 {
+		return nil, &HostError{Kind: ErrInvalidArgument, Message: fmt.Sprintf("AbandonEffect: effect %d/%d is not one the host told of", e.Attempt, e.Seq)}
+	}
+	return &executorpb.AbandonEffectRequest{TurnToken: token, Attempt: uint32(e.Attempt), Seq: uint32(e.Seq)}, nil
 }
 
 func progressToPB(token, note string) *executorpb.ProgressRequest {

@@ -1,6 +1,8 @@
 package sdk
 
 import (
+	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -251,5 +253,32 @@ func TestIdentity(t *testing.T) {
 				t.Fatalf("identity = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// An abandon names an effect by a key the wire can carry: a zero, negative
+// or over-32-bit attempt or seq is refused before it is sent.
+func TestAbandonToPB(t *testing.T) {
+	for _, c := range []struct {
+		e  Effect
+		ok bool
+	}{
+		{Effect{Attempt: 1, Seq: 1}, true},
+		{Effect{Attempt: math.MaxUint32, Seq: math.MaxUint32}, true},
+		{Effect{Attempt: 0, Seq: 1}, false},
+		{Effect{Attempt: 1, Seq: -1}, false},
+		{Effect{Attempt: math.MaxUint32 + 1, Seq: 1}, false},
+	} {
+		in, err := abandonToPB("tok", c.e)
+		if (err == nil) != c.ok {
+			t.Errorf("%+v: %v, want ok=%v", c.e, err, c.ok)
+			continue
+		}
+		if c.ok && (in.GetTurnToken() != "tok" || int64(in.GetAttempt()) != c.e.Attempt || int64(in.GetSeq()) != c.e.Seq) {
+			t.Errorf("%+v: sent %v", c.e, in)
+		}
+		if !c.ok && !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%+v: %v, want ErrInvalidArgument", c.e, err)
+		}
 	}
 }

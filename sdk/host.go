@@ -104,6 +104,20 @@ func (h *stepHost) RequestInput(ctx context.Context, question string) (json.RawM
 	return v, nil
 }
 
+func (h *stepHost) AbandonEffect(ctx context.Context, e Effect) error {
+	in, err := abandonToPB(h.token, e)
+	if err != nil {
+		return err
+	}
+	if err := h.ready("AbandonEffect", in); err != nil {
+		return err
+	}
+	if _, err := h.client.AbandonEffect(ctx, in); err != nil {
+		return hostCallError(ctx, "AbandonEffect", err)
+	}
+	return nil
+}
+
 func (h *stepHost) Progress(ctx context.Context, note string) error {
 	in := progressToPB(h.token, note)
 	if err := h.ready("Progress", in); err != nil {

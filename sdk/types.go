@@ -86,9 +86,13 @@ type StepRequest struct {
 	Checkpoint *Checkpoint
 	Remaining  Budgets
 	Limits     Budgets
-	// Indeterminate lists effects that were in flight when an earlier attempt
-	// died. Do not re-run a non-idempotent one on your own: treat it as
-	// failed or ask for an approval to retry.
+	// Indeterminate lists the task's unsettled effects: every tool effect
+	// an earlier attempt (any run, any host) left in flight or observed
+	// without a kept result and that nobody has resolved yet, and model and
+	// approval effects left in flight since the last completed step; at
+	// most 100, oldest first. Do not re-run a non-idempotent one on your
+	// own (the host refuses it: ErrEffectUnsettled): treat it as failed,
+	// ask for an approval to retry, or AbandonEffect.
 	Indeterminate []Effect
 }
 
@@ -160,6 +164,16 @@ type Host interface {
 	Progress(ctx context.Context, note string) error
 	// Tools lists the tools the task may call, to offer to a model.
 	Tools(ctx context.Context) ([]ToolSpec, error)
+	// AbandonEffect gives up an unsettled tool effect the step was told of
+	// (StepRequest.Indeterminate, by its Attempt and Seq): the host stops
+	// refusing the same call as a re-run of it (ErrEffectUnsettled), and
+	// records who gave it up. A call issued afterwards is a new call under
+	// its tool's policy: an approval where the policy asks one, none where
+	// it asks none — abandon only what the executor will not repeat, or
+	// has checked did not happen. An effect that is not unsettled (or no
+	// longer) is ErrInvalidArgument; a host older than the call answers
+	// ErrUnimplemented.
+	AbandonEffect(ctx context.Context, e Effect) error
 }
 
 // Message is one chat message.
@@ -244,11 +258,12 @@ var (
 	// retries). Nothing was charged twice; the call may be retried later,
 	// or the step failed with reason "model_unavailable".
 	ErrModelUnavailable = errors.New("model unavailable")
-	// ErrEffectUnsettled: the call would run again an effect an earlier
-	// attempt of the step left unsettled (indeterminate, or observed with a
-	// result too large to replay), and no approval for that retry was
-	// granted in this step. Ask one (RequestApproval) first, or treat the
-	// effect as failed.
+	// ErrEffectUnsettled: the call would run again a tool effect an
+	// earlier attempt of the task (any run, any host) left unsettled
+	// (indeterminate, or observed with a result too large to replay), which
+	// is not resolved yet. Nothing ran. The same call is refused until its
+	// retry is approved (RequestApproval in a step that lists it) or it is
+	// abandoned (AbandonEffect, or an operator); or treat it as failed.
 	ErrEffectUnsettled = errors.New("effect unsettled: its retry needs an approval")
 )
 

@@ -291,10 +291,10 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 	}
 	events := append(slices.Clip(f.Events), nextEvents...)
 	var stored int64
-	var results bool
+	var results, observedUnsettled bool
 	row := tx.QueryRowContext(ctx, qFinishClaimTask, f.WallMillisUsed, f.WallMillisUsed, checkpoint, newCheckpoint, f.Number, now,
-		len(events), f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number)
-	t, err = scanTask(row, &stored, &results)
+		len(events), f.TaskID, f.PrincipalID, f.RunID, f.TaskID, f.TaskID, f.Number, f.TaskID, f.Number)
+	t, err = scanTask(row, &stored, &results, &observedUnsettled)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Task{}, nil, false, nil
 	}
@@ -316,6 +316,11 @@ func (s *Store) finishAndClaimFast(ctx context.Context, tx *txn, f FinishAttempt
 	}
 	if results {
 		if _, err := tx.ExecContext(ctx, qDropEffectResults, f.TaskID); err != nil {
+			return Task{}, nil, true, err
+		}
+	}
+	if observedUnsettled {
+		if _, err := tx.ExecContext(ctx, qSettleObserved, f.TaskID, f.Number); err != nil {
 			return Task{}, nil, true, err
 		}
 	}
@@ -348,7 +353,8 @@ const (
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND steps_used < steps_limit
 		RETURNING ` + taskCols + `, events_stored, EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND result IS NOT NULL
 			AND attempt > coalesce((SELECT number FROM attempts WHERE task_id = ? AND number < ? AND status = 'completed'
-				ORDER BY number DESC LIMIT 1), 0))`
+				ORDER BY number DESC LIMIT 1), 0)),
+			EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND attempt = ? AND resolution = 'unsettled' AND status = 'observed')`
 	qFinishRunningAttempt = `UPDATE attempts SET status = ?, outcome = ?, summary = ?, reason = ?,
 			message = ?, ended_ns = ?, exit_code = ?, exit_signal = ?, stderr_tail = ?
 		WHERE task_id = ? AND number = ? AND run_id = ? AND status = 'running'`
@@ -399,6 +405,9 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		// them for the attempt that re-runs its step.
 		if f.Status != AttemptInterrupted {
 			if _, err := tx.ExecContext(ctx, qDropEffectResults, f.TaskID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, qSettleObserved, f.TaskID, f.Number); err != nil {
 				return err
 			}
 		}

@@ -59,6 +59,15 @@
 //     write of a run is fenced by it (ErrFenced), so a host that lost its
 //     lease never overwrites a newer run. Recovery and shutdown touch only
 //     this host's leases; SweepLostHosts interrupts a lost host's (host_lost).
+//   - An unsettled tool effect — indeterminate, or observed without a kept
+//     result in an attempt whose outcome did not commit — is a durable state
+//     of the ledger (effects.resolution): it is set in the statement that
+//     makes the effect so, and it stays until ResolveEffect, a
+//     compare-and-set with its events, records retry_authorized or
+//     abandoned and who. UnsettledEffects finds the unresolved ones a call
+//     would re-run, in any later attempt, run or host of the task, so the
+//     host's gate never depends on one attempt's memory; a completed
+//     attempt settles only what it observed itself.
 //   - Open fails closed, with an *OpenError that says what to do, on a file
 //     that is missing, read-only, not a taskhost store, corrupt, or of a
 //     newer schema, and never writes to a file it refuses. OpenPostgres
@@ -70,8 +79,8 @@
 // written once, in SQLite's text, and rebound centrally for PostgreSQL
 // ("?N" to "$N", SQLite's INDEXED BY hint dropped; two-argument max and min
 // exist as SQL functions there). Each engine has its own migration list
-// (SQLite: PRAGMA user_version, v1..v6; PostgreSQL: the
-// taskhost_schema_version table, v1..v3, whose v1 is SQLite's v4, applied under an
+// (SQLite: PRAGMA user_version, v1..v7; PostgreSQL: the
+// taskhost_schema_version table, v1..v4, whose v1 is SQLite's v4, applied under an
 // advisory lock so that hosts starting together migrate once).
 //
 // What differs, and is so by design:

@@ -36,6 +36,38 @@ const (
 	EffectObservedUnreplayable EffectStatus = "observed_unreplayable"
 )
 
+// EffectResolution is where an unsettled tool effect stands (DESIGN §6):
+// an effect that is indeterminate, or observed without a kept result in an
+// attempt that did not complete, is unsettled until it is resolved,
+// durably, retry_authorized or abandoned. Until then no later attempt, run
+// or host of the task re-admits the same effect (same fingerprint, or same
+// non-empty idempotency key).
+type EffectResolution string
+
+const (
+	// ResolutionNone is an effect that never was unsettled, or an
+	// observed one its own attempt's completion settled.
+	ResolutionNone      EffectResolution = ""
+	ResolutionUnsettled EffectResolution = "unsettled"
+	// ResolutionRetryAuthorized: an approval bound to the effect (its id
+	// is ResolvedBy) or an operator allowed the call to run again.
+	ResolutionRetryAuthorized EffectResolution = "retry_authorized"
+	// ResolutionAbandoned: the executor or an operator gave the effect
+	// up. A later call with the same fingerprint is a new call.
+	ResolutionAbandoned EffectResolution = "abandoned"
+)
+
+// Resolvers recorded in ResolvedBy besides an approval's id.
+const (
+	ResolvedByExecutor = "executor"
+	// ResolvedByOperatorPrefix precedes the principal who resolved it.
+	ResolvedByOperatorPrefix = "operator:"
+)
+
+// maxResolvedBy bounds ResolvedBy: an operator's principal (256) and its
+// prefix.
+const maxResolvedBy = 300
+
 // Effect is one row of the effect ledger.
 type Effect struct {
 	TaskID         string
@@ -50,6 +82,11 @@ type Effect struct {
 	Result         []byte // only while the attempt is in flight
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// Resolution is the effect's place in the gate; ResolvedBy and
+	// ResolvedAt say who resolved it and when (zero while unresolved).
+	Resolution EffectResolution
+	ResolvedBy string
+	ResolvedAt time.Time
 }
 
 // Effect bounds.
@@ -78,16 +115,23 @@ type NewEffect struct {
 	Result []byte
 }
 
-const effectCols = `task_id, attempt, seq, kind, fingerprint, idempotency_key, status, summary, depth, replayed, result, created_ns, updated_ns`
+const (
+	effectInsertCols = `task_id, attempt, seq, kind, fingerprint, idempotency_key, status, summary, depth, replayed, result, created_ns, updated_ns`
+	effectCols       = effectInsertCols + `, resolution, resolved_by, resolved_ns`
+)
 
 func scanEffect(sc scanner) (Effect, error) {
 	var e Effect
 	var created, updated int64
 	var replayed int64
+	var resolved sql.NullInt64
 	err := sc.Scan(&e.TaskID, &e.Attempt, &e.Seq, &e.Kind, &e.Fingerprint, &e.IdempotencyKey, &e.Status,
-		&e.Summary, &e.Depth, &replayed, &e.Result, &created, &updated)
+		&e.Summary, &e.Depth, &replayed, &e.Result, &created, &updated, &e.Resolution, &e.ResolvedBy, &resolved)
 	e.Replayed = replayed == 1
 	e.CreatedAt, e.UpdatedAt = fromNanos(created), fromNanos(updated)
+	if resolved.Valid {
+		e.ResolvedAt = fromNanos(resolved.Int64)
+	}
 	return e, err
 }
 
@@ -101,34 +145,57 @@ const (
 		RETURNING ` + taskCols
 	qLiveTask = `SELECT ` + taskCols + ` FROM tasks
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status IN ('running','waiting_approval')`
-	qInsertEffect = `INSERT INTO effects (` + effectCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	qInsertEffect = `INSERT INTO effects (` + effectInsertCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		RETURNING ` + effectCols
-	qMarkEffect = `UPDATE effects SET status = ?1, result = ?2, updated_ns = ?3
+	// A tool effect becomes unsettled as it becomes indeterminate, or
+	// observed without a result a re-run could replay (?9 = 1: no result;
+	// a parameter of its own, as PostgreSQL cannot type "?2 IS NULL").
+	qMarkEffect = `UPDATE effects SET status = ?1, result = ?2, updated_ns = ?3,
+			resolution = CASE WHEN kind = 'tool' AND (?1 = 'indeterminate' OR (?1 = 'observed' AND ?9 = 1 AND replayed = 0))
+				THEN 'unsettled' ELSE resolution END
 		WHERE task_id = ?4 AND attempt = ?5 AND seq = ?6 AND status = ?7
 			AND EXISTS (SELECT 1 FROM tasks WHERE id = ?4 AND principal_id = ?8)
 		RETURNING ` + effectCols
 	qReplayable = `SELECT ` + effectCols + ` FROM effects
 		WHERE task_id = ? AND attempt < ? AND seq = ? AND fingerprint = ? AND status = 'observed' AND result IS NOT NULL
 		ORDER BY attempt DESC LIMIT 1`
-	// An effect of an attempt after the last completed one is unsettled
-	// when it is indeterminate, or observed without the result a re-run
-	// would replay.
-	unsettledWhere = `task_id = ?1 AND (status = 'indeterminate' OR (status = 'observed' AND result IS NULL AND replayed = 0))
-			AND attempt > coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1 AND status = 'completed'), 0)`
-	qIndeterminate = `SELECT ` + effectCols + ` FROM effects WHERE ` + unsettledWhere + `
-		ORDER BY attempt, seq LIMIT 100`
-	qUnsettled = `SELECT ` + effectCols + ` FROM effects WHERE ` + unsettledWhere + `
-			AND attempt < ?2 AND kind = ?3 AND fingerprint = ?4
-		ORDER BY attempt DESC, seq LIMIT 1`
+	// What a step is told: the task's unresolved tool effects, whatever
+	// attempt left them, and the model and approval effects left
+	// indeterminate since the last completed attempt (those are not
+	// gated: a model call re-runs at a charge, an approval is asked
+	// again).
+	qIndeterminate = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ?1 AND (resolution = 'unsettled'
+			OR (kind <> 'tool' AND status = 'indeterminate'
+				AND attempt > coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1 AND status = 'completed'), 0)))
+		ORDER BY attempt, seq LIMIT ` + maxUnsettledListed
+	// The gate: the unresolved tool effects a call with fingerprint ?2 or
+	// idempotency key ?3 would re-admit. An observed one of the attempt
+	// in flight (?4) is that attempt's own, which its executor saw.
+	qUnsettled = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ?1 AND resolution = 'unsettled' AND kind = 'tool'
+			AND (fingerprint = ?2 OR (?3 <> '' AND idempotency_key = ?3)) AND (status = 'indeterminate' OR attempt < ?4)
+		ORDER BY attempt DESC, seq LIMIT ` + maxUnsettledListed
+	// Every effect that was unsettled, newest first, as status shows them.
+	qUnsettledHistory = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ? AND resolution <> ''
+		ORDER BY attempt DESC, seq DESC LIMIT ` + maxUnsettledListed
+	qResolveEffect = `UPDATE effects SET resolution = ?1, resolved_by = ?2, resolved_ns = ?3
+		WHERE task_id = ?4 AND attempt = ?5 AND seq = ?6 AND resolution = 'unsettled'
+		RETURNING ` + effectCols
+	qEffectByKey = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ? AND attempt = ? AND seq = ?`
+	// An attempt whose outcome committed settles what it observed: its
+	// executor saw those results, and no step re-runs it.
+	qSettleObserved = `UPDATE effects SET resolution = ''
+		WHERE task_id = ? AND attempt = ? AND status = 'observed' AND resolution = 'unsettled'`
 	qListEffects = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ? ORDER BY attempt, seq LIMIT 10000`
 	// An attempt's outcome committed: no step re-runs it, so no result of
 	// the task is kept for replay.
 	qDropEffectResults = `UPDATE effects SET result = NULL WHERE task_id = ? AND result IS NOT NULL`
 	// The unsettled effects of the tasks leased to host ?2 (or to no host).
 	qSettleHostEffects = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
+			resolution = CASE WHEN status = 'dispatching' AND kind = 'tool' THEN 'unsettled' ELSE resolution END,
 			updated_ns = ?1 WHERE status IN ('admitted','dispatching')
 			AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = effects.task_id AND t.lease_host IN (?2, ''))`
 	qSettleTaskEffects = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
+			resolution = CASE WHEN status = 'dispatching' AND kind = 'tool' THEN 'unsettled' ELSE resolution END,
 			updated_ns = ?1 WHERE task_id = ?2 AND status IN ('admitted','dispatching')
 			AND NOT EXISTS (SELECT 1 FROM attempts WHERE task_id = ?2 AND status = 'running')
 			AND EXISTS (SELECT 1 FROM tasks WHERE id = ?2 AND principal_id = ?3)`
@@ -136,7 +203,8 @@ const (
 
 // effectQueries are the effect write statements, prepared at Open.
 func effectQueries() []string {
-	return []string{qChargeTool, qChargeModel, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleHostEffects, qSettleTaskEffects}
+	return []string{qChargeTool, qChargeModel, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleHostEffects, qSettleTaskEffects,
+		qResolveEffect, qSettleObserved}
 }
 
 func (s *Store) checkEffect(e NewEffect) error {
@@ -263,8 +331,12 @@ func (s *Store) MarkEffect(ctx context.Context, m MarkEffect) (Effect, error) {
 	var out Effect
 	err := s.write(ctx, func(tx *txn) error {
 		var err error
+		noResult := 0
+		if result == nil {
+			noResult = 1
+		}
 		out, err = scanEffect(tx.QueryRowContext(ctx, qMarkEffect, string(to), result, nanos(s.now()),
-			taskID, attempt, seq, string(from), principal))
+			taskID, attempt, seq, string(from), principal, noResult))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("task %s attempt %d effect %d is not %s: %w", taskID, attempt, seq, from, ErrConflict)
 		}
@@ -304,10 +376,15 @@ func (s *Store) Replayable(ctx context.Context, principal, taskID string, attemp
 	return e, err == nil, err
 }
 
-// IndeterminateEffects lists the unsettled effects of the attempts since
-// the task's last completed one: those that were dispatching when their
-// attempt died (indeterminate) and those observed whose result was not kept
-// (reported as EffectObservedUnreplayable).
+// maxUnsettledListed bounds every list of unsettled effects: a step's
+// StepRequest.Indeterminate, the gate's matches, and status.
+const maxUnsettledListed = "100"
+
+// IndeterminateEffects lists what a step is told is unsettled: the task's
+// unresolved tool effects from any earlier attempt — indeterminate, and
+// observed without a kept result (reported as EffectObservedUnreplayable)
+// — and its model and approval effects left indeterminate since its last
+// completed attempt; at most 100, oldest first.
 func (s *Store) IndeterminateEffects(ctx context.Context, principal, taskID string) ([]Effect, error) {
 	if _, err := s.GetTask(ctx, principal, taskID); err != nil {
 		return nil, err
@@ -319,18 +396,100 @@ func (s *Store) IndeterminateEffects(ctx context.Context, principal, taskID stri
 	return effs, err
 }
 
-// UnsettledEffect finds an unsettled effect of kind with fingerprint from an
-// attempt before attempt of the same unfinished step: running that effect
-// again may repeat what it did.
-func (s *Store) UnsettledEffect(ctx context.Context, principal, taskID string, attempt int64, kind EffectKind, fingerprint string) (Effect, bool, error) {
+// UnsettledEffects finds the unresolved tool effects of the task that a
+// tool call with fingerprint, or with the non-empty idempotency key, would
+// run again, newest first (at most 100). An observed one of attempt, the
+// attempt in flight, is not among them: its executor saw the result.
+func (s *Store) UnsettledEffects(ctx context.Context, principal, taskID string, attempt int64, fingerprint, key string) ([]Effect, error) {
 	if _, err := s.GetTask(ctx, principal, taskID); err != nil {
-		return Effect{}, false, err
+		return nil, err
 	}
-	e, err := scanEffect(s.readRow(ctx, qUnsettled, taskID, attempt, string(kind), fingerprint))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Effect{}, false, nil
+	rows, err := s.readRows(ctx, qUnsettled, taskID, fingerprint, key, attempt)
+	if err != nil {
+		return nil, err
 	}
-	return unsettled(e), err == nil, err
+	defer rows.Close()
+	var out []Effect
+	for rows.Next() {
+		e, err := scanEffect(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, unsettled(e))
+	}
+	return out, rows.Err()
+}
+
+// UnsettledHistory lists every effect of the task that was unsettled,
+// resolved or not, newest first (at most 100): what status shows.
+func (s *Store) UnsettledHistory(ctx context.Context, principal, taskID string) ([]Effect, error) {
+	if _, err := s.GetTask(ctx, principal, taskID); err != nil {
+		return nil, err
+	}
+	effs, err := s.effects(ctx, qUnsettledHistory, taskID)
+	for i := range effs {
+		if effs[i].Resolution == ResolutionUnsettled {
+			effs[i] = unsettled(effs[i])
+		}
+	}
+	return effs, err
+}
+
+// ResolveEffect is a resolution of one unsettled effect.
+type ResolveEffect struct {
+	PrincipalID, TaskID string
+	Attempt, Seq        int64
+	To                  EffectResolution // retry_authorized or abandoned
+	// By is who resolved it: the approval's id, ResolvedByExecutor, or
+	// ResolvedByOperatorPrefix and the principal.
+	By string
+}
+
+// ResolveEffect resolves an unsettled effect, with events, in one
+// transaction. It is a compare-and-set: an effect that is not (or no
+// longer) unsettled gives ErrConflict, one the task does not have
+// ErrNotFound.
+func (s *Store) ResolveEffect(ctx context.Context, r ResolveEffect, events ...NewEvent) (Effect, error) {
+	switch {
+	case r.To != ResolutionRetryAuthorized && r.To != ResolutionAbandoned:
+		return Effect{}, invalidf("effect resolution %q is not retry_authorized or abandoned", r.To)
+	case r.By == "" || len(r.By) > maxResolvedBy:
+		return Effect{}, invalidf("effect resolved_by must be 1..%d bytes, got %d", maxResolvedBy, len(r.By))
+	case r.Attempt < 1 || r.Seq < 1:
+		return Effect{}, invalidf("effect attempt and seq must be positive, got %d and %d", r.Attempt, r.Seq)
+	}
+	if err := s.checkEvents(events); err != nil {
+		return Effect{}, err
+	}
+	var out Effect
+	err := s.write(ctx, func(tx *txn) error {
+		t, err := scanTask(tx.QueryRowContext(ctx, qTaskByID, r.TaskID, r.PrincipalID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound(r.TaskID)
+		}
+		if err != nil {
+			return err
+		}
+		out, err = scanEffect(tx.QueryRowContext(ctx, qResolveEffect, string(r.To), r.By, nanos(s.now()), r.TaskID, r.Attempt, r.Seq))
+		if errors.Is(err, sql.ErrNoRows) {
+			cur, err := scanEffect(tx.QueryRowContext(ctx, qEffectByKey, r.TaskID, r.Attempt, r.Seq))
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("task %s has no effect %d/%d: %w", r.TaskID, r.Attempt, r.Seq, ErrNotFound)
+			case err != nil:
+				return err
+			case cur.Resolution == ResolutionNone:
+				return fmt.Errorf("task %s effect %d/%d (%s) is not unsettled: %w", r.TaskID, r.Attempt, r.Seq, cur.Status, ErrConflict)
+			}
+			return fmt.Errorf("task %s effect %d/%d is already %s by %s: %w", r.TaskID, r.Attempt, r.Seq, cur.Resolution, cur.ResolvedBy, ErrConflict)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, tx, t.ID, t.RunID, events)
+		return err
+	})
+	return out, err
 }
 
 func unsettled(e Effect) Effect {

@@ -136,6 +136,15 @@ var pgMigrations = []migration{
 		`ALTER TABLE tasks ADD COLUMN events_stored BIGINT NOT NULL DEFAULT 0 CHECK (events_stored >= 0)`,
 		qCountStoredEvents,
 	}},
+	{version: 4, name: "effect resolutions", stmts: []string{
+		// SQLite's v7: each unsettled tool effect's durable resolution
+		// (effects.go).
+		`ALTER TABLE effects ADD COLUMN resolution TEXT NOT NULL DEFAULT '' CHECK (resolution IN ('','unsettled','retry_authorized','abandoned'))`,
+		`ALTER TABLE effects ADD COLUMN resolved_by TEXT NOT NULL DEFAULT '' CHECK (length(resolved_by) <= 300)`,
+		`ALTER TABLE effects ADD COLUMN resolved_ns BIGINT`,
+		`CREATE INDEX effects_unresolved ON effects (task_id) WHERE resolution = 'unsettled'`,
+		qMarkOldUnsettled,
+	}},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

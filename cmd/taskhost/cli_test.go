@@ -65,6 +65,8 @@ func TestJSONShapes(t *testing.T) {
 		{"task_status.json", []string{"task", "status", id}, "", exitOK, false},
 		{"task_cancel.json", []string{"task", "cancel", id}, "", exitOK, false},
 		{"task_resume.json", []string{"task", "resume", id}, "", exitOK, false},
+		{"task_resolve_effect.json", []string{"task", "resolve-effect", id, "1/2", "--abandon"}, "", exitOK, false},
+		{"error_resolve_effect_conflict.json", []string{"task", "resolve-effect", id, "1/1", "--retry"}, "", exitConflict, true},
 		{"task_watch.jsonl", []string{"task", "watch", id}, "", exitOK, false},
 		{"approvals_list.json", []string{"approvals", "list"}, "", exitOK, false},
 		{"approve.json", []string{"approve", "a_cccccccccccccccccccccccccc"}, "", exitOK, false},
@@ -231,5 +233,29 @@ func TestFailedRuntimePreflightIsUnavailable(t *testing.T) {
 	}
 	if x := executorJSON(&apipb.Executor{Kind: "legacy", Available: true, Runtime: map[string]string{"preflight": "ok"}}); !x.Preflight.OK {
 		t.Fatalf("preflight %+v", x.Preflight)
+	}
+}
+
+// resolve-effect refuses, before dialling, what is not one effect and one
+// resolution: exit 2 naming the argument.
+func TestResolveEffectUsage(t *testing.T) {
+	const id = "t_aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{id, "1/1"}, "one of --retry or --abandon"},
+		{[]string{id, "1/1", "--retry", "--abandon"}, "one of --retry or --abandon"},
+		{[]string{id, "1", "--retry"}, "want ATTEMPT/SEQ"},
+		{[]string{id, "0/1", "--retry"}, "want ATTEMPT/SEQ"},
+		{[]string{id, "1/x", "--abandon"}, "want ATTEMPT/SEQ"},
+		{[]string{id, "1/-1", "--abandon"}, "want ATTEMPT/SEQ"},
+	} {
+		args := append([]string{"task", "resolve-effect"}, c.args...)
+		args = append(args, "--socket", "/nonexistent/socket")
+		_, errOut, code := runCLI(t, "", args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, %q; want exit %d saying %q", c.args, code, errOut, exitUsage, c.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -75,7 +76,21 @@ func (fakeAPI) GetTask(_ context.Context, req *apipb.GetTaskRequest) (*apipb.Get
 			{Number: 1, RunId: 1, Status: "interrupted", Reason: "executor_crashed", StartedUnixNano: fixedTime, EndedUnixNano: fixedTime + 5e6, ExitCode: -1, ExitSignal: "killed", StderrTail: "panic: x"},
 			{Number: 2, RunId: 2, Status: "completed", Outcome: "complete", Summary: "report ready", StartedUnixNano: fixedTime + 1e9, EndedUnixNano: fixedTime + 1e9 + 8e6, ExitCode: -1},
 		},
+		UnsettledEffects: []*apipb.UnsettledEffect{
+			{Attempt: 1, Seq: 2, Status: "indeterminate", Summary: "shell.run", Resolution: "unsettled"},
+			{Attempt: 1, Seq: 1, Status: "indeterminate", Summary: "shell.run", Resolution: "retry_authorized", ResolvedBy: "a_cccccccccccccccccccccccccc", ResolvedUnixNano: fixedTime + 1e9},
+		},
 	}, nil
+}
+
+func (fakeAPI) ResolveEffect(_ context.Context, req *apipb.ResolveEffectRequest) (*apipb.ResolveEffectResponse, error) {
+	if req.Attempt != 1 || req.Seq != 2 {
+		st, _ := status.New(codes.FailedPrecondition, fmt.Sprintf("task %s effect %d/%d is already abandoned by executor", req.TaskId, req.Attempt, req.Seq)).
+			WithDetails(&errdetails.ErrorInfo{Reason: api.ReasonTaskConflict, Domain: api.ErrorDomain})
+		return nil, st.Err()
+	}
+	return &apipb.ResolveEffectResponse{Effect: &apipb.UnsettledEffect{Attempt: 1, Seq: 2, Status: "indeterminate", Summary: "shell.run",
+		Resolution: req.Resolution, ResolvedBy: "operator:alice", ResolvedUnixNano: fixedTime + 2e9}}, nil
 }
 
 func (fakeAPI) ListTasks(context.Context, *apipb.ListTasksRequest) (*apipb.ListTasksResponse, error) {

@@ -221,6 +221,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		Admins:                 cfg.API.Admins,
 		AdminActs:              h.Runner,
 		Fleet:                  h.Runner,
+		Effects:                h.Runner,
 		Ready:                  hostHealth{h.Store, h.Runner}.Ping,
 		Listener: api.ListenerLimits{
 			MaxConns:            cfg.API.MaxConnections,

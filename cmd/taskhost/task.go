@@ -22,6 +22,7 @@ func taskCommands() []command {
 		{"files", "list a task's workspace, or write one of its files out", taskFilesCmd},
 		{"cp", "copy a file out of a task's workspace: ID:PATH DEST", taskCpCmd},
 		{"delete", "delete a finished task: its records and workspace", taskDeleteCmd},
+		{"resolve-effect", "authorize or abandon a tool call that may already have run once", taskResolveEffectCmd},
 	}
 }
 
@@ -261,10 +262,12 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 		}
 		tv := taskJSON(t)
 		tv.Host = resp.Task.GetLeaseHost()
-		newPrinter(e, true).emit(map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted})
+		newPrinter(e, true).emit(map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted,
+			"unsettled_effects": effectsJSON(resp.UnsettledEffects)})
 		return exitOK
 	}
 	writeTaskDetail(e.stdout, t, resp.Task.GetLeaseHost(), atts, resp.AttemptsOmitted)
+	writeUnsettled(e.stdout, t.ID, resp.UnsettledEffects)
 	if t.Status == store.StatusInterrupted {
 		fmt.Fprintf(e.stdout, "\nresume it with: taskhost task resume %s\n", t.ID)
 	}

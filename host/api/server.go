@@ -144,6 +144,10 @@ type Options struct {
 	// every principal's tasks, through AdminActs (nil: no admins).
 	Admins    []string
 	AdminActs AdminActs
+	// Effects lists unsettled effects in GetTask and resolves them for
+	// ResolveEffect; nil leaves the list out and ResolveEffect
+	// Unimplemented.
+	Effects Effects
 	// Ready, when set, is asked by every grpc.health.v1 Check: an error
 	// (the store does not answer a read) reports NOT_SERVING.
 	Ready func(ctx context.Context) error

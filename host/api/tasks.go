@@ -93,6 +93,9 @@ func (ts *taskService) GetTask(ctx context.Context, req *apipb.GetTaskRequest) (
 	for _, a := range atts {
 		resp.Attempts = append(resp.Attempts, attemptPB(a))
 	}
+	if resp.UnsettledEffects, err = ts.unsettledEffects(ctx, p, req.TaskId); err != nil {
+		return nil, err
+	}
 	return resp, nil
 }
 

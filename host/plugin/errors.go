@@ -72,14 +72,15 @@ func Refuse(kind error, format string, args ...any) error {
 }
 
 // UnsettledEffectError refuses to run an effect again that an earlier
-// attempt of the step left unsettled (it may already have happened) without
-// an approval for the retry in this step. It matches ErrEffectUnsettled.
+// attempt of the task left unsettled (it may already have happened) until
+// the effect is resolved: its retry approved, or it abandoned. It matches
+// ErrEffectUnsettled.
 type UnsettledEffectError struct {
 	Effect Effect // the earlier attempt's ledger entry
 }
 
 func (e *UnsettledEffectError) Error() string {
-	return fmt.Sprintf("%s effect %d of attempt %d (%s) is %s: it may already have happened, and running it again needs an approval for the retry in this step (RequestApproval) first",
+	return fmt.Sprintf("%s effect %d of attempt %d (%s) is %s: it may already have happened, and it runs again only once resolved: its retry approved (RequestApproval in a step that lists it) or it abandoned (AbandonEffect)",
 		e.Effect.Kind, e.Effect.Seq, e.Effect.Attempt, e.Effect.Summary, e.Effect.Status)
 }
 func (e *UnsettledEffectError) Is(t error) bool { return t == ErrEffectUnsettled }

@@ -131,6 +131,9 @@ type Services interface {
 	RequestApproval(ctx context.Context, turnToken, prompt string) error
 	// RequestInput returns the JSON value the question was answered with.
 	RequestInput(ctx context.Context, turnToken, question string) (valueJSON []byte, err error)
+	// AbandonEffect gives up the task's unsettled tool effect (attempt,
+	// seq): the gate no longer refuses the same call as its re-run.
+	AbandonEffect(ctx context.Context, turnToken string, attempt, seq int64) error
 }
 
 // ModelCall is one model call of an executor. ParentCallToken is the token
@@ -190,3 +193,4 @@ func (NoServices) RequestApproval(context.Context, string, string) error { retur
 func (NoServices) RequestInput(context.Context, string, string) ([]byte, error) {
 	return nil, errNoServices
 }
+func (NoServices) AbandonEffect(context.Context, string, int64, int64) error { return errNoServices }

@@ -95,6 +95,13 @@ func (s *servicesServer) RequestInput(ctx context.Context, req *pb.RequestInputR
 	return &pb.RequestInputResponse{ValueJson: string(v)}, nil
 }
 
+func (s *servicesServer) AbandonEffect(ctx context.Context, req *pb.AbandonEffectRequest) (*pb.AbandonEffectResponse, error) {
+	if err := s.svc.AbandonEffect(ctx, req.GetTurnToken(), int64(req.GetAttempt()), int64(req.GetSeq())); err != nil {
+		return nil, serviceStatus(err)
+	}
+	return &pb.AbandonEffectResponse{}, nil
+}
+
 // The ErrorInfo of host-service refusals the code alone does not tell
 // apart; the SDK reads them (sdk.ReasonEffectUnsettled and co.).
 const (

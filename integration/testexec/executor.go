@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -175,6 +177,11 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	if o.RequestApproval {
 		if _, err := host.RequestApproval(ctx, fmt.Sprintf("may step %d proceed?", n)); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("testexec: approval: %w", err)
+		}
+	}
+	if o.NaiveCall != nil {
+		if err := naiveCalls(ctx, host, o.NaiveCall, o.NaiveMemory, req.Indeterminate, n); err != nil {
+			return sdk.StepResult{}, err
 		}
 	}
 	if o.CallToolFirst != nil {
@@ -403,6 +410,56 @@ func writeFileAtomic(path, content string) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		_ = os.Remove(tmp.Name())
 		return err
+	}
+	return nil
+}
+
+// naiveCalls re-issues every unsettled tool call it made (by key "call-K")
+// that effs list or memory remembers, then makes logical call n, each once,
+// ignoring what the host answers: only the context's end stops it. A call
+// that succeeds is forgotten; memory ("" none) keeps the rest.
+func naiveCalls(ctx context.Context, host sdk.Host, c *toolCall, memory string, effs []sdk.Effect, n int) error {
+	pending := map[int]bool{}
+	if memory != "" {
+		data, err := os.ReadFile(memory)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("testexec: naive memory: %w", err)
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if k, err := strconv.Atoi(f); err == nil {
+				pending[k] = true
+			}
+		}
+	}
+	for _, ef := range effs {
+		var k int
+		if _, err := fmt.Sscanf(ef.IdempotencyKey, "call-%d", &k); err == nil && ef.Kind == "tool" {
+			pending[k] = true
+		}
+	}
+	calls := slices.Sorted(maps.Keys(pending))
+	if !pending[n] {
+		calls = append(calls, n)
+	}
+	for _, k := range calls {
+		args := strings.ReplaceAll(string(c.Args), "{n}", strconv.Itoa(k))
+		_, err := host.CallTool(ctx, sdk.ToolRequest{Name: c.Name, Arguments: args, IdempotencyKey: fmt.Sprintf("call-%d", k)})
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("testexec: naive call %d: %w", k, err)
+		case err == nil:
+			delete(pending, k)
+		}
+	}
+	if memory == "" {
+		return nil
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(pending)) {
+		fmt.Fprintln(&b, k)
+	}
+	if err := writeFileAtomic(memory, b.String()); err != nil {
+		return fmt.Errorf("testexec: naive memory: %w", err)
 	}
 	return nil
 }

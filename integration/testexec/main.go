@@ -46,6 +46,15 @@
 //	                          they come (a careless third-party executor).
 //	indeterminate_file string each step, write the request's unsettled effects
 //	                          there, one "attempt seq kind status" line each.
+//	naive_call        object  {"name": ..., "args": {...}}: each step n, re-issue
+//	                          every unsettled tool call the request lists (key
+//	                          "call-K") and then call K = n, "{n}" in the args
+//	                          replaced by K, under key "call-K"; refusals and
+//	                          errors are ignored and the step moves on (a naive
+//	                          executor the host must hold back).
+//	naive_memory      string  a file: remember there every call the request ever
+//	                          listed unsettled and re-issue it every step until
+//	                          a re-issue succeeds (requires naive_call).
 //	request_approval  bool    call host.RequestApproval each step.
 //	call_tool         object  {"name": ..., "args": {...}}: call the tool each
 //	                          step; on an error, Continue("tool error: <kind>").

@@ -63,6 +63,16 @@ type options struct {
 	// it testexec just re-issues them: a third-party executor the host
 	// must hold back.
 	ApproveRetry bool `json:"approve_retry"`
+	// NaiveCall is the naive executor of the unsettled-effect gate's
+	// tests: each step re-issues every unsettled tool call the request
+	// lists (by its key "call-K"), then makes its own logical call K = n,
+	// "{n}" in the arguments replaced by K, and moves on whatever the
+	// answers were.
+	NaiveCall *toolCall `json:"naive_call"`
+	// NaiveMemory is a file where the naive executor keeps, across runs,
+	// every call it was told was unsettled until a re-issue of it
+	// succeeds: it re-issues them every step.
+	NaiveMemory string `json:"naive_memory"`
 	// IndeterminateFile receives, each step, the request's unsettled
 	// effects as JSON lines "attempt seq kind status".
 	IndeterminateFile string `json:"indeterminate_file"`

@@ -23,6 +23,7 @@ const (
 	RequestInput    Method = "RequestInput"
 	Progress        Method = "Progress"
 	Tools           Method = "Tools"
+	AbandonEffect   Method = "AbandonEffect"
 )
 
 // Call is one recorded Host call.
@@ -32,6 +33,7 @@ type Call struct {
 	Tool   sdk.ToolRequest  // CallTool
 	Prompt string           // RequestApproval, RequestInput
 	Note   string           // Progress
+	Effect sdk.Effect       // AbandonEffect
 	// Err is what the call returned.
 	Err error
 }
@@ -55,6 +57,8 @@ type Host struct {
 	RequestInputF    func(ctx context.Context, question string) (json.RawMessage, error)
 	ProgressF        func(ctx context.Context, note string) error
 	ToolsF           func(ctx context.Context) ([]sdk.ToolSpec, error)
+	// AbandonEffectF, unset, accepts every abandon.
+	AbandonEffectF func(ctx context.Context, e sdk.Effect) error
 
 	mu    sync.Mutex
 	calls []Call
@@ -162,6 +166,16 @@ func (h *Host) RequestInput(ctx context.Context, question string) (json.RawMessa
 	}
 	done(err)
 	return v, err
+}
+
+func (h *Host) AbandonEffect(ctx context.Context, e sdk.Effect) error {
+	done := h.begin(Call{Method: AbandonEffect, Effect: e})
+	err := h.refused(ctx, AbandonEffect)
+	if err == nil && h.AbandonEffectF != nil {
+		err = h.AbandonEffectF(ctx, e)
+	}
+	done(err)
+	return err
 }
 
 func (h *Host) Progress(ctx context.Context, note string) error {

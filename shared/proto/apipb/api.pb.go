@@ -867,8 +867,11 @@ type GetTaskResponse struct {
 	Task            *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	Attempts        []*Attempt             `protobuf:"bytes,2,rep,name=attempts,proto3" json:"attempts,omitempty"`                                       // oldest first
 	AttemptsOmitted int64                  `protobuf:"varint,3,opt,name=attempts_omitted,json=attemptsOmitted,proto3" json:"attempts_omitted,omitempty"` // older attempts not returned
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The task's effects that were unsettled, resolved or not, newest
+	// first (at most 100).
+	UnsettledEffects []*UnsettledEffect `protobuf:"bytes,20,rep,name=unsettled_effects,json=unsettledEffects,proto3" json:"unsettled_effects,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetTaskResponse) Reset() {
@@ -920,6 +923,13 @@ func (x *GetTaskResponse) GetAttemptsOmitted() int64 {
 		return x.AttemptsOmitted
 	}
 	return 0
+}
+
+func (x *GetTaskResponse) GetUnsettledEffects() []*UnsettledEffect {
+	if x != nil {
+		return x.UnsettledEffects
+	}
+	return nil
 }
 
 type ListTasksRequest struct {
@@ -2800,6 +2810,217 @@ func (x *FleetHost) GetSelf() bool {
 	return false
 }
 
+// UnsettledEffect is a tool effect of the task that may already have run
+// once (DESIGN.md §6), and where its resolution stands.
+type UnsettledEffect struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attempt int64                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Seq     int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// indeterminate | observed_unreplayable (while unsettled) | observed
+	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// The ledger's bounded summary of the call (e.g. "shell.run").
+	Summary string `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
+	// unsettled | retry_authorized | abandoned
+	Resolution string `protobuf:"bytes,5,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	// The approval's id, "executor", or "operator:" and the principal.
+	ResolvedBy       string `protobuf:"bytes,6,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
+	ResolvedUnixNano int64  `protobuf:"varint,7,opt,name=resolved_unix_nano,json=resolvedUnixNano,proto3" json:"resolved_unix_nano,omitempty"` // 0 while unsettled
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UnsettledEffect) Reset() {
+	*x = UnsettledEffect{}
+	mi := &file_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnsettledEffect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnsettledEffect) ProtoMessage() {}
+
+func (x *UnsettledEffect) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnsettledEffect.ProtoReflect.Descriptor instead.
+func (*UnsettledEffect) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *UnsettledEffect) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *UnsettledEffect) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *UnsettledEffect) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *UnsettledEffect) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *UnsettledEffect) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+func (x *UnsettledEffect) GetResolvedBy() string {
+	if x != nil {
+		return x.ResolvedBy
+	}
+	return ""
+}
+
+func (x *UnsettledEffect) GetResolvedUnixNano() int64 {
+	if x != nil {
+		return x.ResolvedUnixNano
+	}
+	return 0
+}
+
+type ResolveEffectRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TaskId  string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Attempt int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Seq     int64                  `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// retry_authorized | abandoned
+	Resolution    string `protobuf:"bytes,4,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveEffectRequest) Reset() {
+	*x = ResolveEffectRequest{}
+	mi := &file_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveEffectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveEffectRequest) ProtoMessage() {}
+
+func (x *ResolveEffectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveEffectRequest.ProtoReflect.Descriptor instead.
+func (*ResolveEffectRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ResolveEffectRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ResolveEffectRequest) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ResolveEffectRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ResolveEffectRequest) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+type ResolveEffectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Effect        *UnsettledEffect       `protobuf:"bytes,1,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveEffectResponse) Reset() {
+	*x = ResolveEffectResponse{}
+	mi := &file_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveEffectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveEffectResponse) ProtoMessage() {}
+
+func (x *ResolveEffectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveEffectResponse.ProtoReflect.Descriptor instead.
+func (*ResolveEffectResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ResolveEffectResponse) GetEffect() *UnsettledEffect {
+	if x != nil {
+		return x.Effect
+	}
+	return nil
+}
+
 var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
@@ -2873,11 +3094,12 @@ const file_api_proto_rawDesc = "" +
 	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\"P\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
-	"\x0eattempts_limit\x18\x02 \x01(\x05R\rattemptsLimit\"\x9d\x01\n" +
+	"\x0eattempts_limit\x18\x02 \x01(\x05R\rattemptsLimit\"\xec\x01\n" +
 	"\x0fGetTaskResponse\x12)\n" +
 	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\x124\n" +
 	"\battempts\x18\x02 \x03(\v2\x18.taskhost.api.v1.AttemptR\battempts\x12)\n" +
-	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\"\xd0\x01\n" +
+	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\x12M\n" +
+	"\x11unsettled_effects\x18\x14 \x03(\v2 .taskhost.api.v1.UnsettledEffectR\x10unsettledEffects\"\xd0\x01\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x03(\tR\x06status\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -3007,7 +3229,27 @@ const file_api_proto_rawDesc = "" +
 	"\vtasks_owned\x18\x06 \x01(\x03R\n" +
 	"tasksOwned\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12\x12\n" +
-	"\x04self\x18\b \x01(\bR\x04self2\xa0\x06\n" +
+	"\x04self\x18\b \x01(\bR\x04self\"\xde\x01\n" +
+	"\x0fUnsettledEffect\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x03R\aattempt\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x18\n" +
+	"\asummary\x18\x04 \x01(\tR\asummary\x12\x1e\n" +
+	"\n" +
+	"resolution\x18\x05 \x01(\tR\n" +
+	"resolution\x12\x1f\n" +
+	"\vresolved_by\x18\x06 \x01(\tR\n" +
+	"resolvedBy\x12,\n" +
+	"\x12resolved_unix_nano\x18\a \x01(\x03R\x10resolvedUnixNano\"{\n" +
+	"\x14ResolveEffectRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x1e\n" +
+	"\n" +
+	"resolution\x18\x04 \x01(\tR\n" +
+	"resolution\"Q\n" +
+	"\x15ResolveEffectResponse\x128\n" +
+	"\x06effect\x18\x01 \x01(\v2 .taskhost.api.v1.UnsettledEffectR\x06effect2\x80\a\n" +
 	"\vTaskService\x12U\n" +
 	"\n" +
 	"CreateTask\x12\".taskhost.api.v1.CreateTaskRequest\x1a#.taskhost.api.v1.CreateTaskResponse\x12L\n" +
@@ -3021,7 +3263,8 @@ const file_api_proto_rawDesc = "" +
 	"\rListTaskFiles\x12%.taskhost.api.v1.ListTaskFilesRequest\x1a&.taskhost.api.v1.ListTaskFilesResponse\x12]\n" +
 	"\fReadTaskFile\x12$.taskhost.api.v1.ReadTaskFileRequest\x1a%.taskhost.api.v1.ReadTaskFileResponse0\x01\x12U\n" +
 	"\n" +
-	"DeleteTask\x12\".taskhost.api.v1.DeleteTaskRequest\x1a#.taskhost.api.v1.DeleteTaskResponse2\xac\x02\n" +
+	"DeleteTask\x12\".taskhost.api.v1.DeleteTaskRequest\x1a#.taskhost.api.v1.DeleteTaskResponse\x12^\n" +
+	"\rResolveEffect\x12%.taskhost.api.v1.ResolveEffectRequest\x1a&.taskhost.api.v1.ResolveEffectResponse2\xac\x02\n" +
 	"\x0fApprovalService\x12^\n" +
 	"\rListApprovals\x12%.taskhost.api.v1.ListApprovalsRequest\x1a&.taskhost.api.v1.ListApprovalsResponse\x12\\\n" +
 	"\aApprove\x12'.taskhost.api.v1.ResolveApprovalRequest\x1a(.taskhost.api.v1.ResolveApprovalResponse\x12[\n" +
@@ -3044,7 +3287,7 @@ func file_api_proto_rawDescGZIP() []byte {
 	return file_api_proto_rawDescData
 }
 
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_api_proto_goTypes = []any{
 	(*Meter)(nil),                   // 0: taskhost.api.v1.Meter
 	(*Budgets)(nil),                 // 1: taskhost.api.v1.Budgets
@@ -3087,7 +3330,10 @@ var file_api_proto_goTypes = []any{
 	(*ListHostsRequest)(nil),        // 38: taskhost.api.v1.ListHostsRequest
 	(*ListHostsResponse)(nil),       // 39: taskhost.api.v1.ListHostsResponse
 	(*FleetHost)(nil),               // 40: taskhost.api.v1.FleetHost
-	nil,                             // 41: taskhost.api.v1.Executor.RuntimeEntry
+	(*UnsettledEffect)(nil),         // 41: taskhost.api.v1.UnsettledEffect
+	(*ResolveEffectRequest)(nil),    // 42: taskhost.api.v1.ResolveEffectRequest
+	(*ResolveEffectResponse)(nil),   // 43: taskhost.api.v1.ResolveEffectResponse
+	nil,                             // 44: taskhost.api.v1.Executor.RuntimeEntry
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: taskhost.api.v1.Budgets.steps:type_name -> taskhost.api.v1.Meter
@@ -3101,56 +3347,60 @@ var file_api_proto_depIdxs = []int32{
 	2,  // 8: taskhost.api.v1.CreateTaskResponse.task:type_name -> taskhost.api.v1.Task
 	2,  // 9: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
 	3,  // 10: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
-	2,  // 11: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
-	14, // 12: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
-	2,  // 13: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 14: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 15: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
-	4,  // 16: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
-	2,  // 17: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
-	26, // 18: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
-	26, // 19: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	41, // 20: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
-	34, // 21: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
-	36, // 22: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
-	40, // 23: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
-	6,  // 24: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
-	9,  // 25: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
-	11, // 26: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
-	20, // 27: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
-	22, // 28: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
-	24, // 29: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
-	13, // 30: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
-	16, // 31: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
-	18, // 32: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
-	27, // 33: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
-	29, // 34: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	29, // 35: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	31, // 36: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
-	33, // 37: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	37, // 38: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
-	38, // 39: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
-	8,  // 40: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	10, // 41: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	12, // 42: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	21, // 43: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	23, // 44: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	25, // 45: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	15, // 46: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	17, // 47: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	19, // 48: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	28, // 49: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	30, // 50: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	30, // 51: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	32, // 52: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	35, // 53: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	35, // 54: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	39, // 55: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
-	40, // [40:56] is the sub-list for method output_type
-	24, // [24:40] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	41, // 11: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
+	2,  // 12: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	14, // 13: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
+	2,  // 14: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 15: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 16: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
+	4,  // 17: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
+	2,  // 18: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
+	26, // 19: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
+	26, // 20: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
+	44, // 21: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	34, // 22: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
+	36, // 23: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
+	40, // 24: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
+	41, // 25: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
+	6,  // 26: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
+	9,  // 27: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
+	11, // 28: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
+	20, // 29: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
+	22, // 30: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
+	24, // 31: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
+	13, // 32: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
+	16, // 33: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
+	18, // 34: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
+	42, // 35: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
+	27, // 36: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
+	29, // 37: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	29, // 38: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	31, // 39: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
+	33, // 40: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
+	37, // 41: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	38, // 42: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
+	8,  // 43: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	10, // 44: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	12, // 45: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	21, // 46: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	23, // 47: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	25, // 48: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	15, // 49: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	17, // 50: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	19, // 51: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	43, // 52: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
+	28, // 53: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	30, // 54: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	30, // 55: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	32, // 56: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	35, // 57: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	35, // 58: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	39, // 59: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
+	43, // [43:60] is the sub-list for method output_type
+	26, // [26:43] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -3169,7 +3419,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

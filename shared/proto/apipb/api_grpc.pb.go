@@ -68,6 +68,7 @@ const (
 	TaskService_ListTaskFiles_FullMethodName = "/taskhost.api.v1.TaskService/ListTaskFiles"
 	TaskService_ReadTaskFile_FullMethodName  = "/taskhost.api.v1.TaskService/ReadTaskFile"
 	TaskService_DeleteTask_FullMethodName    = "/taskhost.api.v1.TaskService/DeleteTask"
+	TaskService_ResolveEffect_FullMethodName = "/taskhost.api.v1.TaskService/ResolveEffect"
 )
 
 // TaskServiceClient is the client API for TaskService service.
@@ -110,6 +111,14 @@ type TaskServiceClient interface {
 	// its workspace. A task that is pending, running, waiting_approval or
 	// interrupted is FailedPrecondition (TASK_CONFLICT): cancel it first.
 	DeleteTask(ctx context.Context, in *DeleteTaskRequest, opts ...grpc.CallOption) (*DeleteTaskResponse, error)
+	// ResolveEffect resolves an unsettled tool effect of the task (one that
+	// may already have run once: indeterminate, or observed without a kept
+	// result) for an operator: retry_authorized lets the executor's re-issue
+	// of the call run again, abandoned gives it up (a re-issue is then a new
+	// call under the tool's policy). Until resolved, the host refuses the
+	// re-issue in every later attempt, run and host. An effect that is not
+	// (or no longer) unsettled is FailedPrecondition (TASK_CONFLICT).
+	ResolveEffect(ctx context.Context, in *ResolveEffectRequest, opts ...grpc.CallOption) (*ResolveEffectResponse, error)
 }
 
 type taskServiceClient struct {
@@ -228,6 +237,16 @@ func (c *taskServiceClient) DeleteTask(ctx context.Context, in *DeleteTaskReques
 	return out, nil
 }
 
+func (c *taskServiceClient) ResolveEffect(ctx context.Context, in *ResolveEffectRequest, opts ...grpc.CallOption) (*ResolveEffectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveEffectResponse)
+	err := c.cc.Invoke(ctx, TaskService_ResolveEffect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskServiceServer is the server API for TaskService service.
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
@@ -268,6 +287,14 @@ type TaskServiceServer interface {
 	// its workspace. A task that is pending, running, waiting_approval or
 	// interrupted is FailedPrecondition (TASK_CONFLICT): cancel it first.
 	DeleteTask(context.Context, *DeleteTaskRequest) (*DeleteTaskResponse, error)
+	// ResolveEffect resolves an unsettled tool effect of the task (one that
+	// may already have run once: indeterminate, or observed without a kept
+	// result) for an operator: retry_authorized lets the executor's re-issue
+	// of the call run again, abandoned gives it up (a re-issue is then a new
+	// call under the tool's policy). Until resolved, the host refuses the
+	// re-issue in every later attempt, run and host. An effect that is not
+	// (or no longer) unsettled is FailedPrecondition (TASK_CONFLICT).
+	ResolveEffect(context.Context, *ResolveEffectRequest) (*ResolveEffectResponse, error)
 	mustEmbedUnimplementedTaskServiceServer()
 }
 
@@ -304,6 +331,9 @@ func (UnimplementedTaskServiceServer) ReadTaskFile(*ReadTaskFileRequest, grpc.Se
 }
 func (UnimplementedTaskServiceServer) DeleteTask(context.Context, *DeleteTaskRequest) (*DeleteTaskResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteTask not implemented")
+}
+func (UnimplementedTaskServiceServer) ResolveEffect(context.Context, *ResolveEffectRequest) (*ResolveEffectResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ResolveEffect not implemented")
 }
 func (UnimplementedTaskServiceServer) mustEmbedUnimplementedTaskServiceServer() {}
 func (UnimplementedTaskServiceServer) testEmbeddedByValue()                     {}
@@ -474,6 +504,24 @@ func _TaskService_DeleteTask_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskService_ResolveEffect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveEffectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).ResolveEffect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_ResolveEffect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).ResolveEffect(ctx, req.(*ResolveEffectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskService_ServiceDesc is the grpc.ServiceDesc for TaskService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -508,6 +556,10 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteTask",
 			Handler:    _TaskService_DeleteTask_Handler,
+		},
+		{
+			MethodName: "ResolveEffect",
+			Handler:    _TaskService_ResolveEffect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

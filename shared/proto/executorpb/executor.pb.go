@@ -439,8 +439,11 @@ type StepRequest struct {
 	// Absent on a task's first step.
 	Checkpoint *Checkpoint `protobuf:"bytes,7,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	Remaining  *Budgets    `protobuf:"bytes,8,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	// Effects that were dispatching when an earlier attempt died. The executor
-	// must not re-run a non-idempotent one on its own.
+	// The task's unsettled effects: tool effects an earlier attempt (any run,
+	// any host) left dispatching, or observed without a kept result, that are
+	// not resolved yet; and model and approval effects left dispatching since
+	// the last completed step. At most 100, oldest first. The executor must
+	// not re-run a non-idempotent one on its own (the host refuses it).
 	Indeterminate []*Effect `protobuf:"bytes,9,rep,name=indeterminate,proto3" json:"indeterminate,omitempty"`
 	// The go-plugin broker id of the host services endpoint of this process.
 	HostServicesId uint32   `protobuf:"varint,10,opt,name=host_services_id,json=hostServicesId,proto3" json:"host_services_id,omitempty"`
@@ -1656,6 +1659,103 @@ func (x *ListToolsResponse) GetTools() []*ToolSpec {
 	return nil
 }
 
+type AbandonEffectRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TurnToken string                 `protobuf:"bytes,1,opt,name=turn_token,json=turnToken,proto3" json:"turn_token,omitempty"`
+	// The effect's key, as StepRequest.indeterminate gave it.
+	Attempt       uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Seq           uint32 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonEffectRequest) Reset() {
+	*x = AbandonEffectRequest{}
+	mi := &file_executor_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonEffectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonEffectRequest) ProtoMessage() {}
+
+func (x *AbandonEffectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonEffectRequest.ProtoReflect.Descriptor instead.
+func (*AbandonEffectRequest) Descriptor() ([]byte, []int) {
+	return file_executor_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AbandonEffectRequest) GetTurnToken() string {
+	if x != nil {
+		return x.TurnToken
+	}
+	return ""
+}
+
+func (x *AbandonEffectRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AbandonEffectRequest) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type AbandonEffectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonEffectResponse) Reset() {
+	*x = AbandonEffectResponse{}
+	mi := &file_executor_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonEffectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonEffectResponse) ProtoMessage() {}
+
+func (x *AbandonEffectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonEffectResponse.ProtoReflect.Descriptor instead.
+func (*AbandonEffectResponse) Descriptor() ([]byte, []int) {
+	return file_executor_proto_rawDescGZIP(), []int{27}
+}
+
 var File_executor_proto protoreflect.FileDescriptor
 
 const file_executor_proto_rawDesc = "" +
@@ -1793,17 +1893,24 @@ const file_executor_proto_rawDesc = "" +
 	"\n" +
 	"turn_token\x18\x01 \x01(\tR\tturnToken\"I\n" +
 	"\x11ListToolsResponse\x124\n" +
-	"\x05tools\x18\x01 \x03(\v2\x1e.taskhost.executor.v1.ToolSpecR\x05tools2\xb4\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x1e.taskhost.executor.v1.ToolSpecR\x05tools\"a\n" +
+	"\x14AbandonEffectRequest\x12\x1d\n" +
+	"\n" +
+	"turn_token\x18\x01 \x01(\tR\tturnToken\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\rR\x03seq\"\x17\n" +
+	"\x15AbandonEffectResponse2\xb4\x01\n" +
 	"\bExecutor\x12Y\n" +
 	"\bDescribe\x12%.taskhost.executor.v1.DescribeRequest\x1a&.taskhost.executor.v1.DescribeResponse\x12M\n" +
-	"\x04Step\x12!.taskhost.executor.v1.StepRequest\x1a\".taskhost.executor.v1.StepResponse2\xd7\x04\n" +
+	"\x04Step\x12!.taskhost.executor.v1.StepRequest\x1a\".taskhost.executor.v1.StepResponse2\xc1\x05\n" +
 	"\fHostServices\x12\\\n" +
 	"\tCallModel\x12&.taskhost.executor.v1.CallModelRequest\x1a'.taskhost.executor.v1.CallModelResponse\x12Y\n" +
 	"\bCallTool\x12%.taskhost.executor.v1.CallToolRequest\x1a&.taskhost.executor.v1.CallToolResponse\x12n\n" +
 	"\x0fRequestApproval\x12,.taskhost.executor.v1.RequestApprovalRequest\x1a-.taskhost.executor.v1.RequestApprovalResponse\x12e\n" +
 	"\fRequestInput\x12).taskhost.executor.v1.RequestInputRequest\x1a*.taskhost.executor.v1.RequestInputResponse\x12Y\n" +
 	"\bProgress\x12%.taskhost.executor.v1.ProgressRequest\x1a&.taskhost.executor.v1.ProgressResponse\x12\\\n" +
-	"\tListTools\x12&.taskhost.executor.v1.ListToolsRequest\x1a'.taskhost.executor.v1.ListToolsResponseB6Z4github.com/taskhost/taskhost/shared/proto/executorpbb\x06proto3"
+	"\tListTools\x12&.taskhost.executor.v1.ListToolsRequest\x1a'.taskhost.executor.v1.ListToolsResponse\x12h\n" +
+	"\rAbandonEffect\x12*.taskhost.executor.v1.AbandonEffectRequest\x1a+.taskhost.executor.v1.AbandonEffectResponseB6Z4github.com/taskhost/taskhost/shared/proto/executorpbb\x06proto3"
 
 var (
 	file_executor_proto_rawDescOnce sync.Once
@@ -1817,7 +1924,7 @@ func file_executor_proto_rawDescGZIP() []byte {
 	return file_executor_proto_rawDescData
 }
 
-var file_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_executor_proto_goTypes = []any{
 	(*DescribeRequest)(nil),         // 0: taskhost.executor.v1.DescribeRequest
 	(*DescribeResponse)(nil),        // 1: taskhost.executor.v1.DescribeResponse
@@ -1845,10 +1952,12 @@ var file_executor_proto_goTypes = []any{
 	(*ProgressResponse)(nil),        // 23: taskhost.executor.v1.ProgressResponse
 	(*ListToolsRequest)(nil),        // 24: taskhost.executor.v1.ListToolsRequest
 	(*ListToolsResponse)(nil),       // 25: taskhost.executor.v1.ListToolsResponse
-	nil,                             // 26: taskhost.executor.v1.DescribeResponse.RuntimeEntry
+	(*AbandonEffectRequest)(nil),    // 26: taskhost.executor.v1.AbandonEffectRequest
+	(*AbandonEffectResponse)(nil),   // 27: taskhost.executor.v1.AbandonEffectResponse
+	nil,                             // 28: taskhost.executor.v1.DescribeResponse.RuntimeEntry
 }
 var file_executor_proto_depIdxs = []int32{
-	26, // 0: taskhost.executor.v1.DescribeResponse.runtime:type_name -> taskhost.executor.v1.DescribeResponse.RuntimeEntry
+	28, // 0: taskhost.executor.v1.DescribeResponse.runtime:type_name -> taskhost.executor.v1.DescribeResponse.RuntimeEntry
 	3,  // 1: taskhost.executor.v1.StepRequest.recent:type_name -> taskhost.executor.v1.StepSummary
 	4,  // 2: taskhost.executor.v1.StepRequest.checkpoint:type_name -> taskhost.executor.v1.Checkpoint
 	2,  // 3: taskhost.executor.v1.StepRequest.remaining:type_name -> taskhost.executor.v1.Budgets
@@ -1872,16 +1981,18 @@ var file_executor_proto_depIdxs = []int32{
 	20, // 21: taskhost.executor.v1.HostServices.RequestInput:input_type -> taskhost.executor.v1.RequestInputRequest
 	22, // 22: taskhost.executor.v1.HostServices.Progress:input_type -> taskhost.executor.v1.ProgressRequest
 	24, // 23: taskhost.executor.v1.HostServices.ListTools:input_type -> taskhost.executor.v1.ListToolsRequest
-	1,  // 24: taskhost.executor.v1.Executor.Describe:output_type -> taskhost.executor.v1.DescribeResponse
-	7,  // 25: taskhost.executor.v1.Executor.Step:output_type -> taskhost.executor.v1.StepResponse
-	15, // 26: taskhost.executor.v1.HostServices.CallModel:output_type -> taskhost.executor.v1.CallModelResponse
-	17, // 27: taskhost.executor.v1.HostServices.CallTool:output_type -> taskhost.executor.v1.CallToolResponse
-	19, // 28: taskhost.executor.v1.HostServices.RequestApproval:output_type -> taskhost.executor.v1.RequestApprovalResponse
-	21, // 29: taskhost.executor.v1.HostServices.RequestInput:output_type -> taskhost.executor.v1.RequestInputResponse
-	23, // 30: taskhost.executor.v1.HostServices.Progress:output_type -> taskhost.executor.v1.ProgressResponse
-	25, // 31: taskhost.executor.v1.HostServices.ListTools:output_type -> taskhost.executor.v1.ListToolsResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
+	26, // 24: taskhost.executor.v1.HostServices.AbandonEffect:input_type -> taskhost.executor.v1.AbandonEffectRequest
+	1,  // 25: taskhost.executor.v1.Executor.Describe:output_type -> taskhost.executor.v1.DescribeResponse
+	7,  // 26: taskhost.executor.v1.Executor.Step:output_type -> taskhost.executor.v1.StepResponse
+	15, // 27: taskhost.executor.v1.HostServices.CallModel:output_type -> taskhost.executor.v1.CallModelResponse
+	17, // 28: taskhost.executor.v1.HostServices.CallTool:output_type -> taskhost.executor.v1.CallToolResponse
+	19, // 29: taskhost.executor.v1.HostServices.RequestApproval:output_type -> taskhost.executor.v1.RequestApprovalResponse
+	21, // 30: taskhost.executor.v1.HostServices.RequestInput:output_type -> taskhost.executor.v1.RequestInputResponse
+	23, // 31: taskhost.executor.v1.HostServices.Progress:output_type -> taskhost.executor.v1.ProgressResponse
+	25, // 32: taskhost.executor.v1.HostServices.ListTools:output_type -> taskhost.executor.v1.ListToolsResponse
+	27, // 33: taskhost.executor.v1.HostServices.AbandonEffect:output_type -> taskhost.executor.v1.AbandonEffectResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1903,7 +2014,7 @@ func file_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_executor_proto_rawDesc), len(file_executor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

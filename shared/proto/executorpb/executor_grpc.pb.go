@@ -186,6 +186,7 @@ const (
 	HostServices_RequestInput_FullMethodName    = "/taskhost.executor.v1.HostServices/RequestInput"
 	HostServices_Progress_FullMethodName        = "/taskhost.executor.v1.HostServices/Progress"
 	HostServices_ListTools_FullMethodName       = "/taskhost.executor.v1.HostServices/ListTools"
+	HostServices_AbandonEffect_FullMethodName   = "/taskhost.executor.v1.HostServices/AbandonEffect"
 )
 
 // HostServicesClient is the client API for HostServices service.
@@ -205,6 +206,11 @@ type HostServicesClient interface {
 	Progress(ctx context.Context, in *ProgressRequest, opts ...grpc.CallOption) (*ProgressResponse, error)
 	// ListTools lists the tools this task may call, to offer to a model.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
+	// AbandonEffect gives up an unsettled tool effect the step was told of
+	// (StepRequest.indeterminate): the host stops refusing the call as a
+	// re-run of it; the same call issued later is a new call under its
+	// tool's policy. It is recorded in the ledger and the task's events.
+	AbandonEffect(ctx context.Context, in *AbandonEffectRequest, opts ...grpc.CallOption) (*AbandonEffectResponse, error)
 }
 
 type hostServicesClient struct {
@@ -275,6 +281,16 @@ func (c *hostServicesClient) ListTools(ctx context.Context, in *ListToolsRequest
 	return out, nil
 }
 
+func (c *hostServicesClient) AbandonEffect(ctx context.Context, in *AbandonEffectRequest, opts ...grpc.CallOption) (*AbandonEffectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbandonEffectResponse)
+	err := c.cc.Invoke(ctx, HostServices_AbandonEffect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HostServicesServer is the server API for HostServices service.
 // All implementations must embed UnimplementedHostServicesServer
 // for forward compatibility.
@@ -292,6 +308,11 @@ type HostServicesServer interface {
 	Progress(context.Context, *ProgressRequest) (*ProgressResponse, error)
 	// ListTools lists the tools this task may call, to offer to a model.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
+	// AbandonEffect gives up an unsettled tool effect the step was told of
+	// (StepRequest.indeterminate): the host stops refusing the call as a
+	// re-run of it; the same call issued later is a new call under its
+	// tool's policy. It is recorded in the ledger and the task's events.
+	AbandonEffect(context.Context, *AbandonEffectRequest) (*AbandonEffectResponse, error)
 	mustEmbedUnimplementedHostServicesServer()
 }
 
@@ -319,6 +340,9 @@ func (UnimplementedHostServicesServer) Progress(context.Context, *ProgressReques
 }
 func (UnimplementedHostServicesServer) ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListTools not implemented")
+}
+func (UnimplementedHostServicesServer) AbandonEffect(context.Context, *AbandonEffectRequest) (*AbandonEffectResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AbandonEffect not implemented")
 }
 func (UnimplementedHostServicesServer) mustEmbedUnimplementedHostServicesServer() {}
 func (UnimplementedHostServicesServer) testEmbeddedByValue()                      {}
@@ -449,6 +473,24 @@ func _HostServices_ListTools_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostServices_AbandonEffect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbandonEffectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServicesServer).AbandonEffect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostServices_AbandonEffect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServicesServer).AbandonEffect(ctx, req.(*AbandonEffectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HostServices_ServiceDesc is the grpc.ServiceDesc for HostServices service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -479,6 +521,10 @@ var HostServices_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTools",
 			Handler:    _HostServices_ListTools_Handler,
+		},
+		{
+			MethodName: "AbandonEffect",
+			Handler:    _HostServices_AbandonEffect_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
