@@ -41,7 +41,7 @@ func (p *printer) event(ev store.Event) {
 	var parts []string
 	for _, k := range []string{"attempt", "outcome", "reason", "exit", "note", "steps", "tools", "models", "wall_s"} {
 		if v, ok := f[k]; ok {
-			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+			parts = append(parts, inert(fmt.Sprintf("%s=%v", k, v)))
 		}
 	}
 	fmt.Fprintf(p.e.stdout, "%s  %-22s %s\n", ev.Time.Local().Format("15:04:05.000"), ev.Type, strings.Join(parts, " "))
@@ -56,7 +56,7 @@ func (p *printer) finished(t store.Task) {
 	case store.StatusCompleted:
 		fmt.Fprintf(p.e.stdout, "task %s completed after %d steps\n", t.ID, t.Budgets.Steps.Used)
 		if len(t.Result) > 0 {
-			fmt.Fprintf(p.e.stdout, "result: %s\n", t.Result)
+			fmt.Fprintf(p.e.stdout, "result: %s\n", inert(string(t.Result)))
 		}
 	case store.StatusInterrupted:
 		fmt.Fprintf(p.e.stdout, "task %s interrupted (%s)%s\nresume it with: taskhost run --resume %s\n", t.ID, t.Reason, detail(t.Message), t.ID)
@@ -69,7 +69,7 @@ func detail(msg string) string {
 	if msg == "" {
 		return ""
 	}
-	return ": " + msg
+	return ": " + inert(msg)
 }
 
 // taskView is the stable JSON shape of a task.

@@ -66,3 +66,26 @@ func TestExecutorLiveState(t *testing.T) {
 		}
 	}
 }
+
+// What a model wrote reaches the terminal inert in every text view: a
+// clipboard write (OSC 52), a title change, a clear screen, a carriage
+// return and a bidirectional override in a summary, a message and a result
+// are shown escaped, never obeyed. Before, task status printed them raw.
+func TestModelTextIsInertInTextViews(t *testing.T) {
+	hostile := "done\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\x1b]0;pwned\x07\x1b[2J\rfake\u202eevil\x9b"
+	task := store.Task{ID: "t_x", Status: store.StatusFailed, Message: hostile, Result: []byte(`"` + hostile + `"`)}
+	atts := []store.Attempt{{Number: 1, Status: store.AttemptCompleted, Summary: hostile}}
+	var detailOut strings.Builder
+	writeTaskDetail(&detailOut, task, "", atts, 0)
+	finished := detail(hostile)
+	for name, out := range map[string]string{"task status": detailOut.String(), "a finished task's line": finished} {
+		for _, raw := range []string{"\x1b", "\x07", "\r", "\u202e", "\u009b"} {
+			if strings.Contains(out, raw) {
+				t.Errorf("%s prints %q raw:\n%q", name, raw, out)
+			}
+		}
+		if !strings.Contains(out, `\x1b]52;c;`) {
+			t.Errorf("%s does not show the escape escaped:\n%s", name, out)
+		}
+	}
+}

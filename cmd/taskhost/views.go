@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/taskhost/taskhost/host/tools"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -157,7 +158,7 @@ func writeTaskDetail(w io.Writer, t store.Task, host string, atts []store.Attemp
 	}
 	fmt.Fprintln(w)
 	if t.Message != "" {
-		fmt.Fprintf(w, "message   %s\n", t.Message)
+		fmt.Fprintf(w, "message   %s\n", inert(t.Message))
 	}
 	fmt.Fprintf(w, "run       %d\n", t.RunID)
 	if host != "" {
@@ -168,7 +169,7 @@ func writeTaskDetail(w io.Writer, t store.Task, host string, atts []store.Attemp
 		fmt.Fprintf(w, "created   %s\n", t.CreatedAt.Local().Format(time.DateTime))
 	}
 	if len(t.Result) > 0 {
-		fmt.Fprintf(w, "result    %s\n", t.Result)
+		fmt.Fprintf(w, "result    %s\n", inert(string(t.Result)))
 	}
 	if len(atts) == 0 {
 		fmt.Fprintln(w, "\n(no attempts yet)")
@@ -181,7 +182,7 @@ func writeTaskDetail(w io.Writer, t store.Task, host string, atts []store.Attemp
 	fmt.Fprintln(tw, "\nATTEMPT\tRUN\tSTATUS\tOUTCOME\tREASON\tEXIT\tDURATION\tSUMMARY")
 	for _, a := range atts {
 		av := attemptJSON(a)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.RunID, a.Status, a.Outcome, a.Reason, av.Exit, av.Duration, truncateLine(a.Summary, 60))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.RunID, a.Status, a.Outcome, a.Reason, av.Exit, av.Duration, truncateLine(inert(a.Summary), 60))
 	}
 	tw.Flush()
 	// The newest crash's last stderr lines say why it died; older ones
@@ -207,6 +208,15 @@ func printable(s string) string {
 		return '?'
 	}, s)
 }
+
+// inert is how every text view prints what a model, an executor or a
+// plugin wrote (a summary, a message, a result, an event's note): one line
+// a terminal shows and never obeys. Control characters — the ESC of a
+// clipboard write (OSC 52), a title change or a clear screen, CR, newlines
+// — and the bidirectional overrides are written as \xNN or \uNNNN, and
+// invalid UTF-8 as \xNN; nothing is cut. --json prints the text as it is,
+// JSON-escaped.
+func inert(s string) string { return tools.Printable(s, 4*len(s)+16) }
 
 // writeTaskTable prints tasks one per line.
 func writeTaskTable(w io.Writer, tasks []store.Task) {

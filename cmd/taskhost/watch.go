@@ -229,7 +229,7 @@ func (w *watchView) final(t store.Task) int {
 	case t.Status == store.StatusCompleted:
 		fmt.Fprintf(w.e.stdout, "task %s completed: %s\n", t.ID, meters(t.Budgets))
 		if len(t.Result) > 0 {
-			fmt.Fprintf(w.e.stdout, "result: %s\n", t.Result)
+			fmt.Fprintf(w.e.stdout, "result: %s\n", inert(string(t.Result)))
 		}
 	case t.Status == store.StatusInterrupted:
 		fmt.Fprintf(w.e.stdout, "task %s interrupted (%s)%s\nresume it with: taskhost task resume %s\n", t.ID, t.Reason, detail(t.Message), t.ID)
