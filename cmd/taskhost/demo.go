@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/taskhost/taskhost/internal/confine"
 	"io"
 	stdlog "log"
 	"maps"
@@ -157,6 +158,12 @@ func runDemo(ctx context.Context, e *env, o demoOptions, plan demoPlan) int {
 	if err != nil {
 		errorf(e, "demo: %v", err)
 		return exitUsage
+	}
+	if s := confine.Probe(); s.LandlockABI < 1 {
+		// [confinement] required fails closed on such a kernel; the demo
+		// opts out, and says so, rather than show nothing at all.
+		cfg.Confinement.Required = false
+		fmt.Fprintf(out, "note: this kernel offers no Landlock (%s): the demo runs its plugins and commands without filesystem confinement ([confinement] required = false)\n", s)
 	}
 	logFile, err := os.OpenFile(filepath.Join(tmp, "daemon.log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

@@ -191,6 +191,7 @@ func Default() Config {
 			GRPCMessageBytes:       4 << 20,
 		},
 		Confinement: Confinement{
+			Required:          true,
 			MaxAddressSpaceMB: 4096,
 			MaxOpenFiles:      1024,
 			MaxProcesses:      4096,

@@ -15,7 +15,7 @@ type Confinement struct {
 	// Required makes every plugin executor unavailable, and shell.run
 	// refuse to run, on a kernel without Landlock (fail closed) instead of
 	// running them less confined.
-	Required          bool `toml:"required"`             // default false
+	Required          bool `toml:"required"`             // default true
 	MaxAddressSpaceMB int  `toml:"max_address_space_mb"` // 64..1048576, default 4096 (RLIMIT_AS)
 	MaxOpenFiles      int  `toml:"max_open_files"`       // 64..65536, default 1024 (RLIMIT_NOFILE)
 	MaxProcesses      int  `toml:"max_processes"`        // 16..65536, default 4096 (RLIMIT_NPROC: every process and thread of the plugin's uid)

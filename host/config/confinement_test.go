@@ -55,3 +55,11 @@ func TestExecutorConfinementKeys(t *testing.T) {
 		})
 	}
 }
+
+// Confinement fails closed by default: on a kernel without Landlock no
+// plugin or command runs less confined unless the operator says so.
+func TestConfinementRequiredByDefault(t *testing.T) {
+	if !Default().Confinement.Required {
+		t.Fatal("[confinement] required defaults to false")
+	}
+}

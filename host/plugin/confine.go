@@ -126,7 +126,7 @@ type ConfinementError struct {
 }
 
 func (e *ConfinementError) Error() string {
-	return fmt.Sprintf("executor %q: confinement is required but this kernel offers %s", e.Kind, e.Support)
+	return fmt.Sprintf("executor %q: confinement is required but this kernel offers %s: run on a kernel with Landlock (Linux 5.13+, lsm=landlock), or set [confinement] required = false to run plugins without filesystem confinement (docs/security.md)", e.Kind, e.Support)
 }
 
 // resolveUser fills in UID and GID from User.

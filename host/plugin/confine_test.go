@@ -27,6 +27,9 @@ func TestRequireConfinementFailsClosedWithoutLandlock(t *testing.T) {
 	if !errors.As(err, &ue) || ue.Check != "confinement" || !strings.Contains(ue.Detail, "none (no Landlock)") {
 		t.Fatalf("err = %v, want unavailable (confinement) naming the missing Landlock", err)
 	}
+	if !strings.Contains(ue.Detail, "[confinement] required = false") {
+		t.Errorf("the refusal does not say how to opt out: %s", ue.Detail)
+	}
 	reg.support = noLandlock
 	if got := reg.Confinement("testexec"); got != "none (no Landlock)" {
 		t.Errorf("Confinement without Landlock = %q", got)

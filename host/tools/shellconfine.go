@@ -33,7 +33,7 @@ type shellConfinement struct {
 
 // ErrUnconfined: confinement is required ([confinement] required = true)
 // and this kernel cannot confine a command; shell.run refuses to run.
-var ErrUnconfined = errors.New("tools: shell.run: confinement is required but the kernel offers no Landlock")
+var ErrUnconfined = errors.New("tools: shell.run: confinement is required but the kernel offers no Landlock: run on a kernel with Landlock, or set [confinement] required = false to run commands without filesystem confinement (docs/security.md)")
 
 func newShellConfinement(trampoline string, required bool) (*shellConfinement, error) {
 	if trampoline == "" {
