@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -37,19 +38,24 @@ type dialect interface {
 	// lockTask is a statement that locks task ?1's row until the
 	// transaction ends, or "" where the single writer already serialises.
 	lockTask() string
+	// forUpdate is the clause that makes a SELECT lock the rows of table
+	// it returns (skipLocked: and pass over rows another transaction has
+	// locked), or "" where the single writer already serialises.
+	forUpdate(table string, skipLocked bool) string
 }
 
 // sqliteDialect is the embedded default: the query text is already its own,
 // and one writer connection serialises every write.
 type sqliteDialect struct{}
 
-func (sqliteDialect) rebind(q string) string    { return q }
-func (sqliteDialect) bind(args []any) []any     { return args }
-func (sqliteDialect) writeTx() *sql.TxOptions   { return nil } // IMMEDIATE, from the DSN
-func (sqliteDialect) readTx() *sql.TxOptions    { return nil } // a WAL snapshot
-func (sqliteDialect) retryable(error) bool      { return false }
-func (sqliteDialect) constraint(err error) bool { return sqliteCode(err) == sqliteConstraint }
-func (sqliteDialect) lockTask() string          { return "" }
+func (sqliteDialect) rebind(q string) string        { return q }
+func (sqliteDialect) bind(args []any) []any         { return args }
+func (sqliteDialect) writeTx() *sql.TxOptions       { return nil } // IMMEDIATE, from the DSN
+func (sqliteDialect) readTx() *sql.TxOptions        { return nil } // a WAL snapshot
+func (sqliteDialect) retryable(error) bool          { return false }
+func (sqliteDialect) constraint(err error) bool     { return sqliteCode(err) == sqliteConstraint }
+func (sqliteDialect) lockTask() string              { return "" }
+func (sqliteDialect) forUpdate(string, bool) string { return "" }
 func (sqliteDialect) classify(where string, err error) error {
 	switch sqliteCode(err) {
 	case sqliteReadOnly:
@@ -64,8 +70,10 @@ func (sqliteDialect) classify(where string, err error) error {
 }
 
 // maxWriteTries bounds how often a write transaction that lost a race
-// (PostgreSQL's serialization failure or deadlock) is run again before the
-// store reports itself busy.
+// (PostgreSQL's deadlock or serialization failure, or a session the server
+// ended for idling) is run again before the store reports itself busy. On
+// READ COMMITTED with the task row locked first, none of these should
+// happen in normal operation: the bound is for the exception.
 const maxWriteTries = 10
 
 // write runs fn in one write transaction and commits it if fn returns nil.
@@ -79,8 +87,12 @@ func (s *Store) write(ctx context.Context, fn func(tx *txn) error) error {
 	var err error
 	for try := range maxWriteTries {
 		if err = s.writeOnce(ctx, fn); err == nil || !s.d.retryable(err) {
+			if err != nil && errors.Is(err, ErrFenced) {
+				s.observeFenced()
+			}
 			return s.dbErr(err)
 		}
+		s.observeRetry(retryCode(err))
 		if werr := backoff(ctx, try); werr != nil {
 			return s.dbErr(err)
 		}
@@ -103,6 +115,15 @@ func (s *Store) writeOnce(ctx context.Context, fn func(tx *txn) error) error {
 	}
 	s.observeCommit(time.Since(start))
 	return nil
+}
+
+// retryCode names a retried transaction's failure for the retry metric:
+// its SQLSTATE, or "other".
+func retryCode(err error) string {
+	if code := pgCode(err); code != "" {
+		return code
+	}
+	return "other"
 }
 
 // sqlParamRE matches SQLite's parameters: "?" or "?N".

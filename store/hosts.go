@@ -135,22 +135,34 @@ func (s *Store) RegisterHost(ctx context.Context, version string) error {
 
 // HeartbeatHost refreshes this host's heartbeat. ErrNotFound if the host
 // never registered (or its row was removed): register again.
+//
+// It is one autocommit UPDATE of this host's own row — no transaction, no
+// retry — and on PostgreSQL it runs on a connection of its own, outside the
+// pool every other write shares: a heartbeat waits for nothing but the
+// server. Nothing else locks a host row except a re-registration of the
+// same host, and the sweep reads the heartbeats without locking them, so it
+// never conflicts with one.
 func (s *Store) HeartbeatHost(ctx context.Context) error {
 	if err := CheckHostID(s.host); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, qHeartbeatHost, nanos(s.now()), s.host)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return fmt.Errorf("host %s is not registered: %w", s.host, ErrNotFound)
-		}
-		return nil
-	})
+	if s.w == nil {
+		return ErrReadOnly
+	}
+	db := s.hb
+	if db == nil {
+		db = s.w
+	}
+	res, err := db.ExecContext(ctx, s.d.rebind(qHeartbeatHost), nanos(s.now()), s.host)
+	if err != nil {
+		return s.dbErr(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.dbErr(err)
+	} else if n == 0 {
+		return fmt.Errorf("host %s is not registered: %w", s.host, ErrNotFound)
+	}
+	return nil
 }
 
 // ListHosts returns the fleet's hosts (at most 1000), by id.
@@ -196,7 +208,11 @@ func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeW
 			id, host string
 			run      int64
 		}
-		rows, err := tx.QueryContext(ctx, qLostLeases, s.host, nanos(now.Add(-lease)), MaxSweep)
+		// On PostgreSQL the candidates are locked as they are read, in
+		// seq order, passing over any another transaction holds: its
+		// owner (or another sweeper) is writing it, and a task whose owner
+		// writes it is not lost. The compare-and-set below re-checks each.
+		rows, err := tx.query(ctx, qLostLeases+s.d.forUpdate("tasks", true), s.host, nanos(now.Add(-lease)), MaxSweep)
 		if err != nil {
 			return err
 		}
