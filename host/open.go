@@ -140,13 +140,14 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted, HostID: hostID, Limits: store.Limits{
-		Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
-		Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
-		Result:        cfg.Limits.ResultBytes,
-		EventPayload:  cfg.Limits.EventBytes,
-		EventsPerTask: cfg.Limits.EventsPerTask,
-	}})
+	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted,
+		ObserveRetry: obs.StoreRetried, ObserveFenced: obs.StoreFenced, HostID: hostID, Limits: store.Limits{
+			Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
+			Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
+			Result:        cfg.Limits.ResultBytes,
+			EventPayload:  cfg.Limits.EventBytes,
+			EventsPerTask: cfg.Limits.EventsPerTask,
+		}})
 	if err != nil {
 		return fail(err)
 	}

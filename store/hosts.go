@@ -234,32 +234,13 @@ func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeW
 		ns := nanos(now)
 		for _, l := range found {
 			msg := fmt.Sprintf("host %s missed its heartbeats for over %s", l.host, lease)
-			t, err := scanTask(tx.QueryRowContext(ctx, qLoseLease, msg, ns, chargeWallMillis, l.id, l.run, l.host))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
+			t, ok, err := s.loseLease(ctx, tx, l.id, l.run, l.host, msg, ns, chargeWallMillis, events)
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, qLoseAttempts, ns, t.ID); err != nil {
-				return err
+			if ok {
+				ids = append(ids, t.ID)
 			}
-			if _, err := tx.ExecContext(ctx, qSettleTaskEffects, ns, t.ID, t.PrincipalID); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, qCancelApprovals, ns, t.ID); err != nil {
-				return err
-			}
-			if events != nil {
-				evs := events(t)
-				if err := s.checkEvents(evs); err != nil {
-					return err
-				}
-				if _, err := s.appendEvents(ctx, tx, t.ID, t.RunID, evs); err != nil {
-					return err
-				}
-			}
-			ids = append(ids, t.ID)
 		}
 		return nil
 	})
@@ -267,6 +248,61 @@ func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeW
 		return nil, err
 	}
 	return ids, nil
+}
+
+// loseLease is one takeover of SweepLostHosts inside tx: task id, live in
+// run on host, becomes interrupted (host_lost) with its running attempt
+// closed, its effects settled, its pending approvals cancelled and
+// events(t) appended. ok is false, with nothing written, when the task is
+// no longer live in that run on that host.
+func (s *Store) loseLease(ctx context.Context, tx *txn, id string, run int64, host, msg string, ns, chargeWallMillis int64,
+	events func(t Task) []NewEvent) (Task, bool, error) {
+	t, err := scanTask(tx.QueryRowContext(ctx, qLoseLease, msg, ns, chargeWallMillis, id, run, host))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Task{}, false, nil
+	}
+	if err != nil {
+		return Task{}, false, err
+	}
+	tx.wrote(t.ID)
+	if _, err := tx.ExecContext(ctx, qLoseAttempts, ns, t.ID); err != nil {
+		return Task{}, false, err
+	}
+	if _, err := tx.ExecContext(ctx, qSettleTaskEffects, ns, t.ID, t.PrincipalID); err != nil {
+		return Task{}, false, err
+	}
+	if _, err := tx.ExecContext(ctx, qCancelApprovals, ns, t.ID); err != nil {
+		return Task{}, false, err
+	}
+	if events != nil {
+		evs := events(t)
+		if err := s.checkEvents(evs); err != nil {
+			return Task{}, false, err
+		}
+		if _, err := s.appendEvents(ctx, tx, t.ID, t.RunID, evs); err != nil {
+			return Task{}, false, err
+		}
+	}
+	return t, true, nil
+}
+
+// LoseOwnRun is a sweep of one of this host's own runs: a host that
+// stopped run runID of task id because it could not reach the store for
+// most of a lease (it fenced itself) ends it, once the store answers
+// again, exactly as another host's sweep would have — interrupted
+// (host_lost, message), its running attempt closed, its effects settled,
+// its approvals cancelled, events(t) appended. ok is false, with nothing
+// written, when the task is no longer live in that run on this host (a
+// sweep, a cancel got there first).
+func (s *Store) LoseOwnRun(ctx context.Context, id string, runID int64, message string, events func(t Task) []NewEvent) (ok bool, err error) {
+	if err := checkSize("message", len(message), s.lim.Message); err != nil {
+		return false, err
+	}
+	err = s.write(ctx, func(tx *txn) error {
+		_, ok, err = s.loseLease(ctx, tx, id, runID, s.host, message, nanos(s.now()), 0, events)
+		return err
+	})
+	return ok, err
 }
 
 // TaskLease returns who holds principal's task id and in which run: a host
