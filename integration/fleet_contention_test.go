@@ -12,7 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
 )
 
 // TestFleetContention: three real hosts on one PostgreSQL database (lease
