@@ -26,7 +26,7 @@ import (
 // testexec tasks, and per round one fault — a host SIGKILLed mid-step, a
 // host SIGSTOPped past its lease (its task taken over elsewhere) and then
 // SIGCONTed, a cancel through a host that does not own the task, a killed
-// host restarted — with interrupted tasks resumed through a random live
+// host restarted, every backend of the database terminated — with interrupted tasks resumed through a random live
 // host. After every round the store's promises are read from the database
 // itself; at the end every host is brought back, every interrupted task is
 // resumed until it completes, and the number of violated invariants must
@@ -191,7 +191,7 @@ func (c *fleetChaos) round(i int) {
 		c.resume(i, ids[c.rng.IntN(len(ids))], c.pick(c.up()))
 	}
 	time.Sleep(time.Duration(200+c.rng.IntN(1300)) * time.Millisecond) // the fault's moment, not a synchronisation
-	faults := []string{"none", "kill-host", "kill-host", "stop-host", "stop-host", "cancel-remote", "cancel-remote", "restart"}
+	faults := []string{"none", "kill-host", "kill-host", "stop-host", "stop-host", "cancel-remote", "cancel-remote", "restart", "terminate-backends"}
 	fault := faults[c.rng.IntN(len(faults))]
 	up := c.up()
 	switch fault {
@@ -219,12 +219,27 @@ func (c *fleetChaos) round(i int) {
 		c.pause(i, victim)
 	case "cancel-remote":
 		fault = c.cancelRemote(i)
+	case "terminate-backends":
+		c.terminateBackends(i)
 	case "restart":
 		if !c.restart() {
 			fault = "none (no host down)"
 		}
 	}
 	c.faults[fault]++
+}
+
+// terminateBackends ends every session of the fleet's database but the
+// test's own (pg_terminate_backend), as a server restart or a failover
+// does: every host's in-flight transactions fail, its pool reconnects, and
+// no run may be lost or written twice for it.
+func (c *fleetChaos) terminateBackends(i int) {
+	var n int
+	if err := c.db.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+		c.t.Fatalf("round %d: terminate the backends: %v", i, err)
+	}
+	c.t.Logf("round %d: terminated %d backends", i, n)
 }
 
 // restart starts a killed host again, as itself; false when none is down.
