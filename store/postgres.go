@@ -131,6 +131,27 @@ func (pgDialect) retryable(err error) bool {
 	return code == pgSerializationFailure || code == pgDeadlock || code == pgIdleInTxTimeout
 }
 
+// connLost: a server that ended the session (57P01, pg_terminate_backend
+// or a shutdown), a crash, a connection exception, or a socket that
+// failed without a word. Not a full server or a refused connection: those
+// are the server's answer, not a lost session.
+func (pgDialect) connLost(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch code := pgCode(err); {
+	case code == pgAdminShutdown || code == pgCrashShutdown || strings.HasPrefix(code, "08"):
+		return true
+	case code != "":
+		return false
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return false // no session to lose: the server refused or is down
+	}
+	return pgUnavailable(err) == "server unavailable"
+}
+
 func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(err), "23") }
 
 // lockTask takes the task row's lock without changing the row, for a

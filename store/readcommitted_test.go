@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -376,4 +377,68 @@ func TestPostgresHeartbeatOwnConnection(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
+}
+
+// TestPostgresWriteSurvivesTerminatedBackends: every session of the
+// store's database is ended (pg_terminate_backend: a failover, an
+// operator, a server restart) between writes; the next write of each kind
+// succeeds at the first call — the store runs a transaction whose
+// connection was lost before its COMMIT again on a fresh one, counting the
+// retry, where database/sql has not already replaced the connection —
+// instead of refusing it as unavailable.
+func TestPostgresWriteSurvivesTerminatedBackends(t *testing.T) {
+	ctx := context.Background()
+	dsn := testpg.DSN(t)
+	rc := &retryCount{by: map[string]int{}}
+	s, err := OpenPostgres(ctx, dsn, Options{HostID: "host-a", ObserveRetry: rc.add}, PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.RegisterHost(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	admin := openPGDB(t, os.Getenv(testpg.EnvDSN))
+	var db string
+	if err := s.r.QueryRowContext(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	terminate := func() {
+		t.Helper()
+		var n int
+		if err := admin.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatal("no session to terminate: the test would prove nothing")
+		}
+	}
+	task, att := claimedTask(t, s, "p", "t")
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{
+		{"create", func() error {
+			_, err := s.CreateTask(ctx, NewTask{ID: "t2", PrincipalID: "p", Executor: "x", Spec: []byte(`{}`), Limits: defaultBudgets()})
+			return err
+		}},
+		{"finish and claim", func() error {
+			_, next, _, err := s.FinishAndClaim(ctx, FinishAttempt{PrincipalID: "p", TaskID: "t", RunID: task.RunID, Number: att.Number,
+				Status: AttemptCompleted, Outcome: "continue"}, NewEvent{Type: "step.started"})
+			if err == nil {
+				att = *next
+			}
+			return err
+		}},
+		{"events", func() error { _, err := s.AppendEvents(ctx, "p", "t", task.RunID, NewEvent{Type: "x"}); return err }},
+		{"cancel", func() error { _, err := s.Cancel(ctx, "p", "t2"); return err }},
+	} {
+		terminate()
+		if err := step.do(); err != nil {
+			t.Fatalf("%s after every backend was terminated: %v", step.name, err)
+		}
+	}
+	// database/sql itself replaces a connection it finds dead before use;
+	// the rest are the store's retries.
+	t.Logf("store retries by code: %v", rc.snapshot())
 }
