@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -111,6 +112,8 @@ type beatState struct {
 	// heartbeat; lost are those runs, to end once the store answers.
 	fenced bool
 	lost   []lostRun
+	// ending: an endLostRuns is under way.
+	ending bool
 }
 
 type lostRun struct {
@@ -119,7 +122,8 @@ type lostRun struct {
 }
 
 // succeeded records a heartbeat sent at sent that returned at ok, and
-// returns the runs self-fencing stopped that are left to end.
+// returns the runs self-fencing stopped that are left to end, unless
+// another call is already ending them (then it returns none).
 func (b *beatState) succeeded(sent, ok time.Time, fs FleetSettings) []lostRun {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -129,7 +133,11 @@ func (b *beatState) succeeded(sent, ok time.Time, fs FleetSettings) []lostRun {
 		b.since = sent
 	}
 	b.sent, b.ok, b.broken, b.fenced = sent, ok, false, false
-	return b.lost
+	if b.ending || len(b.lost) == 0 {
+		return nil
+	}
+	b.ending = true
+	return slices.Clone(b.lost)
 }
 
 func (b *beatState) failed() {
@@ -240,7 +248,8 @@ func (r *Runner) heartbeatLoop(version string) {
 		now := time.Now()
 		r.set.Observer.HeartbeatSent(now)
 		if lost := r.beat.succeeded(sent, now, fs); len(lost) > 0 {
-			r.endLostRuns(lost)
+			// Off this goroutine: ending them must not delay a heartbeat.
+			r.goFleet(func() { r.endLostRuns(lost) })
 		}
 	}
 }
@@ -296,7 +305,7 @@ func (r *Runner) selfFence(age time.Duration) {
 // answers: each as a sweep would have, unless one (or a cancel) did
 // already. One the store refuses stays for the next heartbeat.
 func (r *Runner) endLostRuns(lost []lostRun) {
-	var left []lostRun
+	done := map[lostRun]bool{}
 	for _, l := range lost {
 		ctx, cancel := context.WithTimeout(context.Background(), r.set.Fleet.Heartbeat)
 		msg := fmt.Sprintf("host %s could not reach the store for most of its lease and stopped the run", r.store.HostID())
@@ -308,13 +317,15 @@ func (r *Runner) endLostRuns(lost []lostRun) {
 		switch {
 		case err != nil:
 			r.log.Warn("run stopped by self-fencing not ended yet; retrying at the next heartbeat", "task", l.id, "run", l.runID, "error", err)
-			left = append(left, l)
+			continue
 		case ok:
 			r.log.Warn("run stopped by self-fencing ended: interrupted (host_lost); resume it explicitly", "task", l.id, "run", l.runID)
 		}
+		done[l] = true
 	}
 	r.beat.mu.Lock()
-	r.beat.lost = left
+	r.beat.lost = slices.DeleteFunc(r.beat.lost, func(l lostRun) bool { return done[l] })
+	r.beat.ending = false
 	r.beat.mu.Unlock()
 	r.notify()
 }
