@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -441,4 +442,84 @@ func TestPostgresWriteSurvivesTerminatedBackends(t *testing.T) {
 	// database/sql itself replaces a connection it finds dead before use;
 	// the rest are the store's retries.
 	t.Logf("store retries by code: %v", rc.snapshot())
+}
+
+// TestPostgresRCRetentionRace: two hosts' retention sweeps delete the same
+// finished tasks at once: every task is deleted exactly once, by one of
+// them, and neither fails because the other got there first.
+func TestPostgresRCRetentionRace(t *testing.T) {
+	clock, hs, _ := pgHosts(t, "host-a", "host-b")
+	ctx := context.Background()
+	const n = 30
+	for i := range n {
+		fullTask(t, hs[0], "p", fmt.Sprintf("old-%02d", i))
+	}
+	cutoff := clock.Now()
+	var got [2][]Deleted
+	errA, errB := race(func() error {
+		var err error
+		got[0], err = hs[0].DeleteFinishedBefore(ctx, cutoff, 0, nil)
+		return err
+	}, func() error {
+		var err error
+		got[1], err = hs[1].DeleteFinishedBefore(ctx, cutoff, 0, nil)
+		return err
+	})
+	if errA != nil || errB != nil {
+		t.Fatalf("retention sweeps: %v, %v; want both to succeed", errA, errB)
+	}
+	seen := map[string]int{}
+	for _, ds := range got {
+		for _, d := range ds {
+			seen[d.ID]++
+		}
+	}
+	for i := range n {
+		id := fmt.Sprintf("old-%02d", i)
+		if seen[id] != 1 {
+			t.Errorf("task %s reported deleted %d times, want once", id, seen[id])
+		}
+		if c := rowCounts(t, hs[1], id)["tasks"]; c != 0 {
+			t.Errorf("task %s still has %d rows", id, c)
+		}
+	}
+}
+
+// TestLoseOwnRun: a host ends a run it stopped itself as a sweep would —
+// once, and never a run it no longer holds.
+func TestLoseOwnRun(t *testing.T) {
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		_, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		task, _ := claimedTask(t, a, "p", "t1")
+		ok, err := a.LoseOwnRun(ctx, "t1", task.RunID, "host-a could not reach the store", lostEvents)
+		if err != nil || !ok {
+			t.Fatalf("LoseOwnRun = %v, %v; want it ended", ok, err)
+		}
+		got := getTask(t, a, "p", "t1")
+		if got.Status != StatusInterrupted || got.Reason != ReasonHostLost || got.Message != "host-a could not reach the store" {
+			t.Fatalf("task %s (%s) %q, want interrupted host_lost with the message", got.Status, got.Reason, got.Message)
+		}
+		if as := listAttempts(t, a, "p", "t1"); as[0].Status != AttemptInterrupted {
+			t.Fatalf("attempt %s, want interrupted", as[0].Status)
+		}
+		before := snap(t, a, "p", "t1")
+		if ok, err := a.LoseOwnRun(ctx, "t1", task.RunID, "again", lostEvents); err != nil || ok {
+			t.Fatalf("second LoseOwnRun = %v, %v; want nothing done", ok, err)
+		}
+		// Resumed on B: A's old run, and A itself, hold nothing of it.
+		if _, err := b.StartRun(ctx, "p", "t1", StatusInterrupted); err != nil {
+			t.Fatal(err)
+		}
+		moved := snap(t, b, "p", "t1")
+		for _, run := range []int64{task.RunID, moved.Task.RunID} {
+			if ok, err := a.LoseOwnRun(ctx, "t1", run, "stale", lostEvents); err != nil || ok {
+				t.Fatalf("LoseOwnRun of run %d on B = %v, %v; want nothing done", run, ok, err)
+			}
+		}
+		if after := snap(t, b, "p", "t1"); !reflect.DeepEqual(after, moved) || before.Task.RunID == moved.Task.RunID {
+			t.Fatalf("a refused LoseOwnRun wrote: %+v, want %+v", after.Task, moved.Task)
+		}
+	})
 }
