@@ -24,16 +24,16 @@ import (
 // lease, with the other figures.
 func TestFleetContention(t *testing.T) {
 	const (
-		hosts, clients, perClient = 3, 8, 4
+		hosts, clients, perClient = 3, 8, 8
 		lease                     = 3 * time.Second
 	)
 	ids := []string{"host-a", "host-b", "host-c"}[:hosts]
-	work, hs := startFleet(t, "\n[api]\nmetrics_listen = \"127.0.0.1:0\"\n\n[tasks]\nmax_concurrent = 32\n", ids...)
+	work, hs := startFleet(t, "\n[api]\nmetrics_listen = \"127.0.0.1:0\"\n\n[tasks]\nmax_concurrent = 64\n", ids...)
 	addrs := make([]string, len(hs))
 	for i, d := range hs {
 		addrs[i] = "http://" + metricsAddr(t, d) + "/metrics"
 	}
-	spec := writeSpec(t, work, map[string]any{"goal": "contend", "testexec": map[string]any{"steps": 3, "sleep_ms": 10}})
+	spec := writeSpec(t, work, map[string]any{"goal": "contend", "testexec": map[string]any{"steps": 4, "sleep_ms": 10}})
 
 	db, err := sql.Open("pgx", os.Getenv(fleetDSNEnv))
 	if err != nil {
@@ -85,7 +85,7 @@ func TestFleetContention(t *testing.T) {
 					mu.Lock()
 					if code != 0 {
 						refused++
-						if strings.Contains(errOut, "busy") {
+						if strings.Contains(errOut, "unavailable: busy") {
 							refusedBusy++
 						}
 						t.Errorf("host %d client %d create %d: exit %d: %s", h, c, k, code, errOut)
