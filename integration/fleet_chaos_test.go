@@ -675,12 +675,15 @@ func (c *fleetChaos) report(seed uint64) {
 		fmt.Fprintf(&b, "%-34s %6d\n", k, c.faults[k])
 	}
 	// How much the run exercised: takeovers, runs the fencing check
-	// covered, runs a host itself found fenced after a pause.
-	fenced := 0
+	// covered, runs a host itself found fenced after a pause, hosts that
+	// fenced themselves (a pause past the lease, seen on waking).
+	fenced, selfFenced := 0, 0
 	for _, h := range c.hosts {
 		fenced += strings.Count(h.d.logText(), "lease was lost") + strings.Count(h.d.logText(), "lost its lease")
+		selfFenced += strings.Count(h.d.logText(), "host fenced itself")
 	}
-	fmt.Fprintf(&b, "host_lost takeovers %d, older runs checked for late writes %d, runs stopped as fenced %d\n", len(c.lost), len(c.frozen), fenced)
+	fmt.Fprintf(&b, "host_lost takeovers %d, older runs checked for late writes %d, runs stopped as fenced %d, self-fencings %d\n",
+		len(c.lost), len(c.frozen), fenced, selfFenced)
 	fmt.Fprintf(&b, "tasks: %d created, by status %v\nviolated invariants: %d (seed %d)", c.created, statuses, c.violations, seed)
 	c.t.Log(b.String())
 }
