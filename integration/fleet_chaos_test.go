@@ -193,6 +193,11 @@ func (c *fleetChaos) round(i int) {
 	time.Sleep(time.Duration(200+c.rng.IntN(1300)) * time.Millisecond) // the fault's moment, not a synchronisation
 	faults := []string{"none", "kill-host", "kill-host", "stop-host", "stop-host", "cancel-remote", "cancel-remote", "restart", "terminate-backends"}
 	fault := faults[c.rng.IntN(len(faults))]
+	if i == 1 {
+		// Every run, however short, has every backend terminated once,
+		// with steps in flight (issue 21's ghost runs and refusals).
+		fault = "terminate-backends"
+	}
 	up := c.up()
 	switch fault {
 	case "kill-host", "stop-host":
