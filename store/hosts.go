@@ -34,6 +34,17 @@ import (
 // resumed: a resume is explicit and, on whichever host receives it, starts a
 // new run (a new epoch) leased to that host.
 //
+// On PostgreSQL the sweep locks its candidates FOR NO KEY UPDATE SKIP
+// LOCKED, in seq order: a task whose row another transaction holds is being
+// written — by its owner, so it is not lost, or by another sweeper — and is
+// left for the next sweep, so a sweep never waits behind a host's write.
+// It reads the hosts' heartbeats without locking them, and HeartbeatHost is
+// one autocommit UPDATE of the host's own row on a connection of its own:
+// the two never conflict. When a sweep may run, and when a host stops its
+// own runs because it cannot heartbeat, is the host's to decide (host's
+// fleet.go: grace and self-fencing); LoseOwnRun is how a host that fenced
+// itself ends those runs once the store answers.
+//
 // Heartbeats and the sweep's cut-off are host wall clocks: the hosts of a
 // fleet must keep their clocks synchronised to well within the lease.
 
