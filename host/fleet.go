@@ -31,7 +31,9 @@ import (
 //     that swept at once would take over every live host's tasks before
 //     they could heartbeat again;
 //   - fences itself: when its last successful heartbeat was sent
-//     Lease − Heartbeat ago, it stops every run it holds, with a cause that
+//     Lease − Heartbeat ago, and another host could sweep it (always on
+//     PostgreSQL; on SQLite once another host shares the file), it stops
+//     every run it holds, with a cause that
 //     writes nothing more for them (as a lost lease does), and says so at
 //     ERROR. Once the store answers again it ends those runs itself, as a
 //     sweep would (interrupted, host_lost), unless a sweep or a cancel got
@@ -114,6 +116,9 @@ type beatState struct {
 	lost   []lostRun
 	// ending: an endLostRuns is under way.
 	ending bool
+	// peers is how many other hosts the last read of the hosts table
+	// found.
+	peers int
 }
 
 type lostRun struct {
@@ -266,10 +271,23 @@ func (r *Runner) fenceLoop() {
 			return
 		case <-t.C:
 		}
-		if age := r.beat.age(time.Now()); age >= fs.Lease-fs.Heartbeat {
+		if age := r.beat.age(time.Now()); age >= fs.Lease-fs.Heartbeat && r.mayBeSwept() {
 			r.selfFence(age)
 		}
 	}
+}
+
+// mayBeSwept reports whether another host could sweep this one: always on
+// PostgreSQL, whose database any host may join; on SQLite only once another
+// host was seen sharing the file. A lone SQLite host that cannot write its
+// heartbeat (a full disk) keeps its runs, which nobody else can take.
+func (r *Runner) mayBeSwept() bool {
+	if r.store.CanNotify() {
+		return true
+	}
+	r.beat.mu.Lock()
+	defer r.beat.mu.Unlock()
+	return r.beat.peers > 0
 }
 
 // selfFence stops every run this host holds, writing nothing more for
@@ -339,10 +357,17 @@ func (r *Runner) sweep() {
 	if hosts, err := r.store.ListHosts(ctx); err == nil {
 		now := time.Now()
 		ages := make(map[string]time.Duration, len(hosts))
+		peers := 0
 		for _, h := range hosts {
 			ages[h.ID] = now.Sub(h.HeartbeatAt)
+			if h.ID != r.store.HostID() {
+				peers++
+			}
 		}
 		r.set.Observer.FleetHeartbeats(ages)
+		r.beat.mu.Lock()
+		r.beat.peers = peers
+		r.beat.mu.Unlock()
 	}
 	if !r.beat.maySweep(time.Now(), r.set.Fleet) {
 		return

@@ -65,6 +65,16 @@ func TestBeatStateGrace(t *testing.T) {
 func TestFleetSelfFence(t *testing.T) {
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
+		// Another host shares the store: on SQLite, the one that makes
+		// fencing worth it (a lone SQLite host has nobody to fence off).
+		peer, err := dir.open("host-b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { peer.Close() })
+		if err := peer.RegisterHost(context.Background(), "test"); err != nil {
+			t.Fatal(err)
+		}
 		st, err := dir.open("host-a")
 		if err != nil {
 			t.Fatal(err)
@@ -134,4 +144,47 @@ func TestFleetSelfFence(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLoneSQLiteHostKeepsItsRuns: a host alone on its SQLite file whose
+// heartbeats fail (a full disk) does not stop its runs: no other host can
+// take them over, so fencing would only lose work.
+func TestLoneSQLiteHostKeepsItsRuns(t *testing.T) {
+	dir := newSharedStore(t, "sqlite")
+	st, err := dir.open("host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := FleetSettings{Heartbeat: 20 * time.Millisecond, Lease: 200 * time.Millisecond, Poll: 10 * time.Millisecond}
+	set := DefaultSettings()
+	set.DefaultExecutor = fakeKind
+	set.Fleet = fs
+	exe := newFakeExecutor()
+	r := NewRunner(st, &fakeLauncher{Exe: exe}, make([]byte, 32), set, ServiceConfig{}, t.TempDir(), hclog.NewNullLogger())
+	var beats atomic.Int64
+	r.hostBeat = func(context.Context) error {
+		beats.Add(1)
+		return &store.UnavailableError{Class: "disk full", Err: errors.New("test: the disk is full")}
+	}
+	if err := r.StartFleet(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r.Shutdown(ctx) //nolint:errcheck // the step is cancelled by the shutdown
+		st.Close()
+	})
+	started, causes := blockedStep(exe)
+	if _, err := r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"alone"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, started, "the step")
+	// Five leases' worth of failed heartbeats, counted, not slept.
+	testwait.Until(t, 10*time.Second, "heartbeats to fail for five leases", func() bool { return beats.Load() >= 50 })
+	select {
+	case cause := <-causes:
+		t.Fatalf("the lone host's step was stopped: %v", cause)
+	default:
+	}
 }
