@@ -65,7 +65,7 @@ func BenchmarkFleetCancel(b *testing.B) {
 	}
 }
 
-// BenchmarkFleetTakeover measures, with a 200 ms lease and a 20 ms
+// BenchmarkFleetTakeover measures, with a 400 ms lease and a 20 ms
 // heartbeat, the time from a host's last heartbeat to its running task
 // showing interrupted (host_lost) in the store, swept by another host. The
 // floor is the lease itself; the median is reported as ms/takeover.

@@ -86,9 +86,10 @@ func newFleetHost(t testing.TB, dir sharedStore, id string, fs FleetSettings) *f
 	return &fleetHost{r: r, st: st, l: l, exe: exe}
 }
 
-// quick are fleet timings for tests: a lost host is noticed within a few
-// hundred milliseconds.
-var quick = FleetSettings{Heartbeat: 20 * time.Millisecond, Lease: 200 * time.Millisecond, Poll: 10 * time.Millisecond}
+// quick are fleet timings for tests: a lost host is noticed within a
+// second. The lease leaves a loaded test machine room: a host whose
+// heartbeats stall for Lease − Heartbeat fences itself.
+var quick = FleetSettings{Heartbeat: 20 * time.Millisecond, Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond}
 
 // silent is a host that registers, then never heartbeats again — a host
 // paused or cut off from the store — while it still watches its leases.

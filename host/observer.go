@@ -14,6 +14,23 @@ type Observer interface {
 	StoreCommitted(d time.Duration)
 	// RunLost counts a task the liveness check interrupted (run_lost).
 	RunLost()
+	// StoreRetried: a write transaction is run again after losing a race,
+	// failing with SQLSTATE sqlstate.
+	StoreRetried(sqlstate string)
+	// StoreFenced: the store refused a write of a run that is over.
+	StoreFenced()
+	// HeartbeatSent: this host's heartbeat reached the store at.
+	HeartbeatSent(at time.Time)
+	// FleetHeartbeats: the heartbeat age of each host of the fleet, as
+	// this host read them.
+	FleetHeartbeats(ages map[string]time.Duration)
+	// RunsSwept: this host took over n runs of lost hosts.
+	RunsSwept(n int)
+	// SelfFenced: this host stopped its runs, unable to heartbeat.
+	SelfFenced()
+	// ListenReconnected: the fleet notification connection broke and is
+	// made again.
+	ListenReconnected()
 }
 
 // nopObserver is the Observer of a host without metrics.
@@ -24,3 +41,10 @@ func (nopObserver) PluginCrashed(string, string)               {}
 func (nopObserver) StepFinished(string, string, time.Duration) {}
 func (nopObserver) StoreCommitted(time.Duration)               {}
 func (nopObserver) RunLost()                                   {}
+func (nopObserver) StoreRetried(string)                        {}
+func (nopObserver) StoreFenced()                               {}
+func (nopObserver) HeartbeatSent(time.Time)                    {}
+func (nopObserver) FleetHeartbeats(map[string]time.Duration)   {}
+func (nopObserver) RunsSwept(int)                              {}
+func (nopObserver) SelfFenced()                                {}
+func (nopObserver) ListenReconnected()                         {}

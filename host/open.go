@@ -143,8 +143,8 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted, HostID: hostID,
-		WriteFault: opts.StoreFault, Limits: store.Limits{
+	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted,
+		ObserveRetry: obs.StoreRetried, ObserveFenced: obs.StoreFenced, HostID: hostID, WriteFault: opts.StoreFault, Limits: store.Limits{
 			Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
 			Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
 			Result:        cfg.Limits.ResultBytes,

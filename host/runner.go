@@ -122,6 +122,11 @@ type Runner struct {
 	stopped  chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+	// beat is what the fleet duties know of this host's heartbeats.
+	beat beatState
+	// hostBeat is the host heartbeat's write: store.HeartbeatHost, or a
+	// test's failing one.
+	hostBeat func(ctx context.Context) error
 }
 
 // NewRunner returns a Runner over st. key is the data dir's host key (32 bytes).
@@ -139,7 +144,7 @@ func NewRunner(st *store.Store, l plugin.Launcher, key []byte, set Settings, svc
 		*f = d
 	}
 	return &Runner{
-		store: st, launcher: l, set: set, seal: sealer{key: key}, log: log,
+		store: st, launcher: l, set: set, seal: sealer{key: key}, log: log, hostBeat: st.HeartbeatHost,
 		turns: newTurns(), runs: map[string]*run{}, changed: make(chan struct{}),
 		svc: svc, workspaceRoot: workspaceRoot, waiters: map[string]*waiter{},
 		degraded: map[string]degradedTask{}, stopped: make(chan struct{}),

@@ -26,7 +26,7 @@ import (
 // testexec tasks, and per round one fault — a host SIGKILLed mid-step, a
 // host SIGSTOPped past its lease (its task taken over elsewhere) and then
 // SIGCONTed, a cancel through a host that does not own the task, a killed
-// host restarted — with interrupted tasks resumed through a random live
+// host restarted, every backend of the database terminated — with interrupted tasks resumed through a random live
 // host. After every round the store's promises are read from the database
 // itself; at the end every host is brought back, every interrupted task is
 // resumed until it completes, and the number of violated invariants must
@@ -191,8 +191,13 @@ func (c *fleetChaos) round(i int) {
 		c.resume(i, ids[c.rng.IntN(len(ids))], c.pick(c.up()))
 	}
 	time.Sleep(time.Duration(200+c.rng.IntN(1300)) * time.Millisecond) // the fault's moment, not a synchronisation
-	faults := []string{"none", "kill-host", "kill-host", "stop-host", "stop-host", "cancel-remote", "cancel-remote", "restart"}
+	faults := []string{"none", "kill-host", "kill-host", "stop-host", "stop-host", "cancel-remote", "cancel-remote", "restart", "terminate-backends"}
 	fault := faults[c.rng.IntN(len(faults))]
+	if i == 1 {
+		// Every run, however short, has every backend terminated once,
+		// with steps in flight (issue 21's ghost runs and refusals).
+		fault = "terminate-backends"
+	}
 	up := c.up()
 	switch fault {
 	case "kill-host", "stop-host":
@@ -219,12 +224,27 @@ func (c *fleetChaos) round(i int) {
 		c.pause(i, victim)
 	case "cancel-remote":
 		fault = c.cancelRemote(i)
+	case "terminate-backends":
+		c.terminateBackends(i)
 	case "restart":
 		if !c.restart() {
 			fault = "none (no host down)"
 		}
 	}
 	c.faults[fault]++
+}
+
+// terminateBackends ends every session of the fleet's database but the
+// test's own (pg_terminate_backend), as a server restart or a failover
+// does: every host's in-flight transactions fail, its pool reconnects, and
+// no run may be lost or written twice for it.
+func (c *fleetChaos) terminateBackends(i int) {
+	var n int
+	if err := c.db.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+		c.t.Fatalf("round %d: terminate the backends: %v", i, err)
+	}
+	c.t.Logf("round %d: terminated %d backends", i, n)
 }
 
 // restart starts a killed host again, as itself; false when none is down.
@@ -660,12 +680,15 @@ func (c *fleetChaos) report(seed uint64) {
 		fmt.Fprintf(&b, "%-34s %6d\n", k, c.faults[k])
 	}
 	// How much the run exercised: takeovers, runs the fencing check
-	// covered, runs a host itself found fenced after a pause.
-	fenced := 0
+	// covered, runs a host itself found fenced after a pause, hosts that
+	// fenced themselves (a pause past the lease, seen on waking).
+	fenced, selfFenced := 0, 0
 	for _, h := range c.hosts {
 		fenced += strings.Count(h.d.logText(), "lease was lost") + strings.Count(h.d.logText(), "lost its lease")
+		selfFenced += strings.Count(h.d.logText(), "host fenced itself")
 	}
-	fmt.Fprintf(&b, "host_lost takeovers %d, older runs checked for late writes %d, runs stopped as fenced %d\n", len(c.lost), len(c.frozen), fenced)
+	fmt.Fprintf(&b, "host_lost takeovers %d, older runs checked for late writes %d, runs stopped as fenced %d, self-fencings %d\n",
+		len(c.lost), len(c.frozen), fenced, selfFenced)
 	fmt.Fprintf(&b, "tasks: %d created, by status %v\nviolated invariants: %d (seed %d)", c.created, statuses, c.violations, seed)
 	c.t.Log(b.String())
 }

@@ -32,7 +32,13 @@ const fleetTimings = "heartbeat_seconds = 1\nlease_seconds = 3\npoll_millis = 50
 // write (pid files, markers).
 func startFleet(t *testing.T, extra string, ids ...string) (work string, hosts []*daemon) {
 	t.Helper()
-	t.Setenv(fleetDSNEnv, testpg.DSN(t))
+	return startFleetOn(t, testpg.DSN(t), extra, ids...)
+}
+
+// startFleetOn is startFleet on the database dsn names.
+func startFleetOn(t *testing.T, dsn, extra string, ids ...string) (work string, hosts []*daemon) {
+	t.Helper()
+	t.Setenv(fleetDSNEnv, dsn)
 	work = testwait.ShortTempDir(t)
 	key := make([]byte, 32)
 	rand.Read(key) //nolint:errcheck // never fails

@@ -92,6 +92,9 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 	var out Approval
 	var t Task
 	err := s.write(ctx, func(tx *txn) error {
+		if err := tx.lockTaskRow(ctx, a.TaskID); err != nil {
+			return err
+		}
 		if err := runningAttempt(ctx, tx, a.PrincipalID, a.TaskID, a.Attempt, a.RunID); err != nil {
 			return err
 		}

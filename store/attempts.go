@@ -364,6 +364,11 @@ const (
 func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Status) (Task, error) {
 	var t Task
 	err := func() error {
+		// The task first: the attempt read next must hold until the
+		// attempt's row is closed below.
+		if err := tx.lockTaskRow(ctx, f.TaskID); err != nil {
+			return err
+		}
 		if err := runningAttempt(ctx, tx, f.PrincipalID, f.TaskID, f.Number, f.RunID); err != nil {
 			return err
 		}
@@ -396,9 +401,17 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 			return err
 		}
 		tx.wrote(f.TaskID)
-		if _, err := tx.ExecContext(ctx, qFinishAttemptRow, string(f.Status), f.Outcome, f.Summary, string(f.Reason), f.Message, now,
-			f.ExitCode, f.ExitSignal, f.StderrTail, f.TaskID, f.Number); err != nil {
+		res, err := tx.ExecContext(ctx, qFinishAttemptRow, string(f.Status), f.Outcome, f.Summary, string(f.Reason), f.Message, now,
+			f.ExitCode, f.ExitSignal, f.StderrTail, f.TaskID, f.Number)
+		if err != nil {
 			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			// runningAttempt saw it running under the task's lock, so this
+			// is a writer that did not take the lock: refuse, not guess.
+			return fmt.Errorf("task %s: attempt %d was not closed: %w", f.TaskID, f.Number, ErrConflict)
 		}
 		// A committed outcome ends the step: nothing of it will be re-run,
 		// so no result is kept for replay. An interrupted attempt keeps
@@ -519,6 +532,11 @@ func (s *Store) AbandonAttempt(ctx context.Context, a AbandonAttempt) error {
 		return err
 	}
 	return s.write(ctx, func(tx *txn) error {
+		// The task first, as every writer of attempts takes it: the
+		// closing must not interleave with a claim, a finish or a sweep.
+		if err := tx.lockTaskRow(ctx, id); err != nil {
+			return err
+		}
 		_, run, err := taskState(ctx, tx, principal, id)
 		if err != nil {
 			return err

@@ -92,6 +92,27 @@ func (t *txn) exec(ctx context.Context, query string, args ...any) (sql.Result, 
 	return t.tx.ExecContext(ctx, t.s.d.rebind(query), t.s.d.bind(args)...)
 }
 
+// query is exec for a query that returns rows.
+func (t *txn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(ctx, t.s.d.rebind(query), t.s.d.bind(args)...)
+}
+
+// lockTaskRow locks task id's row until tx ends, where the engine locks
+// rows, unless tx already holds it. A write path that reads a task's other
+// rows before its first change of the task row takes it first, so that
+// what it read cannot change before it commits (see pgDialect).
+func (t *txn) lockTaskRow(ctx context.Context, id string) error {
+	q := t.s.d.lockTask()
+	if q == "" || t.written[id] {
+		return nil
+	}
+	if _, err := t.exec(ctx, q, id); err != nil {
+		return err
+	}
+	t.wrote(id)
+	return nil
+}
+
 // writeQueries is every statement the write paths run. A query missing here
 // still works, unprepared (and counted in Store.unprepared, which the tests
 // check stays zero).

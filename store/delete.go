@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -37,6 +38,9 @@ func deleteQueries() []string {
 // remove.
 func (s *Store) DeleteTask(ctx context.Context, principal, id string) error {
 	return s.write(ctx, func(tx *txn) error {
+		if err := tx.lockTaskRow(ctx, id); err != nil {
+			return err
+		}
 		st, _, err := taskState(ctx, tx, principal, id)
 		if err != nil {
 			return err
@@ -49,6 +53,11 @@ func (s *Store) DeleteTask(ctx context.Context, principal, id string) error {
 }
 
 func deleteRows(ctx context.Context, tx *txn, principal, id string) error {
+	// The task first, as every writer of its rows takes it: a late writer
+	// of an event or an attempt waits for the delete, then finds no task.
+	if err := tx.lockTaskRow(ctx, id); err != nil {
+		return fmt.Errorf("delete task %s: %w", id, err)
+	}
 	for _, q := range []string{qDeleteApprovals, qDeleteEffects, qDeleteEvents, qDeleteAttempts} {
 		if _, err := tx.ExecContext(ctx, q, id); err != nil {
 			return fmt.Errorf("delete task %s: %w", id, err)
@@ -103,16 +112,28 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, limi
 		return nil, nil
 	}
 	// A terminal task stays terminal, so every candidate is still one;
-	// deleteRows checks it all the same.
+	// deleteRows checks it all the same. One another host's retention
+	// deleted since the read is passed over.
+	var done []Deleted
 	if err := s.write(ctx, func(tx *txn) error {
+		done = done[:0]
 		for _, d := range cands {
+			if err := tx.lockTaskRow(ctx, d.ID); err != nil {
+				return err
+			}
+			if _, _, err := taskState(ctx, tx, d.PrincipalID, d.ID); errors.Is(err, ErrNotFound) {
+				continue
+			} else if err != nil {
+				return err
+			}
 			if err := deleteRows(ctx, tx, d.PrincipalID, d.ID); err != nil {
 				return err
 			}
+			done = append(done, d)
 		}
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	return cands, nil
+	return done, nil
 }

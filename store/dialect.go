@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -29,6 +30,11 @@ type dialect interface {
 	// retryable reports a write transaction that failed only because a
 	// concurrent one won (SQLite's single writer never sees one).
 	retryable(err error) bool
+	// connLost reports a failure of the connection itself (the server
+	// ended the session, a restart, a network cut): a transaction that met
+	// it before its COMMIT was sent did not commit, and may run again on
+	// another connection.
+	connLost(err error) bool
 	// classify makes an engine error one of the store's typed errors
 	// (ErrReadOnly, *UnavailableError) naming where; others pass unchanged.
 	classify(where string, err error) error
@@ -37,19 +43,25 @@ type dialect interface {
 	// lockTask is a statement that locks task ?1's row until the
 	// transaction ends, or "" where the single writer already serialises.
 	lockTask() string
+	// forUpdate is the clause that makes a SELECT lock the rows of table
+	// it returns (skipLocked: and pass over rows another transaction has
+	// locked), or "" where the single writer already serialises.
+	forUpdate(table string, skipLocked bool) string
 }
 
 // sqliteDialect is the embedded default: the query text is already its own,
 // and one writer connection serialises every write.
 type sqliteDialect struct{}
 
-func (sqliteDialect) rebind(q string) string    { return q }
-func (sqliteDialect) bind(args []any) []any     { return args }
-func (sqliteDialect) writeTx() *sql.TxOptions   { return nil } // IMMEDIATE, from the DSN
-func (sqliteDialect) readTx() *sql.TxOptions    { return nil } // a WAL snapshot
-func (sqliteDialect) retryable(error) bool      { return false }
-func (sqliteDialect) constraint(err error) bool { return sqliteCode(err) == sqliteConstraint }
-func (sqliteDialect) lockTask() string          { return "" }
+func (sqliteDialect) rebind(q string) string        { return q }
+func (sqliteDialect) bind(args []any) []any         { return args }
+func (sqliteDialect) writeTx() *sql.TxOptions       { return nil } // IMMEDIATE, from the DSN
+func (sqliteDialect) readTx() *sql.TxOptions        { return nil } // a WAL snapshot
+func (sqliteDialect) retryable(error) bool          { return false }
+func (sqliteDialect) connLost(error) bool           { return false }
+func (sqliteDialect) constraint(err error) bool     { return sqliteCode(err) == sqliteConstraint }
+func (sqliteDialect) lockTask() string              { return "" }
+func (sqliteDialect) forUpdate(string, bool) string { return "" }
 func (sqliteDialect) classify(where string, err error) error {
 	switch sqliteCode(err) {
 	case sqliteReadOnly:
@@ -64,44 +76,70 @@ func (sqliteDialect) classify(where string, err error) error {
 }
 
 // maxWriteTries bounds how often a write transaction that lost a race
-// (PostgreSQL's serialization failure or deadlock) is run again before the
-// store reports itself busy.
+// (PostgreSQL's deadlock or serialization failure, or a session the server
+// ended for idling) is run again before the store reports itself busy. On
+// READ COMMITTED with the task row locked first, none of these should
+// happen in normal operation: the bound is for the exception.
 const maxWriteTries = 10
 
 // write runs fn in one write transaction and commits it if fn returns nil.
 // Every multi-row change goes through here, so either all of it is stored
-// or none of it. fn may run more than once (a transaction that lost a race
-// is retried from the start): it must set, not accumulate, what it returns.
+// or none of it. fn may run more than once (a transaction that lost a race,
+// or whose connection was lost before its COMMIT was sent, is retried from
+// the start on another connection): it must set, not accumulate, what it
+// returns.
 func (s *Store) write(ctx context.Context, fn func(tx *txn) error) error {
 	if s.w == nil {
 		return ErrReadOnly
 	}
 	var err error
 	for try := range maxWriteTries {
-		if err = s.writeOnce(ctx, fn); err == nil || !s.d.retryable(err) {
+		err = s.writeOnce(ctx, fn)
+		var lost *lostConnError
+		switch {
+		case errors.As(err, &lost) && ctx.Err() == nil:
+			s.observeRetry(retryCode(lost.err))
+		case err == nil || !s.d.retryable(err):
+			if err != nil && errors.Is(err, ErrFenced) {
+				s.observeFenced()
+			}
 			return s.dbErr(err)
+		default:
+			s.observeRetry(retryCode(err))
 		}
 		if werr := backoff(ctx, try); werr != nil {
 			return s.dbErr(err)
 		}
 	}
+	if lost := (*lostConnError)(nil); errors.As(err, &lost) {
+		return s.dbErr(lost.err) // the server is gone: unavailable, not busy
+	}
 	return &UnavailableError{Class: "busy", Err: fmt.Errorf("store %s: a write lost to concurrent writes %d times: %w", s.path, maxWriteTries, err)}
 }
+
+// lostConnError is a write transaction's connection lost before its
+// COMMIT was sent: nothing of it committed.
+type lostConnError struct{ err error }
+
+func (e *lostConnError) Error() string { return e.err.Error() }
+func (e *lostConnError) Unwrap() error { return e.err }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(tx *txn) error) error {
 	tx, err := s.w.BeginTx(ctx, s.d.writeTx())
 	if err != nil {
-		return err
+		return s.beforeCommit(err)
 	}
 	if err := fn(&txn{tx: tx, s: s}); err != nil {
 		tx.Rollback() //nolint:errcheck // fn's error is the one to report
-		return err
+		return s.beforeCommit(err)
 	}
 	if err := s.fault(false); err != nil {
 		tx.Rollback() //nolint:errcheck // the injected fault is the one to report
 		return err
 	}
 	start := time.Now()
+	// A connection lost during the COMMIT leaves its outcome unknown: it
+	// is reported, never run again.
 	if err := tx.Commit(); err != nil {
 		return err
 	}
@@ -115,6 +153,24 @@ func (s *Store) fault(committed bool) error {
 		return nil
 	}
 	return s.writeFault(committed)
+}
+
+// beforeCommit marks err, met before the COMMIT was sent, as a lost
+// connection when it is one.
+func (s *Store) beforeCommit(err error) error {
+	if s.d.connLost(err) {
+		return &lostConnError{err: err}
+	}
+	return err
+}
+
+// retryCode names a retried transaction's failure for the retry metric:
+// its SQLSTATE, or "connection" for a connection lost without one.
+func retryCode(err error) string {
+	if code := pgCode(err); code != "" {
+		return code
+	}
+	return "connection"
 }
 
 // sqlParamRE matches SQLite's parameters: "?" or "?N".

@@ -12,15 +12,21 @@
 //   - Every multi-row change — a claim and its step charge, an outcome with
 //     its checkpoint, counters and status, any change with its events — is
 //     one transaction: nothing is ever half-written. On SQLite it is
-//     IMMEDIATE on a single writer connection. On PostgreSQL it is
-//     SERIALIZABLE, and one that loses a race to a concurrent write (a
-//     serialization failure, a deadlock) is run again from the start, up to
-//     10 times with a jittered backoff, then reported as an
-//     *UnavailableError ("busy"). SERIALIZABLE rather than READ COMMITTED
-//     with row locks: the write paths check, then compare-and-set, then
-//     write rows that depend on both, as a single writer allows;
-//     SERIALIZABLE keeps that meaning for every path, present and future,
-//     where row locks would have to be right in each one.
+//     IMMEDIATE on a single writer connection. On PostgreSQL it is READ
+//     COMMITTED, made correct by row locks (pgDialect): every path locks
+//     the task's row first — by its compare-and-set on status and run id,
+//     or by lockTask before it reads the task's attempts, effects or
+//     approvals — so what it read cannot change before it commits, and
+//     two writers of one task wait for each other in one lock order
+//     instead of deadlocking; inserts rest on unique keys; the lost-host
+//     sweep locks its candidates in seq order and passes over those
+//     another transaction holds (SKIP LOCKED). The host heartbeat is one
+//     autocommit UPDATE of the host's own row on a connection of its own,
+//     which nothing else locks. A transaction that still loses a race (a
+//     deadlock, 40P01; a session ended for idling, 25P03) is run again
+//     from the start, up to 10 times with a jittered backoff, each retry
+//     counted by SQLSTATE (Options.ObserveRetry), then reported as an
+//     *UnavailableError ("busy"); none should happen in normal operation.
 //   - On SQLite, the steps of several tasks that finish at once
 //     (FinishAndClaim) share one commit — one fsync at synchronous=FULL:
 //     up to 64 of them run in one write transaction, each in its own
@@ -32,9 +38,9 @@
 //     reported stored from a transaction that was rolled back. A step that
 //     has joined a group is written whatever its caller's context does
 //     (an interrupt would roll back the others), and its caller gets the
-//     real result. PostgreSQL keeps one SERIALIZABLE transaction per write:
-//     its pool already runs writes side by side, and one member's
-//     serialization failure would run a whole group again.
+//     real result. PostgreSQL keeps one transaction per write: its pool
+//     already runs writes side by side, and one member's lock wait would
+//     hold up a whole group.
 //   - Budgets never exceed their limits (the schema checks it too) and wall
 //     time never goes backwards.
 //   - Every call is scoped to a principal; another principal's task is

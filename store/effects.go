@@ -248,6 +248,11 @@ func (s *Store) AdmitEffect(ctx context.Context, e NewEffect, events ...NewEvent
 	var out Effect
 	var t Task
 	err := s.write(ctx, func(tx *txn) error {
+		// The task first: the attempt read next, and the live-task read of
+		// a replay or an approval, must hold until the effect's row is in.
+		if err := tx.lockTaskRow(ctx, e.TaskID); err != nil {
+			return err
+		}
 		if err := runningAttempt(ctx, tx, e.PrincipalID, e.TaskID, e.Attempt, e.RunID); err != nil {
 			return err
 		}
@@ -352,6 +357,11 @@ func (s *Store) MarkEffect(ctx context.Context, m MarkEffect) (Effect, error) {
 func (s *Store) SettleEffects(ctx context.Context, principal, taskID string) (int64, error) {
 	var n int64
 	err := s.write(ctx, func(tx *txn) error {
+		// The task first: no claim may start an attempt between the
+		// check for a running one and the settling.
+		if err := tx.lockTaskRow(ctx, taskID); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, qSettleTaskEffects, nanos(s.now()), taskID, principal)
 		if err != nil {
 			return err

@@ -53,8 +53,8 @@ func (c *committer) queued() int {
 
 // writeGrouped is write for the step path: on a SQLite store several
 // callers' transactions may share one commit (see committer); elsewhere —
-// PostgreSQL, where a SERIALIZABLE transaction that loses a race is retried
-// alone — it is write. Each closure still commits or not as a whole, and
+// PostgreSQL, whose pool runs writes side by side, and where a transaction
+// that waits on one task's lock must not hold up the others — it is write. Each closure still commits or not as a whole, and
 // its caller sees the same result and error as from write.
 //
 // fn runs with ctx's values but never its cancellation: in a group, a

@@ -34,6 +34,17 @@ import (
 // resumed: a resume is explicit and, on whichever host receives it, starts a
 // new run (a new epoch) leased to that host.
 //
+// On PostgreSQL the sweep locks its candidates FOR NO KEY UPDATE SKIP
+// LOCKED, in seq order: a task whose row another transaction holds is being
+// written — by its owner, so it is not lost, or by another sweeper — and is
+// left for the next sweep, so a sweep never waits behind a host's write.
+// It reads the hosts' heartbeats without locking them, and HeartbeatHost is
+// one autocommit UPDATE of the host's own row on a connection of its own:
+// the two never conflict. When a sweep may run, and when a host stops its
+// own runs because it cannot heartbeat, is the host's to decide (host's
+// fleet.go: grace and self-fencing); LoseOwnRun is how a host that fenced
+// itself ends those runs once the store answers.
+//
 // Heartbeats and the sweep's cut-off are host wall clocks: the hosts of a
 // fleet must keep their clocks synchronised to well within the lease.
 
@@ -135,22 +146,34 @@ func (s *Store) RegisterHost(ctx context.Context, version string) error {
 
 // HeartbeatHost refreshes this host's heartbeat. ErrNotFound if the host
 // never registered (or its row was removed): register again.
+//
+// It is one autocommit UPDATE of this host's own row — no transaction, no
+// retry — and on PostgreSQL it runs on a connection of its own, outside the
+// pool every other write shares: a heartbeat waits for nothing but the
+// server. Nothing else locks a host row except a re-registration of the
+// same host, and the sweep reads the heartbeats without locking them, so it
+// never conflicts with one.
 func (s *Store) HeartbeatHost(ctx context.Context) error {
 	if err := CheckHostID(s.host); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, qHeartbeatHost, nanos(s.now()), s.host)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return fmt.Errorf("host %s is not registered: %w", s.host, ErrNotFound)
-		}
-		return nil
-	})
+	if s.w == nil {
+		return ErrReadOnly
+	}
+	db := s.hb
+	if db == nil {
+		db = s.w
+	}
+	res, err := db.ExecContext(ctx, s.d.rebind(qHeartbeatHost), nanos(s.now()), s.host)
+	if err != nil {
+		return s.dbErr(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.dbErr(err)
+	} else if n == 0 {
+		return fmt.Errorf("host %s is not registered: %w", s.host, ErrNotFound)
+	}
+	return nil
 }
 
 // ListHosts returns the fleet's hosts (at most 1000), by id.
@@ -196,7 +219,11 @@ func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeW
 			id, host string
 			run      int64
 		}
-		rows, err := tx.QueryContext(ctx, qLostLeases, s.host, nanos(now.Add(-lease)), MaxSweep)
+		// On PostgreSQL the candidates are locked as they are read, in
+		// seq order, passing over any another transaction holds: its
+		// owner (or another sweeper) is writing it, and a task whose owner
+		// writes it is not lost. The compare-and-set below re-checks each.
+		rows, err := tx.query(ctx, qLostLeases+s.d.forUpdate("tasks", true), s.host, nanos(now.Add(-lease)), MaxSweep)
 		if err != nil {
 			return err
 		}
@@ -227,6 +254,25 @@ func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeW
 		return nil, err
 	}
 	return ids, nil
+}
+
+// LoseOwnRun is a sweep of one of this host's own runs: a host that
+// stopped run runID of task id because it could not reach the store for
+// most of a lease (it fenced itself) ends it, once the store answers
+// again, exactly as another host's sweep would have — interrupted
+// (host_lost, message), its running attempt closed, its effects settled,
+// its approvals cancelled, events(t) appended. ok is false, with nothing
+// written, when the task is no longer live in that run on this host (a
+// sweep, a cancel got there first).
+func (s *Store) LoseOwnRun(ctx context.Context, id string, runID int64, message string, events func(t Task) []NewEvent) (ok bool, err error) {
+	if err := checkSize("message", len(message), s.lim.Message); err != nil {
+		return false, err
+	}
+	err = s.write(ctx, func(tx *txn) error {
+		_, ok, err = s.loseRun(ctx, tx, lostRun{id: id, run: runID, host: s.host, reason: ReasonHostLost, message: message}, nanos(s.now()), 0, events)
+		return err
+	})
+	return ok, err
 }
 
 // TaskLease returns who holds principal's task id and in which run: a host

@@ -120,6 +120,7 @@ func (s *Store) loseRun(ctx context.Context, tx *txn, l lostRun, ns, chargeWallM
 	if err != nil {
 		return Task{}, false, err
 	}
+	tx.wrote(t.ID) // the row is locked until tx ends
 	if _, err := tx.ExecContext(ctx, qLoseAttempts, ns, t.ID, string(l.reason)); err != nil {
 		return Task{}, false, err
 	}

@@ -30,11 +30,17 @@ type Store struct {
 	r    *sql.DB // query-only readers
 	now  func() time.Time
 	lim  Limits
-	// observeCommit is Options.ObserveCommit, or a no-op.
+	// observeCommit, observeRetry and observeFenced are Options', or
+	// no-ops.
 	observeCommit func(time.Duration)
+	observeRetry  func(string)
+	observeFenced func()
 	// writeFault is Options.WriteFault, or nil.
 	writeFault func(committed bool) error
-	host       string // Options.HostID: the lease every run started here carries
+	// hb is the PostgreSQL heartbeat's own one-connection pool (see
+	// HeartbeatHost); nil on SQLite, where heartbeats take the writer.
+	hb   *sql.DB
+	host string // Options.HostID: the lease every run started here carries
 	// listenCfg is PostgreSQL's connection config, for the dedicated
 	// connection Listen holds; nil on SQLite.
 	listenCfg *pgx.ConnConfig
@@ -71,11 +77,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit, host: opts.HostID,
-		writeFault: opts.WriteFault}
-	if s.observeCommit == nil {
-		s.observeCommit = func(time.Duration) {}
-	}
+	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, host: opts.HostID, writeFault: opts.WriteFault}
+	s.observe(opts)
 	if err := s.open(ctx, opts); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one to report
 		if created {
@@ -464,7 +467,35 @@ func (s *Store) Close() error {
 	if s.w != nil && s.w != s.r {
 		errs = append(errs, s.w.Close())
 	}
+	if s.hb != nil {
+		errs = append(errs, s.hb.Close())
+	}
 	return errors.Join(errs...)
+}
+
+// observe sets the store's observers from opts, no-ops for those unset.
+func (s *Store) observe(opts Options) {
+	s.observeCommit, s.observeRetry, s.observeFenced = opts.ObserveCommit, opts.ObserveRetry, opts.ObserveFenced
+	if s.observeCommit == nil {
+		s.observeCommit = func(time.Duration) {}
+	}
+	if s.observeRetry == nil {
+		s.observeRetry = func(string) {}
+	}
+	if s.observeFenced == nil {
+		s.observeFenced = func() {}
+	}
+}
+
+// PoolStats are the statistics of the connection pool writes take their
+// connections from (on SQLite, the single writer's), for the daemon's
+// metrics: connections in use, and how often and how long a caller waited
+// for one.
+func (s *Store) PoolStats() sql.DBStats {
+	if s.w != nil {
+		return s.w.Stats()
+	}
+	return s.r.Stats()
 }
 
 // Path is the store file's path as given to Open.

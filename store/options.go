@@ -30,6 +30,14 @@ type Options struct {
 	// transaction's COMMIT that succeeded (the fsync of the write-ahead
 	// log, in FULL mode), for the daemon's metrics. It must not block.
 	ObserveCommit func(time.Duration)
+	// ObserveRetry, when set, is called each time a write transaction is
+	// run again after losing a race, with the failure's SQLSTATE (40P01 a
+	// deadlock, 40001 a serialization failure, 25P03 a session ended for
+	// idling in a transaction). It must not block.
+	ObserveRetry func(sqlstate string)
+	// ObserveFenced, when set, is called each time a write is refused
+	// because its run is over (ErrFenced). It must not block.
+	ObserveFenced func()
 	// HostID names this host in a fleet sharing one store (see hosts.go):
 	// every run this Store starts is leased to it, and recovery touches
 	// only its own leases. Up to MaxHostID bytes of [A-Za-z0-9._-]; empty

@@ -62,13 +62,34 @@ type PoolOptions struct {
 
 // pgDialect is PostgreSQL through pgx's database/sql adapter.
 //
-// Write transactions are SERIALIZABLE and retried (maxWriteTries) when
-// PostgreSQL aborts one for a serialization failure or a deadlock: every
-// write path was written for SQLite's single writer — a check, then a
-// compare-and-set, then rows that depend on both — and SERIALIZABLE keeps
-// exactly that meaning for all of them, and for any added later, without
-// each having to take the right row locks. The cost is a retry under
-// contention, which the retry bound and the backoff keep small.
+// Write transactions are READ COMMITTED, and each write path is correct at
+// that level by locking, not by the engine's conflict detection:
+//
+//   - a path that changes a task changes (or locks) the task's row first —
+//     a compare-and-set UPDATE on its status and run id, or lockTask — and
+//     reads the task's other rows (attempts, effects, approvals) only
+//     after, so they cannot change under it: every writer of those rows
+//     holds the task's lock. A compare-and-set that waited for another
+//     transaction's lock re-reads the row it waited for and re-checks its
+//     WHERE (PostgreSQL's EvalPlanQual), so of two racing changes exactly
+//     one matches.
+//   - locks are taken in one order — the task row, then its dependent rows
+//     — so two writers wait instead of deadlocking; a path that takes
+//     several task rows (the lost-host sweep) takes them in seq order, and
+//     the sweep passes over rows another transaction holds (SKIP LOCKED):
+//     such a task's owner is writing it, so it is alive.
+//   - inserts rely on unique keys (a task id, an attempt or effect number),
+//     never on a read that found no row.
+//   - the host heartbeat is one autocommit UPDATE of the host's own row on
+//     a connection of its own (HeartbeatHost); no transaction reads that
+//     row under a lock, so the sweep never conflicts with it.
+//
+// SERIALIZABLE would keep SQLite's single-writer meaning without any of
+// this, but under contention it aborts transactions that conflict only
+// through predicate reads (a heartbeat and a sweep), and a host that loses
+// enough of those retries loses its lease. Deadlocks (40P01) and sessions
+// ended for idling are still retried (maxWriteTries), and counted by
+// SQLSTATE (Options.ObserveRetry); they should be rare.
 type pgDialect struct{}
 
 func (pgDialect) rebind(q string) string {
@@ -97,7 +118,7 @@ func (pgDialect) bind(args []any) []any {
 	return args
 }
 
-func (pgDialect) writeTx() *sql.TxOptions { return &sql.TxOptions{Isolation: sql.LevelSerializable} }
+func (pgDialect) writeTx() *sql.TxOptions { return &sql.TxOptions{Isolation: sql.LevelReadCommitted} }
 func (pgDialect) readTx() *sql.TxOptions {
 	return &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 }
@@ -108,6 +129,27 @@ func (pgDialect) readTx() *sql.TxOptions {
 func (pgDialect) retryable(err error) bool {
 	code := pgCode(err)
 	return code == pgSerializationFailure || code == pgDeadlock || code == pgIdleInTxTimeout
+}
+
+// connLost: a server that ended the session (57P01, pg_terminate_backend
+// or a shutdown), a crash, a connection exception, or a socket that
+// failed without a word. Not a full server or a refused connection: those
+// are the server's answer, not a lost session.
+func (pgDialect) connLost(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch code := pgCode(err); {
+	case code == pgAdminShutdown || code == pgCrashShutdown || strings.HasPrefix(code, "08"):
+		return true
+	case code != "":
+		return false
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return false // no session to lose: the server refused or is down
+	}
+	return pgUnavailable(err) == "server unavailable"
 }
 
 func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(err), "23") }
@@ -123,6 +165,14 @@ func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(er
 // task's events in one order and commit them in the other, and a watcher
 // past the later number would miss the earlier.
 func (pgDialect) lockTask() string { return `SELECT 1 FROM tasks WHERE id = ?1 FOR NO KEY UPDATE` }
+
+// forUpdate: NO KEY, as lockTask.
+func (pgDialect) forUpdate(table string, skipLocked bool) string {
+	if skipLocked {
+		return " FOR NO KEY UPDATE OF " + table + " SKIP LOCKED"
+	}
+	return " FOR NO KEY UPDATE OF " + table
+}
 
 func (pgDialect) classify(where string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -204,13 +254,18 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
-	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits, observeCommit: opts.ObserveCommit,
+	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits,
 		host: opts.HostID, listenCfg: cfg.Copy(), writeFault: opts.WriteFault}
-	if s.observeCommit == nil {
-		s.observeCommit = func(time.Duration) {}
-	}
+	s.observe(opts)
 	if !opts.ReadOnly {
 		s.w = db
+		// The heartbeat has a connection of its own: a pool whose every
+		// connection is held (by steps waiting on a row lock, say) must
+		// never delay the write that keeps this host's lease.
+		s.hb = stdlib.OpenDB(*cfg.Copy())
+		s.hb.SetMaxOpenConns(1)
+		s.hb.SetMaxIdleConns(1)
+		s.hb.SetConnMaxLifetime(pool.ConnMaxLifetime)
 	}
 	if err := s.openPG(ctx, opts.ReadOnly); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one to report

@@ -44,6 +44,7 @@ func (s *Store) InterruptRunning(ctx context.Context, reason Reason, events func
 }
 
 const (
+	qLiveOfHost     = `SELECT id FROM tasks WHERE status IN ('running', 'waiting_approval') AND lease_host IN (?1, '') ORDER BY seq`
 	qInterruptTasks = `UPDATE tasks SET status = 'interrupted', reason = ?1, message = '', updated_ns = ?2,
 			wall_ms_used = MAX(wall_ms_used, MIN(wall_ms_used + ?3, wall_ms_limit))
 		WHERE status IN ('running', 'waiting_approval') AND lease_host IN (?4, '') RETURNING ` + taskCols
@@ -58,6 +59,15 @@ func (s *Store) interrupt(ctx context.Context, reason Reason, chargeWallMillis i
 	err := s.write(ctx, func(tx *txn) error {
 		ids, closed = nil, 0
 		now := nanos(s.now())
+		// On PostgreSQL the tasks are locked first in seq order, the order
+		// every multi-task writer takes: two hosts recovering the unnamed
+		// host's leftovers at once, or a recovery and a sweep, wait for
+		// each other instead of deadlocking.
+		if lock := s.d.forUpdate("tasks", false); lock != "" {
+			if _, err := tx.exec(ctx, qLiveOfHost+lock, s.host); err != nil {
+				return err
+			}
+		}
 		rows, err := tx.QueryContext(ctx, qInterruptTasks, string(reason), now, chargeWallMillis, s.host)
 		if err != nil {
 			return err

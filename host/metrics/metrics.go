@@ -23,6 +23,7 @@ package metrics
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -54,6 +55,12 @@ const (
 type Source interface {
 	Stats(ctx context.Context) (store.Stats, error)
 	Ping(ctx context.Context) error
+}
+
+// PoolSource is a Source whose connection pool's statistics are exported
+// too; *store.Store implements it.
+type PoolSource interface {
+	PoolStats() sql.DBStats
 }
 
 // Options configure a Server.
@@ -234,26 +241,32 @@ type storeCollector struct {
 	s *Server
 
 	up, readErrors, tasks, runningPlugins, stepsRunning, steps, effects, budgets, approvals *prometheus.Desc
+	poolInUse, poolOpen, poolWaits, poolWaitSeconds                                         *prometheus.Desc
 }
 
 func newStoreCollector(s *Server) *storeCollector {
 	d := prometheus.NewDesc
 	return &storeCollector{
-		s:              s,
-		up:             d("taskhost_store_up", "1 when this scrape's store read succeeded, else 0.", nil, nil),
-		readErrors:     d("taskhost_store_read_errors_total", "Store reads of /metrics and /healthz that failed since the daemon started.", nil, nil),
-		tasks:          d("taskhost_tasks", "Tasks by status, of every principal.", []string{"status"}, nil),
-		runningPlugins: d("taskhost_running_plugins", "Tasks running or waiting for an approval: each holds one executor process.", nil, nil),
-		stepsRunning:   d("taskhost_steps_running", "Step attempts running now.", nil, nil),
-		steps:          d("taskhost_steps_total", "Finished step attempts by status and outcome (none: the step returned no outcome, e.g. a crash).", []string{"status", "outcome"}, nil),
-		effects:        d("taskhost_effects", "Effects in the ledger (model calls, tool calls, approvals) by kind and status.", []string{"kind", "status"}, nil),
-		budgets:        d("taskhost_budget_exhausted_tasks", "Stored tasks that ended because a budget ran out, by budget.", []string{"budget"}, nil),
-		approvals:      d("taskhost_approvals_pending", "Approvals waiting for a decision.", nil, nil),
+		s:               s,
+		up:              d("taskhost_store_up", "1 when this scrape's store read succeeded, else 0.", nil, nil),
+		readErrors:      d("taskhost_store_read_errors_total", "Store reads of /metrics and /healthz that failed since the daemon started.", nil, nil),
+		tasks:           d("taskhost_tasks", "Tasks by status, of every principal.", []string{"status"}, nil),
+		runningPlugins:  d("taskhost_running_plugins", "Tasks running or waiting for an approval: each holds one executor process.", nil, nil),
+		stepsRunning:    d("taskhost_steps_running", "Step attempts running now.", nil, nil),
+		steps:           d("taskhost_steps_total", "Finished step attempts by status and outcome (none: the step returned no outcome, e.g. a crash).", []string{"status", "outcome"}, nil),
+		effects:         d("taskhost_effects", "Effects in the ledger (model calls, tool calls, approvals) by kind and status.", []string{"kind", "status"}, nil),
+		budgets:         d("taskhost_budget_exhausted_tasks", "Stored tasks that ended because a budget ran out, by budget.", []string{"budget"}, nil),
+		approvals:       d("taskhost_approvals_pending", "Approvals waiting for a decision.", nil, nil),
+		poolInUse:       d("taskhost_store_pool_in_use", "Store connections in use now (writes' pool; PostgreSQL's heartbeat and LISTEN connections are apart).", nil, nil),
+		poolOpen:        d("taskhost_store_pool_open", "Store connections open now, in use or idle.", nil, nil),
+		poolWaits:       d("taskhost_store_pool_waits_total", "Times a store call waited for a free connection since the store was opened.", nil, nil),
+		poolWaitSeconds: d("taskhost_store_pool_wait_seconds_total", "Total time store calls waited for a free connection since the store was opened.", nil, nil),
 	}
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.readErrors, c.tasks, c.runningPlugins, c.stepsRunning, c.steps, c.effects, c.budgets, c.approvals} {
+	for _, d := range []*prometheus.Desc{c.up, c.readErrors, c.tasks, c.runningPlugins, c.stepsRunning, c.steps, c.effects, c.budgets, c.approvals,
+		c.poolInUse, c.poolOpen, c.poolWaits, c.poolWaitSeconds} {
 		ch <- d
 	}
 }
@@ -263,6 +276,15 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 // error count is reported here, after the read, so that a scrape whose read
 // failed counts itself (the registry runs collectors concurrently).
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	if ps, ok := c.s.opts.Source.(PoolSource); ok {
+		// The pool's own numbers need no store read: they are there
+		// when the store is not.
+		p := ps.PoolStats()
+		ch <- prometheus.MustNewConstMetric(c.poolInUse, prometheus.GaugeValue, float64(p.InUse))
+		ch <- prometheus.MustNewConstMetric(c.poolOpen, prometheus.GaugeValue, float64(p.OpenConnections))
+		ch <- prometheus.MustNewConstMetric(c.poolWaits, prometheus.CounterValue, float64(p.WaitCount))
+		ch <- prometheus.MustNewConstMetric(c.poolWaitSeconds, prometheus.CounterValue, p.WaitDuration.Seconds())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	st, err := c.s.opts.Source.Stats(ctx)
@@ -314,11 +336,21 @@ type Instruments struct {
 	stepDuration  *prometheus.HistogramVec
 	storeCommit   prometheus.Histogram
 	runsLost      prometheus.Counter
+	storeRetries  *prometheus.CounterVec
+	storeFenced   prometheus.Counter
+	fleetAges     *prometheus.GaugeVec
+	heartbeatAge  prometheus.GaugeFunc
+	sweeps        prometheus.Counter
+	selfFenced    prometheus.Counter
+	listenBreaks  prometheus.Counter
+	// lastBeat is the unix nanoseconds of this host's last heartbeat that
+	// reached the store; 0 before the first.
+	lastBeat atomic.Int64
 }
 
 // NewInstruments returns zeroed Instruments.
 func NewInstruments() *Instruments {
-	return &Instruments{
+	i := &Instruments{
 		pluginStarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskhost_plugin_starts_total",
 			Help: "Executor plugin processes started (one per run of a task) since the daemon started, by executor."}, []string{"executor"}),
 		pluginCrashes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskhost_plugin_crashes_total",
@@ -331,7 +363,29 @@ func NewInstruments() *Instruments {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5}}),
 		runsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskhost_runs_lost_total",
 			Help: "Tasks this host found running with no live run of its own and interrupted (run_lost) since the daemon started."}),
+		storeRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskhost_store_retries_total",
+			Help: "Write transactions run again after losing a race since the daemon started, by SQLSTATE (40P01 deadlock, 40001 serialization failure, 25P03 idle session ended)."}, []string{"sqlstate"}),
+		storeFenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskhost_store_fenced_writes_total",
+			Help: "Writes the store refused because their run was over (ErrFenced: a newer run holds the task) since the daemon started."}),
+		fleetAges: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskhost_fleet_host_heartbeat_age_seconds",
+			Help: "Age of each fleet host's last heartbeat, as this host last read the hosts table (every heartbeat interval)."}, []string{"host"}),
+		sweeps: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskhost_fleet_sweeps_total",
+			Help: "Runs of lost hosts this host took over (interrupted, host_lost) since the daemon started."}),
+		selfFenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskhost_fleet_self_fenced_total",
+			Help: "Times this host stopped its own runs because it could not heartbeat for most of its lease."}),
+		listenBreaks: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskhost_fleet_listen_reconnects_total",
+			Help: "Times the fleet notification connection (PostgreSQL LISTEN) broke and was made again since the daemon started."}),
 	}
+	i.heartbeatAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskhost_host_heartbeat_age_seconds",
+		Help: "Seconds since this host's last heartbeat reached the store; -1 before the first (and on a host outside a fleet)."},
+		func() float64 {
+			ns := i.lastBeat.Load()
+			if ns == 0 {
+				return -1
+			}
+			return time.Since(time.Unix(0, ns)).Seconds()
+		})
+	return i
 }
 
 // PluginStarted counts a plugin start.
@@ -353,8 +407,36 @@ func (i *Instruments) StoreCommitted(d time.Duration) { i.storeCommit.Observe(d.
 // RunLost counts a task the liveness check interrupted.
 func (i *Instruments) RunLost() { i.runsLost.Inc() }
 
+// StoreRetried counts a retried write transaction by SQLSTATE.
+func (i *Instruments) StoreRetried(sqlstate string) { i.storeRetries.WithLabelValues(sqlstate).Inc() }
+
+// StoreFenced counts a write refused as fenced.
+func (i *Instruments) StoreFenced() { i.storeFenced.Inc() }
+
+// HeartbeatSent records this host's last heartbeat.
+func (i *Instruments) HeartbeatSent(at time.Time) { i.lastBeat.Store(at.UnixNano()) }
+
+// FleetHeartbeats replaces the fleet's heartbeat ages with ages: a host
+// gone from the table leaves the series.
+func (i *Instruments) FleetHeartbeats(ages map[string]time.Duration) {
+	i.fleetAges.Reset()
+	for h, d := range ages {
+		i.fleetAges.WithLabelValues(h).Set(d.Seconds())
+	}
+}
+
+// RunsSwept counts runs taken over from lost hosts.
+func (i *Instruments) RunsSwept(n int) { i.sweeps.Add(float64(n)) }
+
+// SelfFenced counts a self-fencing.
+func (i *Instruments) SelfFenced() { i.selfFenced.Inc() }
+
+// ListenReconnected counts a broken notification connection.
+func (i *Instruments) ListenReconnected() { i.listenBreaks.Inc() }
+
 func (i *Instruments) collectors() []prometheus.Collector {
-	return []prometheus.Collector{i.pluginStarts, i.pluginCrashes, i.stepDuration, i.storeCommit, i.runsLost}
+	return []prometheus.Collector{i.pluginStarts, i.pluginCrashes, i.stepDuration, i.storeCommit, i.runsLost,
+		i.storeRetries, i.storeFenced, i.fleetAges, i.heartbeatAge, i.sweeps, i.selfFenced, i.listenBreaks}
 }
 
 func boolFloat(v bool) float64 {

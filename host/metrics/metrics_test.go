@@ -167,16 +167,18 @@ func TestMetricsCountTheStore(t *testing.T) {
 		}
 	}
 	// 4 finished statuses × 4 outcomes, 7 task statuses, 3 effect kinds ×
-	// 5 statuses, 5 budgets, 8 single series: the size of the store's
-	// part does not grow with the number of tasks.
+	// 5 statuses, 5 budgets, 8 single series, 4 of the connection pool,
+	// 5 of the fleet counted as they happen (fenced writes, sweeps,
+	// self-fencings, LISTEN reconnects, this host's heartbeat age): the
+	// size of the store's part does not grow with the number of tasks.
 	n := 0
 	for series := range got {
 		if strings.HasPrefix(series, "taskhost_") && !strings.HasPrefix(series, "taskhost_store_commit_") {
 			n++
 		}
 	}
-	if n != 16+7+15+5+8 {
-		t.Errorf("%d taskhost_ series, want %d:\n%s", n, 16+7+15+5+8, body)
+	if n != 16+7+15+5+8+4+5 {
+		t.Errorf("%d taskhost_ series, want %d:\n%s", n, 16+7+15+5+8+4+5, body)
 	}
 
 	// A task resumed and running: one plugin, one step running.
@@ -395,5 +397,61 @@ func TestInstrumentsAndBudgets(t *testing.T) {
 	// Server's histogram saw only the one reported to its Instruments.
 	if got["taskhost_store_commit_seconds_count"] != 1 {
 		t.Errorf("commit count %v, want 1", got["taskhost_store_commit_seconds_count"])
+	}
+}
+
+// TestFleetAndStoreInstruments: the fleet and store series a host reports
+// — retries by SQLSTATE, fenced writes, sweeps, self-fencings, LISTEN
+// reconnects, its own heartbeat age and the fleet's as last read — and the
+// connection pool's, read from the store handle at scrape time.
+func TestFleetAndStoreInstruments(t *testing.T) {
+	s := openStore(t)
+	inst := NewInstruments()
+	m, err := New(Options{Source: s, Version: "v", Instruments: inst})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := parse(t, func() string { _, b := scrape(t, m.Handler(), http.MethodGet, "/metrics"); return b }())
+	if got["taskhost_host_heartbeat_age_seconds"] != -1 {
+		t.Errorf("heartbeat age before the first = %v, want -1", got["taskhost_host_heartbeat_age_seconds"])
+	}
+	inst.StoreRetried("40P01")
+	inst.StoreRetried("40P01")
+	inst.StoreRetried("57P01")
+	inst.StoreFenced()
+	inst.RunsSwept(3)
+	inst.SelfFenced()
+	inst.ListenReconnected()
+	inst.HeartbeatSent(time.Now().Add(-2 * time.Second))
+	inst.FleetHeartbeats(map[string]time.Duration{"h-gone": time.Hour})
+	inst.FleetHeartbeats(map[string]time.Duration{"h-a": 500 * time.Millisecond, "h-b": 4 * time.Second})
+
+	_, body := scrape(t, m.Handler(), http.MethodGet, "/metrics")
+	got = parse(t, body)
+	for series, want := range map[string]float64{
+		`taskhost_store_retries_total{sqlstate="40P01"}`:        2,
+		`taskhost_store_retries_total{sqlstate="57P01"}`:        1,
+		`taskhost_store_fenced_writes_total`:                    1,
+		`taskhost_fleet_sweeps_total`:                           3,
+		`taskhost_fleet_self_fenced_total`:                      1,
+		`taskhost_fleet_listen_reconnects_total`:                1,
+		`taskhost_fleet_host_heartbeat_age_seconds{host="h-a"}`: 0.5,
+		`taskhost_fleet_host_heartbeat_age_seconds{host="h-b"}`: 4,
+		`taskhost_store_pool_in_use`:                            0,
+		`taskhost_store_pool_waits_total`:                       0,
+		`taskhost_store_pool_wait_seconds_total`:                0,
+	} {
+		if g, ok := got[series]; !ok || g != want {
+			t.Errorf("%s = %v (present %v), want %v", series, g, ok, want)
+		}
+	}
+	if _, ok := got[`taskhost_fleet_host_heartbeat_age_seconds{host="h-gone"}`]; ok {
+		t.Error("a host no longer in the table keeps its series")
+	}
+	if age := got["taskhost_host_heartbeat_age_seconds"]; age < 2 || age > 60 {
+		t.Errorf("heartbeat age = %v, want about 2 s", age)
+	}
+	if got["taskhost_store_pool_open"] < 1 {
+		t.Errorf("pool open = %v, want the writer's connection", got["taskhost_store_pool_open"])
 	}
 }

@@ -169,24 +169,44 @@ func isExec(p string) bool {
 // cluster is a running throw-away postmaster.
 type cluster struct {
 	dir  string
+	cred *syscall.Credential
 	cmd  *exec.Cmd
 	done chan struct{}
 	dsn  string
+	bin  string
+	// orphan: the postmaster does not die with the thread that started it
+	// (a Private cluster, started from a test's goroutine: its thread may
+	// end before the test does); the test's clean-up stops it.
+	orphan bool
 }
 
 // startCluster initialises a cluster in a new temporary directory and
 // starts its postmaster on a unix socket there.
 func startCluster(bin string) (*cluster, error) {
+	c, err := initCluster(bin)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.start(); err != nil {
+		os.RemoveAll(c.dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+// initCluster makes a new cluster's directory and data, not started.
+func initCluster(bin string) (*cluster, error) {
 	dir, err := os.MkdirTemp("", "taskhost-pg-")
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dir: dir}
+	c := &cluster{dir: dir, bin: bin}
 	cred, err := credential(dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	c.cred = cred
 	data, sock := filepath.Join(dir, "data"), filepath.Join(dir, "sock")
 	if err := os.Mkdir(sock, 0o700); err != nil {
 		os.RemoveAll(dir)
@@ -205,13 +225,20 @@ func startCluster(bin string) (*cluster, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	log, err := os.Create(filepath.Join(dir, "postgres.log"))
+	c.dsn = fmt.Sprintf("host=%s user=postgres dbname=postgres sslmode=disable", sock)
+	return c, nil
+}
+
+// start starts the cluster's postmaster and waits until it accepts
+// connections.
+func (c *cluster) start() error {
+	data, sock := filepath.Join(c.dir, "data"), filepath.Join(c.dir, "sock")
+	log, err := os.OpenFile(filepath.Join(c.dir, "postgres.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return err
 	}
 	defer log.Close()
-	c.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", sock,
+	c.cmd = exec.Command(filepath.Join(c.bin, "postgres"), "-D", data, "-k", sock,
 		"-c", "listen_addresses=", "-c", "max_connections=200", "-c", "shared_buffers=32MB",
 		// A throw-away cluster need not survive a power cut; without
 		// fsync a CREATE DATABASE per test is cheap on a shared disk.
@@ -219,20 +246,23 @@ func startCluster(bin string) (*cluster, error) {
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	// Pdeathsig: a test binary killed before its clean-up takes the
 	// postmaster with it (Go sets it after the credential change).
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if c.orphan {
+		c.cmd.SysProcAttr.Pdeathsig = 0
+	}
 	if err := c.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("postgres: %w", err)
+		return fmt.Errorf("postgres: %w", err)
 	}
-	c.done = make(chan struct{})
-	go func() { c.cmd.Wait(); close(c.done) }() //nolint:errcheck // the exit is reported by done
-	c.dsn = fmt.Sprintf("host=%s user=postgres dbname=postgres sslmode=disable", sock)
+	done := make(chan struct{})
+	c.done = done
+	cmd := c.cmd
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // the exit is reported by done
 	if err := c.wait(); err != nil {
-		c.stop()
-		out, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-		return nil, fmt.Errorf("postgres did not start: %v\n%s", err, out)
+		c.halt()
+		out, _ := os.ReadFile(filepath.Join(c.dir, "postgres.log"))
+		return fmt.Errorf("postgres did not start: %v\n%s", err, out)
 	}
-	return c, nil
+	return nil
 }
 
 // wait polls until the postmaster accepts a connection (30 s at most).
@@ -261,9 +291,9 @@ func (c *cluster) wait() error {
 	}
 }
 
-// stop shuts the postmaster down fast (SIGQUIT: the data is thrown away)
-// and removes its directory.
-func (c *cluster) stop() {
+// halt shuts the postmaster down fast (SIGQUIT: no checkpoint, the next
+// start recovers from the WAL), keeping its data.
+func (c *cluster) halt() {
 	if c.cmd != nil && c.cmd.Process != nil {
 		c.cmd.Process.Signal(syscall.SIGQUIT) //nolint:errcheck // it may have exited
 		select {
@@ -273,7 +303,71 @@ func (c *cluster) stop() {
 			<-c.done
 		}
 	}
+}
+
+// stop halts the postmaster and removes its directory.
+func (c *cluster) stop() {
+	c.halt()
 	os.RemoveAll(c.dir)
+}
+
+// Cluster is a PostgreSQL cluster of one test's own, which the test may
+// stop and start again (an outage it controls).
+type Cluster struct{ c *cluster }
+
+// Private starts a cluster of the test's own, stopped and removed when the
+// test ends. It skips, with the reason, where PostgreSQL's binaries are
+// not installed (a shared cluster named by EnvDSN cannot be stopped).
+func Private(t testing.TB) *Cluster {
+	t.Helper()
+	bin := findBin()
+	if bin == "" {
+		t.Skip("a private PostgreSQL cluster needs initdb and postgres installed (apt-get install postgresql)")
+	}
+	c, err := initCluster(bin)
+	if err != nil {
+		t.Fatalf("testpg: %v", err)
+	}
+	c.orphan = true
+	if err := c.start(); err != nil {
+		os.RemoveAll(c.dir)
+		t.Fatalf("testpg: %v", err)
+	}
+	t.Cleanup(c.stop)
+	return &Cluster{c: c}
+}
+
+// DSN creates database name on the cluster and returns its DSN.
+func (p *Cluster) DSN(t testing.TB, name string) string {
+	t.Helper()
+	db, err := sql.Open("pgx", p.c.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatalf("testpg: create database: %v", err)
+	}
+	dsn, err := WithDatabase(p.c.dsn, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+// Stop shuts the cluster down at once (as a crash would), keeping its data.
+func (p *Cluster) Stop(t testing.TB) {
+	t.Helper()
+	p.c.halt()
+}
+
+// Start starts the stopped cluster again and waits until it accepts
+// connections.
+func (p *Cluster) Start(t testing.TB) {
+	t.Helper()
+	if err := p.c.start(); err != nil {
+		t.Fatalf("testpg: %v", err)
+	}
 }
 
 // credential is the postgres user's when running as root (initdb and
