@@ -93,6 +93,11 @@ type Tool struct {
 	Enabled        bool   `toml:"enabled"`
 	Approval       string `toml:"approval"`        // "never" or "always"
 	TimeoutSeconds int    `toml:"timeout_seconds"` // 1..3600
+	// Network lets shell.run commands reach the network; by default each
+	// runs in a network namespace of its own with only loopback (or,
+	// under a daemon that is not root, with no sockets but unix ones).
+	// shell.run only.
+	Network bool `toml:"network"`
 }
 
 // BuiltinTools are the tools the host ships, with their default policies.
@@ -119,6 +124,9 @@ func validateTools(tools map[string]Tool, ps *problems) {
 			ps.add(key+".approval", "%s.approval = %s: must be %q or %q", key, quote(t.Approval), ApprovalNever, ApprovalAlways)
 		}
 		ps.intRange(key+".timeout_seconds", t.TimeoutSeconds, 1, 3600)
+		if t.Network && name != "shell.run" {
+			ps.add(key+".network", "%s.network = true: only shell.run runs commands that could use a network", key)
+		}
 	}
 }
 

@@ -27,6 +27,7 @@ var shellReadOnly = []string{
 type shellConfinement struct {
 	trampoline string // an executable whose main calls confine.Main first
 	required   bool   // no Landlock: refuse to run commands
+	network    bool   // [tools."shell.run"] network: commands keep the host's network
 	support    confine.Support
 	readOnly   []string // shellReadOnly as present here
 }
@@ -35,7 +36,7 @@ type shellConfinement struct {
 // and this kernel cannot confine a command; shell.run refuses to run.
 var ErrUnconfined = errors.New("tools: shell.run: confinement is required but the kernel offers no Landlock: run on a kernel with Landlock, or set [confinement] required = false to run commands without filesystem confinement (docs/security.md)")
 
-func newShellConfinement(trampoline string, required bool) (*shellConfinement, error) {
+func newShellConfinement(trampoline string, required, network bool) (*shellConfinement, error) {
 	if trampoline == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -43,7 +44,7 @@ func newShellConfinement(trampoline string, required bool) (*shellConfinement, e
 		}
 		trampoline = exe
 	}
-	c := &shellConfinement{trampoline: trampoline, required: required, support: confine.Probe()}
+	c := &shellConfinement{trampoline: trampoline, required: required, network: network, support: confine.Probe()}
 	for _, p := range shellReadOnly {
 		if _, err := os.Stat(p); err == nil {
 			c.readOnly = append(c.readOnly, p)
@@ -70,6 +71,16 @@ func (c *shellConfinement) policy(workspace string, uid int) confine.Policy {
 	}
 	if c.required {
 		p.Landlock = confine.LandlockRequired
+	}
+	if !c.network {
+		// No network by default: a root daemon gives the command a network
+		// namespace of its own with only loopback; one that is not root
+		// cannot, and refuses it every socket but a unix one.
+		if os.Geteuid() == 0 {
+			p.NewNetNS = true
+		} else {
+			p.Seccomp.DenyNetwork = true
+		}
 	}
 	return p
 }

@@ -115,6 +115,11 @@ type Policy struct {
 	Seccomp   Seccomp
 	DropCaps  bool           // empty every capability set and the bounding set; lock root out of regaining them
 	UID, GID  int            // >0: setgroups/setgid/setuid before exec; 0 = unchanged
+	// NewNetNS gives the child a network namespace of its own holding only
+	// a loopback interface, up: it reaches nothing outside itself. It
+	// needs CAP_SYS_ADMIN, so a root trampoline (Command refuses it
+	// otherwise); Seccomp.DenyNetwork is the unprivileged way to no network.
+	NewNetNS bool
 	Pdeathsig syscall.Signal // re-armed in the trampoline after any credential change
 }
 
@@ -199,6 +204,9 @@ func Command(trampoline string, p Policy, execFD *os.File, target string, args .
 	}
 	if p.Seccomp.any() && !seccompSupported() {
 		return nil, ErrSeccompUnavailable
+	}
+	if p.NewNetNS && os.Geteuid() != 0 {
+		return nil, &PolicyError{Field: "NewNetNS", Value: "true", Err: fmt.Errorf("%w: a network namespace needs a root trampoline", ErrBadValue)}
 	}
 	w := wire{Policy: p, Target: target, Parent: os.Getpid()}
 	if execFD != nil {

@@ -56,5 +56,11 @@ func (p Policy) Summary(s Support) string {
 	if p.UID > 0 {
 		parts = append(parts, fmt.Sprintf("uid %d", p.UID))
 	}
+	switch {
+	case p.NewNetNS:
+		parts = append(parts, "no network (loopback only)")
+	case p.Seccomp.DenyNetwork && s.Seccomp:
+		parts = append(parts, "no network")
+	}
 	return strings.Join(parts, ", ")
 }

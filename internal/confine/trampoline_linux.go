@@ -47,6 +47,15 @@ func trampoline(enc string, argv []string) (string, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return "no_new_privs", err
 	}
+	if p.NewNetNS {
+		// Namespaces are the thread's: the exec from this thread takes it.
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return "network namespace", err
+		}
+		if err := loopbackUp(); err != nil {
+			return "network namespace", err
+		}
+	}
 	if err := setRlimits(p.Rlimits); err != nil {
 		return "rlimits", err
 	}
@@ -262,4 +271,26 @@ func execveat(dirfd int, path string, flags int, argv, env []string, secret, add
 	runtime.KeepAlive(envp)
 	runtime.KeepAlive(pathp)
 	return e
+}
+
+// loopbackUp brings up the loopback interface of the calling thread's
+// network namespace (a new one starts with it down).
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
 }
