@@ -113,13 +113,13 @@ type Policy struct {
 	Landlock  Mode
 	Rlimits   Rlimits
 	Seccomp   Seccomp
-	DropCaps  bool           // empty every capability set and the bounding set; lock root out of regaining them
-	UID, GID  int            // >0: setgroups/setgid/setuid before exec; 0 = unchanged
+	DropCaps  bool // empty every capability set and the bounding set; lock root out of regaining them
+	UID, GID  int  // >0: setgroups/setgid/setuid before exec; 0 = unchanged
 	// NewNetNS gives the child a network namespace of its own holding only
 	// a loopback interface, up: it reaches nothing outside itself. It
 	// needs CAP_SYS_ADMIN, so a root trampoline (Command refuses it
 	// otherwise); Seccomp.DenyNetwork is the unprivileged way to no network.
-	NewNetNS bool
+	NewNetNS  bool
 	Pdeathsig syscall.Signal // re-armed in the trampoline after any credential change
 }
 
