@@ -18,7 +18,9 @@ import (
 // is lost, and is interrupted (run_lost) like a lost host's task: attempt
 // closed, effects settled, approvals cancelled. Two sightings, because a run
 // is registered a moment after its start commits and unregistered a moment
-// after its end does.
+// after its end does. A run self-fencing stopped (fleet.go) is not lost: it
+// is ended, as host_lost, by the fencing's own clean-up once the store
+// answers.
 
 // livenessCheck is the state of the check between two rounds: the runs seen
 // without a holder at the last round, by task id.
@@ -33,12 +35,16 @@ func (lc *livenessCheck) check(ctx context.Context, r *Runner) []string {
 		r.log.Warn("liveness check: leased tasks not readable; checked again at the next round", "error", err)
 		return nil
 	}
+	fenced := r.fencedRuns()
 	r.mu.Lock()
 	seen := make(map[string]store.RunRef)
 	var lost []store.RunRef
 	for _, ref := range refs {
 		if ru := r.runs[ref.TaskID]; ru != nil && ru.runID == ref.RunID {
 			continue
+		}
+		if fenced[lostRun{id: ref.TaskID, runID: ref.RunID}] {
+			continue // self-fencing stopped it and ends it as host_lost (endLostRuns)
 		}
 		seen[ref.TaskID] = ref
 		if prev, ok := lc.suspects[ref.TaskID]; ok && prev.RunID == ref.RunID {
@@ -88,4 +94,15 @@ func (r *Runner) startLiveness(interval time.Duration) {
 			}
 		}
 	}()
+}
+
+// fencedRuns are the runs self-fencing stopped and has not ended yet.
+func (r *Runner) fencedRuns() map[lostRun]bool {
+	r.beat.mu.Lock()
+	defer r.beat.mu.Unlock()
+	m := make(map[lostRun]bool, len(r.beat.lost))
+	for _, l := range r.beat.lost {
+		m[l] = true
+	}
+	return m
 }
