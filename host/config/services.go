@@ -98,6 +98,13 @@ type Tool struct {
 	// under a daemon that is not root, with no sockets but unix ones).
 	// shell.run only.
 	Network bool `toml:"network"`
+	// The rlimits of each shell.run command's processes (shell.run only;
+	// 0 elsewhere). Under a root daemon each command has a uid of its own,
+	// so max_processes bounds the command as a whole.
+	MaxProcesses  int `toml:"max_processes"`   // RLIMIT_NPROC, 16..65536, default 256
+	MaxMemoryMB   int `toml:"max_memory_mb"`   // RLIMIT_AS per process, 64..1048576, default 4096
+	MaxCPUSeconds int `toml:"max_cpu_seconds"` // RLIMIT_CPU per process, 1..86400, default 300
+	MaxFileMB     int `toml:"max_file_mb"`     // RLIMIT_FSIZE, 1..65536, default 256
 }
 
 // BuiltinTools are the tools the host ships, with their default policies.
@@ -106,8 +113,9 @@ func defaultTools() map[string]Tool {
 		"workspace.read":  {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
 		"workspace.write": {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
 		"workspace.list":  {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
-		"shell.run":       {Enabled: true, Approval: ApprovalAlways, TimeoutSeconds: 60},
-		"time.sleep":      {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 60},
+		"shell.run": {Enabled: true, Approval: ApprovalAlways, TimeoutSeconds: 60,
+			MaxProcesses: 256, MaxMemoryMB: 4096, MaxCPUSeconds: 300, MaxFileMB: 256},
+		"time.sleep": {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 60},
 	}
 }
 
@@ -124,9 +132,19 @@ func validateTools(tools map[string]Tool, ps *problems) {
 			ps.add(key+".approval", "%s.approval = %s: must be %q or %q", key, quote(t.Approval), ApprovalNever, ApprovalAlways)
 		}
 		ps.intRange(key+".timeout_seconds", t.TimeoutSeconds, 1, 3600)
-		if t.Network && name != "shell.run" {
-			ps.add(key+".network", "%s.network = true: only shell.run runs commands that could use a network", key)
+		if name != "shell.run" {
+			if t.Network {
+				ps.add(key+".network", "%s.network = true: only shell.run runs commands that could use a network", key)
+			}
+			if t.MaxProcesses != 0 || t.MaxMemoryMB != 0 || t.MaxCPUSeconds != 0 || t.MaxFileMB != 0 {
+				ps.add(key, "%s: max_processes, max_memory_mb, max_cpu_seconds and max_file_mb bound shell.run's commands only", key)
+			}
+			continue
 		}
+		ps.intRange(key+".max_processes", t.MaxProcesses, 16, 65536)
+		ps.intRange(key+".max_memory_mb", t.MaxMemoryMB, 64, 1<<20)
+		ps.intRange(key+".max_cpu_seconds", t.MaxCPUSeconds, 1, 86400)
+		ps.intRange(key+".max_file_mb", t.MaxFileMB, 1, 65536)
 	}
 }
 

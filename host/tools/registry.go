@@ -115,7 +115,7 @@ func New(o Options) (*Registry, error) {
 	if r.log == nil {
 		r.log = hclog.NewNullLogger()
 	}
-	if r.confine, err = newShellConfinement(o.Trampoline, o.RequireConfinement, cfg[ToolShellRun].Network); err != nil {
+	if r.confine, err = newShellConfinement(o.Trampoline, o.RequireConfinement, shellPolicy(cfg)); err != nil {
 		return nil, err
 	}
 	for _, b := range builtins() {

@@ -179,8 +179,13 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	}
 
 	res := struct {
-		ExitCode    int    `json:"exit_code"`
-		Signal      string `json:"signal,omitempty"`
+		ExitCode int    `json:"exit_code"`
+		Signal   string `json:"signal,omitempty"`
+		// Limit names the bound that ended the command (or the child
+		// whose 128+N the shell exits with), when its signal says so:
+		// "cpu" (SIGXCPU, max_cpu_seconds), "file_size" (SIGXFSZ,
+		// max_file_mb).
+		Limit       string `json:"limit,omitempty"`
 		Output      string `json:"output"`
 		Truncated   bool   `json:"truncated"`
 		OutputBytes int64  `json:"output_bytes"`
@@ -194,8 +199,13 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 		if status.Signaled() {
 			// The shell's own convention for a command killed by a signal.
 			res.ExitCode, res.Signal = 128+int(status.Signal()), status.Signal().String()
+			res.Limit = limitOf(status.Signal())
 		} else {
 			res.ExitCode = status.ExitStatus()
+			// The shell reports a child a signal ended as 128+N.
+			if n := res.ExitCode - 128; n > 0 && n < 65 {
+				res.Limit = limitOf(syscall.Signal(n))
+			}
 		}
 	}
 	res.Output, res.Truncated = out.text()
@@ -236,4 +246,15 @@ func (t *tailBuffer) text() (string, bool) {
 		tail = tail[1:]
 	}
 	return marker + string(tail), true
+}
+
+// limitOf names the rlimit a signal reports, or "".
+func limitOf(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGXCPU:
+		return "cpu"
+	case syscall.SIGXFSZ:
+		return "file_size"
+	}
+	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"syscall"
 
+	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/internal/confine"
 )
 
@@ -28,6 +29,7 @@ type shellConfinement struct {
 	trampoline string // an executable whose main calls confine.Main first
 	required   bool   // no Landlock: refuse to run commands
 	network    bool   // [tools."shell.run"] network: commands keep the host's network
+	rlimits    confine.Rlimits
 	support    confine.Support
 	readOnly   []string // shellReadOnly as present here
 }
@@ -36,7 +38,7 @@ type shellConfinement struct {
 // and this kernel cannot confine a command; shell.run refuses to run.
 var ErrUnconfined = errors.New("tools: shell.run: confinement is required but the kernel offers no Landlock: run on a kernel with Landlock, or set [confinement] required = false to run commands without filesystem confinement (docs/security.md)")
 
-func newShellConfinement(trampoline string, required, network bool) (*shellConfinement, error) {
+func newShellConfinement(trampoline string, required bool, pol config.Tool) (*shellConfinement, error) {
 	if trampoline == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -44,7 +46,13 @@ func newShellConfinement(trampoline string, required, network bool) (*shellConfi
 		}
 		trampoline = exe
 	}
-	c := &shellConfinement{trampoline: trampoline, required: required, network: network, support: confine.Probe()}
+	c := &shellConfinement{trampoline: trampoline, required: required, network: pol.Network, support: confine.Probe(),
+		rlimits: confine.Rlimits{
+			NProc:        uint64(pol.MaxProcesses),
+			AddressSpace: uint64(pol.MaxMemoryMB) << 20,
+			CPUSeconds:   uint64(pol.MaxCPUSeconds),
+			FileSize:     uint64(pol.MaxFileMB) << 20,
+		}}
 	for _, p := range shellReadOnly {
 		if _, err := os.Stat(p); err == nil {
 			c.readOnly = append(c.readOnly, p)
@@ -65,6 +73,7 @@ func (c *shellConfinement) policy(workspace string, uid int) confine.Policy {
 		Landlock:  confine.LandlockBestEffort,
 		Seccomp:   confine.Seccomp{DenyPtrace: true},
 		DropCaps:  true,
+		Rlimits:   c.rlimits,
 		UID:       uid,
 		GID:       uid,
 		Pdeathsig: syscall.SIGKILL,
@@ -121,4 +130,22 @@ func (r *Registry) Confinement() string {
 // Landlocked reports whether shell.run commands run under Landlock here.
 func (r *Registry) Landlocked() bool {
 	return r.confine != nil && r.confine.support.LandlockABI >= 1
+}
+
+// shellPolicy is shell.run's configured policy, its zero limits (a test's
+// literal, an older caller) taking the defaults: a command is never run
+// without its bounds.
+func shellPolicy(cfg map[string]config.Tool) config.Tool {
+	d := config.Default().Tools[ToolShellRun]
+	p, ok := cfg[ToolShellRun]
+	if !ok {
+		return d
+	}
+	for _, f := range []struct{ v, d *int }{{&p.MaxProcesses, &d.MaxProcesses}, {&p.MaxMemoryMB, &d.MaxMemoryMB},
+		{&p.MaxCPUSeconds, &d.MaxCPUSeconds}, {&p.MaxFileMB, &d.MaxFileMB}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	return p
 }

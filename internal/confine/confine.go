@@ -82,9 +82,10 @@ func (m Mode) String() string {
 // as inherited; a value above the inherited hard limit is lowered to it.
 type Rlimits struct {
 	AddressSpace uint64 // RLIMIT_AS, bytes
-	CPUSeconds   uint64 // RLIMIT_CPU
+	CPUSeconds   uint64 // RLIMIT_CPU: the soft limit; the hard one is a second more, so SIGXCPU says why first
 	NoFile       uint64 // RLIMIT_NOFILE
 	NProc        uint64 // RLIMIT_NPROC: counts every process and thread of the child's real uid
+	FileSize     uint64 // RLIMIT_FSIZE, bytes: a write past it gets SIGXFSZ
 }
 
 // Seccomp selects the deny-lists of the child's seccomp filter.

@@ -278,7 +278,7 @@ func TestNoNewPrivsCapsAndRlimitsInProcStatus(t *testing.T) {
 		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000",
 		// limits: soft and hard both set
 		"Max address space         3221225472           3221225472",
-		"Max cpu time              600                  600",
+		"Max cpu time              600                  601",
 		"Max open files            123                  123",
 		"Max processes             4567                 4567",
 		"ok 9", // SIGKILL

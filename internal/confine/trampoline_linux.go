@@ -166,6 +166,7 @@ func setRlimits(r Rlimits) error {
 		{"RLIMIT_CPU", unix.RLIMIT_CPU, r.CPUSeconds},
 		{"RLIMIT_NOFILE", unix.RLIMIT_NOFILE, r.NoFile},
 		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, r.NProc},
+		{"RLIMIT_FSIZE", unix.RLIMIT_FSIZE, r.FileSize},
 	} {
 		if l.value == 0 {
 			continue
@@ -185,7 +186,14 @@ func setLimit(resource int, v uint64) error {
 		return err
 	}
 	v = min(v, cur.Max)
-	if err := unix.Prlimit(0, resource, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
+	hard := v
+	if resource == unix.RLIMIT_CPU && v < cur.Max {
+		// A second of headroom: at the soft limit the kernel sends
+		// SIGXCPU, which says why; at a hard limit reached at once it
+		// sends only SIGKILL.
+		hard = v + 1
+	}
+	if err := unix.Prlimit(0, resource, &unix.Rlimit{Cur: v, Max: hard}, nil); err != nil {
 		return fmt.Errorf("=%d: %w", v, err)
 	}
 	return nil
