@@ -81,7 +81,7 @@ type Host struct {
 
 	lock        *os.File
 	executorDir string          // Options.ExecutorDir, for ReloadExecutors
-	trampoline  string          // the dedicated taskhost-confine found, if any
+	trampoline  *trampoline     // the dedicated taskhost-confine found and opened, if any
 	tools       *tools.Registry // closed at stop: its shell.run commands die with the host
 	closeOnce   sync.Once
 	closeErr    error
@@ -158,7 +158,10 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		if h.trampoline, err = findTrampoline(executorDirOf(opts.ExecutorDir)); err != nil {
 			log.Warn("plugins start through the taskhost binary instead, about 10 ms slower each", "error", err)
 		}
-		opts.Trampoline = h.trampoline
+		if h.trampoline != nil {
+			log.Info("plugin trampoline", "path", h.trampoline.path, "sha256", h.trampoline.sha256)
+			opts.Trampoline = h.trampoline.execPath()
+		}
 	}
 	h.Registry, err = plugin.NewRegistry(plugin.PluginOptions{
 		SocketDir:    filepath.Join(dir, SocketDirName),
@@ -203,7 +206,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err := h.Runner.StartFleet(ctx, opts.Version); err != nil {
 		return fail(fmt.Errorf("fleet registration: %w", err))
 	}
-	specs, err := executorSpecs(opts.ExecutorDir, filepath.Join(dir, CacheDirName), h.trampoline, cfg)
+	specs, err := executorSpecs(opts.ExecutorDir, filepath.Join(dir, CacheDirName), h.trampolinePath(), cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -262,6 +265,7 @@ func (h *Host) close() error {
 	if h.Registry != nil {
 		h.Registry.Close()
 	}
+	h.trampoline.close() //nolint:errcheck // a read-only file: nothing to lose
 	if h.Store != nil {
 		h.Store.Close()
 	}
@@ -397,4 +401,14 @@ func settingsFrom(c config.Config) Settings {
 	s.Fleet = FleetSettings{Heartbeat: time.Duration(f.HeartbeatSeconds) * time.Second,
 		Lease: time.Duration(f.LeaseSeconds) * time.Second, Poll: time.Duration(f.PollMillis) * time.Millisecond}
 	return s
+}
+
+// trampolinePath is where the dedicated trampoline was found, for
+// machinespirit's worker, which starts through it from inside its own
+// confinement; "" when there is none.
+func (h *Host) trampolinePath() string {
+	if h.trampoline == nil {
+		return ""
+	}
+	return h.trampoline.path
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -67,12 +68,17 @@ func TestFindTrampoline(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tt.setup(t, dir)
-			got, err := findTrampoline(dir)
+			tr, err := findTrampoline(dir)
+			t.Cleanup(func() { tr.close() })
+			got := ""
+			if tr != nil {
+				got = tr.path
+			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), filepath.Join(dir, TrampolineName)) {
 					t.Fatalf("findTrampoline = %q, %v; want an error naming the file and %q", got, err, tt.wantErr)
 				}
-				if got != "" {
+				if tr != nil {
 					t.Fatalf("a refused trampoline came back as %q", got)
 				}
 				return
@@ -80,8 +86,11 @@ func TestFindTrampoline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := filepath.Join(dir, TrampolineName); tt.found && got != want || !tt.found && got != "" {
+			if want := filepath.Join(dir, TrampolineName); tt.found && got != want || !tt.found && tr != nil {
 				t.Fatalf("findTrampoline = %q, found %v", got, tt.found)
+			}
+			if tr != nil && (len(tr.sha256) != 64 || int(tr.f.Fd()) < trampolineFD) {
+				t.Errorf("trampoline %+v: want it hashed and held at fd %d or above", tr, trampolineFD)
 			}
 		})
 	}
@@ -123,8 +132,8 @@ func TestPluginsStartThroughTheDedicatedTrampoline(t *testing.T) {
 	}
 	t.Run("real", func(t *testing.T) {
 		h := open(t, bin, machineSpiritOn)
-		if want := filepath.Join(bin, TrampolineName); h.trampoline != want {
-			t.Fatalf("trampoline %q, want %q", h.trampoline, want)
+		if want := filepath.Join(bin, TrampolineName); h.trampolinePath() != want {
+			t.Fatalf("trampoline %q, want %q", h.trampolinePath(), want)
 		}
 		task := waitEnd(t, h, alice, create(t, h, alice, map[string]any{"steps": 2}, Limits{}).ID)
 		wantStatus(t, task, store.StatusCompleted, "")
@@ -141,10 +150,26 @@ func TestPluginsStartThroughTheDedicatedTrampoline(t *testing.T) {
 			t.Fatalf("create with a trampoline that cannot confine: %v, want the executor unavailable", err)
 		}
 	})
+	// The trampoline is opened once and every start execs that open file:
+	// one swapped in at its path afterwards (a writable install dir) never
+	// runs. Before, the path was exec'd at every start.
+	t.Run("replaced after start", func(t *testing.T) {
+		dir := stub(t, filepath.Join(bin, TrampolineName), 0o755)
+		h := open(t, dir, nil)
+		evil := stub(t, "/bin/false", 0o755)
+		if err := os.Rename(filepath.Join(evil, TrampolineName), filepath.Join(dir, TrampolineName)); err != nil {
+			t.Fatal(err)
+		}
+		task := waitEnd(t, h, alice, create(t, h, alice, map[string]any{"steps": 2}, Limits{}).ID)
+		wantStatus(t, task, store.StatusCompleted, "")
+		if _, err := h.tools.Call(context.Background(), tools.Env{TaskID: "t_trampolinecheck", Workspace: h.Runner.workspace("t_trampolinecheck")}, tools.ToolShellRun, []byte(`{"command":"true"}`)); err != nil {
+			t.Fatalf("shell.run through the swapped path: %v", err)
+		}
+	})
 	t.Run("untrusted", func(t *testing.T) {
 		h := open(t, stub(t, "/bin/false", 0o777), nil)
-		if h.trampoline != "" {
-			t.Fatalf("a world-writable trampoline was chosen: %q", h.trampoline)
+		if h.trampoline != nil {
+			t.Fatalf("a world-writable trampoline was chosen: %q", h.trampolinePath())
 		}
 		task := waitEnd(t, h, alice, create(t, h, alice, map[string]any{"steps": 2}, Limits{}).ID)
 		wantStatus(t, task, store.StatusCompleted, "")
