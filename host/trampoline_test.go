@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
-	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
