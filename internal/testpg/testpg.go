@@ -387,3 +387,38 @@ func credential(dir string) (*syscall.Credential, error) {
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
+
+// PeerAuth makes the cluster authenticate unix-socket logins of role by
+// peer credentials — the OS user connecting must be named role, as with
+// Debian's default pg_hba.conf — creating role, and opens the socket dir
+// to every local user. The test harness's own user keeps trust. It
+// returns the socket dir, for psql -h.
+func (p *Cluster) PeerAuth(t testing.TB, role string) string {
+	t.Helper()
+	hba := filepath.Join(p.c.dir, "data", "pg_hba.conf")
+	if err := os.WriteFile(hba, []byte("local all postgres trust\nlocal all all peer\n"), 0o600); err != nil {
+		t.Fatalf("testpg: %v", err)
+	}
+	if p.c.cred != nil {
+		if err := os.Chown(hba, int(p.c.cred.Uid), int(p.c.cred.Gid)); err != nil {
+			t.Fatalf("testpg: %v", err)
+		}
+	}
+	sock := filepath.Join(p.c.dir, "sock")
+	for _, d := range []string{p.c.dir, sock} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatalf("testpg: %v", err)
+		}
+	}
+	db, err := sql.Open("pgx", p.c.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{`CREATE ROLE "` + role + `" LOGIN`, `SELECT pg_reload_conf()`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("testpg: %s: %v", q, err)
+		}
+	}
+	return sock
+}
