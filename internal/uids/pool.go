@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,13 +70,29 @@ func (r Range) Check() error {
 	return nil
 }
 
-// Pool allocates uids of a Range. It is safe for concurrent use.
+// Pool allocates uids of a Range. It is safe for concurrent use, and
+// several daemons on one machine may share a range: each uid in use is
+// held by an flock on its file in a lock dir every pool of the machine
+// shares (LockDir), so no two daemons hand out the same uid, and one that
+// dies lets go of its uids with its file descriptors.
 type Pool struct {
-	r Range
+	r       Range
+	lockDir string
 
 	mu   sync.Mutex
-	used map[int]bool
-	next int // the next uid to try, so a released uid is the last reused
+	used map[int]*os.File // the uid's lock, held while it is in use
+	next int              // the next uid to try, so a released uid is the last reused
+}
+
+// lockDir is where the pools of a machine lock the uids they hand out:
+// /run/taskhost-uids, or under the system temp dir where there is no /run
+// (there a local user could make it first, and the daemon then refuses to
+// start, naming it).
+func lockDir() string {
+	if fi, err := os.Stat("/run"); err == nil && fi.IsDir() {
+		return "/run/taskhost-uids"
+	}
+	return filepath.Join(os.TempDir(), "taskhost-uids")
 }
 
 // NewPool returns a pool over r. It refuses a range in which /etc/passwd or
@@ -92,30 +109,80 @@ func NewPool(r Range) (*Pool, error) {
 			return nil, fmt.Errorf("uid range %s holds %q (id %d) of %s: choose a range no account uses ([confinement] uid_first, uid_count)", r, name, id, file)
 		}
 	}
-	return &Pool{r: r, used: map[int]bool{}, next: r.First}, nil
+	dir := lockDir()
+	if err := trustedLockDir(dir); err != nil {
+		return nil, err
+	}
+	return &Pool{r: r, lockDir: dir, used: map[int]*os.File{}, next: r.First}, nil
+}
+
+// trustedLockDir makes dir (0700, root's) or checks the one there: a lock
+// dir someone else could write would let them hold every uid, or point a
+// lock file elsewhere.
+func trustedLockDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("uids: lock dir: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("uids: lock dir: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
+		return fmt.Errorf("uids: lock dir %s must be a directory of root's with mode 0700 (found mode %o, uid %d): remove it and restart", dir, st.Mode, st.Uid)
+	}
+	return nil
+}
+
+// lock takes uid's lock file, or reports false when another pool holds it.
+func (p *Pool) lock(uid int) (*os.File, bool, error) {
+	path := fmt.Sprintf("%s/%d", p.lockDir, uid)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("uids: lock %s: %w", path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("uids: lock %s: %w", path, err)
+	}
+	return os.NewFile(uintptr(fd), path), true, nil
 }
 
 // Range is the pool's range.
 func (p *Pool) Range() Range { return p.r }
 
-// Acquire returns a uid no process of this pool runs under, or ErrExhausted.
+// Acquire returns a uid no process of this pool or of another on the
+// machine runs under, or ErrExhausted. Whatever still runs under it (left
+// by a daemon that died) is killed first.
 func (p *Pool) Acquire() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.used) >= p.r.Count {
-		return 0, fmt.Errorf("%w (%d of range %s)", ErrExhausted, p.r.Count, p.r)
-	}
-	for {
+	for range p.r.Count {
 		uid := p.next
 		p.next++
 		if p.next == p.r.First+p.r.Count {
 			p.next = p.r.First
 		}
-		if !p.used[uid] {
-			p.used[uid] = true
-			return uid, nil
+		if p.used[uid] != nil {
+			continue
 		}
+		f, ok, err := p.lock(uid)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			continue // another daemon's
+		}
+		if err := KillAll(uid); err != nil {
+			f.Close()
+			return 0, err
+		}
+		p.used[uid] = f
+		return uid, nil
 	}
+	return 0, fmt.Errorf("%w (%d of range %s)", ErrExhausted, p.r.Count, p.r)
 }
 
 // maxSweeps bounds Release's rounds: a process tree forking as fast as it
@@ -135,8 +202,12 @@ func (p *Pool) Release(uid int) error {
 		return err
 	}
 	p.mu.Lock()
+	f := p.used[uid]
 	delete(p.used, uid)
 	p.mu.Unlock()
+	if f != nil {
+		return f.Close() // the flock goes with it
+	}
 	return nil
 }
 

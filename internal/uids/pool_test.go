@@ -32,7 +32,11 @@ func TestRangeCheck(t *testing.T) {
 // Acquire hands out each uid once until the pool is exhausted; a released
 // uid is handed out again, after the others.
 func TestAcquireRelease(t *testing.T) {
-	p := &Pool{r: Range{MinFirst, 2}, used: map[int]bool{}, next: MinFirst}
+	if os.Geteuid() != 0 {
+		t.Skip("a pool is a root daemon's: it kills a uid's processes and locks its uids in a root dir")
+	}
+	p := &Pool{r: Range{DefaultFirst + 300000, 2}, lockDir: t.TempDir(), used: map[int]*os.File{}, next: DefaultFirst + 300000}
+	other := &Pool{r: p.r, lockDir: p.lockDir, used: map[int]*os.File{}, next: p.r.First}
 	a, err := p.Acquire()
 	if err != nil {
 		t.Fatal(err)
@@ -44,17 +48,18 @@ func TestAcquireRelease(t *testing.T) {
 	if _, err := p.Acquire(); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("third Acquire of 2: %v, want ErrExhausted", err)
 	}
-	if err := p.Release(MinFirst + 2); err == nil {
-		t.Fatal("Release of a uid outside the range accepted")
+	// Another daemon sharing the range gets none of them.
+	if u, err := other.Acquire(); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("another pool's Acquire = %d, %v; want ErrExhausted while this one holds both", u, err)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("Release scans /proc for the uid's processes; the rest needs root to start one")
+	if err := p.Release(p.r.First + 2); err == nil {
+		t.Fatal("Release of a uid outside the range accepted")
 	}
 	if err := p.Release(a); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := p.Acquire(); err != nil || c != a {
-		t.Fatalf("Acquire after Release = %d, %v; want %d", c, err, a)
+	if c, err := other.Acquire(); err != nil || c != a {
+		t.Fatalf("another pool's Acquire after Release = %d, %v; want %d", c, err, a)
 	}
 }
 
