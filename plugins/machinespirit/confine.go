@@ -130,10 +130,10 @@ func makeWorkDir(runtimeDir string) (string, error) {
 	return dir, nil
 }
 
-// resourceDeath says whether the worker died of one of its limits. At
-// RLIMIT_CPU the kernel sends SIGKILL (soft and hard limits are equal), so
-// a worker killed by a signal that used its CPU time, give or take the
-// kernel's tick, died of the limit. An allocation refused under
+// resourceDeath says whether the worker died of one of its limits. At its
+// soft RLIMIT_CPU the kernel sends SIGXCPU (the hard limit is a second
+// more, and sends SIGKILL), so a worker killed by either that used its CPU
+// time, give or take the kernel's tick, died of the limit. An allocation refused under
 // RLIMIT_AS ends swipl with a message naming memory.
 func resourceDeath(exitErr error, cpuLimit int64, stderrTail string) (string, bool) {
 	var ee *exec.ExitError

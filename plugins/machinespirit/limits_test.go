@@ -52,7 +52,8 @@ func TestWorkerConfined(t *testing.T) {
 	}
 	for _, want := range []string{
 		fmt.Sprintf("Max address space         %-20d %-20d bytes", 700<<20, 700<<20),
-		fmt.Sprintf("Max cpu time              %-20d %-20d seconds", 1234, 1234),
+		// The hard limit is a second past the soft one: SIGXCPU first.
+		fmt.Sprintf("Max cpu time              %-20d %-20d seconds", 1234, 1235),
 		fmt.Sprintf("Max open files            %-20d %-20d files", workerNoFile, workerNoFile),
 	} {
 		if !strings.Contains(string(limits), want) {
