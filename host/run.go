@@ -181,6 +181,9 @@ func (ru *run) first() (store.Attempt, bool) {
 	})
 	switch {
 	case err != nil && !ru.stillOurs(err):
+		if c := context.Cause(ru.ctx); c != nil {
+			ru.endForCause(c)
+		}
 		return store.Attempt{}, false
 	case err != nil:
 		ru.log("task not readable", "error", err)
@@ -295,7 +298,16 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		return ru.finish(verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the task used all of its wall-clock budget"}, att)
 	}
 	if ru.rereadEffects {
-		effs, err := r.store.IndeterminateEffects(ru.ctx, ru.task.PrincipalID, ru.task.ID)
+		var effs []store.Effect
+		err := ru.retryWrite(func() (err error) {
+			effs, err = r.store.IndeterminateEffects(ru.ctx, ru.task.PrincipalID, ru.task.ID)
+			return err
+		})
+		if cause := context.Cause(ru.ctx); err != nil && cause != nil {
+			// A cancel or a shutdown came while reading: the attempt ends
+			// for that, not for the store.
+			return ru.finish(causeVerdict(cause), att)
+		}
 		if err != nil {
 			ru.storeFailed(&att, err)
 			return store.Attempt{}, false
