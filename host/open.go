@@ -163,7 +163,12 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 			opts.Trampoline = h.trampoline.execPath()
 		}
 	}
+	pool, err := uidPool(cfg.Confinement, log)
+	if err != nil {
+		return fail(err)
+	}
 	h.Registry, err = plugin.NewRegistry(plugin.PluginOptions{
+		UIDs:         pool,
 		SocketDir:    filepath.Join(dir, SocketDirName),
 		StartTimeout: time.Duration(cfg.Limits.PluginStartSeconds) * time.Second,
 		StopGrace:    time.Duration(cfg.Limits.PluginStopGraceSeconds) * time.Second,
@@ -179,10 +184,6 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	svc := ServiceConfig{ApprovalTimeout: time.Duration(cfg.Approvals.TimeoutSeconds) * time.Second}
 	if svc.Model, err = model.New(cfg.Model, os.Getenv); err != nil {
 		return fail(fmt.Errorf("model provider: %w", err))
-	}
-	pool, err := uidPool(cfg.Confinement, log)
-	if err != nil {
-		return fail(err)
 	}
 	if svc.Tools, err = tools.New(tools.Options{Tools: cfg.Tools, WorkspaceRoot: filepath.Join(dir, WorkspaceDirName),
 		Trampoline: opts.Trampoline, RequireConfinement: cfg.Confinement.Required, UIDs: pool, Logger: log.Named("tools")}); err != nil {
@@ -360,6 +361,13 @@ func executorSpecs(dir, cacheDir, trampoline string, cfg config.Config) ([]plugi
 			}
 			found[config.ExecutorMachineSpirit] = ms
 		}
+	}
+	if lg, ok := found[config.ExecutorLegacy]; ok && lg.Confine.User == "" && len(lg.Confine.ReadWrite) == 0 {
+		// The built-in legacy executor needs nothing of the filesystem
+		// but its own dirs: a root daemon runs each of its processes
+		// under a uid of its own (plugin.Confinement.OwnUID).
+		lg.Confine.OwnUID = true
+		found[config.ExecutorLegacy] = lg
 	}
 	var specs []plugin.PluginSpec
 	for _, s := range found {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/taskhost/taskhost/internal/uids"
 	"io"
 	"os"
 	"os/exec"
@@ -49,6 +50,9 @@ type PluginOptions struct {
 	// RequireConfinement refuses to start plugins where the kernel lacks
 	// Landlock (fail closed) instead of starting them less confined.
 	RequireConfinement bool
+	// UIDs hands out the uids of plugins whose Confinement.OwnUID is set;
+	// nil (a daemon that is not root): they run as the daemon's uid.
+	UIDs *uids.Pool
 }
 
 func (o PluginOptions) withDefaults() PluginOptions {
@@ -180,6 +184,7 @@ type executorClient struct {
 	proc       *process
 	grace      time.Duration
 	privateDir string // removed at Stop (for a plugin user: its whole run base)
+	releaseUID func() // gives an OwnUID plugin's uid back at Stop; nil: none
 	log        *pluginLog
 	cleanups   *sync.WaitGroup // the forker's: Registry.Close waits for go-plugin's clean-up
 
@@ -214,6 +219,27 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	if err := spec.Confine.resolveUser(); err != nil {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
 	}
+	releaseUID := func() {}
+	if spec.Confine.OwnUID && spec.Confine.User == "" && opts.UIDs != nil {
+		uid, err := opts.UIDs.Acquire()
+		if err != nil {
+			return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
+		}
+		spec.Confine.UID, spec.Confine.GID = uid, uid
+		releaseUID = func() {
+			// Every process of the uid is killed first: a grandchild
+			// that outlived the plugin goes too.
+			if err := opts.UIDs.Release(uid); err != nil {
+				opts.Logger.Error("plugin uid not returned to the pool", "kind", spec.Kind, "uid", uid, "error", err)
+			}
+		}
+	}
+	launched := false
+	defer func() {
+		if !launched {
+			releaseUID()
+		}
+	}()
 	base, cleanup, err := runBase(opts.SocketDir, spec.Confine)
 	if err != nil {
 		return nil, err
@@ -307,6 +333,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	}
 	ec := raw.(*executorClient)
 	ec.client, ec.proc, ec.grace, ec.privateDir, ec.log = client, proc, opts.StopGrace, cleanup, plog
+	ec.releaseUID, launched = releaseUID, true
 	ec.cleanups = &f.cleanups
 	ec.servicesID = ec.broker.NextId()
 	go ec.broker.AcceptAndServe(ec.servicesID, func(o []grpc.ServerOption) *grpc.Server {
@@ -401,6 +428,9 @@ func (c *executorClient) StderrTail() string {
 func (c *executorClient) Stop() {
 	c.stopOnce.Do(func() {
 		c.proc.stop(c.grace)
+		if c.releaseUID != nil {
+			c.releaseUID()
+		}
 		c.proc.stderr.flushDropped()
 		// Whatever the plugin left in its private dir goes with it.
 		os.RemoveAll(c.privateDir)

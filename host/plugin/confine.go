@@ -23,6 +23,12 @@ type Confinement struct {
 	// Subprocesses lets the plugin fork and exec (machinespirit runs its
 	// Prolog worker); without it seccomp refuses both.
 	Subprocesses bool
+	// OwnUID runs each of its processes under a uid of its own from the
+	// registry's pool (PluginOptions.UIDs; a root daemon's), when User
+	// names none: its RLIMIT_NPROC then counts its own processes only,
+	// and nothing keyed on the daemon's uid reaches it. It suits a plugin
+	// that needs nothing of the filesystem but its own dirs.
+	OwnUID bool
 }
 
 // Default plugin rlimits, used where the configuration sets none.

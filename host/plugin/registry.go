@@ -194,7 +194,11 @@ func (r *Registry) Confinement(kind string) string {
 	if !ok {
 		spec.Confine = DefaultConfinement()
 	}
-	return pluginPolicy(spec.Confine, r.opts.RequireConfinement, "/", "/").Summary(r.support)
+	s := pluginPolicy(spec.Confine, r.opts.RequireConfinement, "/", "/").Summary(r.support)
+	if spec.Confine.OwnUID && spec.Confine.User == "" && r.opts.UIDs != nil && !strings.HasPrefix(s, "none") {
+		s += ", own uid (" + r.opts.UIDs.Range().String() + ")"
+	}
+	return s
 }
 
 // Close stops the forker. Call it only after every launched executor has

@@ -1,0 +1,80 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/taskhost/taskhost/internal/testwait"
+	"github.com/taskhost/taskhost/internal/uids"
+)
+
+// A plugin with Confinement.OwnUID runs, under a root daemon, as a uid of
+// the pool's — not the daemon's, and not the one another plugin holds —
+// and its uid goes back to the pool, its processes killed, when it stops.
+func TestOwnUIDPlugin(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a root daemon runs plugins under uids of their own")
+	}
+	pool, err := uids.NewPool(uids.Range{First: uids.DefaultFirst + 400000, Count: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(testwait.ShortTempDir(t), "p"), UIDs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	c := DefaultConfinement()
+	c.OwnUID = true
+	spec := PluginSpec{Kind: "testexec", Path: testexecBin(t), Confine: c}
+	uidOf := func(ec *executorClient) int {
+		t.Helper()
+		status, err := os.ReadFile("/proc/" + strconv.Itoa(ec.proc.pid) + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(l); len(f) == 5 && f[0] == "Uid:" {
+				uid, _ := strconv.Atoi(f[1])
+				for _, other := range f[2:] {
+					if other != f[1] {
+						t.Errorf("plugin uids %v differ", f[1:])
+					}
+				}
+				return uid
+			}
+		}
+		t.Fatalf("no Uid line in\n%s", status)
+		return 0
+	}
+	a, err := launch(context.Background(), reg.forker, spec, reg.opts, reg.support, NewServicesServer(NoServices{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := launch(context.Background(), reg.forker, spec, reg.opts, reg.support, NewServicesServer(NoServices{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ua, ub := uidOf(a), uidOf(b)
+	if !pool.Range().Contains(ua) || !pool.Range().Contains(ub) || ua == ub {
+		t.Fatalf("plugins ran as %d and %d, want two uids of %s", ua, ub, pool.Range())
+	}
+	if _, err := a.Describe(context.Background()); err != nil {
+		t.Fatalf("a plugin under its own uid does not answer: %v", err)
+	}
+	a.Stop()
+	b.Stop()
+	// Both uids are free again: the pool of 8 hands out all 8.
+	var got []int
+	for range 8 {
+		u, err := pool.Acquire()
+		if err != nil {
+			t.Fatalf("after Stop: %v (got %v)", err, got)
+		}
+		got = append(got, u)
+	}
+}
