@@ -16,7 +16,7 @@ import (
 // context; the task is cancelled and the plugin process is gone.
 func TestCancelReachesRunningStep(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	marker, pidFile := filepath.Join(dir, "cancelled"), filepath.Join(dir, "pid")
 	task := create(t, h, alice, map[string]any{"sleep_ms": 60000, "cancel_marker": marker, "pid_file": pidFile}, Limits{})
 	pid := readPid(t, pidFile) // the step is running
@@ -66,7 +66,7 @@ func TestResumeCompletedTaskRefused(t *testing.T) {
 // within the grace: its process group is killed.
 func TestExecutorIgnoringContextIsKilled(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	pidFile := filepath.Join(dir, "pid")
 	task := create(t, h, alice, map[string]any{"sleep_ms": 120000, "ignore_ctx": true, "pid_file": pidFile, "spawn_grandchild": true}, Limits{})
 	pid := readPid(t, pidFile)

@@ -17,7 +17,7 @@ import (
 // its last checkpoint.
 func TestPluginKilledMidStepThenResume(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	pidFile := filepath.Join(dir, "pid")
 	// Step 2 sleeps long enough to be killed in the middle of it.
 	task := create(t, h, alice, map[string]any{"steps": 3, "pid_file": pidFile, "kill_at_attempt": 2, "kill_after_ms": 50}, Limits{})
@@ -88,7 +88,7 @@ func TestPluginPanicRecorded(t *testing.T) {
 // A grandchild holding the plugin's stderr must not delay crash detection.
 func TestCrashDetectedDespiteGrandchild(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	pidFile := filepath.Join(dir, "pid")
 	task := create(t, h, alice, map[string]any{"pid_file": pidFile, "spawn_grandchild": true, "kill_at_attempt": 1, "kill_after_ms": 100}, Limits{})
 	task = waitEnd(t, h, alice, task.ID)

@@ -59,7 +59,7 @@ func crashLatency(t *testing.T, h *Host, dir string, i int, grandchild bool) tim
 // settle wait for an EOF that never came.
 func TestCrashLatencyGrandchildHoldingStderr(t *testing.T) {
 	h := openHost(t, "", nil)
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	const reps = 7
 	var plain, held []time.Duration
 	for i := range reps {

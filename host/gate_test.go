@@ -22,7 +22,7 @@ const gateCommand = "echo ran >> count; echo $$ > tool.pid; [ $(wc -l < count) -
 // interrupted with its shell.run effect indeterminate.
 func crashDuringTool(t *testing.T, h *Host, te map[string]any, limits Limits) (store.Task, string) {
 	t.Helper()
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	te["pid_file"] = filepath.Join(dir, "pid")
 	te["call_tool"] = map[string]any{"name": "shell.run", "args": map[string]any{"command": gateCommand}}
 	task := create(t, h, alice, te, limits)
@@ -86,7 +86,7 @@ func TestUnsettledEffectRefusedInEveryLaterAttempt(t *testing.T) {
 func TestGatedRetryApprovalIsBoundToTheEffect(t *testing.T) {
 	h := openHost(t, "", nil)
 	ctx := context.Background()
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	te := map[string]any{"steps": 2, "pid_file": filepath.Join(dir, "pid"),
 		"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": gateCommand}}}
 	task := create(t, h, alice, te, Limits{Steps: 4})

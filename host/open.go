@@ -207,7 +207,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err := h.Runner.StartFleet(ctx, opts.Version); err != nil {
 		return fail(fmt.Errorf("fleet registration: %w", err))
 	}
-	specs, err := executorSpecs(opts.ExecutorDir, filepath.Join(dir, CacheDirName), h.trampolinePath(), cfg)
+	specs, err := executorSpecs(opts.ExecutorDir, filepath.Join(dir, CacheDirName), h.trampolinePath(), pool != nil, cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -308,8 +308,8 @@ func lockDataDir(dir string) (*os.File, error) {
 // config, which overrides a discovered one of the same kind. cacheDir is
 // where machinespirit keeps its saved state; trampoline, when set, is the
 // host's dedicated trampoline, which machinespirit then starts its worker
-// through as well.
-func executorSpecs(dir, cacheDir, trampoline string, cfg config.Config) ([]plugin.PluginSpec, error) {
+// through as well. pooled says plugins run under uids of the daemon's pool.
+func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Config) ([]plugin.PluginSpec, error) {
 	dir = executorDirOf(dir)
 	if dir == "" {
 		return nil, errors.New("locate executors: the running binary's path is unknown")
@@ -347,11 +347,17 @@ func executorSpecs(dir, cacheDir, trampoline string, cfg config.Config) ([]plugi
 				// Its own binary would do, at ~8 ms more per worker start.
 				ms.Args = append(ms.Args, "--trampoline", trampoline)
 				ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, trampoline)
+			} else {
+				// It starts its worker through its own binary, by path:
+				// under a uid of its own that path must be reachable.
+				ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, ms.Path)
 			}
 			// Its compiled saved state is kept across starts (~0.4 s each
-			// to build). A plugin run as another user cannot reach the
-			// data dir, and builds at every start.
-			if ms.Confine.User == "" {
+			// to build), in a cache only the daemon's uid reaches: a
+			// plugin under a uid of its own or another user's builds at
+			// every start, for a cache its uid could write would let one
+			// task's process plant the state a later task's worker loads.
+			if ms.Confine.User == "" && !pooled {
 				msCache := filepath.Join(cacheDir, config.ExecutorMachineSpirit)
 				if err := os.MkdirAll(msCache, 0o700); err != nil {
 					return nil, fmt.Errorf("executor cache dir: %w", err)
@@ -361,13 +367,6 @@ func executorSpecs(dir, cacheDir, trampoline string, cfg config.Config) ([]plugi
 			}
 			found[config.ExecutorMachineSpirit] = ms
 		}
-	}
-	if lg, ok := found[config.ExecutorLegacy]; ok && lg.Confine.User == "" && len(lg.Confine.ReadWrite) == 0 {
-		// The built-in legacy executor needs nothing of the filesystem
-		// but its own dirs: a root daemon runs each of its processes
-		// under a uid of its own (plugin.Confinement.OwnUID).
-		lg.Confine.OwnUID = true
-		found[config.ExecutorLegacy] = lg
 	}
 	var specs []plugin.PluginSpec
 	for _, s := range found {

@@ -74,7 +74,7 @@ func TestSecondHostOnDataDirRefused(t *testing.T) {
 // new host resumes it to completion.
 func TestShutdownInterruptsThenResumeOnNewHost(t *testing.T) {
 	dir := testwait.ShortTempDir(t)
-	pidDir := testwait.ShortTempDir(t)
+	pidDir := testwait.PluginDir(t)
 	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,18 +13,21 @@ import (
 	"github.com/taskhost/taskhost/store"
 )
 
-// The built-in legacy executor runs, under a root daemon, as a uid of its
-// own (it needs nothing of the filesystem but its own dirs); an executor
-// with read_write paths or a user of its own keeps what it was given.
-func TestLegacyPluginRunsUnderItsOwnUID(t *testing.T) {
+// Every plugin runs, under a root daemon, as a uid of its own; only an
+// executor that names a user of its own runs as that user.
+func TestEveryPluginRunsUnderItsOwnUID(t *testing.T) {
 	cfg := testConfig(t)
-	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", cfg)
+	cfg.Executors["named"] = config.Executor{Path: "/bin/true", User: "nobody"}
+	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", true, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range specs {
-		if want := s.Kind == config.ExecutorLegacy; s.Confine.OwnUID != want {
+		if want := s.Kind != "named"; s.Confine.OwnUID != want {
 			t.Errorf("%s: OwnUID %v, want %v", s.Kind, s.Confine.OwnUID, want)
+		}
+		if slices.Contains(s.Args, "--state-cache-dir") {
+			t.Errorf("%s: args %q: a pooled plugin is given a cache its uid could write", s.Kind, s.Args)
 		}
 	}
 	if os.Geteuid() != 0 {

@@ -11,7 +11,8 @@ import (
 )
 
 // confinementFrom maps the [confinement] defaults and one [executors.NAME]
-// section onto a Confinement.
+// section onto a Confinement. Every plugin runs under a uid of its own
+// from a root daemon's pool unless the section names a user.
 func confinementFrom(c config.Confinement, ex config.Executor) plugin.Confinement {
 	pick := func(own, def int) uint64 {
 		if own > 0 {
@@ -26,6 +27,7 @@ func confinementFrom(c config.Confinement, ex config.Executor) plugin.Confinemen
 			NProc:        pick(ex.MaxProcesses, c.MaxProcesses),
 		},
 		User:         ex.User,
+		OwnUID:       ex.User == "",
 		ReadWrite:    ex.ReadWrite,
 		Subprocesses: ex.Subprocesses,
 	}

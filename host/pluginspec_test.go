@@ -34,7 +34,7 @@ func TestOpenMarksTheHostNonDumpable(t *testing.T) {
 func TestPluginPrivateDir(t *testing.T) {
 	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
-	envFile := filepath.Join(testwait.ShortTempDir(t), "env")
+	envFile := filepath.Join(testwait.PluginDir(t), "env")
 	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
 	env := testwait.File(t, envFile)
@@ -47,8 +47,16 @@ func TestPluginPrivateDir(t *testing.T) {
 			home = v
 		}
 	}
-	if filepath.Dir(tmp) != filepath.Join(dir, SocketDirName) || !strings.HasPrefix(filepath.Base(tmp), "run-") || home != tmp {
-		t.Fatalf("TMPDIR=%q HOME=%q, want one DATA/plugins/run-* dir", tmp, home)
+	// A root daemon runs the plugin under a uid of its pool, which cannot
+	// reach the data dir: its run dir is a fresh one in the temp dir.
+	base, want := filepath.Dir(tmp), "DATA/plugins/run-*"
+	baseOK := base == filepath.Join(dir, SocketDirName)
+	if h.Registry.OwnUIDs() {
+		want = os.TempDir() + "/taskhost-plugin-*/run-*"
+		baseOK = filepath.Dir(base) == os.TempDir() && strings.HasPrefix(filepath.Base(base), "taskhost-plugin-")
+	}
+	if !baseOK || !strings.HasPrefix(filepath.Base(tmp), "run-") || home != tmp {
+		t.Fatalf("TMPDIR=%q HOME=%q, want one %s dir", tmp, home, want)
 	}
 	testwait.Until(t, 10*time.Second, "the private dir removed", func() bool {
 		_, err := os.Stat(tmp)
@@ -109,7 +117,7 @@ func TestConfinementFromConfig(t *testing.T) {
 		ex   config.Executor
 		want plugin.Confinement
 	}{
-		{"defaults", config.Executor{}, plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 4096 << 20, NoFile: 1024, NProc: 4096}}},
+		{"defaults", config.Executor{}, plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 4096 << 20, NoFile: 1024, NProc: 4096}, OwnUID: true}},
 		{"own", config.Executor{MaxAddressSpaceMB: 512, MaxOpenFiles: 64, MaxProcesses: 16, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true},
 			plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 512 << 20, NoFile: 64, NProc: 16}, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true}},
 	}

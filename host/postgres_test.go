@@ -31,7 +31,7 @@ func TestPostgresStoreRunsAndRecovers(t *testing.T) {
 	t.Setenv(dsnEnv, testpg.DSN(t))
 	ctx := context.Background()
 	dir := testwait.ShortTempDir(t)
-	pidDir := testwait.ShortTempDir(t)
+	pidDir := testwait.PluginDir(t)
 	h, err := Open(ctx, Options{DataDir: dir, Config: pgConfig(t), ExecutorDir: executorDir(t)})
 	if err != nil {
 		t.Fatalf("open: %v", err)

@@ -66,7 +66,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 	cfg.Executors["testexec"] = ex
 	h := openHost(t, "", func(c *config.Config) { *c = cfg })
 
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	gate := filepath.Join(dir, "go")
 	running := create(t, h, alice, map[string]any{"steps": 2, "wait_file": gate}, Limits{})
 	interrupted := create(t, h, alice, map[string]any{"exit_at_attempt": 1, "steps": 2}, Limits{})
@@ -110,7 +110,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 // the handshake, and one that is gone, are refused at create with what
 // failed; putting the good binary back needs no reload.
 func TestChangedUnpinnedBinaryCheckedAtCreate(t *testing.T) {
-	bin := filepath.Join(testwait.ShortTempDir(t), "testexec")
+	bin := filepath.Join(testwait.PluginDir(t), "testexec")
 	good := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	copyExecutable(t, good, bin, "")
 	h := openHost(t, "", func(c *config.Config) {

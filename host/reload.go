@@ -16,7 +16,7 @@ const machineSpiritDisabled = "machinespirit is disabled: set [machine_spirit] e
 // process, started from the binary pinned when they started, until their
 // run ends. Nothing else of cfg is applied: other settings need a restart.
 func (h *Host) ReloadExecutors(ctx context.Context, cfg config.Config) error {
-	specs, err := executorSpecs(h.executorDir, filepath.Join(h.DataDir, CacheDirName), h.trampolinePath(), cfg)
+	specs, err := executorSpecs(h.executorDir, filepath.Join(h.DataDir, CacheDirName), h.trampolinePath(), h.Registry.OwnUIDs(), cfg)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 func TestResumeWritesObservedEffectAtMostOnce(t *testing.T) {
 	h := openHost(t, "", shellNoApproval)
 	ctx := context.Background()
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	pidFile := filepath.Join(dir, "pid")
 	te := map[string]any{
 		"pid_file": pidFile, "approve_retry": true,

@@ -99,7 +99,7 @@ func TestCreateValidation(t *testing.T) {
 func TestConcurrencyLimitLeavesNoRow(t *testing.T) {
 	h := openHost(t, "", nil)
 	h.Runner.set.MaxConcurrent = 2
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	var running []store.Task
 	for i := range 2 {
 		running = append(running, create(t, h, alice, map[string]any{"sleep_ms": 60000, "cancel_marker": fmt.Sprintf("%s/c%d", dir, i)}, Limits{}))

@@ -244,7 +244,7 @@ func TestApprovalPendingAtRestartCancelled(t *testing.T) {
 // gone, the effect is indeterminate and the next attempt is told.
 func TestPluginKilledDuringToolEffect(t *testing.T) {
 	h := openHost(t, "", shellNoApproval)
-	dir := testwait.ShortTempDir(t)
+	dir := testwait.PluginDir(t)
 	pluginPid := filepath.Join(dir, "plugin.pid")
 	cmd := "sh -c 'echo $$ > tool.pid; sleep 300' & wait" // in the workspace: the command is confined to it
 	task := create(t, h, alice, map[string]any{"pid_file": pluginPid, "call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": cmd}}}, Limits{})
@@ -363,7 +363,7 @@ func TestPluginEnvironmentIsAllowListed(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", canary)
 	t.Setenv("TASKHOST_SECRET_TEST", canary)
 	h := openHost(t, "", nil)
-	envFile := filepath.Join(testwait.ShortTempDir(t), "env")
+	envFile := filepath.Join(testwait.PluginDir(t), "env")
 	task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
 	env := testwait.File(t, envFile)
@@ -380,7 +380,7 @@ func TestPluginEnvironmentIsAllowListed(t *testing.T) {
 // that is gone.
 func TestPluginCrashWhileWaitingCancelsApproval(t *testing.T) {
 	h := openHost(t, "", nil)
-	pidFile := filepath.Join(testwait.ShortTempDir(t), "pid")
+	pidFile := filepath.Join(testwait.PluginDir(t), "pid")
 	task := create(t, h, alice, map[string]any{"request_approval": true, "pid_file": pidFile}, Limits{})
 	a := waitApproval(t, h, alice, task.ID)
 	if err := syscallKill(readPid(t, pidFile)); err != nil {

@@ -38,7 +38,7 @@ func TestStoreFullDiskInterruptsAndRecordsWhenSpaceReturns(t *testing.T) {
 func testStoreFullDisk(t *testing.T, extra map[string]any) {
 	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
-	ctl := testwait.ShortTempDir(t) // off the full disk
+	ctl := testwait.PluginDir(t) // off the full disk
 	release, pidFile := filepath.Join(ctl, "release"), filepath.Join(ctl, "pid")
 	te := map[string]any{"steps": 2, "wait_file": release, "pid_file": pidFile}
 	for k, v := range extra {
@@ -160,7 +160,7 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
 	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
-	ctl := testwait.ShortTempDir(t)
+	ctl := testwait.PluginDir(t)
 	release := filepath.Join(ctl, "release")
 	task := create(t, h, alice, map[string]any{"steps": 1, "wait_file": release, "pid_file": filepath.Join(ctl, "pid")}, Limits{})
 	readPid(t, filepath.Join(ctl, "pid"))

@@ -16,11 +16,11 @@ import (
 // (said at WARN, with what it means and the way out).
 func uidPool(c config.Confinement, log hclog.Logger) (*uids.Pool, error) {
 	if c.UIDCount == 0 {
-		log.Warn("[confinement] uid_count = 0: shell.run commands run as the daemon's uid, which can reach everything that trusts it (its API socket, its database role)")
+		log.Warn("[confinement] uid_count = 0: shell.run commands and plugins run as the daemon's uid, which can reach everything that trusts it (its API socket, its database role)")
 		return nil, nil
 	}
 	if os.Geteuid() != 0 {
-		log.Warn("the daemon is not root: shell.run commands run as its own uid, which can reach everything that trusts it (its API socket, its database role); run it as root to give each command a uid of its own",
+		log.Warn("the daemon is not root: shell.run commands and plugins run as its own uid, which can reach everything that trusts it (its API socket, its database role); run it as root to give each command and plugin a uid of its own",
 			"uid", os.Geteuid(), "uid_range", uids.Range{First: c.UIDFirst, Count: c.UIDCount}.String())
 		return nil, nil
 	}

@@ -36,7 +36,7 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := openHost(t, "", shellNoApproval)
 			ctx := context.Background()
-			dir := testwait.ShortTempDir(t)
+			dir := testwait.PluginDir(t)
 			indet := filepath.Join(dir, "indet")
 			// In the workspace: the command is confined to it.
 			cmd := "echo ran >> count; echo $$ > tool.pid; sleep 300"

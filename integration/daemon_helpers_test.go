@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
+
 	"github.com/taskhost/taskhost/internal/confine"
 )
 
@@ -307,5 +309,42 @@ func writeConfig(t *testing.T, dir, text string) string {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var rw struct {
+		Executors map[string]struct {
+			ReadWrite []string `toml:"read_write"`
+		}
+	}
+	if _, err := toml.Decode(text, &rw); err != nil {
+		t.Fatalf("config %s: %v", path, err)
+	}
+	for _, ex := range rw.Executors {
+		for _, p := range ex.ReadWrite {
+			letPluginsWrite(t, p)
+		}
+	}
 	return path
+}
+
+// letPluginsWrite makes a test's dir writable by a plugin under a uid of
+// the daemon's pool, which reaches it only through its "others" mode bits
+// and those of each dir above it: p 0777, every dir between it and the
+// temp dir searchable.
+func letPluginsWrite(t *testing.T, p string) {
+	t.Helper()
+	tmp := filepath.Clean(os.TempDir())
+	if rel, err := filepath.Rel(tmp, p); err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return // not a test's dir: left as the test made it
+	}
+	if err := os.Chmod(p, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for dir := filepath.Dir(p); dir != tmp; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -18,7 +18,13 @@ import (
 // `make build` leaves bin/: the demo finds its executors beside itself.
 func demoBinDir(t *testing.T, executors ...string) string {
 	t.Helper()
+	// An install dir: a plugin under a uid of the daemon's pool runs what
+	// it holds by path (machinespirit starts its worker through its own
+	// binary when there is no taskhost-confine).
 	dir := testwait.ShortTempDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	copyBin := func(name string) {
 		data, err := os.ReadFile(filepath.Join(binDir, name))
 		if err != nil {

@@ -221,6 +221,9 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	}
 	releaseUID := func() {}
 	if spec.Confine.OwnUID && spec.Confine.User == "" && opts.UIDs != nil {
+		if err := spec.Confine.checkReachable(); err != nil {
+			return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: err.Error()}
+		}
 		uid, err := opts.UIDs.Acquire()
 		if err != nil {
 			return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}

@@ -26,8 +26,9 @@ type Confinement struct {
 	// OwnUID runs each of its processes under a uid of its own from the
 	// registry's pool (PluginOptions.UIDs; a root daemon's), when User
 	// names none: its RLIMIT_NPROC then counts its own processes only,
-	// and nothing keyed on the daemon's uid reaches it. It suits a plugin
-	// that needs nothing of the filesystem but its own dirs.
+	// and nothing keyed on the daemon's uid reaches it. Its ReadOnly and
+	// ReadWrite paths must then be reachable through their "others"
+	// mode bits; a launch checks that first (reach.go).
 	OwnUID bool
 }
 

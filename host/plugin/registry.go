@@ -201,6 +201,10 @@ func (r *Registry) Confinement(kind string) string {
 	return s
 }
 
+// OwnUIDs says whether the registry has a pool of uids to run plugins
+// under (a root daemon's).
+func (r *Registry) OwnUIDs() bool { return r.opts.UIDs != nil }
+
 // Close stops the forker. Call it only after every launched executor has
 // been stopped: its thread's exit delivers the parent-death signal.
 func (r *Registry) Close() {

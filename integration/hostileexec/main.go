@@ -14,7 +14,7 @@
 // unix socket standing for a root daemon that trusts uid 0 (docker,
 // systemd):
 //
-//	{"goal": "...", "hostileexec": {"victim": "t_...", "socket": "/path"}}
+//	{"goal": "...", "hostileexec": {"victim": "t_...", "socket": "/path", "data_dir": "/path"}}
 package main
 
 import (
@@ -48,6 +48,9 @@ type spec struct {
 	HostileExec struct {
 		Victim string `json:"victim"`
 		Socket string `json:"socket"` // a root daemon's socket that trusts its peer's uid
+		// DataDir is the data dir, as an attacker who read the config
+		// would know it; "" guesses it from the working dir.
+		DataDir string `json:"data_dir"`
 	} `json:"hostileexec"`
 }
 
@@ -56,7 +59,7 @@ func (executor) Step(_ context.Context, _ sdk.Host, req sdk.StepRequest) (sdk.St
 	if err := json.Unmarshal(req.Spec, &s); err != nil {
 		return sdk.Fail("executor_failed", "hostileexec: spec: "+err.Error()), nil
 	}
-	probes := probe(s.HostileExec.Victim, s.HostileExec.Socket)
+	probes := probe(s.HostileExec.Victim, s.HostileExec.Socket, s.HostileExec.DataDir)
 	result, err := json.Marshal(map[string]any{"probes": probes})
 	if err != nil {
 		return sdk.StepResult{}, err
@@ -79,13 +82,16 @@ func unwrapped(err error) error {
 	return err
 }
 
-// probe tries each escape. The data dir is two levels above the plugin's
-// working dir (DATA/plugins/run-XXXX), which is what an attacker would
+// probe tries each escape against data, or, when data is "", against the
+// dir two levels above the plugin's working dir (DATA/plugins/run-XXXX
+// for a plugin of the daemon's uid), which is what an attacker would
 // assume.
-func probe(victim, socket string) map[string]string {
+func probe(victim, socket, data string) map[string]string {
 	p := map[string]string{}
-	cwd, _ := os.Getwd()
-	data := filepath.Dir(filepath.Dir(cwd))
+	if data == "" {
+		cwd, _ := os.Getwd()
+		data = filepath.Dir(filepath.Dir(cwd))
+	}
 	p["data_dir_guess"] = "allowed: " + data // informational
 
 	read := func(name, path string) {

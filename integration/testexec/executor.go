@@ -364,10 +364,14 @@ func recordAttempt(pidFile string, attempt int) error {
 	if err := writeFileAtomic(pidFile, strconv.Itoa(os.Getpid())); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(pidFile+".log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(pidFile+".log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o666)
 	if err != nil {
 		return err
 	}
+	// A later attempt's plugin may run under another uid of the daemon's
+	// pool: whoever created the log lets the others append (a non-owner's
+	// chmod fails, and changes nothing).
+	_ = f.Chmod(0o666)
 	if _, err := fmt.Fprintf(f, "attempt %d started\n", attempt); err != nil {
 		_ = f.Close()
 		return err

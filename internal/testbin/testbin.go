@@ -103,10 +103,16 @@ func BuildAll(ctx context.Context, dir string, bs ...Build) error {
 }
 
 // TempDir makes a new temporary directory (named after prefix) and builds
-// bs into it. On failure it removes the directory.
+// bs into it. On failure it removes the directory. Like an install dir,
+// it is 0755: a plugin under a uid of the daemon's pool runs what it
+// holds by path (machinespirit's worker trampoline).
 func TempDir(ctx context.Context, prefix string, bs ...Build) (string, error) {
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
+		return "", fmt.Errorf("testbin: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
 		return "", fmt.Errorf("testbin: %w", err)
 	}
 	if err := BuildAll(ctx, dir, bs...); err != nil {

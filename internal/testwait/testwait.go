@@ -46,3 +46,16 @@ func ShortTempDir(t testing.TB) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
+
+// PluginDir is a ShortTempDir any uid may write (0777, under the 1777 temp
+// dir): where a test lets a plugin leave its pid and marker files, for a
+// root daemon runs every plugin under a uid of its own pool, which reaches
+// a path only through its "others" mode bits.
+func PluginDir(t testing.TB) string {
+	t.Helper()
+	dir := ShortTempDir(t)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

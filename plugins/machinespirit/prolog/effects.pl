@@ -34,7 +34,8 @@
             effect/3,               % +Kind, +Fields, -Value
             current_call_context/1, % -ctx(Token, Depth)
             with_call_context/2,    % +ctx(Token, Depth), :Goal
-            with_node_time_limit/2  % +Seconds, :Goal
+            with_node_time_limit/2, % +Seconds, :Goal
+            with_goal_time_limit/2  % +Seconds, :Goal
           ]).
 :- use_module(library(time)).
 :- use_module(library(lists)).
@@ -43,7 +44,8 @@
 
 :- meta_predicate
     with_call_context(+, 0),
-    with_node_time_limit(+, 0).
+    with_node_time_limit(+, 0),
+    with_goal_time_limit(+, 0).
 
 % Bounds on what task code may send in one effect. A frame is bounded as a
 % whole as well; these keep any single text readable.
@@ -197,8 +199,34 @@ with_node_time_limit(Secs, Goal) :-
               nb_setval(ms_alarm, none) ))
     ).
 
-pause_alarm(Paused) :-
-    (   nb_current(ms_alarm, alarm(Id)),
+%!  with_goal_time_limit(+Seconds, :Goal) is semidet.
+%
+%   Runs Goal once; throws machinespirit_goal_time_limit if it computes
+%   for longer than Seconds, time waiting for effects excluded like the
+%   node's. It bounds the CPU one model-written goal may use (wall time
+%   spent computing is at least its CPU time): an inference limit alone
+%   lets a few hundred inferences of costly builtins run for many
+%   seconds. A goal inside a goal (a sub-run's) runs under the outer limit.
+with_goal_time_limit(Secs, Goal) :-
+    (   nb_current(ms_goal_alarm, alarm(_))
+    ->  once(Goal)
+    ;   setup_call_cleanup(
+            alarm(Secs, throw(machinespirit_goal_time_limit), Id, [install(false)]),
+            ( nb_setval(ms_goal_alarm, alarm(Id)),
+              install_alarm(Id),
+              once(Goal)
+            ),
+            ( remove_alarm(Id),
+              nb_setval(ms_goal_alarm, none) ))
+    ).
+
+%   Both the node's alarm and a goal's pause while an effect is waited for.
+pause_alarm(paused(Node, Goal)) :-
+    pause_one(ms_alarm, Node),
+    pause_one(ms_goal_alarm, Goal).
+
+pause_one(Key, Paused) :-
+    (   nb_current(Key, alarm(Id)),
         current_alarm(At, _, Id, Status), Status \== done
     ->  get_time(Now),
         Left is max(0.001, At - Now),
@@ -207,6 +235,10 @@ pause_alarm(Paused) :-
     ;   Paused = none
     ).
 
-resume_alarm(none).
-resume_alarm(paused(Id, Left)) :-
+resume_alarm(paused(Node, Goal)) :-
+    resume_one(Node),
+    resume_one(Goal).
+
+resume_one(none).
+resume_one(paused(Id, Left)) :-
     install_alarm(Id, Left).

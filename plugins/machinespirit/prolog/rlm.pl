@@ -31,6 +31,7 @@
 
 max_reply_chars(8192).
 goal_inference_limit(5_000_000).
+goal_seconds_limit(5).
 max_observation_chars(600).
 recent_kept(4).
 max_root_prompt_bytes(7168).
@@ -156,7 +157,7 @@ Results so far (latest last):
 %!  run_model_code(+Text, -Result) is det.
 %
 %   Result: final(Answer) | true(Bindings) | false | rejected(Msg) |
-%   error(Msg) | syntax(Msg) | inference_limit, with GoalText echoed as
+%   error(Msg) | syntax(Msg) | inference_limit | time_limit, with GoalText echoed as
 %   goal(GoalText, Result). Cancellation and the node time limit are not
 %   results: they propagate and end the node.
 run_model_code(Text0, goal(Echo, Result)) :-
@@ -192,7 +193,8 @@ run_checked(Goal, Bindings, Result) :-
     (   nb_current(ms_rlm_final, Saved) -> true ; Saved = none ),
     setup_call_cleanup(
         ( nb_setval(ms_rlm_final, none), reset_text_budget ),
-        ( catch(( call_with_inference_limit(ms_rlm_goals:Goal, Inf, R)
+        ( goal_seconds_limit(Secs),
+          catch(( with_goal_time_limit(Secs, call_with_inference_limit(ms_rlm_goals:Goal, Inf, R))
                 -> ( R == inference_limit_exceeded -> Out = inference_limit ; Out = true )
                 ;  Out = false
                 ),
@@ -215,6 +217,7 @@ run_checked(Goal, Bindings, Result) :-
 goal_exception(E, _) :-
     node_exception(E), !,
     throw(E).
+goal_exception(machinespirit_goal_time_limit, time_limit) :- !.
 goal_exception(E, _) :-
     E = error(resource_error(memory), _), !,
     throw(graph_failure(resource_exhausted, "the worker ran out of memory running the model's goal")).
@@ -286,6 +289,9 @@ result_text(false, "false (no solution)").
 result_text(inference_limit, Text) :-
     goal_inference_limit(L),
     format(string(Text), "stopped: inference limit exceeded (~D inferences)", [L]).
+result_text(time_limit, Text) :-
+    goal_seconds_limit(L),
+    format(string(Text), "stopped: the goal computed for more than ~d s", [L]).
 result_text(rejected(M), Text) :- format(string(Text), "rejected: ~s", [M]).
 result_text(error(M), Text) :- format(string(Text), "error: ~s", [M]).
 result_text(syntax(M), Text) :- format(string(Text), "not a goal: ~s", [M]).
