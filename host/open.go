@@ -353,17 +353,23 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 				ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, ms.Path)
 			}
 			// Its compiled saved state is kept across starts (~0.4 s each
-			// to build), in a cache only the daemon's uid reaches: a
-			// plugin under a uid of its own or another user's builds at
-			// every start, for a cache its uid could write would let one
-			// task's process plant the state a later task's worker loads.
-			if ms.Confine.User == "" && !pooled {
+			// to build), in a cache only the daemon's uid reaches. A
+			// plugin under a uid of the pool gets a copy of it per launch
+			// (a cache its uid could write would let one task's process
+			// plant the state a later task's worker loads); one run as
+			// another user builds at every start.
+			if ms.Confine.User == "" {
 				msCache := filepath.Join(cacheDir, config.ExecutorMachineSpirit)
 				if err := os.MkdirAll(msCache, 0o700); err != nil {
 					return nil, fmt.Errorf("executor cache dir: %w", err)
 				}
-				ms.Args = append(ms.Args, "--state-cache-dir", msCache)
-				ms.Confine.ReadWrite = append(slices.Clip(ms.Confine.ReadWrite), msCache)
+				if pooled {
+					// A copy per launch, seeded by probes only.
+					ms.Confine.SeedCache, ms.Confine.SeedCacheFlag = msCache, "--state-cache-dir"
+				} else {
+					ms.Args = append(ms.Args, "--state-cache-dir", msCache)
+					ms.Confine.ReadWrite = append(slices.Clip(ms.Confine.ReadWrite), msCache)
+				}
 			}
 			found[config.ExecutorMachineSpirit] = ms
 		}

@@ -2,13 +2,16 @@ package host
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -18,6 +21,7 @@ import (
 func TestEveryPluginRunsUnderItsOwnUID(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Executors["named"] = config.Executor{Path: "/bin/true", User: "nobody"}
+	cfg.MachineSpirit.Enabled = true
 	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", true, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +32,9 @@ func TestEveryPluginRunsUnderItsOwnUID(t *testing.T) {
 		}
 		if slices.Contains(s.Args, "--state-cache-dir") {
 			t.Errorf("%s: args %q: a pooled plugin is given a cache its uid could write", s.Kind, s.Args)
+		}
+		if s.Kind == config.ExecutorMachineSpirit && s.Confine.SeedCache == "" {
+			t.Errorf("machinespirit: no seed cache: every start would compile its saved state")
 		}
 	}
 	if os.Geteuid() != 0 {
@@ -47,5 +54,52 @@ func TestEveryPluginRunsUnderItsOwnUID(t *testing.T) {
 	}
 	if s := h.Registry.Confinement(config.ExecutorLegacy); !strings.Contains(s, "own uid (") {
 		t.Errorf("legacy confinement %q: want it to say it runs under its own uid", s)
+	}
+}
+
+// machinespirit under a uid of its own still starts from a cached saved
+// state: the daemon keeps the cache, each launch gets a copy, and only
+// what a probe (serving no task) built goes back into it — a file a task's
+// process leaves in its copy never does.
+func TestPooledMachineSpiritStartsFromASeededCache(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a root daemon runs plugins under uids of their own")
+	}
+	h := openHost(t, "", machineSpiritOn)
+	cache := filepath.Join(h.DataDir, CacheDirName, config.ExecutorMachineSpirit)
+	before, err := os.ReadDir(cache)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("the probe at open left no saved state in %s: %v %v", cache, before, err)
+	}
+	launched := time.Now()
+	e, err := h.Registry.Launch(context.Background(), config.ExecutorMachineSpirit, plugin.NoServices{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Runtime["saved_state"]; got != "cached" {
+		t.Errorf("a launch under a uid of its own: saved_state %q, want cached", got)
+	}
+	// A task's process plants a file in its copy (found through its
+	// private dir, its cwd): it must not reach the daemon's cache.
+	planted := 0
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), "taskhost-plugin-*", "run-*", "seed-cache"))
+	for _, dir := range matches {
+		if fi, err := os.Stat(dir); err != nil || fi.ModTime().Before(launched) {
+			continue // another launch's, older than this one
+		}
+		if err := os.WriteFile(filepath.Join(dir, "state-planted"), []byte("x"), 0o600); err == nil {
+			planted++
+		}
+	}
+	if planted == 0 {
+		t.Fatal("found no launch's seed-cache copy to plant in")
+	}
+	e.Stop()
+	if _, err := os.Lstat(filepath.Join(cache, "state-planted")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a task launch's file reached the daemon's cache: %v", err)
 	}
 }

@@ -183,8 +183,9 @@ type executorClient struct {
 	client     *goplugin.Client
 	proc       *process
 	grace      time.Duration
-	privateDir string // removed at Stop (for a plugin user: its whole run base)
-	releaseUID func() // gives an OwnUID plugin's uid back at Stop; nil: none
+	privateDir string     // removed at Stop (for a plugin user: its whole run base)
+	releaseUID func()     // gives an OwnUID plugin's uid back at Stop; nil: none
+	seed       *seedCache // its copy of the kind's seed cache; nil: none
 	log        *pluginLog
 	cleanups   *sync.WaitGroup // the forker's: Registry.Close waits for go-plugin's clean-up
 
@@ -254,6 +255,14 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	}
 	if cleanup == "" {
 		cleanup = privateDir
+	}
+	var seed *seedCache
+	if spec.Confine.SeedCache != "" && spec.Confine.UID > 0 {
+		if seed, err = newSeedCache(spec.Confine.SeedCache, filepath.Join(privateDir, "seed-cache"), spec.Confine.UID, spec.Confine.GID); err != nil {
+			os.RemoveAll(cleanup)
+			return nil, &UnavailableError{Kind: spec.Kind, Check: "cache", Detail: err.Error()}
+		}
+		spec.Args = append(slices.Clip(spec.Args), spec.Confine.SeedCacheFlag, seed.copy)
 	}
 	var proc *process
 	plog := newPluginLog(opts.Logger.Named(spec.Kind), spec.Kind, launchLabelsFrom(ctx))
@@ -336,7 +345,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	}
 	ec := raw.(*executorClient)
 	ec.client, ec.proc, ec.grace, ec.privateDir, ec.log = client, proc, opts.StopGrace, cleanup, plog
-	ec.releaseUID, launched = releaseUID, true
+	ec.releaseUID, ec.seed, launched = releaseUID, seed, true
 	ec.cleanups = &f.cleanups
 	ec.servicesID = ec.broker.NextId()
 	go ec.broker.AcceptAndServe(ec.servicesID, func(o []grpc.ServerOption) *grpc.Server {

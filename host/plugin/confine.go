@@ -30,6 +30,11 @@ type Confinement struct {
 	// ReadWrite paths must then be reachable through their "others"
 	// mode bits; a launch checks that first (reach.go).
 	OwnUID bool
+	// SeedCache, for a plugin under a uid of its own, is a cache dir only
+	// the daemon reaches; each launch gets a copy of it, named to the
+	// plugin by the flag SeedCacheFlag, and a probe's additions are kept
+	// (seedcache.go).
+	SeedCache, SeedCacheFlag string
 }
 
 // Default plugin rlimits, used where the configuration sets none.

@@ -41,9 +41,20 @@ func (e *unreachableError) Error() string {
 }
 
 // reachable checks that a process of no owner and no group may reach
-// path through its mode bits with access need (reach* bits).
+// path, and what its symlinks lead to, through their mode bits with
+// access need (reach* bits).
 func reachable(key, path string, need uint32) error {
 	path = filepath.Clean(path)
+	if err := reachableAsNamed(key, path, need); err != nil {
+		return err
+	}
+	if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
+		return reachableAsNamed(key, real, need)
+	}
+	return nil
+}
+
+func reachableAsNamed(key, path string, need uint32) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("%s path %s: %w", key, path, err)

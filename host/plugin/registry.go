@@ -107,7 +107,15 @@ func (r *Registry) probe(ctx context.Context, spec PluginSpec) (Description, err
 		return Description{}, err
 	}
 	defer ec.Stop()
-	return DescribeChecked(ctx, spec.Kind, ec)
+	d, err := DescribeChecked(ctx, spec.Kind, ec)
+	if err == nil && ec.seed != nil {
+		// A probe serves no task: what it built is fit to seed the
+		// launches that will.
+		if err := ec.seed.keep(); err != nil {
+			r.opts.Logger.Warn("plugin cache not kept", "kind", spec.Kind, "error", err)
+		}
+	}
+	return d, err
 }
 
 // DescribeChecked calls Describe and checks the answer fits the kind.
@@ -132,6 +140,20 @@ func DescribeChecked(ctx context.Context, kind string, e Executor) (Description,
 		return Description{}, &UnavailableError{Kind: kind, Check: "preflight", Detail: p}
 	}
 	return d, nil
+}
+
+// Probe starts one process of kind that serves no task, checks its
+// description and lets it seed the kind's cache (Confinement.SeedCache),
+// as registering it did.
+func (r *Registry) Probe(ctx context.Context, kind string) error {
+	r.mu.Lock()
+	spec, ok := r.specs[kind]
+	r.mu.Unlock()
+	if !ok {
+		return &UnavailableError{Kind: kind, Check: "registered", Detail: fmt.Sprintf("no executor %q is configured", kind)}
+	}
+	_, err := r.probe(ctx, spec)
+	return err
 }
 
 // Describe returns kind's registered description.

@@ -31,7 +31,17 @@ var kitGraphs = map[string]string{
 // argv[0] so the kit can find the plugin.
 func TestConformance(t *testing.T) {
 	needSwipl(t)
-	dir := t.TempDir()
+	// Like an install dir: a root host runs the plugin under a uid of its
+	// own, which reaches the wrapper, the binary and the graphs only
+	// through their "others" bits.
+	dir, err := os.MkdirTemp("", "msconf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	taskhost := os.Getenv("TASKHOST_BIN")
 	if taskhost == "" {
 		taskhost = filepath.Join(dir, "taskhost")

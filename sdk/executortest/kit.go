@@ -136,13 +136,23 @@ func Run(t *testing.T, opts Options) {
 
 // scratchDir makes the directory the kit works in. The host's plugin
 // socket dir (DATA/plugins) must stay under 60 bytes, unix socket paths
-// being capped at 108, so a long TMPDIR is not used.
+// being capped at 108, so a long TMPDIR is not used. It is 0711: a root
+// host's plugins run under uids of their own, which must pass through it
+// to reach a built-in kind's executor dir.
 func scratchDir() (string, error) {
 	base := os.TempDir()
 	if len(base) > 24 {
 		base = "/tmp"
 	}
-	return os.MkdirTemp(base, "thk")
+	dir, err := os.MkdirTemp(base, "thk")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // note records a measurement for the summary and logs it.

@@ -150,6 +150,9 @@ func (k *kit) newHost(t *testing.T, binary string) *host {
 		t.Fatalf("executortest: %v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil { // as the scratch dir
+		t.Fatalf("executortest: %v", err)
+	}
 	h := &host{k: k, dataDir: filepath.Join(dir, "d"), config: filepath.Join(dir, "taskhost.toml"), taskhost: k.taskhost, specs: dir}
 	if k.opts.builtin() {
 		// A built-in kind cannot be registered in the config: the host
@@ -157,7 +160,10 @@ func (k *kit) newHost(t *testing.T, binary string) *host {
 		// holding taskhost (a hard link, or a copy) and the executor.
 		bin := filepath.Join(dir, "bin")
 		h.taskhost = filepath.Join(bin, "taskhost")
-		if err := os.Mkdir(bin, 0o700); err != nil {
+		// 0755 like an install dir: a root host runs its plugins under
+		// uids of their own, which reach the executor by path only
+		// through the "others" bits.
+		if err := os.Mkdir(bin, 0o755); err != nil {
 			t.Fatalf("executortest: %v", err)
 		}
 		if err := linkOrCopy(k.taskhost, h.taskhost); err != nil {
