@@ -402,6 +402,13 @@ func writeFileAtomic(path, content string) error {
 	if err != nil {
 		return err
 	}
+	// Readable by a later attempt's plugin, which may run under another
+	// uid of the daemon's pool (its naive memory, say).
+	if err := tmp.Chmod(0o644); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmp.Name())
+		return err
+	}
 	if _, err := tmp.WriteString(content); err != nil {
 		_ = tmp.Close()
 		_ = os.Remove(tmp.Name())
