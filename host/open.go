@@ -103,6 +103,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ensureOpenFiles(cfg.Tasks.MaxConcurrent); err != nil {
+		return nil, err
+	}
 	// Before the first write — the lock file — so that a data dir refused
 	// here is left exactly as it was.
 	if err := checkDataDir(dir); err != nil {

@@ -191,7 +191,7 @@ func (s *Store) GetApproval(ctx context.Context, principal, id string) (Approval
 // ListApprovals lists principal's approvals, oldest first, optionally only
 // those in status (bounded to 1000).
 func (s *Store) ListApprovals(ctx context.Context, principal string, status ApprovalStatus) ([]Approval, error) {
-	var rows *sql.Rows
+	var rows visibleRows
 	var err error
 	if status == "" {
 		rows, err = s.readRows(ctx, qListApprovals, principal)

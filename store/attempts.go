@@ -227,12 +227,25 @@ func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents 
 	if err := s.checkEvents(nextEvents); err != nil {
 		return Task{}, nil, nil, err
 	}
+	// On PostgreSQL the common case is one round trip (pgStep).
+	// pgStep trims only events older than the step's: a step of more
+	// events than the limit takes finishAndClaimFast.
+	_, pg := s.d.(pgDialect)
+	pg = pg && f.Status != AttemptInterrupted && len(f.Events)+len(nextEvents) <= s.lim.EventsPerTask
+	if pg {
+		t, next, ok, err := s.pgStep(ctx, f, append(slices.Clip(f.Events), nextEvents...))
+		if err != nil || ok {
+			return t, next, nil, err
+		}
+	}
 	err = s.writeGrouped(ctx, func(ctx context.Context, tx *txn) error {
 		next, exhausted = nil, nil
 		var err error
 		var fast bool
-		if t, next, fast, err = s.finishAndClaimFast(ctx, tx, f, nextEvents); fast || err != nil {
-			return err
+		if !pg { // pgStep found the task outside the common case
+			if t, next, fast, err = s.finishAndClaimFast(ctx, tx, f, nextEvents); fast || err != nil {
+				return err
+			}
 		}
 		if t, err = s.finish(ctx, tx, f, from); err != nil {
 			return err

@@ -163,21 +163,25 @@ func (s *Store) prepare(ctx context.Context) error {
 // readRow and readRows run a query on the reader pool through a lazily
 // filled statement cache (readers hold no transaction, so a prepare can
 // always get a connection).
-func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
+//
+// What they return is durable: a row waits once scanned, and rows once
+// closed, for the fsync of every commit they could have seen (walSync).
+func (s *Store) readRow(ctx context.Context, query string, args ...any) visibleRow {
 	args = s.d.bind(args)
 	st, err := s.readStmts.get(ctx, s.r, query, s.d.rebind)
 	if err != nil {
-		return s.r.QueryRowContext(ctx, s.d.rebind(query), args...) // reports the same error
+		return visibleRow{s.r.QueryRowContext(ctx, s.d.rebind(query), args...), s.sync} // reports the same error
 	}
-	return st.QueryRowContext(ctx, args...)
+	return visibleRow{st.QueryRowContext(ctx, args...), s.sync}
 }
 
-func (s *Store) readRows(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (s *Store) readRows(ctx context.Context, query string, args ...any) (visibleRows, error) {
 	st, err := s.readStmts.get(ctx, s.r, query, s.d.rebind)
 	if err != nil {
-		return nil, s.dbErr(err)
+		return visibleRows{}, s.dbErr(err)
 	}
-	return st.QueryContext(ctx, s.d.bind(args)...)
+	rows, err := st.QueryContext(ctx, s.d.bind(args)...)
+	return visibleRows{rows, s.sync}, err
 }
 
 // stmtCache holds prepared statements by query text (as written, before

@@ -125,26 +125,46 @@ func (e *lostConnError) Error() string { return e.err.Error() }
 func (e *lostConnError) Unwrap() error { return e.err }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(tx *txn) error) error {
-	tx, err := s.w.BeginTx(ctx, s.d.writeTx())
+	start := time.Now()
+	ticket, err := s.commitOnce(ctx, fn)
 	if err != nil {
-		return s.beforeCommit(err)
-	}
-	if err := fn(&txn{tx: tx, s: s}); err != nil {
-		tx.Rollback() //nolint:errcheck // fn's error is the one to report
-		return s.beforeCommit(err)
-	}
-	if err := s.fault(false); err != nil {
-		tx.Rollback() //nolint:errcheck // the injected fault is the one to report
 		return err
 	}
-	start := time.Now()
-	// A connection lost during the COMMIT leaves its outcome unknown: it
-	// is reported, never run again.
-	if err := tx.Commit(); err != nil {
+	if err := s.sync.wait(ticket); err != nil {
 		return err
 	}
 	s.observeCommit(time.Since(start))
 	return s.fault(true)
+}
+
+// commitOnce runs fn in one write transaction and commits it, returning the
+// commit's durability ticket (walSync), which the caller waits for.
+func (s *Store) commitOnce(ctx context.Context, fn func(tx *txn) error) (uint64, error) {
+	if err := s.sync.failed(); err != nil {
+		return 0, err
+	}
+	tx, err := s.w.BeginTx(ctx, s.d.writeTx())
+	if err != nil {
+		return 0, s.beforeCommit(err)
+	}
+	if err := fn(&txn{tx: tx, s: s}); err != nil {
+		tx.Rollback() //nolint:errcheck // fn's error is the one to report
+		return 0, s.beforeCommit(err)
+	}
+	if err := s.fault(false); err != nil {
+		tx.Rollback() //nolint:errcheck // the injected fault is the one to report
+		return 0, err
+	}
+	return s.commit(tx)
+}
+
+// commit commits tx under a durability ticket. A connection lost during
+// the COMMIT leaves its outcome unknown: it is reported, never run again.
+func (s *Store) commit(tx *sql.Tx) (uint64, error) {
+	ticket := s.sync.begin()
+	err := tx.Commit()
+	s.sync.end(ticket)
+	return ticket, err
 }
 
 // fault is Options.WriteFault's verdict on a commit, nil without one.

@@ -27,8 +27,21 @@
 //     from the start, up to 10 times with a jittered backoff, each retry
 //     counted by SQLSTATE (Options.ObserveRetry), then reported as an
 //     *UnavailableError ("busy"); none should happen in normal operation.
+//   - On SQLite at synchronous=FULL a write returns only once its commit
+//     is on disk, and a read returns nothing that is not: the commit writes
+//     the log and one fsync of it, outside the writer's lock, makes every
+//     commit before it durable (durable.go). What a step waits for is its
+//     turn on the single writer (at most the group being written when it
+//     queued), its own group's statements and COMMIT, then at most the
+//     fsync already under way and the next one, which it shares with every
+//     commit that landed meanwhile; the next group's statements run during
+//     that fsync instead of after it. A read waits, after reading, for the
+//     fsync of every commit it could have seen. A failed fsync fails the
+//     write that waited for it and every later write and read with an
+//     *UnavailableError ("I/O error") until the store is reopened: the
+//     kernel may have dropped the pages it could not write.
 //   - On SQLite, the steps of several tasks that finish at once
-//     (FinishAndClaim) share one commit — one fsync at synchronous=FULL:
+//     (FinishAndClaim) share one commit:
 //     up to 64 of them run in one write transaction, each in its own
 //     savepoint. Each stays its own compare-and-set: one that is refused is
 //     rolled back to its savepoint and gets the same error it would get
@@ -40,7 +53,14 @@
 //     (an interrupt would roll back the others), and its caller gets the
 //     real result. PostgreSQL keeps one transaction per write: its pool
 //     already runs writes side by side, and one member's lock wait would
-//     hold up a whole group.
+//     hold up a whole group. There a step's common case (pgstep.go) is one
+//     round trip: a pgx batch, run as one implicit transaction, of the
+//     task row's lock and one statement whose CTEs do each concern of the
+//     step; it reads what it changes only under that lock, so it is the
+//     same compare-and-set as the general path, which it leaves every
+//     refusal to explain. A batch whose connection is lost before its lock
+//     statement answered is run again (nothing of it can have committed);
+//     one lost later is reported unavailable, its outcome unknown.
 //   - Budgets never exceed their limits (the schema checks it too) and wall
 //     time never goes backwards.
 //   - Every call is scoped to a principal; another principal's task is

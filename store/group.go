@@ -31,15 +31,19 @@ type committer struct {
 // member is one caller's closure in a group. done receives exactly one
 // outcome: the caller's result, or the order to lead the next group.
 type member struct {
-	ctx  context.Context // the caller's, without its cancellation
-	fn   func(ctx context.Context, tx *txn) error
-	err  error
-	done chan outcome
+	ctx    context.Context // the caller's, without its cancellation
+	fn     func(ctx context.Context, tx *txn) error
+	err    error
+	ticket uint64 // the durability ticket of the commit that stored it
+	done   chan outcome
 }
 
+// outcome is a member's result, to be trusted once its ticket is durable
+// (walSync.wait), or the order to lead.
 type outcome struct {
-	lead bool
-	err  error
+	lead   bool
+	err    error
+	ticket uint64
 }
 
 func (m *member) run(tx *txn) error { return m.fn(m.ctx, tx) }
@@ -77,7 +81,7 @@ func (s *Store) writeGrouped(ctx context.Context, fn func(ctx context.Context, t
 	c.mu.Unlock()
 	if !lead {
 		if o := <-m.done; !o.lead {
-			return o.err
+			return s.durable(o.err, o.ticket)
 		}
 	}
 	// A leader is always the head of the queue: the first caller found it
@@ -89,12 +93,10 @@ func (s *Store) writeGrouped(ctx context.Context, fn func(ctx context.Context, t
 	if c.hold != nil {
 		c.hold(len(group))
 	}
-	s.runGroup(group)
-	for _, o := range group {
-		if o != m {
-			o.done <- outcome{err: o.err}
-		}
-	}
+	start := time.Now()
+	commits := s.runGroup(group)
+	// The next group's statements run while this one's commit syncs: the
+	// lead passes on before anyone waits for the fsync.
 	c.mu.Lock()
 	if len(c.queue) > 0 {
 		c.queue[0].done <- outcome{lead: true}
@@ -103,25 +105,57 @@ func (s *Store) writeGrouped(ctx context.Context, fn func(ctx context.Context, t
 		c.queue = nil // let the backing array of a large group go
 	}
 	c.mu.Unlock()
-	return m.err
+	for _, o := range group {
+		if o != m {
+			o.done <- outcome{err: o.err, ticket: o.ticket}
+		}
+	}
+	var last uint64
+	for _, o := range group {
+		last = max(last, o.ticket)
+	}
+	if commits > 0 && s.sync.wait(last) == nil {
+		for range commits {
+			s.observeCommit(time.Since(start))
+		}
+	}
+	return s.durable(m.err, m.ticket)
 }
 
-// runGroup runs group's closures, setting each member's err. A lone
-// member runs exactly as write would run it.
-func (s *Store) runGroup(group []*member) {
-	if len(group) == 1 {
-		m := group[0]
-		m.err = s.dbErr(s.writeOnce(m.ctx, m.run))
-		return
+// durable is a write's result once its commit is on disk: err when the
+// write failed, else the failure of the fsync if there was one.
+func (s *Store) durable(err error, ticket uint64) error {
+	if err != nil || ticket == 0 {
+		return err
 	}
-	if s.writeTogether(group) {
-		return
+	if err := s.sync.wait(ticket); err != nil {
+		return err
 	}
-	// The shared transaction is gone or in doubt: no member's outcome may
-	// be reported from it, so each runs again alone.
+	return s.fault(true)
+}
+
+// runGroup runs group's closures, setting each member's err and ticket,
+// and returns how many commits succeeded. A lone member runs exactly as
+// write would run it.
+func (s *Store) runGroup(group []*member) (commits int) {
+	if len(group) > 1 {
+		if ok, committed := s.writeTogether(group); ok {
+			if committed {
+				return 1
+			}
+			return 0
+		}
+	}
+	// Alone, or the shared transaction is gone or in doubt: no member's
+	// outcome may be reported from it, so each runs again alone.
 	for _, m := range group {
-		m.err = s.dbErr(s.writeOnce(m.ctx, m.run))
+		m.ticket, m.err = s.commitOnce(m.ctx, m.run)
+		if m.err == nil {
+			commits++
+		}
+		m.err = s.dbErr(m.err)
 	}
+	return commits
 }
 
 // writeTogether runs group's closures in one write transaction, each in a
@@ -132,21 +166,27 @@ func (s *Store) runGroup(group []*member) {
 // back or released — SQLite may have rolled back the whole transaction
 // (after a full disk, an I/O error), and a later member's statements would
 // then run outside it.
-func (s *Store) writeTogether(group []*member) bool {
+func (s *Store) writeTogether(group []*member) (ok, committed bool) {
 	// No member's cancellation may interrupt the others' statements.
 	ctx := context.Background()
+	if err := s.sync.failed(); err != nil {
+		for _, m := range group {
+			m.err = err
+		}
+		return true, false
+	}
 	tx, err := s.w.BeginTx(ctx, s.d.writeTx())
 	if err != nil {
 		for _, m := range group {
 			m.err = s.dbErr(err)
 		}
-		return true
+		return true, false
 	}
 	stored := 0
 	for _, m := range group {
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT member`); err != nil {
 			tx.Rollback() //nolint:errcheck // the members run again alone
-			return false
+			return false, false
 		}
 		m.err = m.run(&txn{tx: tx, s: s})
 		undo := []string{`RELEASE member`}
@@ -158,7 +198,7 @@ func (s *Store) writeTogether(group []*member) bool {
 		for _, q := range undo {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				tx.Rollback() //nolint:errcheck // the members run again alone
-				return false
+				return false, false
 			}
 		}
 	}
@@ -167,22 +207,21 @@ func (s *Store) writeTogether(group []*member) bool {
 		for _, m := range group {
 			m.err = s.dbErr(m.err)
 		}
-		return true
+		return true, false
 	}
-	start := time.Now()
+	var ticket uint64
 	err = s.fault(false)
 	if err != nil {
 		tx.Rollback() //nolint:errcheck // the injected fault is every member's error
-	} else if err = tx.Commit(); err == nil {
-		s.observeCommit(time.Since(start))
-		err = s.fault(true)
+	} else {
+		ticket, err = s.commit(tx)
 	}
 	for _, m := range group {
 		// A refused member keeps its refusal: it had nothing to commit.
 		if m.err == nil {
-			m.err = err
+			m.err, m.ticket = err, ticket
 		}
 		m.err = s.dbErr(m.err)
 	}
-	return true
+	return true, err == nil
 }

@@ -52,6 +52,9 @@ type Store struct {
 	// group shares one commit among concurrent steps (group.go); nil on
 	// PostgreSQL and read-only stores, where writeGrouped is write.
 	group *committer
+	// sync makes commits durable at synchronous=FULL (durable.go); nil
+	// on PostgreSQL, at NORMAL and on read-only stores.
+	sync *walSync
 }
 
 // readerConns is the size of the reader pool: enough for the API to list and
@@ -117,7 +120,14 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	w, err := sql.Open("sqlite", dsn(s.path, opts, "_txlock=immediate"))
+	wopts := opts
+	if opts.Synchronous == "FULL" {
+		// The commit writes the log; walSync syncs it, outside the
+		// writer's lock (durable.go).
+		wopts.Synchronous = "NORMAL"
+		s.sync = newWALSync(s.path)
+	}
+	w, err := sql.Open("sqlite", dsn(s.path, wopts, "_txlock=immediate"))
 	if err != nil {
 		return s.openErr("sqlite", err)
 	}
@@ -141,6 +151,13 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	}
 	if err := migrate(ctx, w, schemaVersion()); err != nil {
 		return s.openErr("migrate", err)
+	}
+	if s.sync != nil {
+		// The migrations committed without a ticket: sync them now.
+		s.sync.end(s.sync.begin())
+		if err := s.sync.visible(); err != nil {
+			return s.openErr("sqlite", err)
+		}
 	}
 	if err := s.prepare(ctx); err != nil {
 		return s.openErr("sqlite", err)

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 )
@@ -27,8 +29,9 @@ type Options struct {
 	// Limits bound every variable-size value the store accepts.
 	Limits Limits
 	// ObserveCommit, when set, is called with the duration of every write
-	// transaction's COMMIT that succeeded (the fsync of the write-ahead
-	// log, in FULL mode), for the daemon's metrics. It must not block.
+	// transaction's COMMIT that succeeded, up to its being durable (the
+	// fsync of the write-ahead log that covers it, in FULL mode), for the
+	// daemon's metrics. It must not block.
 	ObserveCommit func(time.Duration)
 	// ObserveRetry, when set, is called each time a write transaction is
 	// run again after losing a race, with the failure's SQLSTATE (40P01 a
@@ -50,6 +53,10 @@ type Options struct {
 	// the error although its changes are stored — a commit whose
 	// acknowledgement was lost with the connection. Nil in production.
 	WriteFault func(committed bool) error
+
+	// dial, when set (by tests), makes OpenPostgres's connections, so
+	// that a test can count the round trips of a write.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Limits bound every variable-size value the store accepts (DESIGN §9). A

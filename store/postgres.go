@@ -249,6 +249,9 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	if opts.ReadOnly {
 		cfg.RuntimeParams["default_transaction_read_only"] = "on"
 	}
+	if opts.dial != nil {
+		cfg.DialFunc = opts.dial
+	}
 	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(pool.IdleInTxTimeout.Milliseconds(), 10)
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(pool.MaxOpenConns)

@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -505,5 +507,65 @@ func TestPostgresServerDropsConnections(t *testing.T) {
 		if !ok {
 			t.Fatalf("round %d: no write succeeded on new connections", round)
 		}
+	}
+}
+
+// countingConn counts the writes a client makes on a connection: pgx
+// sends what it has queued in one write and then waits for the server,
+// so each write begins one round trip.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestPostgresStepRoundTrips: a step — its outcome, the next attempt's
+// claim, their events — is one round trip to the server (pgStep), at
+// most 3; and it stores what the general path stores.
+func TestPostgresStepRoundTrips(t *testing.T) {
+	var writes atomic.Int64
+	s := openPostgres(t, func(o *Options) {
+		o.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{c, &writes}, nil
+		}
+	})
+	ctx := context.Background()
+	task, a := claimedTask(t, s, "p", "t")
+	for i := range 3 { // the first prepares the statements on its connection
+		before := writes.Load()
+		f := stepOf(task, a, 1024)
+		_, next, _, err := s.FinishAndClaim(ctx, f, NewEvent{Type: "step.started"})
+		if err != nil || next == nil {
+			t.Fatalf("step %d: next %v, %v", i, next, err)
+		}
+		a = *next
+		if n := writes.Load() - before; i > 0 && n > 3 {
+			t.Errorf("step %d took %d round trips, want at most 3", i, n)
+		} else if i > 0 {
+			t.Logf("step %d: %d round trips", i, n)
+		}
+	}
+	got := getTask(t, s, "p", "t")
+	if got.Budgets.Steps.Used != 4 || got.CheckpointAttempt != 3 {
+		t.Errorf("after 3 steps: %d steps used, checkpoint of attempt %d; want 4 and 3", got.Budgets.Steps.Used, got.CheckpointAttempt)
+	}
+	as := listAttempts(t, s, "p", "t")
+	if len(as) != 4 || as[2].Status != AttemptCompleted || as[2].Summary != "did a step" || as[3].Status != AttemptRunning {
+		t.Errorf("attempts %+v", as)
+	}
+	evs := allEvents(t, s, "p", "t")
+	if n := len(evs); n < 2 || evs[n-2].Type != "step.completed" || evs[n-1].Type != "step.started" || evs[n-2].Seq >= evs[n-1].Seq {
+		t.Errorf("events %+v do not end with the step's, in order", evs)
+	}
+	if n := wantEventsCounted(t, s, "t"); n != int64(len(evs)) {
+		t.Errorf("%d events counted, %d stored", n, len(evs))
 	}
 }

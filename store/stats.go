@@ -45,6 +45,8 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, s.dbErr(fmt.Errorf("store stats: %w", err))
 	}
 	defer func() { _ = tx.Rollback() }()
+	// The counts are of durable commits only (walSync).
+	defer s.sync.visible() //nolint:errcheck // a failed fsync is every later write's error
 	st := Stats{Tasks: map[Status]int64{}, Attempts: map[AttemptKey]int64{}, Effects: map[EffectKey]int64{}, BudgetExhausted: map[BudgetKind]int64{}}
 	var budget []any
 	for _, k := range BudgetKinds() {

@@ -92,6 +92,9 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 	} else {
 		fmt.Fprintf(e.stdout, "\ndurable step / floor = %.2f (target ≤ 1.5)\n", r.StepRatio)
 	}
+	if r.ConcurrentThroughput > 0 {
+		fmt.Fprintf(e.stdout, "steps/s of 4 tasks at once = %.2f× one task's (target ≥ 3), of 16 = %.2f× (target ≥ 4)\n", r.ConcurrentThroughput, r.ConcurrentThroughput16)
+	}
 	return exitOK
 }
 

@@ -43,6 +43,11 @@ const MaxFileBytes = 1 << 20
 // MaxRetentionDays bounds tasks.retention_days (ten years).
 const MaxRetentionDays = 3650
 
+// MaxConcurrentCap bounds tasks.max_concurrent: what one host was measured
+// to hold with every task's step waiting on a slow model (docs/operations.md,
+// "Concurrency"), each task a plugin process of its own.
+const MaxConcurrentCap = 1000
+
 // Built-in executor names. They are always known to the host and cannot be
 // redefined under [executors].
 const (
@@ -74,7 +79,7 @@ type Config struct {
 type Tasks struct {
 	Enabled       bool   `toml:"enabled"`        // default true
 	Executor      string `toml:"executor"`       // default "legacy"; "legacy", "machinespirit" (if enabled) or a key of [executors]
-	MaxConcurrent int    `toml:"max_concurrent"` // 1..64, default 2; beyond it create/resume is refused
+	MaxConcurrent int    `toml:"max_concurrent"` // 1..MaxConcurrentCap, default 2; beyond it create/resume is refused
 	// MaxRunningPerPrincipal bounds one principal's pending, running and
 	// waiting tasks: 0..MaxConcurrent, default 0 (no bound of its own).
 	MaxRunningPerPrincipal int `toml:"max_running_per_principal"`
