@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 )
@@ -45,12 +44,10 @@ func (e *QueueFullError) Is(t error) bool { return t == ErrQueueFull }
 const pgQueueLock = 0x74736b71
 
 const (
-	qCountQueued  = `SELECT count(*) FROM tasks WHERE status = 'pending'`
-	qQueueMark    = `UPDATE tasks SET queued_ns = ?, queue_host = ? WHERE id = ?`
-	qQueuedTasks  = `SELECT ` + taskListCols + ` FROM tasks WHERE status = 'pending' AND queue_host IN ('', ?) ORDER BY queued_ns, seq LIMIT ?`
-	qQueueOrder   = `SELECT id FROM tasks WHERE status = 'pending' ORDER BY queued_ns, seq LIMIT ?`
-	qQueuedBefore = `SELECT count(*) FROM tasks t, tasks me WHERE me.id = ? AND me.status = 'pending' AND t.status = 'pending'
-		AND (t.queued_ns < me.queued_ns OR (t.queued_ns = me.queued_ns AND t.seq < me.seq))`
+	qCountQueued = `SELECT count(*) FROM tasks WHERE status = 'pending'`
+	qQueueMark   = `UPDATE tasks SET queued_ns = ?, queue_host = ? WHERE id = ?`
+	qQueuedTasks = `SELECT ` + taskListCols + ` FROM tasks WHERE status = 'pending' AND queue_host IN ('', ?) ORDER BY queued_ns, seq LIMIT ?`
+	qQueueOrder  = `SELECT id FROM tasks WHERE status = 'pending' ORDER BY queued_ns, seq LIMIT ?`
 )
 
 // admit takes the queue's lock where the engine needs one and refuses
@@ -182,27 +179,6 @@ func (s *Store) QueuePositions(ctx context.Context) (map[string]int64, error) {
 		pos[id] = int64(len(pos) + 1)
 	}
 	return pos, rows.Err()
-}
-
-// QueuePosition is the place of principal's task id in the queue (1 is
-// the head), or 0 when it is not pending.
-func (s *Store) QueuePosition(ctx context.Context, principal, id string) (int64, error) {
-	if _, err := s.GetTask(ctx, principal, id); err != nil {
-		return 0, err
-	}
-	var before int64
-	var pending int
-	err := s.readRow(ctx, `SELECT count(*) FROM tasks WHERE id = ? AND status = 'pending'`, id).Scan(&pending)
-	if err == nil && pending == 1 {
-		err = s.readRow(ctx, qQueuedBefore, id).Scan(&before)
-	}
-	if errors.Is(err, sql.ErrNoRows) || pending == 0 {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, s.dbErr(fmt.Errorf("store: queue position of %s: %w", id, err))
-	}
-	return before + 1, nil
 }
 
 // queueMigration is the schema of the queue in either engine's integer
