@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 func queueTask(id string) NewTask {
@@ -180,4 +181,35 @@ func TestQueueBoundRace(t *testing.T) {
 			t.Fatalf("queue holds %d (%v), want %d", n, err, limit)
 		}
 	})
+}
+
+// BenchmarkQueueAdmission measures a queued create and its start against
+// a plain create and start in the same run: the queue's count, mark and
+// lock are the difference. It reports queued/plain.
+func BenchmarkQueueAdmission(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b)
+	measure := func(queued bool, n int) time.Duration {
+		start := time.Now()
+		for i := range n {
+			nt := queueTask(fmt.Sprintf("%v-%d-%d", queued, b.N, i))
+			var err error
+			if queued {
+				_, err = s.CreateQueued(ctx, nt, MaxQueueLimit, false, NewEvent{Type: "task.created"})
+			} else {
+				_, err = s.CreateTask(ctx, nt, NewEvent{Type: "task.created"})
+			}
+			if err == nil {
+				_, err = s.StartRun(ctx, nt.PrincipalID, nt.ID, StatusPending)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	b.ResetTimer()
+	plain := measure(false, b.N)
+	queued := measure(true, b.N)
+	b.ReportMetric(float64(queued)/float64(plain), "queued/plain")
 }
