@@ -17,8 +17,11 @@ import (
 func TestFleetQueueExactlyOnce(t *testing.T) {
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
-		a := newFleetHost(t, dir, "host-a", quick)
-		b := newFleetHost(t, dir, "host-b", quick)
+		// Leases long enough that a loaded machine does not make a host
+		// fence itself: this test is about the queue, not lost hosts.
+		relaxed := FleetSettings{Heartbeat: 100 * time.Millisecond, Lease: 10 * time.Second, Poll: 20 * time.Millisecond}
+		a := newFleetHost(t, dir, "host-a", relaxed)
+		b := newFleetHost(t, dir, "host-b", relaxed)
 		a.r.set.MaxConcurrent, b.r.set.MaxConcurrent = 2, 2
 		gate := make(chan struct{})
 		var mu sync.Mutex
