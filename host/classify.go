@@ -143,6 +143,8 @@ func causeVerdict(cause error) verdict {
 	switch {
 	case errors.Is(cause, errUserCancelled):
 		return verdict{attempt: store.AttemptCancelled, reason: store.ReasonUserCancelled}
+	case errors.Is(cause, errPaused):
+		return verdict{attempt: store.AttemptInterrupted, reason: store.ReasonUserPause, abandoned: true}
 	case errors.Is(cause, errApprovalRejected):
 		return verdict{attempt: store.AttemptFailed, reason: store.ReasonApprovalRejected, abandoned: true}
 	case errors.Is(cause, errApprovalExpired):
@@ -301,7 +303,9 @@ func (ru *run) abandon(att store.Attempt, v verdict) {
 	switch {
 	case err != nil:
 	case cur.Status == store.StatusCancelled:
-		status, reason = store.AttemptCancelled, store.ReasonUserCancelled
+		status, reason = store.AttemptCancelled, cur.Reason
+	case cur.Status == store.StatusInterrupted && cur.Reason == store.ReasonUserPause:
+		status, reason = store.AttemptInterrupted, cur.Reason
 	case cur.Status == store.StatusFailed:
 		status, reason = store.AttemptFailed, cur.Reason
 	}

@@ -10,9 +10,12 @@ import (
 
 // Event types (DESIGN §7). The set is closed; payload fields are additive.
 const (
-	EventTaskCreated         = "task.created"
-	EventTaskStarted         = "task.started"
-	EventTaskResumed         = "task.resumed"
+	EventTaskCreated = "task.created"
+	EventTaskStarted = "task.started"
+	EventTaskResumed = "task.resumed"
+	// EventTaskQueued: a resume found no free slot; the task waits,
+	// pending, at the tail of the queue.
+	EventTaskQueued          = "task.queued"
 	EventStepStarted         = "step.started"
 	EventStepCompleted       = "step.completed"
 	EventStepInterrupted     = "step.interrupted"

@@ -63,8 +63,9 @@ import (
 // configuration keeps Lease ≥ 2·Heartbeat + 1 s, so at least one heartbeat
 // fails before a host fences itself: a single slow beat never does.
 //
-// Create and resume run on the host that receives them, within its own
-// max_concurrent. A task's workspace lives in the data dir of the host that
+// Create and resume start on the host that receives them when it has a
+// free slot; beyond its max_concurrent the task waits in the store's one
+// queue and starts on whichever host frees a slot first (queue.go). A task's workspace lives in the data dir of the host that
 // created it: a resume on another host starts with that host's (normally
 // empty) workspace for the task — files are not carried over.
 
@@ -197,6 +198,7 @@ func (r *Runner) StartFleet(ctx context.Context, version string) error {
 		})
 	}
 	r.startLiveness(r.set.Fleet.Heartbeat)
+	r.StartQueue()
 	r.goFleet(func() {
 		beat := time.NewTicker(r.set.Fleet.Heartbeat)
 		defer beat.Stop()
@@ -501,6 +503,8 @@ func (r *Runner) leaseCause(ru *run, l store.Lease) error {
 		return errFenced
 	case l.Status == store.StatusCancelled:
 		return errUserCancelled
+	case l.Status == store.StatusInterrupted && l.Reason == store.ReasonUserPause:
+		return errPaused
 	case l.Status == store.StatusFailed && l.Reason == store.ReasonApprovalRejected:
 		return errApprovalRejected
 	case l.Status == store.StatusFailed && l.Reason == store.ReasonApprovalTimeout:

@@ -63,6 +63,9 @@ type Options struct {
 	// StoreFault is the store's Options.WriteFault: for fault-injection
 	// tests, nil otherwise.
 	StoreFault func(committed bool) error
+	// Solo is a foreground host (taskhost run): it starts the tasks it is
+	// asked to at once and never the queue's (Settings.Solo).
+	Solo bool
 }
 
 // Host is an open data dir: its store, its executors and its Runner. Only
@@ -202,6 +205,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		log.Warn("the kernel offers no Landlock: shell.run commands are not confined to their workspace", "confinement", svc.Tools.Confinement())
 	}
 	set := settingsFrom(cfg)
+	set.Solo = opts.Solo
 	set.Observer = obs
 	h.Runner = NewRunner(h.Store, h.Registry, key, set, svc, filepath.Join(dir, WorkspaceDirName), log.Named("runner"))
 	if h.Recovery, err = h.Runner.Recover(ctx); err != nil {
@@ -405,6 +409,7 @@ func settingsFrom(c config.Config) Settings {
 	t := c.Tasks
 	s.Disabled = !t.Enabled
 	s.MaxConcurrent = t.MaxConcurrent
+	s.MaxQueued = t.MaxQueued
 	s.DefaultExecutor = t.Executor
 	s.Defaults = Limits{Steps: int64(t.MaxSteps), ToolCalls: int64(t.MaxToolCalls), ModelCalls: int64(t.MaxModelCalls), Depth: int64(t.MaxDepth), WallSeconds: int64(t.MaxWallSeconds)}
 	s.Caps = Limits{Steps: int64(t.MaxStepsCap), ToolCalls: int64(t.MaxToolCallsCap), ModelCalls: int64(t.MaxModelCallsCap), Depth: int64(t.MaxDepthCap), WallSeconds: int64(t.MaxWallSecondsCap)}

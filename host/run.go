@@ -15,6 +15,7 @@ import (
 // Causes a run's context is cancelled with; the step loop branches on them.
 var (
 	errUserCancelled = errors.New("task cancelled by its principal")
+	errPaused        = errors.New("task paused by its principal")
 	errShutdown      = errors.New("host shutting down")
 	errWallExceeded  = errors.New("wall-clock budget exhausted")
 )
@@ -370,7 +371,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 // was cancelled.
 func (ru *run) endForCause(cause error) {
 	switch {
-	case errors.Is(cause, errUserCancelled), errors.Is(cause, errApprovalRejected), errors.Is(cause, errApprovalExpired):
+	case errors.Is(cause, errUserCancelled), errors.Is(cause, errPaused), errors.Is(cause, errApprovalRejected), errors.Is(cause, errApprovalExpired):
 		// The task's end was committed before the context was cancelled.
 	case errors.Is(cause, errFenced):
 		// Another run holds the task: nothing here is ours to record.
@@ -401,6 +402,7 @@ func (ru *run) request(att store.Attempt) plugin.StepRequest {
 		TaskID: t.ID, RunID: t.RunID, Attempt: att.Number, Spec: t.Spec, Checkpoint: ru.cp,
 		Recent:        append([]plugin.StepSummary(nil), ru.recent...),
 		Indeterminate: ru.indeterminate,
+		SummaryChars:  ru.r.set.SummaryChars,
 		Remaining: plugin.Budgets{
 			Steps: t.Budgets.Steps.Remaining(), ToolCalls: t.Budgets.ToolCalls.Remaining(),
 			ModelCalls: t.Budgets.ModelCalls.Remaining(), Depth: t.Budgets.Depth.Remaining(),

@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -33,8 +34,16 @@ import (
 type Settings struct {
 	// Disabled refuses every create and resume ([tasks] enabled = false):
 	// the host still serves reads, cancels and approvals.
-	Disabled        bool
-	MaxConcurrent   int
+	Disabled      bool
+	MaxConcurrent int
+	// MaxQueued bounds the store's pending tasks ([tasks] max_queued):
+	// a create or resume beyond MaxConcurrent waits in the queue, and one
+	// beyond MaxQueued is refused (store.QueueFullError).
+	MaxQueued int
+	// Solo is a foreground host (taskhost run): a create or resume starts
+	// at once, whatever is queued, and the host starts nothing from the
+	// queue (a daemon's queue is the daemon's to run).
+	Solo            bool
 	DefaultExecutor string
 	Defaults        Limits // applied when a request leaves a budget at zero
 	Caps            Limits // a request above a cap is refused
@@ -65,6 +74,7 @@ type Limits struct {
 func DefaultSettings() Settings {
 	return Settings{
 		MaxConcurrent:      2,
+		MaxQueued:          32,
 		DefaultExecutor:    "legacy",
 		Defaults:           Limits{Steps: 20, ToolCalls: 50, ModelCalls: 100, Depth: 1, WallSeconds: 1800},
 		Caps:               Limits{Steps: 200, ToolCalls: 1000, ModelCalls: 2000, Depth: 4, WallSeconds: 86400},
@@ -121,7 +131,11 @@ type Runner struct {
 	// stopped is closed when Shutdown starts: writes stop being retried.
 	stopped  chan struct{}
 	stopOnce sync.Once
-	wg       sync.WaitGroup
+	// queueMu serialises this host's starts of queued tasks; the queue
+	// loop is started once (queueOnce).
+	queueMu   sync.Mutex
+	queueOnce sync.Once
+	wg        sync.WaitGroup
 	// beat is what the fleet duties know of this host's heartbeats.
 	beat beatState
 	// hostBeat is the host heartbeat's write: store.HeartbeatHost, or a
@@ -139,6 +153,9 @@ func NewRunner(st *store.Store, l plugin.Launcher, key []byte, set Settings, svc
 	}
 	if set.Observer == nil {
 		set.Observer = nopObserver{}
+	}
+	if set.MaxQueued <= 0 || set.MaxQueued > store.MaxQueueLimit {
+		set.MaxQueued = DefaultSettings().MaxQueued
 	}
 	if f, d := &set.Fleet, DefaultSettings().Fleet; f.Heartbeat <= 0 || f.Lease <= 2*f.Heartbeat || f.Poll <= 0 {
 		*f = d
@@ -175,8 +192,12 @@ type CreateRequest struct {
 	Files []File
 }
 
-// Create validates req, records the task and starts running it. Beyond the
-// concurrency limit it refuses and records nothing.
+// Create validates req and records the task at the tail of the queue,
+// then starts the head of the queue while slots are free: with a free slot
+// and nothing queued before it, the task is running when Create returns;
+// otherwise it is pending and starts, in FIFO order, when a slot frees on
+// any host. Beyond the queue's bound it refuses (store.QueueFullError) and
+// records nothing.
 func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest) (store.Task, error) {
 	if req.Executor == "" {
 		req.Executor = r.set.DefaultExecutor
@@ -194,10 +215,9 @@ func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest
 	if _, err := r.preflight(ctx, req.Executor); err != nil {
 		return store.Task{}, err
 	}
-	if err := r.reserve(); err != nil {
+	if err := r.accepting(); err != nil {
 		return store.Task{}, err
 	}
-	defer r.unreserve()
 	nt := store.NewTask{ID: newTaskID(), PrincipalID: principal, Executor: req.Executor, Spec: req.Spec, Limits: limits}
 	// The workspace is seeded before the row exists: a task is never
 	// visible without the files its creator gave it.
@@ -205,17 +225,23 @@ func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest
 		os.RemoveAll(r.workspace(nt.ID))
 		return store.Task{}, err
 	}
-	t, err := r.store.CreateTask(ctx, nt, newEvent(EventTaskCreated,
-		store.Task{ID: nt.ID, Executor: nt.Executor, Status: store.StatusPending, Budgets: limits}, EventPayload{}))
+	ev := newEvent(EventTaskCreated, store.Task{ID: nt.ID, Executor: nt.Executor, Status: store.StatusPending, Budgets: limits}, EventPayload{})
+	t, started, err := r.createNow(ctx, nt, len(req.Files) > 0, ev)
 	if err != nil {
 		os.RemoveAll(r.workspace(nt.ID))
 		return store.Task{}, err
 	}
-	return r.start(ctx, t, EventTaskStarted)
+	if started {
+		return t, nil
+	}
+	return r.admitted(ctx, t)
 }
 
-// Resume continues an interrupted (or never started) task: same id, run id
-// + 1, the last committed checkpoint and what is left of every budget.
+// Resume continues an interrupted task: same id, run id + 1, the last
+// committed checkpoint and what is left of every budget. With a free slot
+// and nothing queued it starts at once; otherwise it joins the tail of the
+// queue (pending, a task.queued event) and starts in its turn. Resuming a
+// pending task leaves it where it is in the queue.
 func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, error) {
 	t, err := r.store.GetTask(ctx, principal, id)
 	if err != nil {
@@ -227,6 +253,11 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 	if t.Status != store.StatusInterrupted && t.Status != store.StatusPending {
 		return store.Task{}, &store.TransitionError{TaskID: id, Current: t.Status, To: store.StatusRunning}
 	}
+	// A run that just ended (a pause, a crash) may still be stopping its
+	// plugin here: the new run starts once it is gone.
+	if err := r.Wait(ctx, id); err != nil {
+		return store.Task{}, err
+	}
 	if r.svc.Tools != nil {
 		if err := r.svc.Tools.CheckWorkspace(id); err != nil {
 			return store.Task{}, err
@@ -235,11 +266,22 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 	if _, err := r.preflight(ctx, t.Executor); err != nil {
 		return store.Task{}, err
 	}
-	if err := r.reserve(); err != nil {
+	if err := r.accepting(); err != nil {
 		return store.Task{}, err
 	}
-	defer r.unreserve()
-	return r.start(ctx, t, EventTaskResumed)
+	if t.Status == store.StatusPending {
+		return r.admitted(ctx, t)
+	}
+	if started, ok, err := r.startIfIdle(ctx, t); ok || err != nil {
+		return started, err
+	}
+	queued := t
+	queued.Status = store.StatusPending
+	if t, err = r.store.Enqueue(ctx, principal, id, r.set.MaxQueued, newEvent(EventTaskQueued, queued, EventPayload{})); err != nil {
+		return store.Task{}, err
+	}
+	r.notify()
+	return r.admitted(ctx, t)
 }
 
 // liveChecker is a Launcher that checks an executor against its binary on
@@ -259,14 +301,11 @@ func (r *Runner) preflight(ctx context.Context, kind string) (plugin.Description
 }
 
 func (r *Runner) reserve() error {
-	if r.set.Disabled {
-		return ErrDisabled
+	if err := r.accepting(); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closing {
-		return ErrShuttingDown
-	}
 	if len(r.runs)+r.reserved >= r.set.MaxConcurrent {
 		return &BusyError{Limit: r.set.MaxConcurrent}
 	}
@@ -301,6 +340,11 @@ func (r *Runner) start(ctx context.Context, t store.Task, eventType string) (sto
 	// after this returns, so the slot is never free in between.
 	r.runs[t.ID] = ru
 	r.wg.Add(1)
+	if r.closing {
+		// Shutdown began after the reservation: it has cancelled the runs
+		// it saw, so this one ends itself.
+		ru.cancel(errShutdown)
+	}
 	r.mu.Unlock()
 	go ru.loop()
 	return t, nil
@@ -312,6 +356,17 @@ func (r *Runner) finished(ru *run) {
 	if r.runs[ru.id] == ru {
 		delete(r.runs, ru.id)
 	}
+	if !r.closing {
+		// A slot is free: the queue's head may start. Off this goroutine,
+		// so that the run's end is never held up by the queue.
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if len(r.dispatch(context.Background())) > 0 {
+				r.notify()
+			}
+		}()
+	}
 	r.mu.Unlock()
 	close(ru.done)
 	r.wg.Done()
@@ -322,30 +377,37 @@ func (r *Runner) finished(ru *run) {
 // waits (bounded by ctx) for the run to wind down. Cancelling a cancelled
 // task is a no-op; cancelling a completed or failed one is a conflict.
 func (r *Runner) Cancel(ctx context.Context, principal, id string) (store.Task, error) {
-	cur, err := r.store.GetTask(ctx, principal, id)
+	return r.cancelFor(ctx, principal, id, store.ReasonUserCancelled)
+}
+
+// cancelFor is Cancel for reason: user_cancelled, or user_stop_all.
+func (r *Runner) cancelFor(ctx context.Context, principal, id string, reason store.Reason) (store.Task, error) {
+	_, done, err := r.cancelNoWait(ctx, principal, id, reason)
 	if err != nil {
 		return store.Task{}, err
+	}
+	if done != nil {
+		waitDone(ctx, done)
+	}
+	return r.store.GetTask(ctx, principal, id)
+}
+
+// cancelNoWait commits the cancel and signals the local run, if any,
+// without waiting: done is closed when the run has wound down (nil: no
+// run here).
+func (r *Runner) cancelNoWait(ctx context.Context, principal, id string, reason store.Reason) (store.Task, <-chan struct{}, error) {
+	cur, err := r.store.GetTask(ctx, principal, id)
+	if err != nil {
+		return store.Task{}, nil, err
 	}
 	cur = r.liveMeters(cur)
 	cur.Status = store.StatusCancelled
-	_, err = r.store.Cancel(ctx, principal, id, newEvent(EventTaskCancelled, cur, EventPayload{Reason: string(store.ReasonUserCancelled)}))
+	t, err := r.store.CancelFor(ctx, principal, id, reason, newEvent(EventTaskCancelled, cur, EventPayload{Reason: string(reason)}))
 	r.notify()
 	if err != nil {
-		return store.Task{}, err
+		return store.Task{}, nil, err
 	}
-	r.mu.Lock()
-	ru := r.runs[id]
-	r.mu.Unlock()
-	if ru != nil && ru.principal == principal {
-		ru.cancel(errUserCancelled)
-		select {
-		case <-ru.done:
-		case <-ctx.Done():
-		}
-	} else {
-		r.notifyOwner(ctx, principal, id) // it may run on another host
-	}
-	return r.store.GetTask(ctx, principal, id)
+	return t, r.signalRun(ctx, principal, id, errUserCancelled), nil
 }
 
 // Wait blocks until task id has no run in this host, or ctx ends.
@@ -487,11 +549,17 @@ func (r *Runner) validateSpec(spec []byte) error {
 	if err := json.Unmarshal(spec, &s); err != nil {
 		return &plugin.FieldError{Field: "spec.goal", Message: "must be a string"}
 	}
-	if s.Goal == nil || strings.TrimSpace(*s.Goal) == "" {
+	if s.Goal == nil {
 		return &plugin.FieldError{Field: "spec.goal", Message: "is required and must not be empty"}
 	}
-	if n := utf8.RuneCountInString(*s.Goal); n > r.set.GoalChars {
-		return &plugin.FieldError{Field: "spec.goal", Message: fmt.Sprintf("is %d characters, limit %d", n, r.set.GoalChars)}
+	// As Zara: the goal is stripped (Python's str.strip, which also takes
+	// the separators U+001C..U+001F) before it is checked and counted.
+	goal := text.PyStrip(*s.Goal)
+	if goal == "" {
+		return &plugin.FieldError{Field: "spec.goal", Message: "is required and must not be empty (white space and U+001C..U+001F separators alone do not count)"}
+	}
+	if n := utf8.RuneCountInString(goal); n > r.set.GoalChars {
+		return &plugin.FieldError{Field: "spec.goal", Message: fmt.Sprintf("is %d characters once stripped, limit %d", n, r.set.GoalChars)}
 	}
 	return nil
 }

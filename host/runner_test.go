@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
@@ -64,6 +65,9 @@ func TestCreateValidation(t *testing.T) {
 		{"blank goal", CreateRequest{Spec: []byte(`{"goal":"  "}`)}, "spec.goal"},
 		{"goal not a string", CreateRequest{Spec: []byte(`{"goal":3}`)}, "spec.goal"},
 		{"goal past limit", CreateRequest{Spec: []byte(`{"goal":"` + long + `"}`)}, "spec.goal"},
+		{"goal past limit once stripped", CreateRequest{Spec: []byte(`{"goal":"  ` + long + `\u001f"}`)}, "spec.goal"},
+		{"goal of separators only", CreateRequest{Spec: []byte(`{"goal":"\u001c\u001d\u001e\u001f"}`)}, "spec.goal"},
+		{"goal of separators and blanks", CreateRequest{Spec: []byte(`{"goal":" \u001c\t\u001f\u3000"}`)}, "spec.goal"},
 		{"spec past limit", CreateRequest{Spec: []byte(`{"goal":"x","pad":"` + strings.Repeat("a", 16384) + `"}`)}, "spec"},
 		{"steps above cap", CreateRequest{Spec: []byte(`{"goal":"x"}`), Limits: Limits{Steps: 201}}, "max_steps"},
 		{"negative steps", CreateRequest{Spec: []byte(`{"goal":"x"}`), Limits: Limits{Steps: -1}}, "max_steps"},
@@ -80,8 +84,9 @@ func TestCreateValidation(t *testing.T) {
 			}
 		})
 	}
-	// At the limits: accepted.
-	atLimit := `{"goal":"` + strings.Repeat("é", 2000) + `","testexec":{"steps":1}}`
+	// At the limits: accepted; blanks and separators around the goal are
+	// not counted (Zara strips it first).
+	atLimit := `{"goal":"  \u001c` + strings.Repeat("é", 2000) + `\u001f \n","testexec":{"steps":1}}`
 	task, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: []byte(atLimit), Limits: Limits{Steps: 200, WallSeconds: 86400, Depth: 4}})
 	if err != nil {
 		t.Fatalf("create at the limits: %v", err)
@@ -96,31 +101,63 @@ func TestCreateValidation(t *testing.T) {
 	}
 }
 
-func TestConcurrencyLimitLeavesNoRow(t *testing.T) {
+// TestQueueBeyondConcurrency: beyond max_concurrent a create waits in the
+// queue (pending, FIFO), beyond max_queued it is refused and leaves no
+// row, and a freed slot starts the head of the queue, not another.
+func TestQueueBeyondConcurrency(t *testing.T) {
 	h := openHost(t, "", nil)
-	h.Runner.set.MaxConcurrent = 2
+	h.Runner.set.MaxConcurrent, h.Runner.set.MaxQueued = 2, 2
+	ctx := context.Background()
 	dir := testwait.PluginDir(t)
-	var running []store.Task
+	sleeper := func(i int) map[string]any {
+		return map[string]any{"sleep_ms": 60000, "cancel_marker": fmt.Sprintf("%s/c%d", dir, i)}
+	}
+	var running, queued []store.Task
 	for i := range 2 {
-		running = append(running, create(t, h, alice, map[string]any{"sleep_ms": 60000, "cancel_marker": fmt.Sprintf("%s/c%d", dir, i)}, Limits{}))
+		task := create(t, h, alice, sleeper(i), Limits{})
+		wantStatus(t, task, store.StatusRunning, "")
+		running = append(running, task)
 	}
-	_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "third", nil)})
-	if !errors.Is(err, ErrBusy) {
-		t.Fatalf("third create: err = %v, want ErrBusy", err)
+	for i := range 2 {
+		task := create(t, h, alice, sleeper(2+i), Limits{})
+		wantStatus(t, task, store.StatusPending, "")
+		queued = append(queued, task)
 	}
-	tasks, err := h.Runner.List(context.Background(), alice, store.ListQuery{})
+	_, err := h.Runner.Create(ctx, alice, CreateRequest{Executor: "testexec", Spec: spec(t, "third", nil)})
+	var qe *store.QueueFullError
+	if !errors.As(err, &qe) || qe.Limit != 2 {
+		t.Fatalf("create past the queue: err = %v, want a QueueFullError at 2", err)
+	}
+	tasks, err := h.Runner.List(ctx, alice, store.ListQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tasks) != 2 {
-		t.Fatalf("%d rows, want 2: a refused create must leave no row", len(tasks))
+	if len(tasks) != 4 {
+		t.Fatalf("%d rows, want 4: a refused create must leave no row", len(tasks))
 	}
-	for _, task := range running {
-		if _, err := h.Runner.Cancel(context.Background(), alice, task.ID); err != nil {
+	if _, err := h.Runner.Cancel(ctx, alice, running[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	status := func(id string) store.Status {
+		task, err := h.Runner.Get(ctx, alice, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task.Status
+	}
+	testwait.Until(t, 10*time.Second, "the head of the queue starts", func() bool { return status(queued[0].ID) == store.StatusRunning })
+	if st := status(queued[1].ID); st != store.StatusPending {
+		t.Fatalf("second queued task is %s with one slot freed, want pending", st)
+	}
+	for _, id := range []string{running[1].ID, queued[0].ID} {
+		if _, err := h.Runner.Cancel(ctx, alice, id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// A slot is free again.
+	testwait.Until(t, 10*time.Second, "the second queued task starts", func() bool { return status(queued[1].ID) == store.StatusRunning })
+	if _, err := h.Runner.Cancel(ctx, alice, queued[1].ID); err != nil {
+		t.Fatal(err)
+	}
 	task := create(t, h, alice, nil, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
 }
@@ -241,5 +278,78 @@ func TestCreateSeedsWorkspace(t *testing.T) {
 	waitEnd(t, h, alice, atLimit.ID)
 	if tasks, _ := h.Runner.List(context.Background(), alice, store.ListQuery{}); len(tasks) != 2 {
 		t.Fatalf("%d rows, want 2: refused creates must leave none", len(tasks))
+	}
+}
+
+// TestResumeQueues: a resume with every slot taken queues the task
+// (task.queued, pending, run id unchanged); its start in turn is the
+// resume (task.resumed, run id + 1).
+func TestResumeQueues(t *testing.T) {
+	h := openHost(t, "", nil)
+	h.Runner.set.MaxConcurrent = 1
+	ctx := context.Background()
+	crashed := create(t, h, alice, map[string]any{"exit_at_attempt": 1}, Limits{})
+	wantStatus(t, waitEnd(t, h, alice, crashed.ID), store.StatusInterrupted, store.ReasonExecutorCrashed)
+	busy := create(t, h, alice, map[string]any{"sleep_ms": 60000}, Limits{})
+	wantStatus(t, busy, store.StatusRunning, "")
+	q, err := h.Runner.Resume(ctx, alice, crashed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Status != store.StatusPending || q.RunID != 1 {
+		t.Fatalf("resume with no free slot: %s run %d, want pending run 1", q.Status, q.RunID)
+	}
+	if again, err := h.Runner.Resume(ctx, alice, crashed.ID); err != nil || again.Status != store.StatusPending {
+		t.Fatalf("resume of the queued task: %v, %v; want it left pending", again.Status, err)
+	}
+	if _, err := h.Runner.Cancel(ctx, alice, busy.ID); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 10*time.Second, "the queued resume starts", func() bool {
+		task, err := h.Runner.Get(ctx, alice, crashed.ID)
+		return err == nil && task.RunID == 2
+	})
+	done := waitEnd(t, h, alice, crashed.ID)
+	wantStatus(t, done, store.StatusCompleted, "")
+	evs, err := h.Store.Events(ctx, alice, crashed.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range evs {
+		if e.Type == EventTaskQueued || e.Type == EventTaskResumed || e.Type == EventTaskStarted {
+			types = append(types, e.Type)
+		}
+	}
+	if want := []string{EventTaskStarted, EventTaskQueued, EventTaskResumed}; fmt.Sprint(types) != fmt.Sprint(want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+}
+
+// TestSoloHostLeavesTheQueue: a foreground host (taskhost run) starts the
+// task it is asked to at once and none of the queue's.
+func TestSoloHostLeavesTheQueue(t *testing.T) {
+	dir := testwait.ShortTempDir(t)
+	ctx := context.Background()
+	daemon := openHost(t, dir, func(c *config.Config) { c.Tasks.MaxConcurrent = 1 })
+	busy := create(t, daemon, alice, map[string]any{"sleep_ms": 60000}, Limits{})
+	queued := create(t, daemon, alice, nil, Limits{})
+	wantStatus(t, queued, store.StatusPending, "")
+	if err := daemon.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	solo := openHostWith(t, Options{DataDir: dir, Config: cfg, Solo: true})
+	mine := create(t, solo, alice, nil, Limits{})
+	wantStatus(t, mine, store.StatusRunning, "")
+	wantStatus(t, waitEnd(t, solo, alice, mine.ID), store.StatusCompleted, "")
+	for _, id := range []string{busy.ID, queued.ID} {
+		got, err := solo.Runner.Get(ctx, alice, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.RunID > 1 || (id == queued.ID && got.Status != store.StatusPending) {
+			t.Fatalf("the solo host touched %s: %s run %d", id, got.Status, got.RunID)
+		}
 	}
 }

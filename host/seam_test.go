@@ -656,8 +656,21 @@ func TestSeamRecoverAfterHostDeath(t *testing.T) {
 	if got.Status != store.StatusCompleted || got.RunID != 2 {
 		t.Fatalf("after resume: %s run %d, want completed in run 2", got.Status, got.RunID)
 	}
-	if reqs := s.l.Exe.stepRequests(); len(reqs) != 1 || reqs[0].Attempt != 2 {
-		t.Errorf("resumed step requests %+v, want one for attempt 2", reqs)
+	// The resume found the pending task ahead of it in the queue: that one
+	// started first, in its turn, as the never-started task it is.
+	var resumed, started int
+	for _, req := range s.l.Exe.stepRequests() {
+		switch {
+		case req.TaskID == running.ID && req.Attempt == 2 && req.RunID == 2:
+			resumed++
+		case req.TaskID == pending.ID && req.Attempt == 1 && req.RunID == 1:
+			started++
+		default:
+			t.Errorf("unexpected step request %+v", req)
+		}
+	}
+	if resumed != 1 || started != 1 {
+		t.Errorf("step requests: %d of the resumed task's attempt 2, %d of the queued task's attempt 1; want one each", resumed, started)
 	}
 }
 

@@ -113,7 +113,7 @@ func (ru *run) storeFailed(att *store.Attempt, cause error) {
 			// A cancel commits in the store first; a shutdown leaves the
 			// task to start-up recovery.
 			t.Stop()
-			if errors.Is(context.Cause(ru.ctx), errUserCancelled) && att != nil {
+			if c := context.Cause(ru.ctx); (errors.Is(c, errUserCancelled) || errors.Is(c, errPaused)) && att != nil {
 				ru.abandon(*att, v)
 			}
 			return

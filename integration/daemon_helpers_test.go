@@ -152,6 +152,8 @@ type (
 		CreatedAt string               `json:"created_at"`
 		UpdatedAt string               `json:"updated_at"`
 		Host      string               `json:"host"` // task status only
+		// QueuePosition: a pending task's place in the queue (1 is next).
+		QueuePosition int64 `json:"queue_position"`
 	}
 	attemptJSON struct {
 		Attempt    int64  `json:"attempt"`

@@ -20,6 +20,8 @@ func stepRequestFromPB(in *executorpb.StepRequest) StepRequest {
 		Spec:      in.GetSpec(),
 		Remaining: budgetsFromPB(in.GetRemaining()),
 		Limits:    budgetsFromPB(in.GetLimits()),
+
+		SummaryChars: int(in.GetSummaryChars()),
 	}
 	for _, s := range in.GetRecent() {
 		out.Recent = append(out.Recent, Summary{Step: int64(s.GetStep()), Text: s.GetSummary()})

@@ -86,6 +86,10 @@ type StepRequest struct {
 	Checkpoint *Checkpoint
 	Remaining  Budgets
 	Limits     Budgets
+	// SummaryChars is the host's bound of a step summary, in characters
+	// ([limits] summary_chars): the host cuts a longer one. 0 from a host
+	// older than this field.
+	SummaryChars int
 	// Indeterminate lists the task's unsettled effects: every tool effect
 	// an earlier attempt (any run, any host) left in flight or observed
 	// without a kept result and that nobody has resolved yet, and model and

@@ -182,6 +182,7 @@ var migrations = []migration{
 		`CREATE INDEX effects_unresolved ON effects (task_id) WHERE resolution = 'unsettled'`,
 		qMarkOldUnsettled,
 	}},
+	{version: 8, name: "queue", stmts: queueMigration("INTEGER")},
 }
 
 // qMarkOldUnsettled gives the tool effects an older binary left unsettled

@@ -145,6 +145,7 @@ var pgMigrations = []migration{
 		`CREATE INDEX effects_unresolved ON effects (task_id) WHERE resolution = 'unsettled'`,
 		qMarkOldUnsettled,
 	}},
+	{version: 5, name: "queue", stmts: queueMigration("BIGINT")},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

@@ -26,49 +26,60 @@ const qInsertTask = `INSERT INTO tasks (id, principal_id, executor, spec, status
 // CreateTask stores a new pending task (RunID 0, nothing used) and its
 // events in one transaction.
 func (s *Store) CreateTask(ctx context.Context, nt NewTask, events ...NewEvent) (Task, error) {
-	switch {
-	case nt.ID == "" || len(nt.ID) > 128:
-		return Task{}, invalidf("task id must be 1..128 bytes")
-	case nt.PrincipalID == "" || len(nt.PrincipalID) > 256:
-		return Task{}, invalidf("principal id must be 1..256 bytes")
-	case nt.Executor == "" || len(nt.Executor) > 64:
-		return Task{}, invalidf("executor must be 1..64 bytes")
-	}
-	if err := checkSize("spec", len(nt.Spec), s.lim.Spec); err != nil {
+	if err := s.checkNewTask(nt, events); err != nil {
 		return Task{}, err
 	}
-	if !json.Valid(nt.Spec) {
-		return Task{}, invalidf("spec is not valid JSON")
-	}
-	l := nt.Limits
-	for _, b := range []Budget{l.Steps, l.ToolCalls, l.ModelCalls, l.Depth, l.WallMillis} {
-		if b.Limit < 0 {
-			return Task{}, invalidf("budget limits must not be negative")
-		}
-	}
-	if err := s.checkEvents(events); err != nil {
-		return Task{}, err
-	}
-
 	var t Task
-	err := s.write(ctx, func(tx *txn) error {
-		now := nanos(s.now())
-		var err error
-		t, err = scanTask(tx.QueryRowContext(ctx, qInsertTask, nt.ID, nt.PrincipalID, nt.Executor, nt.Spec,
-			l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now, len(events)))
-		if s.d.constraint(err) {
-			return fmt.Errorf("task %s already exists: %w (%w)", nt.ID, ErrConflict, err)
-		}
-		if err != nil {
-			return err
-		}
-		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, int64(len(events)), events)
+	err := s.write(ctx, func(tx *txn) (err error) {
+		t, err = s.insertTask(ctx, tx, nt, nanos(s.now()), events)
 		return err
 	})
 	if err != nil {
 		return Task{}, err
 	}
 	return t, nil
+}
+
+// insertTask inserts new pending task nt created at now, and its events,
+// inside tx.
+func (s *Store) insertTask(ctx context.Context, tx *txn, nt NewTask, now int64, events []NewEvent) (Task, error) {
+	l := nt.Limits
+	t, err := scanTask(tx.QueryRowContext(ctx, qInsertTask, nt.ID, nt.PrincipalID, nt.Executor, nt.Spec,
+		l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now, len(events)))
+	if s.d.constraint(err) {
+		return Task{}, fmt.Errorf("task %s already exists: %w (%w)", nt.ID, ErrConflict, err)
+	}
+	if err != nil {
+		return Task{}, err
+	}
+	_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, int64(len(events)), events)
+	return t, err
+}
+
+// checkNewTask validates a new task and its events before a transaction
+// begins.
+func (s *Store) checkNewTask(nt NewTask, events []NewEvent) error {
+	switch {
+	case nt.ID == "" || len(nt.ID) > 128:
+		return invalidf("task id must be 1..128 bytes")
+	case nt.PrincipalID == "" || len(nt.PrincipalID) > 256:
+		return invalidf("principal id must be 1..256 bytes")
+	case nt.Executor == "" || len(nt.Executor) > 64:
+		return invalidf("executor must be 1..64 bytes")
+	}
+	if err := checkSize("spec", len(nt.Spec), s.lim.Spec); err != nil {
+		return err
+	}
+	if !json.Valid(nt.Spec) {
+		return invalidf("spec is not valid JSON")
+	}
+	l := nt.Limits
+	for _, b := range []Budget{l.Steps, l.ToolCalls, l.ModelCalls, l.Depth, l.WallMillis} {
+		if b.Limit < 0 {
+			return invalidf("budget limits must not be negative")
+		}
+	}
+	return s.checkEvents(events)
 }
 
 const qTaskByID = `SELECT ` + taskCols + ` FROM tasks WHERE id = ? AND principal_id = ?`
@@ -361,33 +372,18 @@ var cancellable = []Status{StatusPending, StatusRunning, StatusWaitingApproval, 
 // a *TransitionError. A running attempt is left for its runner to close
 // (AbandonAttempt) once the step's context is cancelled.
 func (s *Store) Cancel(ctx context.Context, principal, id string, events ...NewEvent) (Task, error) {
-	if err := s.checkEvents(events); err != nil {
-		return Task{}, err
-	}
-	var t Task
-	err := s.write(ctx, func(tx *txn) error {
-		var stored int64
-		var err error
-		t, stored, err = s.transition(ctx, tx, principal, id, cancellable, StatusCancelled, ReasonUserCancelled, "", len(events))
-		var te *TransitionError
-		if errors.As(err, &te) && te.Current == StatusCancelled {
-			t, err = scanTask(tx.QueryRowContext(ctx, qTaskByID, id, principal))
-			return err
-		}
-		if err != nil {
-			return err
-		}
+	return s.CancelFor(ctx, principal, id, ReasonUserCancelled, events...)
+}
+
+// CancelFor is Cancel with the reason the task is cancelled for
+// (user_cancelled, or user_stop_all for a cancel of all of a principal's
+// tasks).
+func (s *Store) CancelFor(ctx context.Context, principal, id string, reason Reason, events ...NewEvent) (Task, error) {
+	return s.moveOnce(ctx, principal, id, cancellable, StatusCancelled, reason, events, func(tx *txn, t Task) error {
 		// A cancelled task's approval can no longer be approved.
-		if _, err := tx.ExecContext(ctx, qCancelApprovals, nanos(s.now()), t.ID); err != nil {
-			return err
-		}
-		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, events)
+		_, err := tx.ExecContext(ctx, qCancelApprovals, nanos(s.now()), t.ID)
 		return err
 	})
-	if err != nil {
-		return Task{}, err
-	}
-	return t, nil
 }
 
 const qHeartbeat = `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?)

@@ -11,10 +11,12 @@ import (
 // designTable is DESIGN §2's transition table, written out independently of
 // legalFrom so that a slip in either is caught.
 var designTable = map[Status][]Status{
-	StatusPending:         {StatusRunning, StatusCancelled},
+	// A pause takes a queued task out of the queue (issue 25).
+	StatusPending:         {StatusRunning, StatusCancelled, StatusInterrupted},
 	StatusRunning:         {StatusWaitingApproval, StatusCompleted, StatusFailed, StatusCancelled, StatusInterrupted},
 	StatusWaitingApproval: {StatusRunning, StatusFailed, StatusCancelled, StatusInterrupted},
-	StatusInterrupted:     {StatusRunning, StatusCancelled},
+	// A resume beyond the free slots queues the task (issue 25).
+	StatusInterrupted: {StatusRunning, StatusCancelled, StatusPending},
 }
 
 func TestLegalMatchesDesign(t *testing.T) {

@@ -26,12 +26,15 @@ func (s Status) Terminal() bool {
 // legalFrom lists, for each target status, the statuses it may be entered
 // from. It is the whole state machine of DESIGN §2.
 var legalFrom = map[Status][]Status{
+	// A resume beyond the host's free slots queues the task again.
+	StatusPending:         {StatusInterrupted},
 	StatusRunning:         {StatusPending, StatusWaitingApproval, StatusInterrupted},
 	StatusWaitingApproval: {StatusRunning},
 	StatusCompleted:       {StatusRunning},
 	StatusFailed:          {StatusRunning, StatusWaitingApproval},
 	StatusCancelled:       {StatusPending, StatusRunning, StatusWaitingApproval, StatusInterrupted},
-	StatusInterrupted:     {StatusRunning, StatusWaitingApproval},
+	// A pause takes a queued task out of the queue.
+	StatusInterrupted: {StatusRunning, StatusWaitingApproval, StatusPending},
 }
 
 // Legal reports whether from → to is a transition of the state machine.
@@ -83,6 +86,12 @@ const (
 	// no run of the host's holding it — a write whose acknowledgement was
 	// lost with the store's connection left it so — and interrupted it.
 	ReasonRunLost Reason = "run_lost"
+	// ReasonUserPause: the principal paused the task (task pause, or
+	// pause --all); it is interrupted and resumes explicitly.
+	ReasonUserPause Reason = "user_pause"
+	// ReasonUserStopAll: the principal cancelled all of their tasks at
+	// once (task cancel --all).
+	ReasonUserStopAll Reason = "user_stop_all"
 )
 
 var reasons = map[Reason]bool{
@@ -93,7 +102,7 @@ var reasons = map[Reason]bool{
 	ReasonCheckpointTooLarge: true, ReasonResultTooLarge: true, ReasonEffectIndeterminate: true,
 	ReasonHostShutdown: true, ReasonHostRestart: true, ReasonUserCancelled: true,
 	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true, ReasonModelAuth: true,
-	ReasonHostLost: true, ReasonRunLost: true,
+	ReasonHostLost: true, ReasonRunLost: true, ReasonUserPause: true, ReasonUserStopAll: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.

@@ -72,7 +72,7 @@ func exitCodeFor(err error) int {
 		return exitUsage
 	case errors.Is(err, store.ErrNotFound):
 		return exitNotFound
-	case errors.Is(err, store.ErrConflict), errors.Is(err, host.ErrBusy):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, host.ErrBusy), errors.Is(err, store.ErrQueueFull):
 		return exitConflict
 	default:
 		return exitUnavailable

@@ -88,6 +88,8 @@ type taskView struct {
 	// Host is the host that holds the task's run or last held it: `task
 	// status` only.
 	Host string `json:"host,omitempty"`
+	// QueuePosition is a pending task's place in the queue (1 is next).
+	QueuePosition int64 `json:"queue_position,omitempty"`
 }
 
 type meterV struct {

@@ -55,7 +55,7 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 		}
 	}
 
-	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: hf.dataDir, Config: cfg, Logger: hf.logger(e), Version: version})
+	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: hf.dataDir, Config: cfg, Logger: hf.logger(e), Version: version, Solo: true})
 	if err != nil {
 		errorf(e, "%v", err)
 		if errors.Is(err, host.ErrDataDirLocked) {

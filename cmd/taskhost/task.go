@@ -16,8 +16,9 @@ func taskCommands() []command {
 		{"create", "create a task and start it", taskCreateCmd},
 		{"list", "list your tasks", taskListCmd},
 		{"status", "show a task: budgets, reason, attempt log", taskStatusCmd},
-		{"cancel", "cancel a task", taskCancelCmd},
-		{"resume", "resume an interrupted task", taskResumeCmd},
+		{"cancel", "cancel a task (or --all)", taskCancelCmd},
+		{"resume", "resume an interrupted task (or --all)", taskResumeCmd},
+		{"pause", "pause a task (or --all): interrupted, user_pause, until resumed", taskPauseCmd},
 		{"watch", "stream a task's events until it stops running", taskWatchCmd},
 		{"files", "list a task's workspace, or write one of its files out", taskFilesCmd},
 		{"cp", "copy a file out of a task's workspace: ID:PATH DEST", taskCpCmd},
@@ -151,6 +152,7 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 	// The daemon sorts and filters; the CLI reads pages until it has
 	// --limit tasks, and the first page's total says how many match.
 	var all []store.Task
+	queue := map[string]int64{}
 	total := int64(-1)
 	token := ""
 	for len(all) < *limit {
@@ -163,6 +165,9 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		}
 		for _, t := range resp.Tasks {
 			all = append(all, taskFromPB(t))
+			if t.QueuePosition > 0 {
+				queue[t.Id] = t.QueuePosition
+			}
 		}
 		if total < 0 {
 			total = resp.Total
@@ -177,7 +182,9 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 	if cf.json {
 		views := make([]taskView, 0, len(all))
 		for _, t := range all {
-			views = append(views, taskJSON(t))
+			v := taskJSON(t)
+			v.QueuePosition = queue[t.ID]
+			views = append(views, v)
 		}
 		out := map[string]any{"tasks": views, "shown": len(all), "total": total, "sort": *sortBy}
 		if omitted > 0 {
@@ -191,9 +198,9 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	if *allPrincipals {
-		writePrincipalTaskTable(e.stdout, all)
+		writePrincipalTaskTable(e.stdout, all, queue)
 	} else {
-		writeTaskTable(e.stdout, all)
+		writeTaskTable(e.stdout, all, queue)
 	}
 	if omitted > 0 {
 		fmt.Fprintf(e.stderr, "showing %d of %d tasks (--sort %s); %d are not shown (--limit %d shows them all)\n", len(all), total, *sortBy, omitted, total)
@@ -275,7 +282,10 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 }
 
 func taskCancelCmd(ctx context.Context, e *env, args []string) int {
-	return taskChange(ctx, e, args, "cancel", "Cancels a task. Cancelling a cancelled task is a no-op; a completed or failed\ntask cannot be cancelled (exit 4).",
+	if bulkArgs(args) {
+		return controlAllCmd(ctx, e, args, "cancel")
+	}
+	return taskChange(ctx, e, args, "cancel", "Cancels a task. Cancelling a cancelled task is a no-op; a completed or failed\ntask cannot be cancelled (exit 4). With --all (and no ID) cancels every\nunfinished task of yours (user_stop_all); an admin adds --all-principals.",
 		func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
 			resp, err := tc.CancelTask(ctx, &apipb.CancelTaskRequest{TaskId: id})
 			return resp.GetTask(), err
@@ -288,7 +298,10 @@ func taskResumeCmd(ctx context.Context, e *env, args []string) int {
 			return resumeAllInterrupted(ctx, e, args)
 		}
 	}
-	return taskChange(ctx, e, args, "resume", "Resumes an interrupted task: same id, run id + 1, the last checkpoint and what\nis left of its budgets. A finished task cannot be resumed (exit 4). With\n--all-interrupted (and no ID) resumes every interrupted task of yours; an admin\nadds --all for everyone's.",
+	if bulkArgs(args) {
+		return controlAllCmd(ctx, e, args, "resume")
+	}
+	return taskChange(ctx, e, args, "resume", "Resumes an interrupted task: same id, run id + 1, the last checkpoint and what\nis left of its budgets; with no free slot it joins the queue (pending). A\nfinished task cannot be resumed (exit 4). With --all (and no ID) resumes every\ninterrupted task of yours; an admin adds --all-principals for everyone's\n(--all-interrupted [--all] is the older spelling).",
 		func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
 			resp, err := tc.ResumeTask(ctx, &apipb.ResumeTaskRequest{TaskId: id})
 			return resp.GetTask(), err

@@ -204,11 +204,11 @@ func taskDeleteCmd(ctx context.Context, e *env, args []string) int {
 
 // writePrincipalTaskTable is the task table with each task's principal,
 // for an admin's 'task list --all'.
-func writePrincipalTaskTable(w io.Writer, tasks []store.Task) {
+func writePrincipalTaskTable(w io.Writer, tasks []store.Task, queue map[string]int64) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPRINCIPAL\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, quoteIfNeeded(t.PrincipalID), t.Executor, t.Status, t.Reason, t.RunID,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, quoteIfNeeded(t.PrincipalID), t.Executor, queuedStatus(t, queue), t.Reason, t.RunID,
 			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()

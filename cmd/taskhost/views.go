@@ -219,11 +219,20 @@ func printable(s string) string {
 func inert(s string) string { return tools.Printable(s, 4*len(s)+16) }
 
 // writeTaskTable prints tasks one per line.
-func writeTaskTable(w io.Writer, tasks []store.Task) {
+// queuedStatus is t's status, with its place in the queue when pending:
+// "pending #3".
+func queuedStatus(t store.Task, queue map[string]int64) string {
+	if p := queue[t.ID]; p > 0 && t.Status == store.StatusPending {
+		return fmt.Sprintf("%s #%d", t.Status, p)
+	}
+	return string(t.Status)
+}
+
+func writeTaskTable(w io.Writer, tasks []store.Task, queue map[string]int64) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, t.Executor, t.Status, t.Reason, t.RunID,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, t.Executor, queuedStatus(t, queue), t.Reason, t.RunID,
 			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()

@@ -25,6 +25,7 @@ const (
 	ReasonApprovalResolved    = "APPROVAL_RESOLVED"
 	ReasonExecutorUnavailable = "EXECUTOR_UNAVAILABLE"
 	ReasonBusy                = "BUSY"
+	ReasonQueueFull           = "QUEUE_FULL"
 	ReasonTasksDisabled       = "TASKS_DISABLED"
 	ReasonWatchLimit          = "WATCH_LIMIT"
 	ReasonUnknownPeer         = "UNKNOWN_PEER"
@@ -119,6 +120,8 @@ func (s *Server) toStatus(ctx context.Context, err error, what, id string) error
 		return statusError(codes.FailedPrecondition, ReasonWorkspaceUntrusted, err.Error())
 	case errors.As(err, &ue), errors.Is(err, plugin.ErrExecutorUnavailable):
 		return statusError(codes.FailedPrecondition, ReasonExecutorUnavailable, err.Error())
+	case errors.Is(err, store.ErrQueueFull):
+		return statusError(codes.ResourceExhausted, ReasonQueueFull, err.Error())
 	case errors.As(err, &be), errors.Is(err, host.ErrBusy):
 		return statusError(codes.ResourceExhausted, ReasonBusy, err.Error())
 	case errors.Is(err, host.ErrDisabled):

@@ -260,6 +260,7 @@ func TestErrorMapping(t *testing.T) {
 		{&store.ApprovalResolvedError{ID: "a", Current: store.ApprovalApproved}, codes.FailedPrecondition, ReasonApprovalResolved},
 		{&plugin.UnavailableError{Kind: "machinespirit", Check: "disabled", Detail: "off"}, codes.FailedPrecondition, ReasonExecutorUnavailable},
 		{&host.BusyError{Limit: 2}, codes.ResourceExhausted, ReasonBusy},
+		{fmt.Errorf("create: %w", &store.QueueFullError{Limit: 32, Queued: 32}), codes.ResourceExhausted, ReasonQueueFull},
 		{host.ErrDisabled, codes.FailedPrecondition, ReasonTasksDisabled},
 		{host.ErrShuttingDown, codes.Unavailable, ReasonShuttingDown},
 		{errors.New("disk on fire at /secret/path"), codes.Internal, ReasonInternal},
@@ -707,4 +708,20 @@ func TestSandboxUIDRefused(t *testing.T) {
 	if _, err := newAuthenticator(map[uint32]string{uint32(me): self}, nil, sandbox, nil); err == nil || !strings.Contains(err.Error(), "inside the range") {
 		t.Errorf("a principal inside the sandbox range: %v, want refused", err)
 	}
+}
+
+// TestControlTasksRefusals: a bad act is InvalidArgument naming the
+// field; all_principals from a non-admin is PermissionDenied; a daemon
+// whose Tasks has no control answers Unimplemented.
+func TestControlTasksRefusals(t *testing.T) {
+	ts := startServer(t)
+	tc := apipb.NewTaskServiceClient(ts.unixConn(t))
+	_, err := tc.ControlTasks(ctxT(t), &apipb.ControlTasksRequest{Action: "explode"})
+	wantCode(t, err, codes.InvalidArgument, ReasonInvalidArgument)
+	_, err = tc.ControlTasks(ctxT(t), &apipb.ControlTasksRequest{Action: "cancel", AllPrincipals: true})
+	wantCode(t, err, codes.PermissionDenied, ReasonNotAdmin)
+	_, err = tc.ControlTasks(ctxT(t), &apipb.ControlTasksRequest{Action: "cancel"})
+	wantCode(t, err, codes.Unimplemented, ReasonUnimplemented)
+	_, err = tc.PauseTask(ctxT(t), &apipb.PauseTaskRequest{TaskId: ""})
+	wantCode(t, err, codes.InvalidArgument, ReasonInvalidArgument)
 }

@@ -48,8 +48,12 @@ func (ts *taskService) CreateTask(ctx context.Context, req *apipb.CreateTaskRequ
 	if err != nil {
 		return nil, ts.s.toStatus(ctx, err, "executor", req.Executor)
 	}
-	ts.s.log.Info("task created", "principal", p, "task", t.ID, "executor", t.Executor)
-	return &apipb.CreateTaskResponse{Task: taskPB(t, true)}, nil
+	ts.s.log.Info("task created", "principal", p, "task", t.ID, "executor", t.Executor, "status", t.Status)
+	resp := &apipb.CreateTaskResponse{Task: taskPB(t, true)}
+	if err := ts.s.withQueuePositions(ctx, resp.Task); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 func (ts *taskService) GetTask(ctx context.Context, req *apipb.GetTaskRequest) (*apipb.GetTaskResponse, error) {
@@ -81,6 +85,9 @@ func (ts *taskService) GetTask(ctx context.Context, req *apipb.GetTaskRequest) (
 		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
 	}
 	resp := &apipb.GetTaskResponse{Task: taskPB(t, true)}
+	if err := ts.s.withQueuePositions(ctx, resp.Task); err != nil {
+		return nil, err
+	}
 	if f := ts.s.opts.Fleet; f != nil {
 		if resp.Task.LeaseHost, err = f.TaskHost(ctx, p, req.TaskId); err != nil {
 			return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
@@ -166,6 +173,9 @@ func (ts *taskService) ListTasks(ctx context.Context, req *apipb.ListTasksReques
 	for _, t := range tasks {
 		resp.Tasks = append(resp.Tasks, taskPB(t, false))
 	}
+	if err := ts.s.withQueuePositions(ctx, resp.Tasks...); err != nil {
+		return nil, err
+	}
 	return resp, nil
 }
 
@@ -230,5 +240,9 @@ func (ts *taskService) ResumeTask(ctx context.Context, req *apipb.ResumeTaskRequ
 		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
 	}
 	ts.s.log.Info("task resumed", "principal", p, "by", caller, "task", t.ID, "run", t.RunID)
-	return &apipb.ResumeTaskResponse{Task: taskPB(t, true)}, nil
+	resp := &apipb.ResumeTaskResponse{Task: taskPB(t, true)}
+	if err := ts.s.withQueuePositions(ctx, resp.Task); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }

@@ -79,7 +79,10 @@ type Config struct {
 type Tasks struct {
 	Enabled       bool   `toml:"enabled"`        // default true
 	Executor      string `toml:"executor"`       // default "legacy"; "legacy", "machinespirit" (if enabled) or a key of [executors]
-	MaxConcurrent int    `toml:"max_concurrent"` // 1..MaxConcurrentCap, default 2; beyond it create/resume is refused
+	MaxConcurrent int    `toml:"max_concurrent"` // 1..MaxConcurrentCap, default 2; beyond it a create or resume is queued
+	// MaxQueued bounds the pending tasks waiting for a slot, FIFO: 1..1024,
+	// default 32; beyond it a create or resume is refused (QUEUE_FULL).
+	MaxQueued int `toml:"max_queued"`
 	// MaxRunningPerPrincipal bounds one principal's pending, running and
 	// waiting tasks: 0..MaxConcurrent, default 0 (no bound of its own).
 	MaxRunningPerPrincipal int `toml:"max_running_per_principal"`
@@ -163,6 +166,7 @@ func Default() Config {
 			Enabled:            true,
 			Executor:           ExecutorLegacy,
 			MaxConcurrent:      2,
+			MaxQueued:          32,
 			MaxSteps:           20,
 			MaxStepsCap:        200,
 			MaxToolCalls:       50,

@@ -374,6 +374,7 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 		Remaining:      toPBBudgets(req.Remaining),
 		Limits:         toPBBudgets(req.Limits),
 		HostServicesId: c.servicesID,
+		SummaryChars:   uint32(max(req.SummaryChars, 0)),
 	}
 	for _, s := range req.Recent {
 		preq.Recent = append(preq.Recent, &pb.StepSummary{Step: uint32(s.Step), Summary: s.Summary})

@@ -49,6 +49,9 @@ type StepRequest struct {
 	Checkpoint *Checkpoint
 	Remaining  Budgets
 	Limits     Budgets
+	// SummaryChars is the host's bound of a step summary ([limits]
+	// summary_chars).
+	SummaryChars int
 	// Indeterminate lists effects that were dispatching when an earlier
 	// attempt of this step died (DESIGN §6).
 	Indeterminate []Effect

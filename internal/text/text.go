@@ -3,7 +3,11 @@
 // valid; a limit below zero counts as zero.
 package text
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
 
 // Truncate returns s cut to at most n bytes.
 func Truncate(s string, n int) string {
@@ -36,4 +40,16 @@ func TruncateRunes(s string, n int) string {
 		i++
 	}
 	return s
+}
+
+// PyStrip is Python's str.strip() without arguments: it removes, at both
+// ends, the characters str.isspace accepts — unicode.IsSpace's and the
+// ASCII information separators U+001C to U+001F — as Zara does to a goal.
+func PyStrip(s string) string {
+	return strings.TrimFunc(s, PyIsSpace)
+}
+
+// PyIsSpace is Python's str.isspace for one character.
+func PyIsSpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
 }

@@ -220,7 +220,7 @@ func step(ctx context.Context, host sdk.Host, req sdk.StepRequest, stats *turnSt
 
 	done := completedSteps(st, req.Recent)
 	history := []sdk.Message{
-		{Role: "system", Content: taskContext(req.TaskID, sp.Goal, req.Recent, done)},
+		{Role: "system", Content: truncateRunes(taskContext(req.TaskID, sp.Goal, req.Recent, done), stepLogChars(req))},
 		{Role: "user", Content: userPrompt(req.TaskID, done+1, req.Limits.Steps)},
 	}
 	t := &turn{host: host, taskID: req.TaskID, attempt: req.Attempt, maxRounds: sp.Legacy.MaxRounds, tools: tools, stats: stats}
@@ -230,6 +230,7 @@ func step(ctx context.Context, host sdk.Host, req sdk.StepRequest, stats *turnSt
 	}
 
 	complete, summary := parseReply(reply)
+	summary = truncateRunes(summary, stepLogChars(req))
 	// Opt-in only (Zara has no such rule). A completion is progress by
 	// definition: only unfinished steps can stall.
 	if n := sp.Legacy.StopAfterIdenticalSummaries; n > 0 && !complete && st.repeats(summary) >= n {

@@ -26,8 +26,9 @@
 //                       the call (reason TASK_CONFLICT, APPROVAL_RESOLVED),
 //                       the executor cannot run (EXECUTOR_UNAVAILABLE), or
 //                       the daemon runs no tasks (TASKS_DISABLED)
-//   ResourceExhausted   tasks.max_concurrent tasks are already running
-//                       (BUSY), or too many watch streams (WATCH_LIMIT)
+//   ResourceExhausted   tasks.max_queued tasks already wait in the queue
+//                       (QUEUE_FULL), or too many watch streams
+//                       (WATCH_LIMIT)
 //   Unavailable         the daemon is shutting down (SHUTTING_DOWN)
 //   Internal            anything else (INTERNAL); details are in the log
 //   PermissionDenied    unix socket peer not mapped to a principal
@@ -214,7 +215,10 @@ type Task struct {
 	// The host that holds the task's run (running, waiting_approval) or
 	// held its last one: its [fleet] host id, as ListHosts shows it; "" for
 	// a task that never ran. Set by GetTask only.
-	LeaseHost     string `protobuf:"bytes,13,opt,name=lease_host,json=leaseHost,proto3" json:"lease_host,omitempty"`
+	LeaseHost string `protobuf:"bytes,13,opt,name=lease_host,json=leaseHost,proto3" json:"lease_host,omitempty"`
+	// The task's place in the queue (1 is the next to start) while it is
+	// pending; 0 otherwise. Set by GetTask and ListTasks.
+	QueuePosition int64 `protobuf:"varint,14,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +342,13 @@ func (x *Task) GetLeaseHost() string {
 		return x.LeaseHost
 	}
 	return ""
+}
+
+func (x *Task) GetQueuePosition() int64 {
+	if x != nil {
+		return x.QueuePosition
+	}
+	return 0
 }
 
 // Attempt is one step attempt.
@@ -1633,6 +1644,283 @@ func (x *ResumeTaskResponse) GetTask() *Task {
 	return nil
 }
 
+type PauseTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseTaskRequest) Reset() {
+	*x = PauseTaskRequest{}
+	mi := &file_api_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseTaskRequest) ProtoMessage() {}
+
+func (x *PauseTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseTaskRequest.ProtoReflect.Descriptor instead.
+func (*PauseTaskRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PauseTaskRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+type PauseTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseTaskResponse) Reset() {
+	*x = PauseTaskResponse{}
+	mi := &file_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseTaskResponse) ProtoMessage() {}
+
+func (x *PauseTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseTaskResponse.ProtoReflect.Descriptor instead.
+func (*PauseTaskResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PauseTaskResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type ControlTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Action        string                 `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"` // cancel | pause | resume
+	AllPrincipals bool                   `protobuf:"varint,2,opt,name=all_principals,json=allPrincipals,proto3" json:"all_principals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlTasksRequest) Reset() {
+	*x = ControlTasksRequest{}
+	mi := &file_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlTasksRequest) ProtoMessage() {}
+
+func (x *ControlTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlTasksRequest.ProtoReflect.Descriptor instead.
+func (*ControlTasksRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ControlTasksRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ControlTasksRequest) GetAllPrincipals() bool {
+	if x != nil {
+		return x.AllPrincipals
+	}
+	return false
+}
+
+type ControlFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Principal     string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // the ErrorInfo reason the act alone would have got
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Code          int32                  `protobuf:"varint,5,opt,name=code,proto3" json:"code,omitempty"` // the google.rpc.Code the act alone would have got
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlFailure) Reset() {
+	*x = ControlFailure{}
+	mi := &file_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlFailure) ProtoMessage() {}
+
+func (x *ControlFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlFailure.ProtoReflect.Descriptor instead.
+func (*ControlFailure) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ControlFailure) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ControlFailure) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ControlFailure) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ControlFailure) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ControlFailure) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+type ControlTasksResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Tasks    []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"` // acted on, as each is after the act
+	Failures []*ControlFailure      `protobuf:"bytes,2,rep,name=failures,proto3" json:"failures,omitempty"`
+	// More tasks matched than one call acts on.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlTasksResponse) Reset() {
+	*x = ControlTasksResponse{}
+	mi := &file_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlTasksResponse) ProtoMessage() {}
+
+func (x *ControlTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlTasksResponse.ProtoReflect.Descriptor instead.
+func (*ControlTasksResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ControlTasksResponse) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *ControlTasksResponse) GetFailures() []*ControlFailure {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *ControlTasksResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type WatchTaskRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -1644,7 +1932,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1944,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1957,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{24}
+	return file_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchTaskRequest) GetTaskId() string {
@@ -1700,7 +1988,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +2000,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +2013,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{25}
+	return file_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchTaskResponse) GetItem() isWatchTaskResponse_Item {
@@ -1806,7 +2094,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +2106,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +2119,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{26}
+	return file_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Approval) GetId() string {
@@ -1921,7 +2209,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2221,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2234,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{27}
+	return file_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListApprovalsRequest) GetStatus() string {
@@ -1966,7 +2254,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2266,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2279,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{28}
+	return file_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -2020,7 +2308,7 @@ type ResolveApprovalRequest struct {
 
 func (x *ResolveApprovalRequest) Reset() {
 	*x = ResolveApprovalRequest{}
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2320,7 @@ func (x *ResolveApprovalRequest) String() string {
 func (*ResolveApprovalRequest) ProtoMessage() {}
 
 func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2333,7 @@ func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ResolveApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{29}
+	return file_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResolveApprovalRequest) GetApprovalId() string {
@@ -2071,7 +2359,7 @@ type ResolveApprovalResponse struct {
 
 func (x *ResolveApprovalResponse) Reset() {
 	*x = ResolveApprovalResponse{}
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2371,7 @@ func (x *ResolveApprovalResponse) String() string {
 func (*ResolveApprovalResponse) ProtoMessage() {}
 
 func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2384,7 @@ func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApprovalResponse.ProtoReflect.Descriptor instead.
 func (*ResolveApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{30}
+	return file_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResolveApprovalResponse) GetApproval() *Approval {
@@ -2114,7 +2402,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2414,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2427,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{31}
+	return file_api_proto_rawDescGZIP(), []int{36}
 }
 
 type GetInfoResponse struct {
@@ -2154,7 +2442,7 @@ type GetInfoResponse struct {
 
 func (x *GetInfoResponse) Reset() {
 	*x = GetInfoResponse{}
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2454,7 @@ func (x *GetInfoResponse) String() string {
 func (*GetInfoResponse) ProtoMessage() {}
 
 func (x *GetInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2467,7 @@ func (x *GetInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetInfoResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{32}
+	return file_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetInfoResponse) GetVersion() string {
@@ -2221,7 +2509,7 @@ type ListExecutorsRequest struct {
 
 func (x *ListExecutorsRequest) Reset() {
 	*x = ListExecutorsRequest{}
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2521,7 @@ func (x *ListExecutorsRequest) String() string {
 func (*ListExecutorsRequest) ProtoMessage() {}
 
 func (x *ListExecutorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2534,7 @@ func (x *ListExecutorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutorsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutorsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{33}
+	return file_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListExecutorsRequest) GetModelPreflight() bool {
@@ -2282,7 +2570,7 @@ type Executor struct {
 
 func (x *Executor) Reset() {
 	*x = Executor{}
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2582,7 @@ func (x *Executor) String() string {
 func (*Executor) ProtoMessage() {}
 
 func (x *Executor) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2595,7 @@ func (x *Executor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Executor.ProtoReflect.Descriptor instead.
 func (*Executor) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{34}
+	return file_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Executor) GetKind() string {
@@ -2412,7 +2700,7 @@ type ListExecutorsResponse struct {
 
 func (x *ListExecutorsResponse) Reset() {
 	*x = ListExecutorsResponse{}
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2712,7 @@ func (x *ListExecutorsResponse) String() string {
 func (*ListExecutorsResponse) ProtoMessage() {}
 
 func (x *ListExecutorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2725,7 @@ func (x *ListExecutorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutorsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutorsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{35}
+	return file_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListExecutorsResponse) GetExecutors() []*Executor {
@@ -2472,7 +2760,7 @@ type ModelStatus struct {
 
 func (x *ModelStatus) Reset() {
 	*x = ModelStatus{}
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2772,7 @@ func (x *ModelStatus) String() string {
 func (*ModelStatus) ProtoMessage() {}
 
 func (x *ModelStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2785,7 @@ func (x *ModelStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatus.ProtoReflect.Descriptor instead.
 func (*ModelStatus) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{36}
+	return file_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ModelStatus) GetProvider() string {
@@ -2557,7 +2845,7 @@ type ReloadExecutorsRequest struct {
 
 func (x *ReloadExecutorsRequest) Reset() {
 	*x = ReloadExecutorsRequest{}
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2857,7 @@ func (x *ReloadExecutorsRequest) String() string {
 func (*ReloadExecutorsRequest) ProtoMessage() {}
 
 func (x *ReloadExecutorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2870,7 @@ func (x *ReloadExecutorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadExecutorsRequest.ProtoReflect.Descriptor instead.
 func (*ReloadExecutorsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{37}
+	return file_api_proto_rawDescGZIP(), []int{42}
 }
 
 type ListHostsRequest struct {
@@ -2593,7 +2881,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2893,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2906,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{38}
+	return file_api_proto_rawDescGZIP(), []int{43}
 }
 
 type ListHostsResponse struct {
@@ -2640,7 +2928,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2940,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2953,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{39}
+	return file_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListHostsResponse) GetHosts() []*FleetHost {
@@ -2726,7 +3014,7 @@ type FleetHost struct {
 
 func (x *FleetHost) Reset() {
 	*x = FleetHost{}
-	mi := &file_api_proto_msgTypes[40]
+	mi := &file_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +3026,7 @@ func (x *FleetHost) String() string {
 func (*FleetHost) ProtoMessage() {}
 
 func (x *FleetHost) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[40]
+	mi := &file_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +3039,7 @@ func (x *FleetHost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetHost.ProtoReflect.Descriptor instead.
 func (*FleetHost) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{40}
+	return file_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FleetHost) GetId() string {
@@ -2831,7 +3119,7 @@ type UnsettledEffect struct {
 
 func (x *UnsettledEffect) Reset() {
 	*x = UnsettledEffect{}
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +3131,7 @@ func (x *UnsettledEffect) String() string {
 func (*UnsettledEffect) ProtoMessage() {}
 
 func (x *UnsettledEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +3144,7 @@ func (x *UnsettledEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsettledEffect.ProtoReflect.Descriptor instead.
 func (*UnsettledEffect) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{41}
+	return file_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UnsettledEffect) GetAttempt() int64 {
@@ -2921,7 +3209,7 @@ type ResolveEffectRequest struct {
 
 func (x *ResolveEffectRequest) Reset() {
 	*x = ResolveEffectRequest{}
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3221,7 @@ func (x *ResolveEffectRequest) String() string {
 func (*ResolveEffectRequest) ProtoMessage() {}
 
 func (x *ResolveEffectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3234,7 @@ func (x *ResolveEffectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveEffectRequest.ProtoReflect.Descriptor instead.
 func (*ResolveEffectRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{42}
+	return file_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ResolveEffectRequest) GetTaskId() string {
@@ -2986,7 +3274,7 @@ type ResolveEffectResponse struct {
 
 func (x *ResolveEffectResponse) Reset() {
 	*x = ResolveEffectResponse{}
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3286,7 @@ func (x *ResolveEffectResponse) String() string {
 func (*ResolveEffectResponse) ProtoMessage() {}
 
 func (x *ResolveEffectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3299,7 @@ func (x *ResolveEffectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveEffectResponse.ProtoReflect.Descriptor instead.
 func (*ResolveEffectResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{43}
+	return file_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResolveEffectResponse) GetEffect() *UnsettledEffect {
@@ -3036,7 +3324,7 @@ const file_api_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x03 \x01(\v2\x16.taskhost.api.v1.MeterR\n" +
 	"modelCalls\x12,\n" +
 	"\x05depth\x18\x04 \x01(\v2\x16.taskhost.api.v1.MeterR\x05depth\x12/\n" +
-	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\x88\x03\n" +
+	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\xaf\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1a\n" +
@@ -3052,7 +3340,8 @@ const file_api_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\v \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
 	"\x11updated_unix_nano\x18\f \x01(\x03R\x0fupdatedUnixNano\x12\x1d\n" +
 	"\n" +
-	"lease_host\x18\r \x01(\tR\tleaseHost\"\xe9\x02\n" +
+	"lease_host\x18\r \x01(\tR\tleaseHost\x12%\n" +
+	"\x0equeue_position\x18\x0e \x01(\x03R\rqueuePosition\"\xe9\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x03R\x06number\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\x03R\x05runId\x12\x16\n" +
@@ -3140,7 +3429,24 @@ const file_api_proto_rawDesc = "" +
 	"\x11ResumeTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"?\n" +
 	"\x12ResumeTaskResponse\x12)\n" +
-	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\"H\n" +
+	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\"+\n" +
+	"\x10PauseTaskRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\">\n" +
+	"\x11PauseTaskResponse\x12)\n" +
+	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\"T\n" +
+	"\x13ControlTasksRequest\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12%\n" +
+	"\x0eall_principals\x18\x02 \x01(\bR\rallPrincipals\"\x8d\x01\n" +
+	"\x0eControlFailure\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
+	"\x04code\x18\x05 \x01(\x05R\x04code\"\x94\x01\n" +
+	"\x14ControlTasksResponse\x12+\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x15.taskhost.api.v1.TaskR\x05tasks\x12;\n" +
+	"\bfailures\x18\x02 \x03(\v2\x1f.taskhost.api.v1.ControlFailureR\bfailures\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"H\n" +
 	"\x10WatchTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"\xaf\x01\n" +
@@ -3249,7 +3555,7 @@ const file_api_proto_rawDesc = "" +
 	"resolution\x18\x04 \x01(\tR\n" +
 	"resolution\"Q\n" +
 	"\x15ResolveEffectResponse\x128\n" +
-	"\x06effect\x18\x01 \x01(\v2 .taskhost.api.v1.UnsettledEffectR\x06effect2\x80\a\n" +
+	"\x06effect\x18\x01 \x01(\v2 .taskhost.api.v1.UnsettledEffectR\x06effect2\xb1\b\n" +
 	"\vTaskService\x12U\n" +
 	"\n" +
 	"CreateTask\x12\".taskhost.api.v1.CreateTaskRequest\x1a#.taskhost.api.v1.CreateTaskResponse\x12L\n" +
@@ -3258,7 +3564,9 @@ const file_api_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\".taskhost.api.v1.CancelTaskRequest\x1a#.taskhost.api.v1.CancelTaskResponse\x12U\n" +
 	"\n" +
-	"ResumeTask\x12\".taskhost.api.v1.ResumeTaskRequest\x1a#.taskhost.api.v1.ResumeTaskResponse\x12T\n" +
+	"ResumeTask\x12\".taskhost.api.v1.ResumeTaskRequest\x1a#.taskhost.api.v1.ResumeTaskResponse\x12R\n" +
+	"\tPauseTask\x12!.taskhost.api.v1.PauseTaskRequest\x1a\".taskhost.api.v1.PauseTaskResponse\x12[\n" +
+	"\fControlTasks\x12$.taskhost.api.v1.ControlTasksRequest\x1a%.taskhost.api.v1.ControlTasksResponse\x12T\n" +
 	"\tWatchTask\x12!.taskhost.api.v1.WatchTaskRequest\x1a\".taskhost.api.v1.WatchTaskResponse0\x01\x12^\n" +
 	"\rListTaskFiles\x12%.taskhost.api.v1.ListTaskFilesRequest\x1a&.taskhost.api.v1.ListTaskFilesResponse\x12]\n" +
 	"\fReadTaskFile\x12$.taskhost.api.v1.ReadTaskFileRequest\x1a%.taskhost.api.v1.ReadTaskFileResponse0\x01\x12U\n" +
@@ -3287,7 +3595,7 @@ func file_api_proto_rawDescGZIP() []byte {
 	return file_api_proto_rawDescData
 }
 
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_api_proto_goTypes = []any{
 	(*Meter)(nil),                   // 0: taskhost.api.v1.Meter
 	(*Budgets)(nil),                 // 1: taskhost.api.v1.Budgets
@@ -3313,27 +3621,32 @@ var file_api_proto_goTypes = []any{
 	(*CancelTaskResponse)(nil),      // 21: taskhost.api.v1.CancelTaskResponse
 	(*ResumeTaskRequest)(nil),       // 22: taskhost.api.v1.ResumeTaskRequest
 	(*ResumeTaskResponse)(nil),      // 23: taskhost.api.v1.ResumeTaskResponse
-	(*WatchTaskRequest)(nil),        // 24: taskhost.api.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),       // 25: taskhost.api.v1.WatchTaskResponse
-	(*Approval)(nil),                // 26: taskhost.api.v1.Approval
-	(*ListApprovalsRequest)(nil),    // 27: taskhost.api.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),   // 28: taskhost.api.v1.ListApprovalsResponse
-	(*ResolveApprovalRequest)(nil),  // 29: taskhost.api.v1.ResolveApprovalRequest
-	(*ResolveApprovalResponse)(nil), // 30: taskhost.api.v1.ResolveApprovalResponse
-	(*GetInfoRequest)(nil),          // 31: taskhost.api.v1.GetInfoRequest
-	(*GetInfoResponse)(nil),         // 32: taskhost.api.v1.GetInfoResponse
-	(*ListExecutorsRequest)(nil),    // 33: taskhost.api.v1.ListExecutorsRequest
-	(*Executor)(nil),                // 34: taskhost.api.v1.Executor
-	(*ListExecutorsResponse)(nil),   // 35: taskhost.api.v1.ListExecutorsResponse
-	(*ModelStatus)(nil),             // 36: taskhost.api.v1.ModelStatus
-	(*ReloadExecutorsRequest)(nil),  // 37: taskhost.api.v1.ReloadExecutorsRequest
-	(*ListHostsRequest)(nil),        // 38: taskhost.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),       // 39: taskhost.api.v1.ListHostsResponse
-	(*FleetHost)(nil),               // 40: taskhost.api.v1.FleetHost
-	(*UnsettledEffect)(nil),         // 41: taskhost.api.v1.UnsettledEffect
-	(*ResolveEffectRequest)(nil),    // 42: taskhost.api.v1.ResolveEffectRequest
-	(*ResolveEffectResponse)(nil),   // 43: taskhost.api.v1.ResolveEffectResponse
-	nil,                             // 44: taskhost.api.v1.Executor.RuntimeEntry
+	(*PauseTaskRequest)(nil),        // 24: taskhost.api.v1.PauseTaskRequest
+	(*PauseTaskResponse)(nil),       // 25: taskhost.api.v1.PauseTaskResponse
+	(*ControlTasksRequest)(nil),     // 26: taskhost.api.v1.ControlTasksRequest
+	(*ControlFailure)(nil),          // 27: taskhost.api.v1.ControlFailure
+	(*ControlTasksResponse)(nil),    // 28: taskhost.api.v1.ControlTasksResponse
+	(*WatchTaskRequest)(nil),        // 29: taskhost.api.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),       // 30: taskhost.api.v1.WatchTaskResponse
+	(*Approval)(nil),                // 31: taskhost.api.v1.Approval
+	(*ListApprovalsRequest)(nil),    // 32: taskhost.api.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),   // 33: taskhost.api.v1.ListApprovalsResponse
+	(*ResolveApprovalRequest)(nil),  // 34: taskhost.api.v1.ResolveApprovalRequest
+	(*ResolveApprovalResponse)(nil), // 35: taskhost.api.v1.ResolveApprovalResponse
+	(*GetInfoRequest)(nil),          // 36: taskhost.api.v1.GetInfoRequest
+	(*GetInfoResponse)(nil),         // 37: taskhost.api.v1.GetInfoResponse
+	(*ListExecutorsRequest)(nil),    // 38: taskhost.api.v1.ListExecutorsRequest
+	(*Executor)(nil),                // 39: taskhost.api.v1.Executor
+	(*ListExecutorsResponse)(nil),   // 40: taskhost.api.v1.ListExecutorsResponse
+	(*ModelStatus)(nil),             // 41: taskhost.api.v1.ModelStatus
+	(*ReloadExecutorsRequest)(nil),  // 42: taskhost.api.v1.ReloadExecutorsRequest
+	(*ListHostsRequest)(nil),        // 43: taskhost.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),       // 44: taskhost.api.v1.ListHostsResponse
+	(*FleetHost)(nil),               // 45: taskhost.api.v1.FleetHost
+	(*UnsettledEffect)(nil),         // 46: taskhost.api.v1.UnsettledEffect
+	(*ResolveEffectRequest)(nil),    // 47: taskhost.api.v1.ResolveEffectRequest
+	(*ResolveEffectResponse)(nil),   // 48: taskhost.api.v1.ResolveEffectResponse
+	nil,                             // 49: taskhost.api.v1.Executor.RuntimeEntry
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: taskhost.api.v1.Budgets.steps:type_name -> taskhost.api.v1.Meter
@@ -3347,60 +3660,67 @@ var file_api_proto_depIdxs = []int32{
 	2,  // 8: taskhost.api.v1.CreateTaskResponse.task:type_name -> taskhost.api.v1.Task
 	2,  // 9: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
 	3,  // 10: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
-	41, // 11: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
+	46, // 11: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
 	2,  // 12: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
 	14, // 13: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
 	2,  // 14: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
 	2,  // 15: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 16: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
-	4,  // 17: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
-	2,  // 18: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
-	26, // 19: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
-	26, // 20: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	44, // 21: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
-	34, // 22: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
-	36, // 23: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
-	40, // 24: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
-	41, // 25: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
-	6,  // 26: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
-	9,  // 27: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
-	11, // 28: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
-	20, // 29: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
-	22, // 30: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
-	24, // 31: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
-	13, // 32: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
-	16, // 33: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
-	18, // 34: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
-	42, // 35: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
-	27, // 36: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
-	29, // 37: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	29, // 38: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	31, // 39: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
-	33, // 40: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	37, // 41: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
-	38, // 42: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
-	8,  // 43: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	10, // 44: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	12, // 45: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	21, // 46: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	23, // 47: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	25, // 48: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	15, // 49: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	17, // 50: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	19, // 51: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	43, // 52: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
-	28, // 53: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	30, // 54: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	30, // 55: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	32, // 56: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	35, // 57: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	35, // 58: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	39, // 59: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
-	43, // [43:60] is the sub-list for method output_type
-	26, // [26:43] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	2,  // 16: taskhost.api.v1.PauseTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 17: taskhost.api.v1.ControlTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	27, // 18: taskhost.api.v1.ControlTasksResponse.failures:type_name -> taskhost.api.v1.ControlFailure
+	2,  // 19: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
+	4,  // 20: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
+	2,  // 21: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
+	31, // 22: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
+	31, // 23: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
+	49, // 24: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	39, // 25: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
+	41, // 26: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
+	45, // 27: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
+	46, // 28: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
+	6,  // 29: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
+	9,  // 30: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
+	11, // 31: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
+	20, // 32: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
+	22, // 33: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
+	24, // 34: taskhost.api.v1.TaskService.PauseTask:input_type -> taskhost.api.v1.PauseTaskRequest
+	26, // 35: taskhost.api.v1.TaskService.ControlTasks:input_type -> taskhost.api.v1.ControlTasksRequest
+	29, // 36: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
+	13, // 37: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
+	16, // 38: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
+	18, // 39: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
+	47, // 40: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
+	32, // 41: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
+	34, // 42: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	34, // 43: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	36, // 44: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
+	38, // 45: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
+	42, // 46: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	43, // 47: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
+	8,  // 48: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	10, // 49: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	12, // 50: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	21, // 51: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	23, // 52: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	25, // 53: taskhost.api.v1.TaskService.PauseTask:output_type -> taskhost.api.v1.PauseTaskResponse
+	28, // 54: taskhost.api.v1.TaskService.ControlTasks:output_type -> taskhost.api.v1.ControlTasksResponse
+	30, // 55: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	15, // 56: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	17, // 57: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	19, // 58: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	48, // 59: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
+	33, // 60: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	35, // 61: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	35, // 62: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	37, // 63: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	40, // 64: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	40, // 65: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	44, // 66: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
+	48, // [48:67] is the sub-list for method output_type
+	29, // [29:48] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -3408,7 +3728,7 @@ func file_api_proto_init() {
 	if File_api_proto != nil {
 		return
 	}
-	file_api_proto_msgTypes[25].OneofWrappers = []any{
+	file_api_proto_msgTypes[30].OneofWrappers = []any{
 		(*WatchTaskResponse_Snapshot)(nil),
 		(*WatchTaskResponse_Event)(nil),
 		(*WatchTaskResponse_Final)(nil),
@@ -3419,7 +3739,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -26,8 +26,9 @@
 //                       the call (reason TASK_CONFLICT, APPROVAL_RESOLVED),
 //                       the executor cannot run (EXECUTOR_UNAVAILABLE), or
 //                       the daemon runs no tasks (TASKS_DISABLED)
-//   ResourceExhausted   tasks.max_concurrent tasks are already running
-//                       (BUSY), or too many watch streams (WATCH_LIMIT)
+//   ResourceExhausted   tasks.max_queued tasks already wait in the queue
+//                       (QUEUE_FULL), or too many watch streams
+//                       (WATCH_LIMIT)
 //   Unavailable         the daemon is shutting down (SHUTTING_DOWN)
 //   Internal            anything else (INTERNAL); details are in the log
 //   PermissionDenied    unix socket peer not mapped to a principal
@@ -64,6 +65,8 @@ const (
 	TaskService_ListTasks_FullMethodName     = "/taskhost.api.v1.TaskService/ListTasks"
 	TaskService_CancelTask_FullMethodName    = "/taskhost.api.v1.TaskService/CancelTask"
 	TaskService_ResumeTask_FullMethodName    = "/taskhost.api.v1.TaskService/ResumeTask"
+	TaskService_PauseTask_FullMethodName     = "/taskhost.api.v1.TaskService/PauseTask"
+	TaskService_ControlTasks_FullMethodName  = "/taskhost.api.v1.TaskService/ControlTasks"
 	TaskService_WatchTask_FullMethodName     = "/taskhost.api.v1.TaskService/WatchTask"
 	TaskService_ListTaskFiles_FullMethodName = "/taskhost.api.v1.TaskService/ListTaskFiles"
 	TaskService_ReadTaskFile_FullMethodName  = "/taskhost.api.v1.TaskService/ReadTaskFile"
@@ -78,7 +81,9 @@ const (
 // Tasks: create, inspect, cancel, resume and watch the caller's tasks.
 type TaskServiceClient interface {
 	// CreateTask records a new task and starts it. Beyond tasks.max_concurrent
-	// it is refused (ResourceExhausted) and nothing is recorded.
+	// it waits, pending, in the queue (FIFO, shared by a fleet) and starts
+	// when a slot frees; beyond tasks.max_queued it is refused
+	// (ResourceExhausted, QUEUE_FULL) and nothing is recorded.
 	CreateTask(ctx context.Context, in *CreateTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error)
 	// GetTask returns one task with its most recent step attempts.
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
@@ -88,8 +93,26 @@ type TaskServiceClient interface {
 	// or failed task is FailedPrecondition).
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
 	// ResumeTask continues an interrupted task: same id, run id + 1, remaining
-	// budgets. Resuming a terminal or running task is FailedPrecondition.
+	// budgets; with no free slot it joins the queue as CreateTask does.
+	// Resuming a pending task leaves it queued. Resuming a terminal or
+	// running task is FailedPrecondition.
 	ResumeTask(ctx context.Context, in *ResumeTaskRequest, opts ...grpc.CallOption) (*ResumeTaskResponse, error)
+	// --- Pause and bulk control (Zara's pause_task, pause_all, cancel_all,
+	// resume_all) ---
+	// PauseTask interrupts a task (reason user_pause): a running step is
+	// stopped as by a cancel, a queued task leaves the queue; it resumes
+	// only through ResumeTask. Idempotent on an interrupted task; a finished
+	// task is FailedPrecondition.
+	PauseTask(ctx context.Context, in *PauseTaskRequest, opts ...grpc.CallOption) (*PauseTaskResponse, error)
+	// ControlTasks applies one act to every one of the caller's tasks it
+	// applies to, oldest first, at most 1000 a call (more: call again):
+	// cancel (pending, running, waiting, interrupted: cancelled,
+	// user_stop_all), pause (pending, running, waiting: interrupted,
+	// user_pause), resume (interrupted). all_principals (an admin only,
+	// else PermissionDenied NOT_ADMIN) acts on every principal's tasks,
+	// each recorded first in the task's events (task.admin_act).
+	ControlTasks(ctx context.Context, in *ControlTasksRequest, opts ...grpc.CallOption) (*ControlTasksResponse, error)
+	// --- end of pause and bulk control ---
 	// WatchTask streams the task: first a snapshot, then every event after
 	// after_seq as it is recorded, then the task once it has stopped running
 	// (completed, failed, cancelled or interrupted), and the stream ends. A
@@ -179,6 +202,26 @@ func (c *taskServiceClient) ResumeTask(ctx context.Context, in *ResumeTaskReques
 	return out, nil
 }
 
+func (c *taskServiceClient) PauseTask(ctx context.Context, in *PauseTaskRequest, opts ...grpc.CallOption) (*PauseTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseTaskResponse)
+	err := c.cc.Invoke(ctx, TaskService_PauseTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskServiceClient) ControlTasks(ctx context.Context, in *ControlTasksRequest, opts ...grpc.CallOption) (*ControlTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControlTasksResponse)
+	err := c.cc.Invoke(ctx, TaskService_ControlTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *taskServiceClient) WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &TaskService_ServiceDesc.Streams[0], TaskService_WatchTask_FullMethodName, cOpts...)
@@ -254,7 +297,9 @@ func (c *taskServiceClient) ResolveEffect(ctx context.Context, in *ResolveEffect
 // Tasks: create, inspect, cancel, resume and watch the caller's tasks.
 type TaskServiceServer interface {
 	// CreateTask records a new task and starts it. Beyond tasks.max_concurrent
-	// it is refused (ResourceExhausted) and nothing is recorded.
+	// it waits, pending, in the queue (FIFO, shared by a fleet) and starts
+	// when a slot frees; beyond tasks.max_queued it is refused
+	// (ResourceExhausted, QUEUE_FULL) and nothing is recorded.
 	CreateTask(context.Context, *CreateTaskRequest) (*CreateTaskResponse, error)
 	// GetTask returns one task with its most recent step attempts.
 	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
@@ -264,8 +309,26 @@ type TaskServiceServer interface {
 	// or failed task is FailedPrecondition).
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
 	// ResumeTask continues an interrupted task: same id, run id + 1, remaining
-	// budgets. Resuming a terminal or running task is FailedPrecondition.
+	// budgets; with no free slot it joins the queue as CreateTask does.
+	// Resuming a pending task leaves it queued. Resuming a terminal or
+	// running task is FailedPrecondition.
 	ResumeTask(context.Context, *ResumeTaskRequest) (*ResumeTaskResponse, error)
+	// --- Pause and bulk control (Zara's pause_task, pause_all, cancel_all,
+	// resume_all) ---
+	// PauseTask interrupts a task (reason user_pause): a running step is
+	// stopped as by a cancel, a queued task leaves the queue; it resumes
+	// only through ResumeTask. Idempotent on an interrupted task; a finished
+	// task is FailedPrecondition.
+	PauseTask(context.Context, *PauseTaskRequest) (*PauseTaskResponse, error)
+	// ControlTasks applies one act to every one of the caller's tasks it
+	// applies to, oldest first, at most 1000 a call (more: call again):
+	// cancel (pending, running, waiting, interrupted: cancelled,
+	// user_stop_all), pause (pending, running, waiting: interrupted,
+	// user_pause), resume (interrupted). all_principals (an admin only,
+	// else PermissionDenied NOT_ADMIN) acts on every principal's tasks,
+	// each recorded first in the task's events (task.admin_act).
+	ControlTasks(context.Context, *ControlTasksRequest) (*ControlTasksResponse, error)
+	// --- end of pause and bulk control ---
 	// WatchTask streams the task: first a snapshot, then every event after
 	// after_seq as it is recorded, then the task once it has stopped running
 	// (completed, failed, cancelled or interrupted), and the stream ends. A
@@ -319,6 +382,12 @@ func (UnimplementedTaskServiceServer) CancelTask(context.Context, *CancelTaskReq
 }
 func (UnimplementedTaskServiceServer) ResumeTask(context.Context, *ResumeTaskRequest) (*ResumeTaskResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ResumeTask not implemented")
+}
+func (UnimplementedTaskServiceServer) PauseTask(context.Context, *PauseTaskRequest) (*PauseTaskResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PauseTask not implemented")
+}
+func (UnimplementedTaskServiceServer) ControlTasks(context.Context, *ControlTasksRequest) (*ControlTasksResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ControlTasks not implemented")
 }
 func (UnimplementedTaskServiceServer) WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchTask not implemented")
@@ -446,6 +515,42 @@ func _TaskService_ResumeTask_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskService_PauseTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).PauseTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_PauseTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).PauseTask(ctx, req.(*PauseTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskService_ControlTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ControlTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).ControlTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_ControlTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).ControlTasks(ctx, req.(*ControlTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TaskService_WatchTask_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchTaskRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -548,6 +653,14 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeTask",
 			Handler:    _TaskService_ResumeTask_Handler,
+		},
+		{
+			MethodName: "PauseTask",
+			Handler:    _TaskService_PauseTask_Handler,
+		},
+		{
+			MethodName: "ControlTasks",
+			Handler:    _TaskService_ControlTasks_Handler,
 		},
 		{
 			MethodName: "ListTaskFiles",

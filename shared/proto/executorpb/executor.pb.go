@@ -448,8 +448,12 @@ type StepRequest struct {
 	// The go-plugin broker id of the host services endpoint of this process.
 	HostServicesId uint32   `protobuf:"varint,10,opt,name=host_services_id,json=hostServicesId,proto3" json:"host_services_id,omitempty"`
 	Limits         *Budgets `protobuf:"bytes,11,opt,name=limits,proto3" json:"limits,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The host's bound of a step summary in characters ([limits]
+	// summary_chars): it cuts a longer one. 0 from a host older than this
+	// field.
+	SummaryChars  uint32 `protobuf:"varint,12,opt,name=summary_chars,json=summaryChars,proto3" json:"summary_chars,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepRequest) Reset() {
@@ -557,6 +561,13 @@ func (x *StepRequest) GetLimits() *Budgets {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *StepRequest) GetSummaryChars() uint32 {
+	if x != nil {
+		return x.SummaryChars
+	}
+	return 0
 }
 
 type StepResponse struct {
@@ -1794,7 +1805,7 @@ const file_executor_proto_rawDesc = "" +
 	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12\x16\n" +
 	"\x06status\x18\x06 \x01(\tR\x06status\x12\x18\n" +
-	"\asummary\x18\a \x01(\tR\asummary\"\xe9\x03\n" +
+	"\asummary\x18\a \x01(\tR\asummary\"\x8e\x04\n" +
 	"\vStepRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\x04R\x05runId\x12\x18\n" +
@@ -1810,7 +1821,8 @@ const file_executor_proto_rawDesc = "" +
 	"\rindeterminate\x18\t \x03(\v2\x1c.taskhost.executor.v1.EffectR\rindeterminate\x12(\n" +
 	"\x10host_services_id\x18\n" +
 	" \x01(\rR\x0ehostServicesId\x125\n" +
-	"\x06limits\x18\v \x01(\v2\x1d.taskhost.executor.v1.BudgetsR\x06limits\"\xd3\x01\n" +
+	"\x06limits\x18\v \x01(\v2\x1d.taskhost.executor.v1.BudgetsR\x06limits\x12#\n" +
+	"\rsummary_chars\x18\f \x01(\rR\fsummaryChars\"\xd3\x01\n" +
 	"\fStepResponse\x12@\n" +
 	"\bcontinue\x18\x01 \x01(\v2\".taskhost.executor.v1.StepContinueH\x00R\bcontinue\x12@\n" +
 	"\bcomplete\x18\x02 \x01(\v2\".taskhost.executor.v1.StepCompleteH\x00R\bcomplete\x124\n" +
