@@ -40,7 +40,7 @@ func FuzzGoalChecker(f *testing.F) {
 		var cp *sdk.Checkpoint
 		var last sdk.StepResult
 		for i := 0; i < 4; i++ {
-			res, err := e.Step(context.Background(), h, stepReq(spec("rlm", nil, "ctx.txt"), cp))
+			res, err := e.Step(context.Background(), h, stepReq(spec("rlm_goals", nil, "ctx.txt"), cp))
 			if err != nil {
 				t.Fatalf("step %d of goal %q: %v", i+1, goal, err)
 			}
