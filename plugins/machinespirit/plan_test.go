@@ -164,6 +164,8 @@ func TestRLMPlanRefusals(t *testing.T) {
 		{"a bad regex", plan(step{"op": "search", "pattern": "(a", "mode": "regex"}), `not a valid regular expression`},
 		{"sum of texts", plan(step{"op": "partition", "chunk_bytes": 64, "as": "c"}, step{"op": "map", "over": "c", "prompt": "{{item}}", "as": "a"}, step{"op": "reduce", "over": "a", "how": "sum"}), `how = sum needs a list of integers`},
 		{"two values", plan(finalStep("a")) + " {}", `more than one JSON value`},
+		{"final in a sub-plan", plan(step{"op": "partition", "chunk_bytes": 64, "as": "c"}, step{"op": "map", "over": "c", "result": "x", "steps": []step{finalStep("x")}}),
+			`"path":"steps[1].steps[0]","message":"a map's steps may not hold a final step"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newFakeHost(1)
@@ -277,6 +279,72 @@ func TestRLMPlanMapReduce(t *testing.T) {
 	}
 	if n := len(subPrompts(h)); n != 21 { // 20 and one repair
 		t.Fatalf("%d sub-calls, want 21", n)
+	}
+}
+
+// TestRLMPlanMapSubPlan: a map whose items each run a sub-plan (a slice
+// of the chunk's own bytes and a sub-call on it); the reduce takes the
+// largest value.
+func TestRLMPlanMapSubPlan(t *testing.T) {
+	var b strings.Builder
+	for i := range 5 {
+		chunk := fmt.Sprintf("value=%d ", (i*7)%5+1)
+		b.WriteString(chunk + strings.Repeat(".", 128-len(chunk)))
+	}
+	h := newFakeHost(1)
+	h.workspace["ctx.txt"] = b.String()
+	model := &scriptedModel{root: []string{plan(
+		step{"op": "partition", "chunk_bytes": 128, "as": "chunks"},
+		step{"op": "map", "over": "chunks", "as": "values", "result": "v", "steps": []step{
+			step{"op": "query", "prompt": "chunk {{index}}: {{item}}", "expect": "integer", "as": "v"},
+		}},
+		step{"op": "reduce", "over": "values", "how": "max", "as": "top"},
+		finalStep("{{top}}"),
+	)}, sub: func(p string) string {
+		var v int
+		fmt.Sscanf(p[strings.Index(p, "value="):], "value=%d", &v)
+		return fmt.Sprint(v)
+	}}
+	h.model = model.answer
+	e := newExecutor(t, testConfig(t, nil))
+	results, _ := runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 5)
+	if last := results[len(results)-1]; string(last.Result) != `{"answer":"5"}` {
+		t.Fatalf("%+v %s", last, last.Result)
+	}
+	subs := subPrompts(h)
+	if len(subs) != 5 || !strings.Contains(subs[4].Prompt, "chunk 4: value=") {
+		t.Fatalf("sub-calls %+v", subs)
+	}
+}
+
+// TestRLMPlanRecurse: a recurse step runs the rlm graph one level
+// deeper, whose own sub-calls would be one past max_depth = 1 and are
+// refused by the host.
+func TestRLMPlanRecurse(t *testing.T) {
+	h := newFakeHost(1)
+	h.workspace["ctx.txt"] = "a small context"
+	model := &scriptedModel{
+		root: []string{plan(step{"op": "recurse", "goal": "inner question", "as": "r"}, finalStep("outer: {{r}}"))},
+		subRoot: []string{
+			plan(step{"op": "query", "prompt": "too deep", "as": "x"}),
+			plan(finalStep("inner answer")),
+		},
+		sub: func(string) string { return "never" },
+	}
+	h.model = model.answer
+	e := newExecutor(t, testConfig(t, nil))
+	results, _ := runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 5)
+	if last := results[len(results)-1]; string(last.Result) != `{"answer":"outer: inner answer"}` {
+		t.Fatalf("%+v %s", last, last.Result)
+	}
+	var inner []string
+	for _, c := range h.Calls() {
+		if c.Kind == "model" && c.Depth == 1 && strings.Contains(c.Prompt, "[rlm root]") {
+			inner = append(inner, c.Prompt)
+		}
+	}
+	if len(inner) != 2 || !strings.Contains(inner[0], "Task: inner question") || !strings.Contains(inner[1], "budget_exhausted") {
+		t.Fatalf("the sub-run's root prompts: %q", inner)
 	}
 }
 

@@ -60,6 +60,7 @@ max_item_answer_chars(1000).
 max_answer_chars(8000).
 max_map_items(64).
 max_parallel(4).
+max_sub_steps(8).
 max_retries(2).
 max_search_results(50).
 max_search_window(200).
@@ -130,14 +131,21 @@ validate_plan(JSON, plan(Steps)) :-
     (   is_list(Ss), Ss \== [] -> true ; invalid("steps", "must be a non-empty array", []) ),
     length(Ss, N), max_steps(MaxS),
     (   N =< MaxS -> true ; invalid("steps", "has ~d steps; at most ~d", [N, MaxS]) ),
-    validate_steps(Ss, 0, [], Steps).
+    validate_steps(Ss, top, 0, [], Steps).
 
-validate_steps([], _, _, []).
-validate_steps([S|Ss], I, Scope0, [Step|Steps]) :-
-    format(string(P), "steps[~d]", [I]),
+%   validate_steps(+JSONSteps, +Where, +Index, +Scope, -Steps): Where is top
+%   or nested(Path), the steps of a map's sub-plan at Path, which may not
+%   hold a map or a final step.
+validate_steps([], _, _, _, []).
+validate_steps([S|Ss], Where, I, Scope0, [Step|Steps]) :-
+    (   Where = nested(Outer) -> format(string(P), "~s.steps[~d]", [Outer, I]) ; format(string(P), "steps[~d]", [I]) ),
     obj(S, P, Pairs),
     req(Pairs, op, P, Op0),
     op_name(Op0, P, Op),
+    (   Where = nested(_), memberchk(Op, [map, final])
+    ->  invalid(P, "a map's steps may not hold a ~w step", [Op])
+    ;   true
+    ),
     step(Op, Pairs, P, Scope0, Step0, Kind),
     bind(Pairs, P, Kind, Scope0, Scope, As),
     Step = s(As, Step0),
@@ -146,7 +154,7 @@ validate_steps([S|Ss], I, Scope0, [Step|Steps]) :-
     ;   true
     ),
     I1 is I + 1,
-    validate_steps(Ss, I1, Scope, Steps).
+    validate_steps(Ss, Where, I1, Scope, Steps).
 
 op_name(Op0, P, Op) :-
     plan_ops(Ops),
@@ -191,17 +199,12 @@ step(query, Ps, P, Scope, query(T, Expect, R), Kind) :-
     req_template(Ps, prompt, P, Scope, [], T),
     expect_retries(Ps, P, Expect, R),
     expect_kind(Expect, Kind).
-step(map, Ps, P, Scope, map(Over, T, Par, Expect, R), list(Kind)) :-
-    only_keys(Ps, P, [op, as, over, prompt, parallel, expect, retries]),
+step(map, Ps, P, Scope, Map, list(Kind)) :-
     req_list_var(Ps, over, P, Scope, Over, _),
-    req_template(Ps, prompt, P, Scope, ["item", "index"], T),
-    (   template_uses(T, "item") -> true
-    ;   invalid(P, "prompt must use {{item}}", [])
-    ),
-    max_parallel(MaxPar),
-    opt_int(Ps, parallel, P, 1, MaxPar, 1, Par),
-    expect_retries(Ps, P, Expect, R),
-    expect_kind(Expect, Kind).
+    (   memberchk(steps=_, Ps)
+    ->  map_plan(Ps, P, Scope, Over, Map, Kind)
+    ;   map_call(Ps, P, Scope, Over, Map, Kind)
+    ).
 step(reduce, Ps, P, Scope, reduce(How, Over, Sep, T), Kind) :-
     only_keys(Ps, P, [op, as, over, how, separator, prompt]),
     req_list_var(Ps, over, P, Scope, Over, ItemKind),
@@ -222,6 +225,45 @@ step(recurse, Ps, P, Scope, recurse(T), text) :-
 step(final, Ps, P, Scope, final(T), none) :-
     only_keys(Ps, P, [op, answer]),
     req_template(Ps, answer, P, Scope, [], T).
+
+%   A sub-call per item: prompt is a template over {{item}} (and {{index}}).
+map_call(Ps, P, Scope, Over, map(Over, T, Par, Expect, R), Kind) :-
+    only_keys(Ps, P, [op, as, over, prompt, parallel, expect, retries]),
+    req_template(Ps, prompt, P, Scope, ["item", "index"], T),
+    (   template_uses(T, "item") -> true
+    ;   invalid(P, "prompt must use {{item}}", [])
+    ),
+    max_parallel(MaxPar),
+    opt_int(Ps, parallel, P, 1, MaxPar, 1, Par),
+    expect_retries(Ps, P, Expect, R),
+    expect_kind(Expect, Kind).
+
+%   A sub-plan per item: steps run with item (text) and index (int) bound,
+%   and the item's value is the variable result names.
+map_plan(Ps, P, Scope, Over, map_plan(Over, Steps, Result), Kind) :-
+    only_keys(Ps, P, [op, as, over, steps, result]),
+    req(Ps, steps, P, Ss),
+    max_sub_steps(MaxS),
+    path(P, steps, PS),
+    (   is_list(Ss), Ss \== [] -> true ; invalid(PS, "must be a non-empty array", []) ),
+    length(Ss, N),
+    (   N =< MaxS -> true ; invalid(PS, "has ~d steps; at most ~d", [N, MaxS]) ),
+    validate_steps(Ss, nested(P), 0, ["item"-text, "index"-int|Scope], Steps),
+    req(Ps, result, P, Result),
+    var_name(Result, P, result),
+    (   member(s(Result, Step), Steps), step_kind(Step, Scope, Kind0) -> Kind = Kind0
+    ;   invalid(P, "result names ~s, which none of its steps binds", [Result])
+    ).
+
+%   The kind of a validated step's value (for a map's result).
+step_kind(length, _, int).
+step_kind(peek(_), _, text).
+step_kind(slice(_, _), _, text).
+step_kind(search(_, _, _, _), _, hits).
+step_kind(partition(_, _), _, chunks).
+step_kind(query(_, E, _), _, K) :- expect_kind(E, K).
+step_kind(reduce(How, _, _, _), _, K) :- memberchk(How-K, [join-text, count-int, sum-int, max-int, min-int, query-text, unique-list(text)]).
+step_kind(recurse(_), _, text).
 
 bad_regex(E, P) :-
     (   E = error(syntax_error(W), _) -> format(string(M), "~q", [W]) ; M = "cannot be compiled" ),
@@ -488,6 +530,14 @@ exec(map(Over, T, Par, Expect, R), Vars, list(Answers)) :-
     length(Items, NI), max_map_items(MaxI),
     (   NI =< MaxI -> true ; fail_step("map over ~d items; at most ~d", [NI, MaxI]) ),
     map_batches(Items, 0, T, Vars, Par, Expect, R, Answers).
+exec(map_plan(Over, Steps, Result), Vars, list(Values)) :-
+    var_value(Over, Vars, L),
+    items(L, Items),
+    length(Items, NI), max_map_items(MaxI),
+    (   NI =< MaxI -> true ; fail_step("map over ~d items; at most ~d", [NI, MaxI]) ),
+    max_item_answer_chars(MaxA),
+    findall(I-It, nth0(I, Items, It), Indexed),
+    maplist(sub_plan(Steps, Result, Vars, MaxA), Indexed, Values).
 exec(reduce(How, Over, Sep, T), Vars, V) :-
     var_value(Over, Vars, L),
     items(L, Items0),
@@ -540,6 +590,16 @@ batch_prompt(K, T, Vars, I-Item, Prompt) :-
     Index is K + I,
     number_string(Index, IS),
     render(T, Vars, ["item"-Text, "index"-IS], Prompt).
+
+sub_plan(Steps, Result, Vars, MaxA, I-Item, Value) :-
+    item_text(Item, Text),
+    run_steps(Steps, 0, ["item"-Text, "index"-I|Vars], R),
+    (   R = ran(_, Vars1)
+    ->  memberchk(Result-V0, Vars1),
+        cut_value(V0, MaxA, Value)
+    ;   R = failed(K, Op, M, _)
+    ->  fail_step("item ~d: steps[~d] (~w): ~s", [I, K, Op, M])
+    ).
 
 take(0, L, [], L) :- !.
 take(_, [], [], []) :- !.
@@ -873,6 +933,7 @@ Reply with ONE JSON object and nothing else: {\"plan\": \"~s\", \"steps\": [step
   {\"op\":\"partition\",\"chunk_bytes\":64..4096,\"max_chunks\":1..64}  the context as chunks
   {\"op\":\"query\",\"prompt\":T,\"expect\":\"any\"|\"nonempty\"|\"integer\"|\"yes_no\",\"retries\":0..2}  one sub-model call
   {\"op\":\"map\",\"over\":name,\"prompt\":T with {{item}} (and {{index}}),\"parallel\":1..4,\"expect\":...,\"retries\":0..2}  a sub-call per item (a chunk's text, a hit, a value)
+  {\"op\":\"map\",\"over\":name,\"steps\":[step, ...],\"result\":name}  a sub-plan per item ({{item}}, {{index}}; no map or final in it, at most 8 steps)
   {\"op\":\"reduce\",\"over\":name,\"how\":\"join\"|\"count\"|\"sum\"|\"max\"|\"min\"|\"unique\"|\"query\",\"separator\":S,\"prompt\":T with {{items}} (query only)}
   {\"op\":\"recurse\",\"goal\":T}  a recursive sub-run on the same context, one level deeper
   {\"op\":\"final\",\"answer\":T}  the final answer (last step)
