@@ -269,7 +269,7 @@ cancel_signal(Id) :-
 run_one(Run) :-
     drop_stale_effect_results,
     forall(member(Key-Value, [ms_alarm-none, ms_call_ctx-ctx("", 0), ms_env-none,
-                              ms_rlm-none, ms_rlm_final-none]),
+                              ms_rlm-none, ms_rlm_final-none, ms_subgraph_depth-0]),
            nb_setval(Key, Value)),
     get_dict(id, Run, Id),
     catch(( nb_setval(ms_in_run, Id),

@@ -157,3 +157,9 @@ start_kind(model, Id) :-
     effect_start(model, _{messages: [_{role: "user", content: "concurrent"}], parent: ""}, Id).
 start_kind(tool, Id) :-
     effect_start(tool, _{name: "time.sleep", arguments: _{seconds: 0}}, Id).
+
+%   input_to(Key, Field): copies the run's input member Key to Field.
+ms_registry:handler_decl(input_to(_, _)).
+ms_registry:handler(input_to(Key, Field), Env, _, patch([Field=V])) :-
+    get_dict(input, Env, Input),
+    get_dict(Key, Input, V).
