@@ -164,6 +164,8 @@ func TestRLMPlanRefusals(t *testing.T) {
 		{"a bad regex", plan(step{"op": "search", "pattern": "(a", "mode": "regex"}), `not a valid regular expression`},
 		{"sum of texts", plan(step{"op": "partition", "chunk_bytes": 64, "as": "c"}, step{"op": "map", "over": "c", "prompt": "{{item}}", "as": "a"}, step{"op": "reduce", "over": "a", "how": "sum"}), `how = sum needs a list of integers`},
 		{"two values", plan(finalStep("a")) + " {}", `more than one JSON value`},
+		{"a lone surrogate", `{"plan":"machinespirit.plan/1","steps":[{"op":"final","answer":"\ud800"}]}`, `a string holds a NUL or a lone surrogate`},
+		{"a NUL", `{"plan":"machinespirit.plan/1","steps":[{"op":"final","answer":"a\u0000b"}]}`, `a string holds a NUL or a lone surrogate`},
 		{"final in a sub-plan", plan(step{"op": "partition", "chunk_bytes": 64, "as": "c"}, step{"op": "map", "over": "c", "result": "x", "steps": []step{finalStep("x")}}),
 			`"path":"steps[1].steps[0]","message":"a map's steps may not hold a final step"`},
 	} {

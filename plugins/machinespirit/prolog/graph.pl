@@ -142,6 +142,12 @@ compile_graph(Spec, G) :-
     option_value(subgraphs, Options, [], Subgraphs),
     compile_subgraphs(Subgraphs),
     forall(get_dict(Name, Nodes, node(H, _)), compile_subgraph_node(Name, H, Subgraphs, FieldNames)),
+    findall(F-T, member(field(F, T, _, _), Fields), FieldTypes),
+    forall(get_dict(Name, Nodes, node(H, _)),
+           (   ms_registry:handler_check(H, FieldTypes, Error)
+           ->  fail_rule(handler_args, "node ~q: ~s", [Name, Error])
+           ;   true
+           )),
     graph_hash(Spec, Hash),
     G = graph{id: Id, hash: Hash, description: Description, fields: Fields,
               nodes: Nodes, first: First, out: Out, limits: Limits,

@@ -49,6 +49,7 @@
 :- use_module(rlm_goals, []).
 :- use_module(rlm).
 :- use_module(rlm_plan).
+:- use_module(model_node).
 :- use_module(par).
 :- use_module(graphs).
 

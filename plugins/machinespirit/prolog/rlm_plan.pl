@@ -37,6 +37,8 @@
 */
 :- module(ms_rlm_plan,
           [ parse_plan_text/2,       % +Text, -Plan   (throws plan_invalid(Path, Msg))
+            template_parts/2,        % +Text, -Parts  (lit(S) | var(Name)); fails if unclosed
+            json_text_clean/1,       % +JSON (classic term): no NUL, no surrogate
             run_plan/2,              % +Plan, -Result
             plan_ops/1               % -Ops
           ]).
@@ -99,7 +101,24 @@ read_json(Text, JSON) :-
           ;   throw(plan_invalid("", "the reply holds more than one JSON value"))
           )
         ),
-        close(S)).
+        close(S)),
+    (   json_text_clean(JSON) -> true
+    ;   throw(plan_invalid("", "a string holds a NUL or a lone surrogate (\\u0000, \\ud800-\\udfff)"))
+    ).
+
+%!  json_text_clean(+JSON) is semidet.
+%
+%   No string or key of JSON holds a NUL or a UTF-16 surrogate: a JSON
+%   escape can make both, and neither can be written back as UTF-8.
+json_text_clean(json(Pairs)) :- !,
+    forall(member(K=V, Pairs), ( clean_text(K), json_text_clean(V) )).
+json_text_clean(L) :- is_list(L), !,
+    forall(member(V, L), json_text_clean(V)).
+json_text_clean(S) :- string(S), !, clean_text(S).
+json_text_clean(_).
+
+clean_text(T) :-
+    \+ ( sub_atom(T, _, 1, _, C), char_code(C, X), ( X =:= 0 ; X >= 0xD800, X =< 0xDFFF ) ).
 
 skip_ws(S) :-
     peek_code(S, C),
@@ -349,6 +368,10 @@ check_placeholder(P, Key, Scope, Extra, var(N)) :-
     ;   memberchk(N-_, Scope) -> true
     ;   invalid(P, "~w uses {{~s}}, which no earlier step binds", [Key, N])
     ).
+
+template_parts(Text, Parts) :-
+    string_codes(Text, Codes),
+    phrase(template(Parts), Codes).
 
 template([var(N)|Ps]) --> "{{", !, name_codes(Cs), "}}", { Cs \== [], string_codes(N, Cs) }, template(Ps).
 template([lit(S)|Ps]) --> lit_codes(Cs), { Cs \== [] }, !, { string_codes(S, Cs) }, template(Ps).
