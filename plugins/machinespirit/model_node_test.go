@@ -75,6 +75,7 @@ func TestModelNode(t *testing.T) {
 		{"strict", "nope", `model_reply_invalid: the model answered "nope", which is not an integer (digits only)`},
 		{"moody", "evil_atom_never_made", "which is not one of happy, sad"},
 		{"jsony", `{"a": 1, "a": 2}`, "which is not one JSON value"},
+		{"jsony", "1\x002", "which is not a text without NUL characters"},
 		{"jsony", `"\ud800"`, "which is not one JSON value"},
 	} {
 		h := newFakeHost(1)

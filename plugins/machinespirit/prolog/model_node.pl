@@ -110,6 +110,8 @@ parse_reply(Type, Opts, Reply, Value, Why) :-
     string_length(Reply, L), max_reply_chars(Max),
     (   L > Max
     ->  Value = none, format(string(Why), "a reply of at most ~d characters", [Max])
+    ;   sub_string(Reply, _, _, _, "\u0000")           % split_string/4 fails on a NUL
+    ->  Value = none, Why = "a text without NUL characters"
     ;   split_string(Reply, "", " \t\r\n", [T]),
         (   parse_as(Type, Opts, T, V) -> Value = V, Why = ""
         ;   Value = none, wanted(Type, Opts, Why)

@@ -87,7 +87,10 @@ parse_plan_text(Text0, Plan) :-
     (   L =< Max -> true
     ;   invalid("", "the reply has ~d characters; at most ~d", [L, Max])
     ),
-    strip_fences(Text0, Text),
+    (   sub_string(Text0, _, _, _, "\u0000")       % split_string/4 fails on a NUL
+    ->  invalid("", "the reply holds a NUL character", [])
+    ;   strip_fences(Text0, Text)
+    ),
     catch(read_json(Text, JSON), E, json_syntax(E)),
     validate_plan(JSON, Plan).
 
