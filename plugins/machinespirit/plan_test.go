@@ -484,3 +484,60 @@ func TestPlanSchemaFile(t *testing.T) {
 		}
 	}
 }
+
+// TestRLMPlanBounds: each bound of the plan language at its limit
+// (validates) and one past it (refused, naming the field and the bound).
+func TestRLMPlanBounds(t *testing.T) {
+	e := newExecutor(t, testConfig(t, nil))
+	steps := func(n int) []step {
+		var s []step
+		for range n {
+			s = append(s, step{"op": "length"})
+		}
+		return s
+	}
+	part := func(k string, v any) step { return step{"op": "partition", "chunk_bytes": 64, k: v, "as": "c"} }
+	mapStep := func(k string, v any) step {
+		return step{"op": "map", "over": "c", "prompt": "{{item}}", k: v, "as": "a"}
+	}
+	vars := func(n int) []step {
+		var s []step
+		for i := range n {
+			s = append(s, step{"op": "length", "as": fmt.Sprintf("v%d", i)})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		at     string
+		past   string
+		reason string
+	}{
+		{"steps", plan(steps(32)...), plan(steps(33)...), "has 33 steps; at most 32"},
+		{"variables", plan(vars(32)...), plan(append(vars(30), part("max_chunks", 1),
+			step{"op": "map", "over": "c", "result": "w", "steps": []step{{"op": "length", "as": "w"}}})...), `at most 32 variables`},
+		{"max_chunks", plan(part("max_chunks", 64)), plan(part("max_chunks", 65)), `"path":"steps[0].max_chunks","message":"must be an integer in 1..64 (got 65)"`},
+		{"parallel", plan(part("max_chunks", 1), mapStep("parallel", 4)), plan(part("max_chunks", 1), mapStep("parallel", 5)), `"path":"steps[1].parallel","message":"must be an integer in 1..4 (got 5)"`},
+		{"retries", plan(part("max_chunks", 1), mapStep("retries", 2)), plan(part("max_chunks", 1), mapStep("retries", 3)), `"path":"steps[1].retries","message":"must be an integer in 0..2 (got 3)"`},
+		{"max_results", plan(step{"op": "search", "pattern": "a", "max_results": 50}), plan(step{"op": "search", "pattern": "a", "max_results": 51}), `must be an integer in 1..50 (got 51)`},
+		{"pattern", plan(step{"op": "search", "pattern": strings.Repeat("a", 200)}), plan(step{"op": "search", "pattern": strings.Repeat("a", 201)}), `must have 1..200 characters (has 201)`},
+		{"variable name", plan(step{"op": "length", "as": "a" + strings.Repeat("b", 31)}), plan(step{"op": "length", "as": "a" + strings.Repeat("b", 32)}), `as must be a variable name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, c := range []struct {
+				reply, want string
+				refused     bool
+			}{{tc.at, "plan ran", false}, {tc.past, tc.reason, true}} {
+				h := newFakeHost(1)
+				h.workspace["ctx.txt"] = "x"
+				model := &scriptedModel{root: []string{c.reply, plan(finalStep("done"))}, sub: func(string) string { return "1" }}
+				h.model = model.answer
+				runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 5)
+				p := rootPrompts(h)
+				if len(p) != 2 || !strings.Contains(p[1], c.want) || strings.Contains(p[1], "plan rejected") != c.refused {
+					t.Fatalf("reply %.80s: feedback lacks %q:\n%s", c.reply, c.want, p[len(p)-1])
+				}
+			}
+		})
+	}
+}
