@@ -105,7 +105,7 @@ func (m *blockingModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	reply := "final(\"the retry budget came in 2.3 with a default of 5\")"
+	reply := `{"plan":"machinespirit.plan/1","steps":[{"op":"final","answer":"the retry budget came in 2.3 with a default of 5"}]}`
 	if strings.Contains(string(body), "[rlm sub]") {
 		reply = "a summary"
 	}
@@ -232,5 +232,120 @@ func TestMachineSpiritHostStopThenResume(t *testing.T) {
 	}
 	if committedTools == 0 || tools != committedTools {
 		t.Fatalf("tool effects run: %d before the stop, %d in all; the committed node's effects must not run again", committedTools, tools)
+	}
+}
+
+// mapModel serves an rlm plan that maps a sub-call over 20 chunks, counts
+// the requests it answered per chunk, and holds the first request for
+// chunk hold until the test lets go (or the caller gives up).
+type mapModel struct {
+	mu       sync.Mutex
+	root     int
+	answered map[int]int
+	hold     int
+	held     chan struct{}
+}
+
+const mapPlan = `{"plan":"machinespirit.plan/1","steps":[` +
+	`{"op":"partition","chunk_bytes":256,"as":"chunks"},` +
+	`{"op":"map","over":"chunks","prompt":"chunk {{index}}: {{item}}","as":"answers"},` +
+	`{"op":"reduce","over":"answers","how":"join","separator":",","as":"all"},` +
+	`{"op":"final","answer":"{{all}}"}]}`
+
+func (m *mapModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Messages []struct{ Content string } `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	prompt := ""
+	for _, msg := range req.Messages {
+		prompt += msg.Content + "\n"
+	}
+	reply, chunk := mapPlan, -1
+	if i := strings.Index(prompt, "[rlm sub] chunk "); i >= 0 {
+		fmt.Sscanf(prompt[i:], "[rlm sub] chunk %d:", &chunk)
+		reply = fmt.Sprintf("a%d", chunk)
+	}
+	m.mu.Lock()
+	first := chunk == m.hold && m.answered[chunk] == 0 && m.held != nil
+	held := m.held
+	if first {
+		m.held = nil
+	}
+	m.mu.Unlock()
+	if first {
+		close(held)
+		<-r.Context().Done() // the plugin is killed; the host gives up the call
+		return
+	}
+	out, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": reply}}}})
+	if _, err := w.Write(out); err != nil {
+		return
+	}
+	m.mu.Lock()
+	if chunk < 0 {
+		m.root++
+	} else {
+		m.answered[chunk]++
+	}
+	m.mu.Unlock()
+}
+
+// A plan that maps a sub-call over 20 chunks, its plugin SIGKILLed while
+// chunk 10's call is in flight: the resume runs the step again from the
+// checkpoint, the ledger replays the root call and the ten sub-calls that
+// were answered, and only chunk 10 onwards reach the model.
+func TestMachineSpiritPlanMapKilledResumesWithoutRepeats(t *testing.T) {
+	m := &mapModel{answered: map[int]int{}, hold: 10, held: make(chan struct{})}
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	h := openHost(t, "", func(c *config.Config) {
+		machineSpiritOn(c)
+		c.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 60}
+	})
+	ctxData := []byte(strings.Repeat("x", 20*256))
+	spec := []byte(`{"goal": "join the chunk answers", "machinespirit": {"graph": "rlm", "context_file": "ctx.txt"}}`)
+	task, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "machinespirit", Spec: spec, Files: []File{{Name: "ctx.txt", Data: ctxData}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("chunk 10 was never asked")
+	}
+	if err := syscall.Kill(pluginPid(t, "taskhost-executor-machinespirit"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	got := waitEnd(t, h, alice, task.ID)
+	wantStatus(t, got, store.StatusInterrupted, store.ReasonExecutorCrashed)
+	m.mu.Lock()
+	before := len(m.answered)
+	m.mu.Unlock()
+	if before != 10 {
+		t.Fatalf("%d chunks answered before the kill, want 10", before)
+	}
+	if _, err := h.Runner.Resume(context.Background(), alice, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	got = waitEnd(t, h, alice, task.ID)
+	wantStatus(t, got, store.StatusCompleted, "")
+	var want []string
+	for i := range 20 {
+		want = append(want, fmt.Sprintf("a%d", i))
+	}
+	if res := string(got.Result); res != `{"answer":"`+strings.Join(want, ",")+`"}` {
+		t.Fatalf("result %s", res)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.root != 1 {
+		t.Fatalf("the root model was asked %d times", m.root)
+	}
+	for i := range 20 {
+		if m.answered[i] != 1 {
+			t.Fatalf("chunk %d answered %d times: %v", i, m.answered[i], m.answered)
+		}
 	}
 }

@@ -346,7 +346,11 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 			ms.Args = append(ms.Args, "--swipl", cfg.MachineSpirit.SwiplPath, "--swipl-version", cfg.MachineSpirit.SwiplVersion,
 				"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes),
 				"--worker-memory-mb", strconv.Itoa(cfg.MachineSpirit.WorkerMemoryMB),
-				"--worker-cpu-seconds", strconv.Itoa(cfg.MachineSpirit.WorkerCPUSeconds))
+				"--worker-cpu-seconds", strconv.Itoa(cfg.MachineSpirit.WorkerCPUSeconds),
+				"--max-parallel-model-calls", strconv.Itoa(cfg.MachineSpirit.MaxParallelModelCalls))
+			if cfg.MachineSpirit.RLMGoalMode {
+				ms.Args = append(ms.Args, "--rlm-goal-mode")
+			}
 			// It runs its pinned swipl as a worker process.
 			ms.Confine.Subprocesses = true
 			ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, cfg.MachineSpirit.SwiplPath)

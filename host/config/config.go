@@ -119,6 +119,13 @@ type MachineSpirit struct {
 	// The Prolog worker's limits (one worker per running task).
 	WorkerMemoryMB   int `toml:"worker_memory_mb"`   // RLIMIT_AS, 256..65536, default 1024
 	WorkerCPUSeconds int `toml:"worker_cpu_seconds"` // RLIMIT_CPU, 1..86400, default 3600
+	// RLMGoalMode registers the rlm_goals graph, whose root model writes
+	// Prolog goals run behind an allow-list; default false (the rlm graph
+	// reads typed JSON plans and runs no model text).
+	RLMGoalMode bool `toml:"rlm_goal_mode"`
+	// MaxParallelModelCalls bounds the model calls of one step in flight
+	// at once (a plan's map with parallel > 1), 1..16, default 4.
+	MaxParallelModelCalls int `toml:"max_parallel_model_calls"`
 }
 
 // Executor is one [executors.NAME] section: a third-party executor plugin.
@@ -186,6 +193,8 @@ func Default() Config {
 
 			WorkerMemoryMB:   1024,
 			WorkerCPUSeconds: 3600,
+
+			MaxParallelModelCalls: 4,
 		},
 		Executors: map[string]Executor{},
 		Limits: Limits{

@@ -36,6 +36,7 @@ var intKeys = []struct {
 	{key: "tasks.checkpoint_max_bytes", def: 262144, min: 1024, max: 3145728},
 	{key: "machine_spirit.worker_memory_mb", def: 1024, min: 256, max: 65536},
 	{key: "machine_spirit.worker_cpu_seconds", def: 3600, min: 1, max: 86400},
+	{key: "machine_spirit.max_parallel_model_calls", def: 4, min: 1, max: 16},
 	{key: "tasks.retention_days", def: 0, min: 0, max: 3650},
 	{key: "limits.goal_chars", def: 2000, min: 1, max: 20000},
 	{key: "limits.summary_chars", def: 2000, min: 100, max: 20000},

@@ -89,6 +89,7 @@ func (m MachineSpirit) validate(ps *problems) {
 	}
 	ps.intRange("machine_spirit.worker_memory_mb", m.WorkerMemoryMB, 256, 65536)
 	ps.intRange("machine_spirit.worker_cpu_seconds", m.WorkerCPUSeconds, 1, 86400)
+	ps.intRange("machine_spirit.max_parallel_model_calls", m.MaxParallelModelCalls, 1, 16)
 }
 
 func validateExecutors(execs map[string]Executor, ps *problems) {

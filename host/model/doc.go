@@ -84,8 +84,9 @@
 //
 //  1. "rlm: ..." rules for the MACHINE-SPIRIT rlm graph: a sub-call (marker
 //     "[rlm sub]") gets a short summary; the root (marker "[rlm root]") gets
-//     the Prolog goal `llm_query("Summarise the first chunk", S), final(S)`
-//     on its first iteration and `final("scripted: no further work")` after.
+//     a JSON plan (machinespirit.plan/1) that peeks at the context, asks
+//     one sub-call to summarise it and gives that as the final answer on its
+//     first iteration, and a plan with only a final step after.
 //  2. "legacy: ..." rules for a 3-step legacy task: step 1 writes notes.md
 //     with workspace.write and then says "wrote notes"; step 2 calls
 //     shell.run {"command": "echo hello"} (approval-gated by default) and then

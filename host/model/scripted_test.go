@@ -218,11 +218,11 @@ func TestDefaultScriptRLM(t *testing.T) {
 		{Role: RoleSystem, Content: "[rlm root] You see a context handle; write Prolog goals."},
 		{Role: RoleUser, Content: "Goal: summarise the document."},
 	}
-	if got, want := complete(Request{Messages: root}), `llm_query("Summarise the first chunk", S), final(S)`; got != want {
+	if got, want := complete(Request{Messages: root}), `{"plan":"machinespirit.plan/1","steps":[{"op":"peek","bytes":512,"as":"head"},{"op":"query","prompt":"Summarise the first chunk: {{head}}","as":"s"},{"op":"final","answer":"{{s}}"}]}`; got != want {
 		t.Errorf("root iteration 1 = %q, want %q", got, want)
 	}
 	later := append(root[:2:2], Message{Role: RoleAssistant, Content: "true"}, Message{Role: RoleUser, Content: "result: true"})
-	if got, want := complete(Request{Messages: later}), `final("scripted: no further work")`; got != want {
+	if got, want := complete(Request{Messages: later}), `{"plan":"machinespirit.plan/1","steps":[{"op":"final","answer":"scripted: no further work"}]}`; got != want {
 		t.Errorf("root iteration 2 = %q, want %q", got, want)
 	}
 	sub := Request{Depth: 1, Messages: []Message{{Role: RoleUser, Content: "[rlm sub] Summarise the first chunk\n\nchunk text"}}}

@@ -21,6 +21,10 @@ import (
 // task's principal (sdk.Host.RequestInput) before the worker runs "next".
 const CheckpointSchema = "machinespirit.graph/1"
 
+// PlanSchema is the version of the typed plans the rlm graph's root model
+// writes (schema/plan-1.schema.json; interpreted by prolog/rlm_plan.pl).
+const PlanSchema = "machinespirit.plan/1"
+
 // DefaultCheckpointMaxBytes is the host's default checkpoint_max_bytes.
 const DefaultCheckpointMaxBytes = 256 << 10
 

@@ -51,6 +51,13 @@ func TestCompileRejects(t *testing.T) {
 	}{
 		{"duplicate field", g("x", `state([field(a, integer, 0, sum), field(a, string, "", replace)])`, okNodes, okEdges), "duplicate_field"},
 		{"duplicate node", g("x", okState, `nodes([node(a, noop), node(a, noop)])`, okEdges), "duplicate_node"},
+		{"model node into an undeclared field", g("x", okState, `nodes([node(a, model("q", nope))])`, okEdges), "handler_args"},
+		{"model node with an unknown placeholder", g("x", okState, `nodes([node(a, model("q {{nope}}", count))])`, okEdges), "handler_args"},
+		{"model node into an atom without one_of", g("x", `state([field(m, atom, none, replace)])`, `nodes([node(a, model("q", m))])`, okEdges), "handler_args"},
+		{"model node with a bad option", g("x", okState, `nodes([node(a, model("q", count, [retries(9)]))])`, okEdges), "handler_args"},
+		{"subgraph not listed", g("x", okState, `nodes([node(a, subgraph(other))])`, okEdges), "subgraph"},
+		{"subgraph into an undeclared field", g("x", okState, `nodes([node(a, subgraph(other, [output([count-nope])]))])`, okEdges, `subgraphs([other])`), "subgraph"},
+		{"subgraph with a bad option", g("x", okState, `nodes([node(a, subgraph(other, [merge(all)]))])`, okEdges, `subgraphs([other])`), "subgraph"},
 		{"no edge from start", g("x", okState, okNodes, `edges([edge(a, end)])`), "start_edges"},
 		{"two edges from start", g("x", okState, `nodes([node(a, noop), node(b, noop)])`, `edges([edge(start, a), edge(start, b), edge(a, end), edge(b, end)])`), "start_edges"},
 		{"conditional from start", g("x", okState, okNodes, `edges([conditional(start, always(k), [route(k, a)]), edge(a, end)])`), "start_edges"},

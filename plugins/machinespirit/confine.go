@@ -46,6 +46,9 @@ func checkLimits(cfg Config) error {
 	if c := cfg.WorkerCPUSeconds; c < MinWorkerCPUSeconds || c > MaxWorkerCPUSeconds {
 		return failCheck("worker_cpu", "worker CPU time %d seconds is outside [%d, %d]", c, MinWorkerCPUSeconds, MaxWorkerCPUSeconds)
 	}
+	if p := cfg.MaxParallelModelCalls; p < 1 || p > MaxParallelModelCalls {
+		return failCheck("max_parallel_model_calls", "max_parallel_model_calls %d is outside [1, %d]", p, MaxParallelModelCalls)
+	}
 	return nil
 }
 

@@ -59,7 +59,9 @@ func (st *stepState) model(ctx context.Context, f *inFrame) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.mu.Lock()
 	st.tokenDepth[resp.CallToken] = int(resp.Depth)
+	st.mu.Unlock()
 	return map[string]any{"text": resp.Message.Content, "token": resp.CallToken, "depth": resp.Depth}, nil
 }
 
@@ -94,7 +96,9 @@ func (st *stepState) spirit(ctx context.Context, f *inFrame) (any, error) {
 	claimed, parent := *f.Depth, *f.Parent
 	depth := 1
 	if parent != "" {
+		st.mu.Lock()
 		d, ok := st.tokenDepth[parent]
+		st.mu.Unlock()
 		if !ok {
 			return nil, fmt.Errorf("%w: sub-run from an unknown call", sdk.ErrInvalidArgument)
 		}

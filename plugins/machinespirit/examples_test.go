@@ -67,9 +67,9 @@ func TestExamples(t *testing.T) {
 	h.workspace["ctx.txt"] = string(ctxText)
 	model := &scriptedModel{
 		root: []string{
-			"context_length(N)",
-			"context_slice(" + strconv.Itoa(at-200) + ", 600, S), llm_query(S, A)",
-			`final("release 10.17.0 introduced it; default 3")`,
+			`{"plan":"machinespirit.plan/1","steps":[{"op":"search","pattern":"Introduced the retry budget","max_results":3,"as":"hits"}]}`,
+			`{"plan":"machinespirit.plan/1","steps":[{"op":"slice","from":` + strconv.Itoa(at-200) + `,"bytes":600,"as":"s"},{"op":"query","prompt":"{{s}}","as":"a"}]}`,
+			`{"plan":"machinespirit.plan/1","steps":[{"op":"final","answer":"release 10.17.0 introduced it; default 3"}]}`,
 		},
 		sub: func(p string) string {
 			if strings.Contains(p, "retry budget") {

@@ -62,6 +62,11 @@ const (
 	DefaultCancelGrace = 500 * time.Millisecond
 	// DefaultKillGrace is the time between SIGTERM and SIGKILL.
 	DefaultKillGrace = 500 * time.Millisecond
+	// DefaultMaxParallelModelCalls bounds the model calls a step has in
+	// flight at once (a plan's map with parallel > 1); MaxParallelModelCalls
+	// is the most Config.MaxParallelModelCalls may ask for.
+	DefaultMaxParallelModelCalls = 4
+	MaxParallelModelCalls        = 16
 
 	maxSummaryChars = 2000
 	// effectDrainTimeout bounds the wait for a cancelled host call.
@@ -116,6 +121,18 @@ type Config struct {
 	// if it cannot confine, the preflight fails (check "confine").
 	Trampoline string
 
+	// RLMGoalMode registers the rlm_goals graph, whose root model writes
+	// Prolog goals run behind an allow-list. Off by default: the rlm graph
+	// reads typed JSON plans and runs no model text.
+	RLMGoalMode bool
+
+	// MaxParallelModelCalls is how many model calls of one step may be in
+	// flight at once (1..MaxParallelModelCalls, default
+	// DefaultMaxParallelModelCalls). Only model calls run concurrently; a
+	// worker that starts more, or any other effect while one is in flight,
+	// breaks the protocol and is killed.
+	MaxParallelModelCalls int
+
 	StartMode StartMode // default StartFromState
 	// StateCacheDir, absolute, keeps the built saved state across plugin
 	// starts (see statecache.go); "" builds it at every start. A directory
@@ -157,6 +174,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartMode == "" {
 		c.StartMode = StartFromState
+	}
+	if c.MaxParallelModelCalls == 0 {
+		c.MaxParallelModelCalls = DefaultMaxParallelModelCalls
 	}
 	if c.CancelGrace <= 0 {
 		c.CancelGrace = DefaultCancelGrace
@@ -556,7 +576,9 @@ type stepState struct {
 	execution int64
 	effectSeq int
 	// tokenDepth records the depth the host reported for each model call
-	// of this step, to admit sub-runs against the depth budget.
+	// of this step, to admit sub-runs against the depth budget. Model
+	// calls may run concurrently: mu guards it.
+	mu         sync.Mutex
 	tokenDepth map[string]int
 }
 
@@ -569,18 +591,21 @@ type effectDone struct {
 // the worker's end.
 func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 	effCtx, cancelEffects := context.WithCancel(ctx)
-	done := make(chan effectDone, 1)
-	inFlight := false
+	maxInFlight := st.e.cfg.MaxParallelModelCalls
+	done := make(chan effectDone, maxInFlight)
+	inFlight, inFlightKind := 0, ""
 	// No host call of this step may outlive it: on the way out, cancel the
-	// one in flight and wait for it (bounded: host calls honour their
+	// ones in flight and wait for them (bounded: host calls honour their
 	// context, but a step must return even if one did not).
 	defer func() {
 		cancelEffects()
-		if inFlight {
+		deadline := time.After(effectDrainTimeout)
+		for ; inFlight > 0; inFlight-- {
 			select {
 			case <-done:
-			case <-time.After(effectDrainTimeout):
+			case <-deadline:
 				st.e.cfg.Logger.Warn("a host call did not end after its step was over")
+				return
 			}
 		}
 	}()
@@ -603,10 +628,17 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 			f := m.f
 			switch f.Type {
 			case "effect":
-				if inFlight {
-					return st.malformed(errors.New("a second effect while one is in flight"))
+				// Only model calls run side by side, and at most
+				// maxInFlight of them: the worker's plan asks for its
+				// parallelism, this is what bounds it.
+				switch {
+				case inFlight > 0 && (f.Kind != "model" || inFlightKind != "model"):
+					return st.malformed(fmt.Errorf("a %s effect while a %s effect is in flight (only model calls run concurrently)", truncate(f.Kind, 32), inFlightKind))
+				case inFlight >= maxInFlight:
+					return st.malformed(fmt.Errorf("more than %d model calls in flight at once", maxInFlight))
 				}
-				inFlight = true
+				inFlight++
+				inFlightKind = f.Kind
 				st.effectSeq++
 				go func(f *inFrame, seq int) {
 					done <- effectDone{id: *f.ID, frame: st.perform(effCtx, f, seq)}
@@ -623,7 +655,10 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 				return st.malformed(fmt.Errorf("unexpected %s frame during a run", f.Type))
 			}
 		case d := <-done:
-			inFlight = false
+			inFlight--
+			if inFlight == 0 {
+				inFlightKind = ""
+			}
 			if ctx.Err() != nil {
 				continue // the cancel case below answers
 			}

@@ -33,26 +33,7 @@ func FuzzGoalChecker(f *testing.F) {
 	e := newExecutor(f, testConfig(f, nil))
 	f.Fuzz(func(t *testing.T, goal string) {
 		pid := e.workerPID()
-		h := newFakeHost(1)
-		h.workspace["ctx.txt"] = "a small context"
-		model := &scriptedModel{root: []string{goal, `final("done")`}, sub: func(string) string { return "sub answer" }}
-		h.model = model.answer
-		var cp *sdk.Checkpoint
-		var last sdk.StepResult
-		for i := 0; i < 4; i++ {
-			res, err := e.Step(context.Background(), h, stepReq(spec("rlm", nil, "ctx.txt"), cp))
-			if err != nil {
-				t.Fatalf("step %d of goal %q: %v", i+1, goal, err)
-			}
-			last = res
-			if res.Outcome != sdk.OutcomeContinue {
-				break
-			}
-			cp = res.Checkpoint
-		}
-		if last.Outcome != sdk.OutcomeComplete {
-			t.Fatalf("goal %q: the task did not complete: %+v", goal, last)
-		}
+		last := runReplies(t, e, "rlm_goals", "a small context", goal, `final("done")`)
 		var out struct{ Answer string }
 		if err := json.Unmarshal(last.Result, &out); err != nil || out.Answer == "" {
 			t.Fatalf("goal %q: result %s (%v)", goal, last.Result, err)
@@ -67,4 +48,31 @@ func FuzzGoalChecker(f *testing.F) {
 			t.Fatalf("goal %q created the marker file", goal)
 		}
 	})
+}
+
+// runReplies runs a task of graph (rlm or rlm_goals) over ctxText whose
+// root model replies first, then second; it must complete within 4 steps.
+func runReplies(t *testing.T, e *Executor, graph, ctxText, first, second string) sdk.StepResult {
+	t.Helper()
+	h := newFakeHost(1)
+	h.workspace["ctx.txt"] = ctxText
+	model := &scriptedModel{root: []string{first, second}, sub: func(string) string { return "sub answer" }}
+	h.model = model.answer
+	var cp *sdk.Checkpoint
+	var last sdk.StepResult
+	for i := 0; i < 4; i++ {
+		res, err := e.Step(context.Background(), h, stepReq(spec(graph, nil, "ctx.txt"), cp))
+		if err != nil {
+			t.Fatalf("step %d of reply %q: %v", i+1, first, err)
+		}
+		last = res
+		if res.Outcome != sdk.OutcomeContinue {
+			break
+		}
+		cp = res.Checkpoint
+	}
+	if last.Outcome != sdk.OutcomeComplete {
+		t.Fatalf("reply %q: the task did not complete: %+v", first, last)
+	}
+	return last
 }

@@ -184,6 +184,9 @@ func prepareRuntime(ctx context.Context, cfg Config, src sourceSet, env *runtime
 		"--stack-limit-bytes=" + strconv.FormatInt(cfg.StackLimitBytes, 10),
 		"--task-stack-limit-bytes=" + strconv.FormatInt(cfg.TaskStackLimitBytes, 10),
 	}
+	if cfg.RLMGoalMode {
+		workerOpts = append(workerOpts, "--rlm-goal-mode=1")
+	}
 	if cfg.StartMode == StartFromSource {
 		if err := src.stage(env.dir); err != nil {
 			return failCheck("sources", "%w", err)

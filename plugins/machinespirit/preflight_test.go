@@ -131,7 +131,7 @@ func TestPreflightOK(t *testing.T) {
 	}
 	// A pinned operator graph is listed and runs.
 	e3 := newExecutor(t, testConfig(t, map[string]string{"extra": g("extra", okState, `nodes([node(a, patch([count=3]))])`, okEdges)}))
-	if got := e3.Describe().Runtime["graphs"]; got != "ask_human,extra,plan_act_review,rlm" {
+	if got := e3.Describe().Runtime["graphs"]; got != "ask_human,extra,plan_act_review,rlm,rlm_goals" {
 		t.Fatalf("graphs = %q", got)
 	}
 	res, err := e3.Step(context.Background(), newFakeHost(1), stepReq(spec("extra", nil, ""), nil))

@@ -78,7 +78,7 @@ func TestRLMEndToEnd(t *testing.T) {
 			"context_length(N)",
 			"```prolog\ncontext_slice(700000, 64, S)\n```",
 			`context_slice(699990, 200, S), string_concat("What is the secret code? ", S, P), llm_query(P, A)`,
-			`spirit(rlm, _{goal: "nested question"}, A)`,
+			`spirit(rlm_goals, _{goal: "nested question"}, A)`,
 			`final("4217")`,
 		},
 		subRoot: []string{
@@ -94,7 +94,7 @@ func TestRLMEndToEnd(t *testing.T) {
 	}
 	h.model = model.answer
 	e := newExecutor(t, testConfig(t, nil))
-	results, _ := runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 12)
+	results, _ := runToEnd(t, e, h, spec("rlm_goals", nil, "ctx.txt"), nil, 12)
 
 	last := results[len(results)-1]
 	if last.Outcome != sdk.OutcomeComplete || string(last.Result) != `{"answer":"4217"}` {
@@ -183,7 +183,7 @@ func TestRLMBounds(t *testing.T) {
 		h := newFakeHost(1)
 		h.workspace["ctx.txt"] = "x"
 		h.model = func(string, int) (string, error) { return "true", nil }
-		results, _ := runToEnd(t, e, h, spec("rlm", map[string]any{"max_iterations": 3}, "ctx.txt"), nil, 10)
+		results, _ := runToEnd(t, e, h, spec("rlm_goals", map[string]any{"max_iterations": 3}, "ctx.txt"), nil, 10)
 		last := results[len(results)-1]
 		if last.Outcome != sdk.OutcomeFail || !strings.Contains(last.Message, "rlm_iterations_exhausted") {
 			t.Fatalf("last step: %+v", last)
@@ -205,7 +205,7 @@ func TestRLMBounds(t *testing.T) {
 			h.workspace["ctx.txt"] = "x"
 			model := &scriptedModel{root: []string{tc.reply, `final("done")`}, sub: func(string) string { return "" }}
 			h.model = model.answer
-			runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 5)
+			runToEnd(t, e, h, spec("rlm_goals", nil, "ctx.txt"), nil, 5)
 			p := rootPrompts(h)
 			if len(p) != 2 || !strings.Contains(p[1], tc.want) {
 				t.Fatalf("feedback lacks %q: %q", tc.want, p)
@@ -217,7 +217,7 @@ func TestRLMBounds(t *testing.T) {
 		h.workspace["ctx.txt"] = strings.Repeat("y", 10000)
 		model := &scriptedModel{root: []string{"context_slice(0, 4096, S), string_length(S, L)", "context_slice(0, 4097, S)", `final("done")`}, sub: func(string) string { return "" }}
 		h.model = model.answer
-		runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 6)
+		runToEnd(t, e, h, spec("rlm_goals", nil, "ctx.txt"), nil, 6)
 		p := rootPrompts(h)
 		if len(p) != 3 || !strings.Contains(p[1], "L = 4096") || !strings.Contains(p[2], "slice_length_at_most(4096)") {
 			t.Fatalf("prompts: %q", p)
@@ -231,7 +231,7 @@ func TestRLMBounds(t *testing.T) {
 		}
 		model := &scriptedModel{root: []string{ask(6000), ask(6001), `final("done")`}, sub: func(string) string { return "sub answer" }}
 		h.model = model.answer
-		runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 6)
+		runToEnd(t, e, h, spec("rlm_goals", nil, "ctx.txt"), nil, 6)
 		p := rootPrompts(h)
 		if len(p) != 3 || !strings.Contains(p[1], `A = "sub answer"`) || !strings.Contains(p[2], "prompt_of_at_most_chars(6000)") {
 			t.Fatalf("prompts: %q", p)
@@ -245,13 +245,13 @@ func TestRLMBounds(t *testing.T) {
 		h.workspace["ctx.txt"] = "aé" + strings.Repeat("é", 10)
 		model := &scriptedModel{root: []string{"context_slice(2, 5, S)", `final("done")`}, sub: func(string) string { return "" }}
 		h.model = model.answer
-		runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 5)
+		runToEnd(t, e, h, spec("rlm_goals", nil, "ctx.txt"), nil, 5)
 		if p := rootPrompts(h); len(p) != 2 || !strings.Contains(p[1], `S = "éé"`) {
 			t.Fatalf("prompts: %q", p)
 		}
 	})
 	t.Run("no context file", func(t *testing.T) {
-		res, err := e.Step(context.Background(), newFakeHost(1), stepReq(spec("rlm", nil, ""), nil))
+		res, err := e.Step(context.Background(), newFakeHost(1), stepReq(spec("rlm_goals", nil, ""), nil))
 		if err != nil || res.Outcome != sdk.OutcomeFail || !strings.Contains(res.Message, "context_file") {
 			t.Fatalf("%+v, %v", res, err)
 		}
@@ -271,7 +271,7 @@ func TestRLMCheckpointHasNoTranscript(t *testing.T) {
 	model := &scriptedModel{root: append(replies, `final("x")`), sub: func(string) string { return "" }}
 	h.model = model.answer
 	var maxCp int
-	_, cp := runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 20)
+	_, cp := runToEnd(t, e, h, spec("rlm_goals", nil, "ctx.txt"), nil, 20)
 	var m map[string]any
 	if err := json.Unmarshal(cp.Payload, &m); err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ func runGoal(t *testing.T, e *Executor, goal string) goalRun {
 	h.workspace["ctx.txt"] = "a small context"
 	model := &scriptedModel{root: []string{goal, `final("done")`}, sub: func(string) string { return "sub answer" }}
 	h.model = model.answer
-	results, _ := runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 5)
+	results, _ := runToEnd(t, e, h, spec("rlm_goals", nil, "ctx.txt"), nil, 5)
 	last := results[len(results)-1]
 	prompts := rootPrompts(h)
 	if len(prompts) != 2 {

@@ -40,7 +40,7 @@ func TestSubRunAdmission(t *testing.T) {
 	}
 	t.Run("rlm may not start another graph", func(t *testing.T) {
 		r := runGoal(t, e, `spirit(plan_act_review, _{tasks: ["x"]}, A)`)
-		if !strings.Contains(r.feedback, "graph rlm may not start graph plan_act_review") {
+		if !strings.Contains(r.feedback, "graph rlm_goals may not start graph plan_act_review") {
 			t.Fatalf("feedback: %s", r.feedback)
 		}
 	})

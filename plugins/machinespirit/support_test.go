@@ -45,10 +45,12 @@ func testSources(t testing.TB) map[string][]byte {
 }
 
 // testConfig is a config with the test handlers and the given operator
-// graphs (name -> source), pinned.
+// graphs (name -> source), pinned. Its workers have the RLM's goal mode
+// on, so that the hostile-goal tests run against the rlm_goals graph; a
+// plugin's default is off (TestRLMGoalModeOffByDefault).
 func testConfig(t testing.TB, graphs map[string]string) Config {
 	t.Helper()
-	cfg := Config{SwiplPath: testSwipl, SwiplVersion: testVersion, extraSources: testSources(t)}
+	cfg := Config{SwiplPath: testSwipl, SwiplVersion: testVersion, extraSources: testSources(t), RLMGoalMode: true}
 	if len(graphs) > 0 {
 		dir := t.TempDir()
 		cfg.GraphsDir = dir

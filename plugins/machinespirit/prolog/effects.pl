@@ -32,6 +32,8 @@
             approval/2,             % +Prompt, -Decision
             progress/1,             % +Note
             effect/3,               % +Kind, +Fields, -Value
+            effect_start/3,         % +Kind, +Fields, -Id
+            await_effects/3,        % +Kind, +Ids, -Values
             current_call_context/1, % -ctx(Token, Depth)
             with_call_context/2,    % +ctx(Token, Depth), :Goal
             with_node_time_limit/2, % +Seconds, :Goal
@@ -148,15 +150,32 @@ progress(Note) :-
 %   unique for the life of the worker (flag/3 is global), so a result can
 %   never be matched to the wrong request.
 effect(Kind, Fields, Value) :-
+    effect_start(Kind, Fields, Id),
+    await_effects(Kind, [Id], [Value]).
+
+%!  effect_start(+Kind, +Fields, -Id) is det.
+%!  await_effects(+Kind, +Ids, -Values) is det.
+%
+%   effect/3 in two halves, so that several model calls can be in flight
+%   at once (the plugin bounds how many, and admits only model calls
+%   concurrently). Results are awaited in the order of Ids; the first
+%   refusal is raised once every result has arrived, so no answer is left
+%   behind for a later wait.
+effect_start(Kind, Fields, Id) :-
     flag(ms_effect_id, Id0, Id0 + 1),
     Id is Id0 + 1,
     put_dict(_{type: effect, id: Id, kind: Kind}, Fields, Frame),
     catch(send_frame(Frame), frame_too_large(B, Max),
           ( format(string(Msg), "~w request of ~d bytes exceeds the ~d-byte frame limit", [Kind, B, Max]),
-            throw(effect_error(Kind, too_large, Msg)) )),
+            throw(effect_error(Kind, too_large, Msg)) )).
+
+await_effects(Kind, Ids, Values) :-
     pause_alarm(Paused),
-    thread_get_message(ms_effect_result(Id, Reply)),
+    findall(Id-Reply, ( member(Id, Ids), thread_get_message(ms_effect_result(Id, Reply)) ), Replies),
     resume_alarm(Paused),
+    maplist(effect_value(Kind), Replies, Values).
+
+effect_value(Kind, _-Reply, Value) :-
     (   get_dict(ok, Reply, true)
     ->  get_dict(value, Reply, Value)
     ;   get_dict(error, Reply, Err),

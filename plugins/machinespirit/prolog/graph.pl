@@ -10,7 +10,7 @@
                     limits([max_node_executions(N), max_visits(N),
                             node_seconds(S), node_inferences(I)]),   % optional
                     output([Field, ...])                  % optional: result fields
-                    subgraphs([GraphId, ...])             % optional: what spirit/3 may start
+                    subgraphs([GraphId, ...])             % optional: what spirit/3 and subgraph nodes may start
                   ])
 
     `start` and `end` are reserved node names. Handlers and routers are
@@ -141,6 +141,13 @@ compile_graph(Spec, G) :-
     compile_output(Output, FieldNames),
     option_value(subgraphs, Options, [], Subgraphs),
     compile_subgraphs(Subgraphs),
+    forall(get_dict(Name, Nodes, node(H, _)), compile_subgraph_node(Name, H, Subgraphs, FieldNames)),
+    findall(F-T, member(field(F, T, _, _), Fields), FieldTypes),
+    forall(get_dict(Name, Nodes, node(H, _)),
+           (   ms_registry:handler_check(H, FieldTypes, Error)
+           ->  fail_rule(handler_args, "node ~q: ~s", [Name, Error])
+           ;   true
+           )),
     graph_hash(Spec, Hash),
     G = graph{id: Id, hash: Hash, description: Description, fields: Fields,
               nodes: Nodes, first: First, out: Out, limits: Limits,
@@ -155,6 +162,28 @@ compile_subgraphs(Ids) :-
     ->  true
     ;   fail_rule(syntax, "subgraphs(...) takes a list of at most 16 graph ids, not ~q", [Ids])
     ).
+
+%   A subgraph node names a graph the graph lists in subgraphs([...]) and
+%   maps only declared fields: input(ChildKey-Field, ...) reads them,
+%   output(ChildField-Field, ...) merges into them.
+compile_subgraph_node(Name, H, Subgraphs, Fields) :-
+    (   H = subgraph(Id) -> Opts = []
+    ;   H = subgraph(Id, Opts) -> true
+    ;   true
+    ),
+    (   var(Id) -> true
+    ;   (   memberchk(Id, Subgraphs) -> true
+        ;   fail_rule(subgraph, "node ~q runs graph ~q, which the graph does not list in subgraphs([...])", [Name, Id])
+        ),
+        (   is_list(Opts), forall(member(O, Opts), subgraph_option(O, Fields)) -> true
+        ;   fail_rule(subgraph, "node ~q: subgraph options are input([ChildKey-Field, ...]) and output([ChildField-Field, ...]) over declared fields, not ~q", [Name, Opts])
+        )
+    ).
+
+subgraph_option(O, Fields) :-
+    (   O = input(Ps) ; O = output(Ps) ), !,
+    is_list(Ps), length(Ps, N), N =< 64,
+    forall(member(P, Ps), ( P = C-F, identifier(C), memberchk(F, Fields) )).
 
 identifier(Id) :-
     atom(Id),

@@ -1,6 +1,10 @@
 /*  MACHINE-SPIRIT: the graphs shipped with the plugin.
 
-    rlm              the recursive-language-model loop (see rlm.pl);
+    rlm              the recursive-language-model loop over typed JSON
+                     plans (rlm_plan.pl);
+    rlm_goals        the same loop with model-written Prolog goals
+                     (rlm.pl); registered only with the worker's goal
+                     mode on (--rlm-goal-mode), off by default;
     plan_act_review  plan -> act -> review with a conditional router and a
                      bounded retry loop; it calls no model at all, which
                      shows the runtime does not depend on one;
@@ -14,7 +18,43 @@
 
 ms_registry:graph_spec(
     graph(rlm,
-          [ description("Recursive language model: the root model explores a large context it never sees whole, through sandboxed Prolog goals and sub-model calls."),
+          [ description("Recursive language model: the root model explores a large context it never sees whole, through typed JSON plans (machinespirit.plan/1) that trusted Prolog validates and interprets."),
+            state([ field(context_length, integer, 0, replace),
+                    field(prefix, string, "", replace),
+                    field(iteration, integer, 0, sum),
+                    field(repairs, integer, 0, replace),
+                    field(recent, list(string), [], replace),
+                    field(answer, optional(string), null, replace)
+                  ]),
+            nodes([ node(probe, rlm_probe),
+                    node(iterate, rlm_plan_iterate, [max_visits(30)]),
+                    node(give_up, fail_graph(rlm_iterations_exhausted)),
+                    node(invalid, rlm_plan_give_up)
+                  ]),
+            edges([ edge(start, probe),
+                    edge(probe, iterate),
+                    conditional(iterate, rlm_plan_router,
+                                [ route(continue, iterate),
+                                  route(done, end),
+                                  route(exhausted, give_up),
+                                  route(invalid, invalid)
+                                ]),
+                    edge(give_up, end),
+                    edge(invalid, end)
+                  ]),
+            limits([ max_node_executions(40),
+                     max_visits(30),
+                     node_seconds(300),
+                     node_inferences(200_000_000)
+                   ]),
+            output([answer]),
+            % A plan's recurse step runs this graph one level deeper.
+            subgraphs([rlm])
+          ])).
+
+ms_registry:graph_spec(
+    graph(rlm_goals,
+          [ description("Recursive language model, goal mode (off by default: --rlm-goal-mode): the root model writes Prolog goals, checked against an allow-list and run sandboxed."),
             state([ field(context_length, integer, 0, replace),
                     field(prefix, string, "", replace),
                     field(iteration, integer, 0, sum),
@@ -40,8 +80,8 @@ ms_registry:graph_spec(
                      node_inferences(200_000_000)
                    ]),
             output([answer]),
-            % The root model may recurse into the RLM itself, nothing else.
-            subgraphs([rlm])
+            % Only with the worker's goal mode on (see main.pl).
+            subgraphs([rlm_goals])
           ])).
 
 ms_registry:graph_spec(

@@ -48,6 +48,8 @@
 :- use_module(rlm_api, []).
 :- use_module(rlm_goals, []).
 :- use_module(rlm).
+:- use_module(rlm_plan).
+:- use_module(model_node).
 :- use_module(par).
 :- use_module(graphs).
 
@@ -64,6 +66,7 @@ required_library('apply', apply).
 required_library('pairs', pairs).
 required_library('aggregate', aggregate).
 required_library('readutil', read_util).
+required_library('pcre', pcre).
 
 main :-
     protocol_init,
@@ -82,9 +85,15 @@ main :-
     serve.
 
 register_shipped_graphs(Errors) :-
-    findall(Spec, ms_registry:graph_spec(Spec), Specs),
+    findall(Spec, ( ms_registry:graph_spec(Spec), enabled_graph(Spec) ), Specs),
     foldl(register_one, Specs, [], Errors0),
     reverse(Errors0, Errors).
+
+%   The goal-writing RLM runs model text as Prolog behind an allow-list;
+%   it exists only where the operator turned it on explicitly.
+enabled_graph(graph(rlm_goals, _)) :- !,
+    current_prolog_flag(ms_rlm_goal_mode, 1).
+enabled_graph(_).
 
 register_one(Spec, Es, Es1) :-
     catch(( register_graph(Spec, _), Es1 = Es ),
@@ -261,7 +270,7 @@ cancel_signal(Id) :-
 run_one(Run) :-
     drop_stale_effect_results,
     forall(member(Key-Value, [ms_alarm-none, ms_call_ctx-ctx("", 0), ms_env-none,
-                              ms_rlm-none, ms_rlm_final-none]),
+                              ms_rlm-none, ms_rlm_final-none, ms_subgraph_depth-0]),
            nb_setval(Key, Value)),
     get_dict(id, Run, Id),
     catch(( nb_setval(ms_in_run, Id),

@@ -49,6 +49,8 @@ protocol_init :-
     option_value(Argv, '--max-frame-bytes=', 1048576, MaxFrame),
     option_value(Argv, '--stack-limit-bytes=', 536870912, Stack),
     option_value(Argv, '--task-stack-limit-bytes=', 268435456, TaskStack),
+    option_value(Argv, '--rlm-goal-mode=', 0, GoalMode),
+    create_prolog_flag(ms_rlm_goal_mode, GoalMode, [type(integer), keep(false)]),
     create_prolog_flag(ms_max_frame_bytes, MaxFrame, [type(integer), keep(false)]),
     create_prolog_flag(ms_task_stack_limit, TaskStack, [type(integer), keep(false)]),
     set_prolog_flag(stack_limit, Stack),

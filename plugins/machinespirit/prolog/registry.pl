@@ -50,6 +50,8 @@
 :- multifile
     handler_decl/1,
     handler/4,
+    handler_check/3,                % +Handler, +FieldTypes, -Error: a compile-time check
+
     router_decl/1,
     router/4,
     graph_spec/1.                   % trusted graph specs shipped with the worker

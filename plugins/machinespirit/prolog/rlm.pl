@@ -19,7 +19,8 @@
     the model as an error like any other. An exhausted process resource
     (memory) ends the step as resource_exhausted: the worker is replaced.
 */
-:- module(ms_rlm, [run_model_code/2, shown_term/2]).
+:- module(ms_rlm, [run_model_code/2, shown_term/2, root_turn/5, push_recent/3, strip_fences/2, root_facts/6]).
+:- meta_predicate root_turn(+, +, +, 2, -).
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(protocol).
@@ -55,23 +56,9 @@ ms_registry:handler(rlm_iterate, Env, State, patch(Patch, Note)) :-
     get_dict(iteration, State, I0), I is I0 + 1,
     max_iterations(Env, Max),
     root_prompt(Env, State, I, Max, System, User),
-    model_call([system(System), user(User)], [], Reply),
-    get_dict(text, Reply, Text),
-    get_dict(token, Reply, Token),
-    get_dict(depth, Reply, Depth),
-    get_dict(context_length, State, Len),
-    get_dict(prefix, State, Prefix),
-    % A sub-run's iterations publish their own facts: restore ours after.
-    (   nb_current(ms_rlm, SavedFacts) -> true ; SavedFacts = none ),
-    setup_call_cleanup(
-        nb_setval(ms_rlm, _{context_length: Len, prefix: Prefix}),
-        with_call_context(ctx(Token, Depth), run_model_code(Text, Result)),
-        nb_setval(ms_rlm, SavedFacts)),
+    root_turn(State, System, User, run_model_code, Result),
     observation(I, Result, Obs),
-    get_dict(recent, State, Recent0),
-    append(Recent0, [Obs], Recent1),
-    recent_kept(K),
-    last_n(Recent1, K, Recent),
+    push_recent(State, Obs, Recent),
     (   Result = goal(_, final(Answer))
     ->  Patch = [iteration=1, recent=Recent, answer=Answer],
         Note = "final answer"
@@ -97,6 +84,36 @@ max_iterations(Env, Max) :-
     ;   Max = Def
     ).
 
+%!  root_turn(+State, +System, +User, :Run, -Result) is det.
+%
+%   One root-model call, then call(Run, ReplyText, Result) in its call
+%   context (sub-calls name it as their parent, so the host puts them one
+%   level deeper) with the context's facts published for the RLM's
+%   operations. A sub-run's iterations publish their own facts: ours are
+%   restored after.
+root_turn(State, System, User, Run, Result) :-
+    model_call([system(System), user(User)], [], Reply),
+    get_dict(text, Reply, Text),
+    get_dict(token, Reply, Token),
+    get_dict(depth, Reply, Depth),
+    get_dict(context_length, State, Len),
+    get_dict(prefix, State, Prefix),
+    (   nb_current(ms_rlm, SavedFacts) -> true ; SavedFacts = none ),
+    setup_call_cleanup(
+        nb_setval(ms_rlm, _{context_length: Len, prefix: Prefix}),
+        with_call_context(ctx(Token, Depth), call(Run, Text, Result)),
+        nb_setval(ms_rlm, SavedFacts)).
+
+%!  push_recent(+State, +Observation, -Recent) is det.
+%
+%   The state's recent observations with Observation last, at most
+%   recent_kept of them.
+push_recent(State, Obs, Recent) :-
+    get_dict(recent, State, Recent0),
+    append(Recent0, [Obs], Recent1),
+    recent_kept(K),
+    last_n(Recent1, K, Recent).
+
 last_n(L, N, Last) :-
     length(L, Len),
     (   Len =< N -> Last = L
@@ -107,16 +124,24 @@ last_n(L, N, Last) :-
 
 root_prompt(Env, State, I, Max, System, User) :-
     System = "You are the root of a recursive language model. You never see the context itself: you explore it by replying with Prolog goals that a sandbox runs for you.",
-    get_dict(goal, Env, Goal0),
     get_dict(context_file, Env, File),
+    root_facts(Env, State, Goal, Len, PrefixShown, Recent),
+    build_user_prompt(I, Max, Goal, File, Len, PrefixShown, Recent, User0),
+    fit_prompt(User0, I, Max, Goal, File, Len, PrefixShown, Recent, User).
+
+%!  root_facts(+Env, +State, -Goal, -Len, -PrefixShown, -Recent) is det.
+%
+%   What a root prompt shows, each bounded: the task's goal (2000
+%   characters), the context's size, its first bytes quoted (700
+%   characters) and the recent observations.
+root_facts(Env, State, Goal, Len, PrefixShown, Recent) :-
+    get_dict(goal, Env, Goal0),
     get_dict(context_length, State, Len),
     get_dict(prefix, State, Prefix),
     get_dict(recent, State, Recent),
     format(string(PrefixQ), "~q", [Prefix]),
     truncate_text(PrefixQ, 700, PrefixShown),
-    truncate_text(Goal0, 2000, Goal),
-    build_user_prompt(I, Max, Goal, File, Len, PrefixShown, Recent, User0),
-    fit_prompt(User0, I, Max, Goal, File, Len, PrefixShown, Recent, User).
+    truncate_text(Goal0, 2000, Goal).
 
 fit_prompt(User0, I, Max, Goal, File, Len, Prefix, Recent, User) :-
     utf8_bytes(User0, B),

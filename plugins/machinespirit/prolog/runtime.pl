@@ -489,6 +489,56 @@ spirit(GraphId, Input, Answer) :-
     ;   Answer = Result
     ).
 
+%   ---- subgraph nodes ----
+
+%   subgraph(GraphId) / subgraph(GraphId, Options): runs graph GraphId to
+%   its end inline, inside this node, in the node's own call context (the
+%   child's model calls are the node's: no depth is added, and the plugin
+%   is not asked), and merges the child's output into this graph's state
+%   through this graph's reducers. Options:
+%       input([ChildKey-Field, ...])   the child's input object (default {})
+%       output([ChildField-Field, ...]) what is merged (default: each of
+%                                       the child's output fields onto the
+%                                       field of the same name)
+%   Nesting is bounded (max_subgraph_depth). The child is part of the
+%   node: a crash re-runs the node, and the host replays the child's
+%   effects; its state is merged once, when the node returns.
+max_subgraph_depth(4).
+
+ms_registry:handler_decl(subgraph(_)).
+ms_registry:handler_decl(subgraph(_, _)).
+ms_registry:handler(subgraph(Id), Env, State, Out) :-
+    ms_registry:handler(subgraph(Id, []), Env, State, Out).
+ms_registry:handler(subgraph(Id, Opts), Env, State, patch(Patch, Note)) :-
+    (   graph(Id, CG) -> true
+    ;   fail_step(subgraph, "subgraph ~q is not registered", [Id])
+    ),
+    (   nb_current(ms_subgraph_depth, D0), integer(D0) -> true ; D0 = 0 ),
+    D is D0 + 1,
+    max_subgraph_depth(Max),
+    (   D =< Max -> true
+    ;   fail_step(subgraph_depth, "subgraph ~w would nest ~d deep; at most ~d", [Id, D, Max])
+    ),
+    (   memberchk(input(InMap), Opts) -> true ; InMap = [] ),
+    findall(K-V, ( member(K-F, InMap), get_dict(F, State, V) ), InPairs),
+    dict_pairs(Input, _, InPairs),
+    sub_env(Env, Id, Input, ChildEnv),
+    initial_snapshot(CG, Snap0),
+    setup_call_cleanup(
+        nb_setval(ms_subgraph_depth, D),
+        catch(sub_run(CG, ChildEnv, Snap0, ChildState),
+              graph_failure(Code, Msg),
+              ( format(string(M), "subgraph ~w: ~s", [Id, Msg]),
+                throw(graph_failure(Code, M)) )),
+        nb_setval(ms_subgraph_depth, D0)),
+    (   memberchk(output(OutMap), Opts) -> true
+    ;   get_dict(output, CG, OutFields),
+        findall(F-F, member(F, OutFields), OutMap)
+    ),
+    findall(PF=V, ( member(CF-PF, OutMap), get_dict(CF, ChildState, V) ), Patch),
+    length(Patch, NP),
+    format(string(Note), "subgraph ~w merged ~d fields", [Id, NP]).
+
 sub_env(Parent, GraphId, Input, Env) :-
     (   get_dict(goal, Input, Goal), string(Goal) -> true ; get_dict(goal, Parent, Goal) ),
     (   get_dict(context_file, Input, CF), string(CF) -> true ; get_dict(context_file, Parent, CF) ),

@@ -145,3 +145,21 @@ ms_registry:handler(escape(Path), _, _, patch([answer=A])) :-
 
 attempt(G, R) :-
     catch(( call(G) -> R = ok ; R = failed ), E, ( E = error(F, _), functor(F, R0, _), R = R0 ; R = thrown )).
+
+%   concurrent(Kinds): starts one effect of each kind in Kinds without
+%   waiting, then awaits them all; the plugin bounds what may overlap.
+ms_registry:handler_decl(concurrent(_)).
+ms_registry:handler(concurrent(Kinds), _, _, patch([])) :-
+    maplist(start_kind, Kinds, Ids),
+    await_effects(any, Ids, _).
+
+start_kind(model, Id) :-
+    effect_start(model, _{messages: [_{role: "user", content: "concurrent"}], parent: ""}, Id).
+start_kind(tool, Id) :-
+    effect_start(tool, _{name: "time.sleep", arguments: _{seconds: 0}}, Id).
+
+%   input_to(Key, Field): copies the run's input member Key to Field.
+ms_registry:handler_decl(input_to(_, _)).
+ms_registry:handler(input_to(Key, Field), Env, _, patch([Field=V])) :-
+    get_dict(input, Env, Input),
+    get_dict(Key, Input, V).

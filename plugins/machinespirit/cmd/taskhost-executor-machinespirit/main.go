@@ -5,7 +5,7 @@
 //	taskhost-executor-machinespirit --swipl /usr/bin/swipl --swipl-version 9.0.4 \
 //	    [--graphs-dir DIR --graph-pin NAME=SHA256 ...] [--checkpoint-max-bytes N] \
 //	    [--start state|source] [--state-cache-dir DIR] [--worker-memory-mb N] [--worker-cpu-seconds N] \
-//	    [--trampoline PATH]
+//	    [--trampoline PATH] [--rlm-goal-mode] [--max-parallel-model-calls N]
 //
 // A failed preflight does not stop the plugin: Describe reports
 // Runtime["preflight"] = "failed: ..." and every step is refused, so the
@@ -108,6 +108,8 @@ func parseFlags(args []string, stderr io.Writer) (machinespirit.Config, error) {
 	memMB := fs.Int64("worker-memory-mb", machinespirit.DefaultWorkerMemoryBytes>>20, "the Prolog worker's address space (RLIMIT_AS), MiB")
 	fs.StringVar(&cfg.Trampoline, "trampoline", "", "absolute path of the binary that confines the worker (the host's taskhost-confine; empty: this binary)")
 	fs.Int64Var(&cfg.WorkerCPUSeconds, "worker-cpu-seconds", machinespirit.DefaultWorkerCPUSeconds, "the Prolog worker's CPU time (RLIMIT_CPU), seconds")
+	fs.BoolVar(&cfg.RLMGoalMode, "rlm-goal-mode", false, "also register the rlm_goals graph, whose root model writes Prolog goals run behind an allow-list (off: the rlm graph reads typed JSON plans only)")
+	fs.IntVar(&cfg.MaxParallelModelCalls, "max-parallel-model-calls", machinespirit.DefaultMaxParallelModelCalls, "model calls of one step in flight at once (1..16)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

@@ -15,14 +15,19 @@ func TestParseFlags(t *testing.T) {
 		"--graphs-dir", "/etc/taskhost/graphs", "--graph-pin", "a=" + strings.Repeat("0", 64),
 		"--graph-pin", "b=" + strings.Repeat("1", 64), "--checkpoint-max-bytes", "1000", "--start", "source",
 		"--worker-memory-mb", "512", "--worker-cpu-seconds", "60", "--trampoline", "/opt/taskhost/taskhost-confine",
+		"--rlm-goal-mode", "--max-parallel-model-calls", "3",
 	}, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.SwiplPath != "/usr/bin/swipl" || cfg.SwiplVersion != "9.0.4" || cfg.GraphsDir != "/etc/taskhost/graphs" ||
 		len(cfg.GraphPins) != 2 || cfg.CheckpointMaxBytes != 1000 || cfg.StartMode != machinespirit.StartFromSource ||
-		cfg.WorkerMemoryBytes != 512<<20 || cfg.WorkerCPUSeconds != 60 || cfg.Trampoline != "/opt/taskhost/taskhost-confine" {
+		cfg.WorkerMemoryBytes != 512<<20 || cfg.WorkerCPUSeconds != 60 || cfg.Trampoline != "/opt/taskhost/taskhost-confine" ||
+		!cfg.RLMGoalMode || cfg.MaxParallelModelCalls != 3 {
 		t.Fatalf("config %+v", cfg)
+	}
+	if cfg, err := parseFlags([]string{"--swipl", "/usr/bin/swipl"}, &stderr); err != nil || cfg.RLMGoalMode || cfg.MaxParallelModelCalls != machinespirit.DefaultMaxParallelModelCalls {
+		t.Fatalf("defaults %+v, %v: the goal mode is off unless asked for", cfg, err)
 	}
 	for _, bad := range [][]string{
 		{"--graph-pin", "nohash"},
@@ -33,6 +38,7 @@ func TestParseFlags(t *testing.T) {
 		{"--worker-memory-mb", "-1"},
 		{"--worker-cpu-seconds", "x"},
 		{"--trampoline", "taskhost-confine"},
+		{"--max-parallel-model-calls", "x"},
 	} {
 		if _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
