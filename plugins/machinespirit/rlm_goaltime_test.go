@@ -18,7 +18,7 @@ func TestRLMGoalComputeTimeBounded(t *testing.T) {
 	burn := "forall(between(1, 1000000, _), (length(L, 200000), msort(L, _)))"
 	model := &scriptedModel{root: []string{burn, `final("done")`}, sub: func(string) string { return "" }}
 	h.model = model.answer
-	results, _ := runToEnd(t, e, h, spec("rlm", nil, "ctx.txt"), nil, 5)
+	results, _ := runToEnd(t, e, h, spec("rlm_goals", nil, "ctx.txt"), nil, 5)
 	p := rootPrompts(h)
 	if len(p) != 2 || !strings.Contains(p[1], "stopped: the goal computed for more than 5 s") {
 		t.Fatalf("feedback lacks the compute-time stop: %q", p)
