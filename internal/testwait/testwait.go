@@ -4,6 +4,7 @@ package testwait
 
 import (
 	"os"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -21,6 +22,28 @@ func Until(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// ReadLive reads path, an absolute path, as it is in this process's mount
+// namespace or, failing that, in any other process's: a running shell.run
+// command's writes to its workspace are in a mount namespace of its own
+// until it ends (host/tools/disk.go), which /proc/PID/root of any of its
+// processes shows.
+func ReadLive(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return b, nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, perr := strconv.Atoi(e.Name()); perr != nil {
+			continue
+		}
+		if b, lerr := os.ReadFile("/proc/" + e.Name() + "/root" + path); lerr == nil {
+			return b, nil
+		}
+	}
+	return nil, err
+}
+
 // File waits up to 15 s for path to exist with some content, and returns
 // the content.
 func File(t testing.TB, path string) string {
@@ -28,7 +51,7 @@ func File(t testing.TB, path string) string {
 	var data []byte
 	Until(t, 15*time.Second, "file "+path, func() bool {
 		var err error
-		data, err = os.ReadFile(path)
+		data, err = ReadLive(path)
 		return err == nil && len(data) > 0
 	})
 	return string(data)
