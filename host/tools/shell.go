@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/taskhost/taskhost/internal/uids"
 )
 
 // shellPath is the minimal PATH a command gets; nothing of the host's
@@ -79,12 +81,14 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	var cmd *exec.Cmd
 	var v1 *v1Cgroups
 	var disk *workspaceDisk
+	cmdUID := 0
 	if r.confine != nil {
 		uid, handBack, err := r.ownUID(dir)
 		if err != nil {
 			pw.Close()
 			return Result{}, err
 		}
+		cmdUID = uid
 		// After the container's release below: every process of the
 		// command is gone before its files change hands.
 		defer handBack()
@@ -194,7 +198,18 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 		stopped = err
 	}
 	var discarded bool
-	if disk != nil {
+	merge := disk != nil
+	if merge && cmdUID > 0 {
+		// Nothing of the command may change its upper layer while it is
+		// merged: not even a process the container did not hold.
+		if err := uids.KillAll(cmdUID); err != nil {
+			merge = false
+			if stopped == nil {
+				stopped = fmt.Errorf("processes of the command's uid survive; its writes are not kept: %w", err)
+			}
+		}
+	}
+	if merge {
 		// Even after a timeout or a cancel: what the command wrote until
 		// then stays, as it would on a disk of its own.
 		var err error
