@@ -72,13 +72,15 @@ func poll(d time.Duration, what string, cond func() (bool, error)) error {
 // clears the mark.
 func inflight(ws string) error {
 	mark := filepath.Join(ws, "inflight")
+	// The running command's own view of its workspace has it: its
+	// writes reach the workspace when it ends.
 	if err := poll(30*time.Second, "a call in flight in "+ws, func() (bool, error) {
-		_, err := os.Stat(mark)
+		_, err := testwait.ReadLive(mark)
 		return err == nil, nil
 	}); err != nil {
 		return err
 	}
-	return os.Remove(mark)
+	return testwait.RemoveLive(mark)
 }
 
 func waitStatus(ctx context.Context, c naiveClient, id, want string) error {
@@ -173,7 +175,9 @@ func checkCounts(t *testing.T, task *naiveTask, st *naiveStats, ws ...string) {
 		t.Fatalf("task %s: no call ran", task.id)
 	}
 	for n, got := range runs {
-		if want := 1 + task.retries[n]; got != want {
+		// Fewer is no re-run: a command killed with its daemon leaves no
+		// write behind (its overlay dies with it, docs/security.md "Disk").
+		if want := 1 + task.retries[n]; got > want {
 			t.Errorf("task %s: logical call %d ran %d times, want %d (1 + %d approved retries): a re-run without an approval",
 				task.id, n, got, want, task.retries[n])
 		}

@@ -400,3 +400,39 @@ func TestShellRunStaleCgroupsAreSwept(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkShellRunBounds is what the bounds cost a command: `true` with
+// the cgroup limits and the workspace overlay, and without (the same
+// registry, both switched off), in the same run.
+func BenchmarkShellRunBounds(b *testing.B) {
+	for _, bounded := range []bool{false, true} {
+		name := "unbounded"
+		if bounded {
+			name = "bounded"
+		}
+		b.Run(name, func(b *testing.B) {
+			sh := config.Default().Tools[ToolShellRun]
+			sh.Approval = config.ApprovalNever
+			cfg := config.Default().Tools
+			cfg[ToolShellRun] = sh
+			r, err := New(Options{Tools: cfg, WorkspaceRoot: filepath.Join(b.TempDir(), "workspaces")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			if !bounded {
+				r.v1, r.diskWhy = nil, "benchmark"
+				if r.cgroups != nil {
+					r.cgroups.limits = nil
+				}
+			}
+			a, _ := json.Marshal(map[string]any{"command": "true"})
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := r.Call(b.Context(), Env{TaskID: "bench"}, ToolShellRun, a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -194,11 +194,19 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	limit := watch.end()
 	// The shell is gone; whatever it started would hold the pipe and run
 	// on, unbounded. Release kills all of it.
-	if err := box.release(); err != nil && stopped == nil {
-		stopped = err
+	relErr := box.release()
+	if relErr != nil && stopped == nil {
+		stopped = relErr
+	}
+	if v1 != nil {
+		// Without cgroup2 (a session container) the v1 cgroups are the
+		// only complete list of the command's processes.
+		v1.kill()
 	}
 	var discarded bool
-	merge := disk != nil
+	// A command whose container could not be emptied keeps nothing: what
+	// still runs of it could change its upper layer under the merge.
+	merge := disk != nil && relErr == nil
 	if merge && cmdUID > 0 {
 		// Nothing of the command may change its upper layer while it is
 		// merged: not even a process the container did not hold.
