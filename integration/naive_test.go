@@ -153,8 +153,8 @@ func (s *naiveStats) add(f func(*naiveStats)) {
 
 func (s *naiveStats) cycles() int { return s.pluginKills + s.hostKills + s.moved }
 
-// checkCounts requires every logical call of task to have run once plus
-// once per approved retry, summing its runs over the workspaces ws.
+// checkCounts requires every logical call of task to have run at most once
+// plus once per approved retry, summing its runs over the workspaces ws.
 func checkCounts(t *testing.T, task *naiveTask, st *naiveStats, ws ...string) {
 	t.Helper()
 	runs := map[int]int{}
