@@ -436,3 +436,44 @@ func BenchmarkShellRunBounds(b *testing.B) {
 		})
 	}
 }
+
+// A command's CPU is a bandwidth: a burner under command_cpu_percent = 10
+// gets a quota of 10 ms per 100 ms period, and the kernel throttles it
+// (cpu.stat's nr_throttled grows) while it runs; the cancel then ends it.
+func TestShellRunCPUIsThrottled(t *testing.T) {
+	r := newBoundsRegistry(t, uids.DefaultFirst+210070, func(sh *config.Tool) { sh.CommandCPUPercent = 10 })
+	needCgroupLimits(t, r)
+	if r.v1 == nil {
+		t.Skip("reads the cgroup v1 cpu hierarchy")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		a, _ := json.Marshal(map[string]any{"command": "echo $$ > up; while :; do :; done"})
+		_, err := r.Call(ctx, Env{TaskID: "burner"}, ToolShellRun, a)
+		done <- err
+	}()
+	ws, _ := r.Workspace("burner")
+	readPID(t, filepath.Join(ws, "up"))
+	var dir string
+	waitFor(t, "the command's cpu cgroup", func() bool {
+		ents, _ := os.ReadDir(r.v1.parents["cpu"])
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "cmd-") {
+				dir = filepath.Join(r.v1.parents["cpu"], e.Name())
+				return true
+			}
+		}
+		return false
+	})
+	if b, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us")); err != nil || strings.TrimSpace(string(b)) != "10000" {
+		t.Errorf("cpu.cfs_quota_us = %q, %v; want 10000 (10%% of a 100 ms period)", b, err)
+	}
+	waitFor(t, "the burner to be throttled", func() bool {
+		return counter(filepath.Join(dir, "cpu.stat"), "nr_throttled") > 0
+	})
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("the cancelled burner's call returned no error")
+	}
+}
