@@ -477,3 +477,34 @@ func TestShellRunCPUIsThrottled(t *testing.T) {
 		t.Error("the cancelled burner's call returned no error")
 	}
 }
+
+// A file the command gave more xattr names than the merge reads (64 KiB)
+// is kept without them; the merge does not fail on it.
+func TestShellRunMergeKeepsAFileWithTooManyXattrs(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("needs python3 to set xattrs")
+	}
+	r := newBoundsRegistry(t, uids.DefaultFirst+210080, nil)
+	needDiskBound(t, r)
+	got := shellAs(t, r, "xattrs", `echo hi > f && python3 -c '
+import os
+n = 0
+try:
+    for i in range(2000):
+        os.setxattr("f", "user.%05d" % i + "x" * 200, b"v")
+        n += 1
+except OSError as e:
+    pass
+print(n)'`)
+	if got.ExitCode != 0 {
+		t.Fatalf("%+v", got)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(got.Output))
+	if n*207 <= 64<<10 {
+		t.Skipf("the tmpfs took %d xattrs only, under the merge's 64 KiB", n)
+	}
+	ws, _ := r.Workspace("xattrs")
+	if b, err := os.ReadFile(filepath.Join(ws, "f")); err != nil || string(b) != "hi\n" {
+		t.Errorf("f = %q, %v", b, err)
+	}
+}
