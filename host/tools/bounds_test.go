@@ -508,3 +508,27 @@ print(n)'`)
 		t.Errorf("f = %q, %v", b, err)
 	}
 }
+
+// A command makes at most MaxCommandEntries entries: past it a create
+// fails ENOSPC (the tmpfs's inodes), the command ends with limit "disk",
+// and what it made up to then is kept.
+func TestShellRunEntriesPastTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("makes and merges 65,536 files")
+	}
+	r := newBoundsRegistry(t, uids.DefaultFirst+210090, nil)
+	needDiskBound(t, r)
+	got := shellAs(t, r, "entries", `mkdir d && seq 1 70000 | sed 's|^|d/|' | xargs touch`)
+	if got.Limit != limitDisk {
+		t.Errorf("70,000 files: %+v, want limit %q", got, limitDisk)
+	}
+	ws, _ := r.Workspace("entries")
+	ents, err := os.ReadDir(filepath.Join(ws, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tmpfs's root, its upper and work directories and d take four.
+	if n := len(ents); n > MaxCommandEntries-4 || n < MaxCommandEntries-64 {
+		t.Errorf("%d files kept, want about %d (the limit %d less the tmpfs's own)", n, MaxCommandEntries-4, MaxCommandEntries)
+	}
+}

@@ -130,7 +130,15 @@ func (d *workspaceDisk) merge(ctx context.Context, dir string) (discarded bool, 
 		return true, nil
 	}
 	m := &merger{}
-	return false, m.dir(upper, ws, ".")
+	if err := m.dir(upper, ws, "."); err != nil {
+		return false, err
+	}
+	// Once, for every file merged: a command's many small files would
+	// cost one flush each.
+	if err := unix.Syncfs(ws); err != nil {
+		return false, fmt.Errorf("merge: sync: %w", err)
+	}
+	return false, nil
 }
 
 // merger walks an upper directory and its workspace counterpart. A dry
@@ -288,10 +296,8 @@ func (m *merger) place(upper, ws int, name, tmp string, st *unix.Stat_t, mode ui
 	if err := copyUserXattrs(src, dst); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(dst, mode); err != nil {
-		return err
-	}
-	return out.Sync()
+	// No fsync per file: merge syncs the filesystem once at the end.
+	return unix.Fchmod(dst, mode)
 }
 
 // remove deletes name in ws and all beneath it, through descriptors and
