@@ -284,6 +284,12 @@ func (t *v1Tree) newCgroups(l cgroupLimits) (*v1Cgroups, error) {
 	}
 	// With swap accounting, swap too; the file is absent without it.
 	_ = os.WriteFile(filepath.Join(cg.dirs["memory"], "memory.memsw.limit_in_bytes"), []byte(strconv.FormatInt(l.memoryBytes, 10)), 0)
+	// v1 has no memory.oom.group: its OOM killer would kill one process
+	// and let the rest of the command run on until the watch ends it. With
+	// the killer off, a process at the limit waits instead (under_oom),
+	// and the watch ends the whole command. Where this cannot be set, the
+	// oom_kill counter says it.
+	_ = os.WriteFile(filepath.Join(cg.dirs["memory"], "memory.oom_control"), []byte("1"), 0)
 	return cg, nil
 }
 
@@ -340,7 +346,8 @@ func (c *v1Cgroups) join() []string {
 // hit names the limit the cgroups say was reached.
 func (c *v1Cgroups) hit() string {
 	mem := c.dirs["memory"]
-	if n := counter(filepath.Join(mem, "memory.oom_control"), "oom_kill"); n > 0 {
+	oom := filepath.Join(mem, "memory.oom_control")
+	if counter(oom, "under_oom") > 0 || counter(oom, "oom_kill") > 0 {
 		return limitMemory
 	}
 	if _, err := os.Stat(filepath.Join(mem, "memory.oom_control")); err == nil && !hasOOMKillCounter(mem) {
