@@ -59,7 +59,8 @@ var inflightBoundaries = []boundary{
 		return s == "dispatching", err
 	}},
 	{name: "tool_running", blockTool: true, first: true, reached: func(_ *sql.DB, ws, _ string) (bool, error) {
-		_, err := os.Stat(filepath.Join(ws, "tool.pid"))
+		// The running command's own view of its workspace has it.
+		_, err := testwait.ReadLive(filepath.Join(ws, "tool.pid"))
 		return err == nil, nil
 	}},
 	{name: "observation_written", waitStep: true, first: true, second: true, reached: func(db *sql.DB, _, id string) (bool, error) {
@@ -158,7 +159,8 @@ func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, rou
 		t.Helper()
 		// The host makes the workspace when the step starts.
 		testwait.Until(t, 30*time.Second, "the workspace "+ws, func() bool { _, err := os.Stat(ws); return err == nil })
-		if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
+		// Into a running command's view too, which would not see it.
+		if err := testwait.WriteLive(filepath.Join(ws, "go"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -184,12 +186,13 @@ func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, rou
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
+	// Read before the kill: a command's writes die with its host (the
+	// overlay it writes through goes with it).
+	toolPID, _ := testwait.ReadLive(filepath.Join(ws, "tool.pid"))
 	h.kill(t, sig)
-	if data, err := os.ReadFile(filepath.Join(ws, "tool.pid")); err == nil {
-		var pid int
-		if _, err := fmt.Sscan(string(data), &pid); err == nil {
-			testwait.Until(t, 10*time.Second, "the in-flight tool to die with its host", func() bool { return !alive(pid) })
-		}
+	var pid int
+	if _, err := fmt.Sscan(string(toolPID), &pid); err == nil {
+		testwait.Until(t, 10*time.Second, "the in-flight tool to die with its host", func() bool { return !alive(pid) })
 	}
 	release()
 	if err := os.WriteFile(waitFile, []byte("go"), 0o644); err != nil {

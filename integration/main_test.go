@@ -135,7 +135,7 @@ func readPid(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
 	testwait.Until(t, 15*time.Second, "pid file "+path, func() bool {
-		data, err := os.ReadFile(path)
+		data, err := testwait.ReadLive(path) // a running command's, in its own view
 		if err != nil {
 			return false
 		}

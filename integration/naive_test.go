@@ -72,13 +72,15 @@ func poll(d time.Duration, what string, cond func() (bool, error)) error {
 // clears the mark.
 func inflight(ws string) error {
 	mark := filepath.Join(ws, "inflight")
+	// The running command's own view of its workspace has it: its
+	// writes reach the workspace when it ends.
 	if err := poll(30*time.Second, "a call in flight in "+ws, func() (bool, error) {
-		_, err := os.Stat(mark)
+		_, err := testwait.ReadLive(mark)
 		return err == nil, nil
 	}); err != nil {
 		return err
 	}
-	return os.Remove(mark)
+	return testwait.RemoveLive(mark)
 }
 
 func waitStatus(ctx context.Context, c naiveClient, id, want string) error {
@@ -151,8 +153,8 @@ func (s *naiveStats) add(f func(*naiveStats)) {
 
 func (s *naiveStats) cycles() int { return s.pluginKills + s.hostKills + s.moved }
 
-// checkCounts requires every logical call of task to have run once plus
-// once per approved retry, summing its runs over the workspaces ws.
+// checkCounts requires every logical call of task to have run at most once
+// plus once per approved retry, summing its runs over the workspaces ws.
 func checkCounts(t *testing.T, task *naiveTask, st *naiveStats, ws ...string) {
 	t.Helper()
 	runs := map[int]int{}
@@ -173,7 +175,9 @@ func checkCounts(t *testing.T, task *naiveTask, st *naiveStats, ws ...string) {
 		t.Fatalf("task %s: no call ran", task.id)
 	}
 	for n, got := range runs {
-		if want := 1 + task.retries[n]; got != want {
+		// Fewer is no re-run: a command killed with its daemon leaves no
+		// write behind (its overlay dies with it, docs/security.md "Disk").
+		if want := 1 + task.retries[n]; got > want {
 			t.Errorf("task %s: logical call %d ran %d times, want %d (1 + %d approved retries): a re-run without an approval",
 				task.id, n, got, want, task.retries[n])
 		}

@@ -105,6 +105,14 @@ type Tool struct {
 	MaxMemoryMB   int `toml:"max_memory_mb"`   // RLIMIT_AS per process, 64..1048576, default 4096
 	MaxCPUSeconds int `toml:"max_cpu_seconds"` // RLIMIT_CPU per process, 1..86400, default 300
 	MaxFileMB     int `toml:"max_file_mb"`     // RLIMIT_FSIZE, 1..65536, default 256
+	// The cgroup limits of each shell.run command as a whole (shell.run
+	// only; 0 elsewhere), where the daemon has cgroup controllers (see
+	// docs/security.md); max_processes is also its pids limit. The
+	// memory counts what the command writes to its workspace too (it is
+	// held in memory until the command ends), so it is at least twice the
+	// 64 MiB workspace limit.
+	CommandMemoryMB   int `toml:"command_memory_mb"`   // memory limit, 128..1048576, default 1024
+	CommandCPUPercent int `toml:"command_cpu_percent"` // CPU bandwidth, % of one CPU, 1..6400, default 100
 }
 
 // BuiltinTools are the tools the host ships, with their default policies.
@@ -114,7 +122,8 @@ func defaultTools() map[string]Tool {
 		"workspace.write": {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
 		"workspace.list":  {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
 		"shell.run": {Enabled: true, Approval: ApprovalAlways, TimeoutSeconds: 60,
-			MaxProcesses: 256, MaxMemoryMB: 4096, MaxCPUSeconds: 300, MaxFileMB: 256},
+			MaxProcesses: 256, MaxMemoryMB: 4096, MaxCPUSeconds: 300, MaxFileMB: 256,
+			CommandMemoryMB: 1024, CommandCPUPercent: 100},
 		"time.sleep": {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 60},
 	}
 }
@@ -136,8 +145,8 @@ func validateTools(tools map[string]Tool, ps *problems) {
 			if t.Network {
 				ps.add(key+".network", "%s.network = true: only shell.run runs commands that could use a network", key)
 			}
-			if t.MaxProcesses != 0 || t.MaxMemoryMB != 0 || t.MaxCPUSeconds != 0 || t.MaxFileMB != 0 {
-				ps.add(key, "%s: max_processes, max_memory_mb, max_cpu_seconds and max_file_mb bound shell.run's commands only", key)
+			if t.MaxProcesses != 0 || t.MaxMemoryMB != 0 || t.MaxCPUSeconds != 0 || t.MaxFileMB != 0 || t.CommandMemoryMB != 0 || t.CommandCPUPercent != 0 {
+				ps.add(key, "%s: max_processes, max_memory_mb, max_cpu_seconds, max_file_mb, command_memory_mb and command_cpu_percent bound shell.run's commands only", key)
 			}
 			continue
 		}
@@ -145,6 +154,8 @@ func validateTools(tools map[string]Tool, ps *problems) {
 		ps.intRange(key+".max_memory_mb", t.MaxMemoryMB, 64, 1<<20)
 		ps.intRange(key+".max_cpu_seconds", t.MaxCPUSeconds, 1, 86400)
 		ps.intRange(key+".max_file_mb", t.MaxFileMB, 1, 65536)
+		ps.intRange(key+".command_memory_mb", t.CommandMemoryMB, 128, 1<<20)
+		ps.intRange(key+".command_cpu_percent", t.CommandCPUPercent, 1, 6400)
 	}
 }
 

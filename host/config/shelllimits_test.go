@@ -18,6 +18,8 @@ func TestShellRunLimitRanges(t *testing.T) {
 		{"max_memory_mb", 64, 1 << 20},
 		{"max_cpu_seconds", 1, 86400},
 		{"max_file_mb", 1, 65536},
+		{"command_memory_mb", 128, 1 << 20},
+		{"command_cpu_percent", 1, 6400},
 	} {
 		for _, c := range []struct {
 			v  int
@@ -33,7 +35,8 @@ func TestShellRunLimitRanges(t *testing.T) {
 			}
 		}
 	}
-	for _, src := range []string{"[tools.\"time.sleep\"]\nnetwork = true\n", "[tools.\"workspace.read\"]\nmax_file_mb = 5\n"} {
+	for _, src := range []string{"[tools.\"time.sleep\"]\nnetwork = true\n", "[tools.\"workspace.read\"]\nmax_file_mb = 5\n",
+		"[tools.\"workspace.write\"]\ncommand_memory_mb = 512\n", "[tools.\"time.sleep\"]\ncommand_cpu_percent = 50\n"} {
 		if _, err := parse(t, src); err == nil {
 			t.Errorf("%q accepted: only shell.run has these keys", src)
 		}

@@ -43,12 +43,19 @@ type container interface {
 	// release kills what is left and frees the container; the container is
 	// not used again.
 	release() error
+	// hit names the limit (limitMemory, limitProcesses) its controllers
+	// say the command reached, or "": it has none, or none was reached.
+	// Read before release.
+	hit() string
 }
 
 // cgroupTree is where commands' cgroups are made: <the daemon's own cgroup
 // under a writable cgroup2 mount>/taskhost-<pid>.
 type cgroupTree struct {
 	parent string
+	// limits, when set, go into each command's cgroup: the tree has the
+	// memory, pids and cpu controllers (resources.go).
+	limits *cgroupLimits
 }
 
 // findCgroupTree returns the cgroup tree of this process, or nil if no
@@ -68,6 +75,11 @@ func findCgroupTree() *cgroupTree {
 	own := ownCgroup()
 	if own == "" {
 		return nil
+	}
+	if filepath.Base(own) == daemonLeaf {
+		// An earlier registry of this process moved it there to enable
+		// controllers (resources.go): the tree is its parent's.
+		own = filepath.Dir(own)
 	}
 	base := filepath.Join(mount, own)
 	if syscall.Access(base, 0x2 /* W_OK */) != nil {
@@ -173,8 +185,16 @@ func ownCgroup() string {
 // newCgroup makes the cgroup of one command.
 func (t *cgroupTree) newCgroup() (*cgroupContainer, error) {
 	for range 2 {
-		if err := os.Mkdir(t.parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		err := os.Mkdir(t.parent, 0o755)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("create cgroup %s: %w", t.parent, err)
+		}
+		if err == nil && t.limits != nil {
+			// Made again after a Close removed it: its children need the
+			// controllers.
+			if err := os.WriteFile(filepath.Join(t.parent, "cgroup.subtree_control"), []byte("+memory +pids +cpu"), 0); err != nil {
+				return nil, fmt.Errorf("cgroup %s: enable controllers: %w", t.parent, err)
+			}
 		}
 		dir, err := os.MkdirTemp(t.parent, "cmd-")
 		if errors.Is(err, fs.ErrNotExist) {
@@ -188,7 +208,14 @@ func (t *cgroupTree) newCgroup() (*cgroupContainer, error) {
 			_ = syscall.Rmdir(dir)
 			return nil, fmt.Errorf("open command cgroup: %w", err)
 		}
-		return &cgroupContainer{dir: dir, fd: fd}, nil
+		c := &cgroupContainer{dir: dir, fd: fd, limited: t.limits != nil}
+		if t.limits != nil {
+			if err := setLimits2(dir, *t.limits); err != nil {
+				_ = c.release()
+				return nil, err
+			}
+		}
+		return c, nil
 	}
 	return nil, fmt.Errorf("create command cgroup under %s: removed while in use", t.parent)
 }
@@ -233,8 +260,16 @@ func processAlive(pid int) bool {
 
 // cgroupContainer is one command's cgroup.
 type cgroupContainer struct {
-	dir string
-	fd  int // open until the child started
+	dir     string
+	fd      int  // open until the child started
+	limited bool // it has controllers and limits
+}
+
+func (c *cgroupContainer) hit() string {
+	if !c.limited {
+		return ""
+	}
+	return hit2(c.dir)
 }
 
 func (c *cgroupContainer) setup(attr *syscall.SysProcAttr) {
@@ -366,6 +401,8 @@ func (s *sessionContainer) release() error {
 	s.kill()
 	return nil
 }
+
+func (s *sessionContainer) hit() string { return "" }
 
 // sessionMembers lists the live processes whose session or process group
 // is sid, and their descendants.

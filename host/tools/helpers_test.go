@@ -151,7 +151,7 @@ func readPID(t *testing.T, file string) int {
 	t.Helper()
 	var pid int
 	waitFor(t, "pid file "+filepath.Base(file), func() bool {
-		b, err := os.ReadFile(file)
+		b, err := testwait.ReadLive(file)
 		if err != nil || !strings.HasSuffix(string(b), "\n") {
 			return false
 		}

@@ -2,7 +2,6 @@ package tools
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,24 +16,10 @@ import (
 // the daemon is root the command has a uid of its own, so that bound is
 // the command's alone. Before, a command had no bound but its timeout.
 func TestShellRunResourceLimits(t *testing.T) {
-	sh := config.Default().Tools[ToolShellRun]
-	sh.Approval, sh.TimeoutSeconds = config.ApprovalNever, 20
-	sh.MaxFileMB, sh.MaxCPUSeconds, sh.MaxMemoryMB, sh.MaxProcesses = 1, 1, 64, 16
-	cfg := config.Default().Tools
-	cfg[ToolShellRun] = sh
-	o := Options{Tools: cfg, WorkspaceRoot: filepath.Join(t.TempDir(), "workspaces")}
-	if os.Geteuid() == 0 {
-		pool, err := uids.NewPool(uids.Range{First: uids.DefaultFirst + 200000, Count: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.UIDs = pool
-	}
-	r, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := newBoundsRegistry(t, uids.DefaultFirst+200000, func(sh *config.Tool) {
+		sh.TimeoutSeconds = 20
+		sh.MaxFileMB, sh.MaxCPUSeconds, sh.MaxMemoryMB, sh.MaxProcesses = 1, 1, 64, 16
+	})
 	type result struct {
 		ExitCode int    `json:"exit_code"`
 		Signal   string `json:"signal"`
@@ -64,9 +49,11 @@ func TestShellRunResourceLimits(t *testing.T) {
 		t.Skip("max_processes bounds a command as a whole only under a root daemon's own uid per command")
 	}
 	// 40 sleeping children against a bound of 16 processes: the shell
-	// cannot fork past it, and gives up.
+	// cannot fork past it, and gives up — or, with a pids cgroup, the
+	// command is ended at the refused fork (limit "processes").
 	got := run(`i=0; while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done; echo all-started`)
-	if strings.Contains(got.Output, "all-started") || got.ExitCode == 0 || !strings.Contains(strings.ToLower(got.Output), "fork") {
+	if strings.Contains(got.Output, "all-started") || got.ExitCode == 0 ||
+		got.Limit != limitProcesses && !strings.Contains(strings.ToLower(got.Output), "fork") {
 		t.Errorf("a fork loop under max_processes 16: %+v, want it refused forks and ended", got)
 	}
 }

@@ -63,7 +63,10 @@ func TestShellRunHasNoNetworkByDefault(t *testing.T) {
 	sh := config.Default().Tools[ToolShellRun]
 	sh.Network = true
 	on := run(newTestRegistry(t, map[string]config.Tool{ToolShellRun: sh}))
-	if !strings.Contains(on, "CONNECTED") || accepted.Load() != 1 {
+	if !strings.Contains(on, "CONNECTED") {
 		t.Fatalf("network = true: %q (accepted %d), want the host's listener reached", on, accepted.Load())
 	}
+	// The kernel completed the connection; the accepting goroutine may
+	// not have counted it yet on a loaded machine.
+	waitFor(t, "the host's listener to accept the command's connection", func() bool { return accepted.Load() == 1 })
 }

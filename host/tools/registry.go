@@ -48,6 +48,14 @@ type Registry struct {
 	// confine starts shell.run commands confined; nil only in tests that
 	// measure or compare with the unconfined path.
 	confine *shellConfinement
+	// resources names how commands' memory, processes and CPU are bounded
+	// (resources.go); v1 is the cgroup v1 tree when that is how, and
+	// limits are the bounds. diskWhy says why commands write their
+	// workspace directly, "" when they get an overlay (disk.go).
+	resources string
+	v1        *v1Tree
+	limits    cgroupLimits
+	diskWhy   string
 	// uids is Options.UIDs: each confined command's own uid.
 	uids *uids.Pool
 	log  hclog.Logger
@@ -118,6 +126,7 @@ func New(o Options) (*Registry, error) {
 	if r.confine, err = newShellConfinement(o.Trampoline, o.RequireConfinement, shellPolicy(cfg)); err != nil {
 		return nil, err
 	}
+	r.setupResources(shellPolicy(cfg))
 	for _, b := range builtins() {
 		r.tools[b.spec.Name] = b
 	}
@@ -184,6 +193,9 @@ func (r *Registry) Close() error {
 	}
 	if r.cgroups != nil {
 		r.cgroups.removeParent()
+	}
+	if r.v1 != nil {
+		r.v1.removeParents()
 	}
 	return nil
 }

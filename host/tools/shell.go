@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/taskhost/taskhost/internal/uids"
 )
 
 // shellPath is the minimal PATH a command gets; nothing of the host's
@@ -77,16 +79,45 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	defer pr.Close()
 
 	var cmd *exec.Cmd
+	var v1 *v1Cgroups
+	var disk *workspaceDisk
+	cmdUID := 0
 	if r.confine != nil {
 		uid, handBack, err := r.ownUID(dir)
 		if err != nil {
 			pw.Close()
 			return Result{}, err
 		}
+		cmdUID = uid
 		// After the container's release below: every process of the
 		// command is gone before its files change hands.
 		defer handBack()
-		if cmd, err = r.confine.command(dir, command, uid); err != nil {
+		if r.v1 != nil {
+			if v1, err = r.v1.newCgroups(r.limits); err != nil {
+				pw.Close()
+				return Result{}, err
+			}
+			// After the merge and the tmpfs's close: the tmpfs's pages are
+			// charged to the command's memory cgroup.
+			defer func() {
+				if err := v1.release(); err != nil {
+					r.log.Error("shell.run: a command's cgroups not removed", "error", err)
+				}
+			}()
+		}
+		if r.diskWhy == "" {
+			// After ownUID: the overlay's root takes the workspace's owner.
+			if disk, err = newDisk(ctx, dir); err != nil {
+				pw.Close()
+				return Result{}, err
+			}
+			defer disk.close()
+		}
+		var join []string
+		if v1 != nil {
+			join = v1.join()
+		}
+		if cmd, err = r.confine.command(dir, command, uid, join, disk); err != nil {
 			pw.Close()
 			return Result{}, err
 		}
@@ -133,6 +164,7 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	// which on a loaded machine can take a while.
 	stopKill := context.AfterFunc(ctx, box.kill)
 	defer stopKill()
+	watch := watchLimits(box, v1, disk)
 
 	out := &tailBuffer{limit: MaxShellOutputBytes}
 	copied := make(chan struct{})
@@ -159,10 +191,42 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 		// got.
 		stopped = context.Cause(ctx)
 	}
+	limit := watch.end()
 	// The shell is gone; whatever it started would hold the pipe and run
 	// on, unbounded. Release kills all of it.
-	if err := box.release(); err != nil && stopped == nil {
-		stopped = err
+	relErr := box.release()
+	if relErr != nil && stopped == nil {
+		stopped = relErr
+	}
+	if v1 != nil {
+		// Without cgroup2 (a session container) the v1 cgroups are the
+		// only complete list of the command's processes.
+		v1.kill()
+	}
+	var discarded bool
+	// A command whose container could not be emptied keeps nothing: what
+	// still runs of it could change its upper layer under the merge.
+	merge := disk != nil && relErr == nil
+	if merge && cmdUID > 0 {
+		// Nothing of the command may change its upper layer while it is
+		// merged: not even a process the container did not hold.
+		if err := uids.KillAll(cmdUID); err != nil {
+			merge = false
+			if stopped == nil {
+				stopped = fmt.Errorf("processes of the command's uid survive; its writes are not kept: %w", err)
+			}
+		}
+	}
+	if merge {
+		// Even after a timeout or a cancel: what the command wrote until
+		// then stays, as it would on a disk of its own.
+		var err error
+		if discarded, err = disk.merge(context.WithoutCancel(ctx), dir); err != nil && stopped == nil {
+			stopped = fmt.Errorf("merge the command's writes into its workspace: %w", err)
+		}
+		if discarded {
+			limit = limitDisk
+		}
 	}
 	if stopped == nil && r.isClosed() {
 		closed = true // Close killed it: its exit status says nothing of the command
@@ -181,15 +245,20 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	res := struct {
 		ExitCode int    `json:"exit_code"`
 		Signal   string `json:"signal,omitempty"`
-		// Limit names the bound that ended the command (or the child
-		// whose 128+N the shell exits with), when its signal says so:
-		// "cpu" (SIGXCPU, max_cpu_seconds), "file_size" (SIGXFSZ,
-		// max_file_mb).
-		Limit       string `json:"limit,omitempty"`
-		Output      string `json:"output"`
-		Truncated   bool   `json:"truncated"`
-		OutputBytes int64  `json:"output_bytes"`
-	}{OutputBytes: out.total}
+		// Limit names the bound that ended the command: "memory",
+		// "processes" or "disk" (its cgroup or its workspace's
+		// filesystem; the command was ended whole when it reached it), or
+		// the rlimit a signal of the shell (or of the child whose 128+N
+		// it exits with) reports: "cpu" (SIGXCPU, max_cpu_seconds),
+		// "file_size" (SIGXFSZ, max_file_mb).
+		Limit string `json:"limit,omitempty"`
+		// ChangesDiscarded: the command's writes would have taken the
+		// workspace past its limit, and none of them was kept.
+		ChangesDiscarded bool   `json:"changes_discarded,omitempty"`
+		Output           string `json:"output"`
+		Truncated        bool   `json:"truncated"`
+		OutputBytes      int64  `json:"output_bytes"`
+	}{OutputBytes: out.total, ChangesDiscarded: discarded}
 	if werr != nil {
 		ee, ok := errors.AsType[*exec.ExitError](werr)
 		if !ok {
@@ -208,8 +277,11 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 			}
 		}
 	}
+	if limit != "" {
+		res.Limit = limit
+	}
 	res.Output, res.Truncated = out.text()
-	return Result{Output: mustJSON(res), IsError: res.ExitCode != 0}, nil
+	return Result{Output: mustJSON(res), IsError: res.ExitCode != 0 || limit != ""}, nil
 }
 
 // tailBuffer keeps the last limit bytes written to it, in memory bounded by

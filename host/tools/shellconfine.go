@@ -95,12 +95,19 @@ func (c *shellConfinement) policy(workspace string, uid int) confine.Policy {
 }
 
 // command returns the exec.Cmd of /bin/sh -c command in workspace, started
-// through the trampoline, under uid (0: the daemon's).
-func (c *shellConfinement) command(workspace, command string, uid int) (*exec.Cmd, error) {
+// through the trampoline, under uid (0: the daemon's), joining the cgroup
+// v1 directories join, and seeing its workspace through an overlay on
+// disk when it is set.
+func (c *shellConfinement) command(workspace, command string, uid int, join []string, disk *workspaceDisk) (*exec.Cmd, error) {
 	if c.required && c.support.LandlockABI < 1 {
 		return nil, ErrUnconfined
 	}
-	cmd, err := confine.Command(c.trampoline, c.policy(workspace, uid), nil, "/bin/sh", "-c", command)
+	p := c.policy(workspace, uid)
+	p.JoinCgroups = join
+	if disk != nil {
+		p.Overlay = disk.mnt
+	}
+	cmd, err := confine.Command(c.trampoline, p, nil, "/bin/sh", "-c", command)
 	if errors.Is(err, confine.ErrLandlockUnavailable) {
 		return nil, ErrUnconfined
 	}
@@ -124,7 +131,7 @@ func (r *Registry) Confinement() string {
 	if r.uids != nil {
 		s += ", own uid (" + r.uids.Range().String() + ")"
 	}
-	return s + "; " + r.Containment()
+	return s + "; " + r.Containment() + "; " + r.Resources()
 }
 
 // Landlocked reports whether shell.run commands run under Landlock here.
@@ -142,7 +149,8 @@ func shellPolicy(cfg map[string]config.Tool) config.Tool {
 		return d
 	}
 	for _, f := range []struct{ v, d *int }{{&p.MaxProcesses, &d.MaxProcesses}, {&p.MaxMemoryMB, &d.MaxMemoryMB},
-		{&p.MaxCPUSeconds, &d.MaxCPUSeconds}, {&p.MaxFileMB, &d.MaxFileMB}} {
+		{&p.MaxCPUSeconds, &d.MaxCPUSeconds}, {&p.MaxFileMB, &d.MaxFileMB},
+		{&p.CommandMemoryMB, &d.CommandMemoryMB}, {&p.CommandCPUPercent, &d.CommandCPUPercent}} {
 		if *f.v <= 0 {
 			*f.v = *f.d
 		}

@@ -62,10 +62,14 @@ const (
 	// MaxWriteBytes bounds the content of one workspace.write.
 	MaxWriteBytes = 1 << 20
 	// MaxWorkspaceBytes bounds the total size of the regular files in a
-	// task's workspace, as checked by workspace.write. (Files a shell
-	// command creates count towards it, but shell.run itself is not
-	// metered: it needs an approval by default.)
+	// task's workspace, as checked by workspace.write. Under a root daemon
+	// a shell.run command's writes are bounded by a filesystem of that
+	// size too (disk.go); elsewhere only by max_file_mb per file.
 	MaxWorkspaceBytes = 64 << 20
+	// MaxCommandEntries bounds the files, directories and deletions one
+	// shell.run command may make in its workspace (its tmpfs's inodes;
+	// see disk.go).
+	MaxCommandEntries = 1 << 16
 	// MaxReadBytes bounds the content one workspace.read returns; larger
 	// files are read in pieces with offset and limit.
 	MaxReadBytes = 256 << 10

@@ -122,12 +122,27 @@ type Policy struct {
 	// otherwise); Seccomp.DenyNetwork is the unprivileged way to no network.
 	NewNetNS  bool
 	Pdeathsig syscall.Signal // re-armed in the trampoline after any credential change
+	// JoinCgroups are cgroup directories (of cgroup v1 hierarchies: a
+	// child cannot be started inside one, as clone3 can for cgroup2) the
+	// trampoline moves itself into first, before it runs anything of the
+	// target's: every process the target forks is born inside. Needs a
+	// trampoline allowed to write their cgroup.procs.
+	JoinCgroups []string
+	// Overlay, when set, is a detached tmpfs mount (fsmount(2)) holding
+	// the directories "upper" and "work": the trampoline gives the child a
+	// mount namespace of its own in which Dir is an overlay of Dir itself
+	// (lower) and that upper. The child's writes to Dir land in the
+	// tmpfs, bounded by its size, and Dir is left as it was; the caller,
+	// which keeps its own descriptor of the mount, reads them from there
+	// once the child is gone. Needs a root trampoline.
+	Overlay *os.File `json:"-"`
 }
 
 // Bounds of a policy: a policy travels on the trampoline's command line.
 const (
 	MaxPaths     = 64
 	MaxPathBytes = 4096
+	MaxCgroups   = 8
 )
 
 // PolicyError says which field of a policy is wrong.
@@ -179,6 +194,10 @@ type wire struct {
 	FDDev   uint64 // identity of the exec fd; 0/0 when the target is opened by path
 	FDIno   uint64
 	HasExec bool
+	// Identity of the overlay's tmpfs mount (Policy.Overlay), found again
+	// among the inherited fds as the exec fd is.
+	OverlayDev, OverlayIno uint64
+	HasOverlay             bool
 }
 
 // Command returns an exec.Cmd that runs target with args under p through the
@@ -209,7 +228,19 @@ func Command(trampoline string, p Policy, execFD *os.File, target string, args .
 	if p.NewNetNS && os.Geteuid() != 0 {
 		return nil, &PolicyError{Field: "NewNetNS", Value: "true", Err: fmt.Errorf("%w: a network namespace needs a root trampoline", ErrBadValue)}
 	}
+	if p.Overlay != nil && os.Geteuid() != 0 {
+		return nil, &PolicyError{Field: "Overlay", Value: p.Overlay.Name(), Err: fmt.Errorf("%w: a mount namespace needs a root trampoline", ErrBadValue)}
+	}
 	w := wire{Policy: p, Target: target, Parent: os.Getpid()}
+	var extra []*os.File
+	if p.Overlay != nil {
+		dev, ino, err := dirID(p.Overlay)
+		if err != nil {
+			return nil, fmt.Errorf("confine: overlay fd: %w", err)
+		}
+		w.OverlayDev, w.OverlayIno, w.HasOverlay = dev, ino, true
+		extra = append(extra, p.Overlay)
+	}
 	if execFD != nil {
 		dev, ino, err := fileID(execFD)
 		if err != nil {
@@ -227,8 +258,9 @@ func Command(trampoline string, p Policy, execFD *os.File, target string, args .
 		Dir:  p.Dir,
 	}
 	if execFD != nil {
-		cmd.ExtraFiles = []*os.File{execFD}
+		extra = append(extra, execFD)
 	}
+	cmd.ExtraFiles = extra
 	return cmd, nil
 }
 
@@ -258,6 +290,21 @@ func (p Policy) validate() error {
 			if _, err := os.Stat(path); err != nil {
 				return &PolicyError{Field: field, Value: path, Err: err}
 			}
+		}
+	}
+	if len(p.JoinCgroups) > MaxCgroups {
+		return &PolicyError{Field: "JoinCgroups", Value: fmt.Sprint(len(p.JoinCgroups)), Err: fmt.Errorf("%w: %d cgroups, at most %d", ErrTooMany, len(p.JoinCgroups), MaxCgroups)}
+	}
+	for i, dir := range p.JoinCgroups {
+		field := fmt.Sprintf("JoinCgroups[%d]", i)
+		switch {
+		case len(dir) > MaxPathBytes:
+			return &PolicyError{Field: field, Value: dir[:64] + "...", Err: fmt.Errorf("%w: %d bytes, at most %d", ErrTooMany, len(dir), MaxPathBytes)}
+		case !filepath.IsAbs(dir):
+			return &PolicyError{Field: field, Value: dir, Err: ErrNotAbsolute}
+		}
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+			return &PolicyError{Field: field, Value: dir, Err: err}
 		}
 	}
 	if p.Landlock < LandlockOff || p.Landlock > LandlockRequired {

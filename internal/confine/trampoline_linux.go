@@ -40,6 +40,11 @@ func trampoline(enc string, argv []string) (string, error) {
 	}
 	p := w.Policy
 
+	// First, so that everything after — the target and all it forks — is
+	// counted against the cgroups' limits.
+	if err := joinCgroups(p.JoinCgroups); err != nil {
+		return "join cgroup", err
+	}
 	fd, err := targetFD(w)
 	if err != nil {
 		return "open target", err
@@ -54,6 +59,19 @@ func trampoline(enc string, argv []string) (string, error) {
 		}
 		if err := loopbackUp(); err != nil {
 			return "network namespace", err
+		}
+	}
+	if w.HasOverlay {
+		// Before the Landlock ruleset, which opens Dir: its rule must be
+		// the overlay's directory, not the one it covers.
+		mnt, err := overlayFD(w)
+		if err != nil {
+			return "overlay", err
+		}
+		err = mountOverlay(p.Dir, mnt)
+		unix.Close(mnt)
+		if err != nil {
+			return "overlay", err
 		}
 	}
 	if err := setRlimits(p.Rlimits); err != nil {

@@ -1,0 +1,74 @@
+package tools
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// The cgroup files a command's limits are read from, as the kernel writes
+// them: a counter of the key asked for, 0 for a key or a file missing.
+func TestCounterReadsFlatKeyedFiles(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"memory.events":      "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 1\n",
+		"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+		"pids.events":        "max 7\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		file, key string
+		want      int64
+	}{
+		{"memory.events", "oom_kill", 1},
+		{"memory.events", "max", 12},
+		{"memory.events", "oom", 1}, // not oom_kill's or oom_group_kill's
+		{"memory.oom_control", "oom_kill", 3},
+		{"pids.events", "max", 7},
+		{"pids.events", "absent", 0},
+		{"no.such.file", "max", 0},
+	} {
+		if got := counter(filepath.Join(dir, tc.file), tc.key); got != tc.want {
+			t.Errorf("%s %s = %d, want %d", tc.file, tc.key, got, tc.want)
+		}
+	}
+	if got := hit2(dir); got != limitMemory {
+		t.Errorf("hit2 = %q, want %q (an OOM kill first)", got, limitMemory)
+	}
+}
+
+// What a cgroup2 command cgroup is given: the values the kernel parses.
+func TestSetLimits2Values(t *testing.T) {
+	dir := t.TempDir()
+	if err := setLimits2(dir, cgroupLimits{memoryBytes: 128 << 20, pids: 64, cpuPercent: 150}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"memory.max": "134217728", "memory.oom.group": "1", "pids.max": "64", "cpu.max": "150000 100000", "memory.swap.max": "0",
+	} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", name, b, err, want)
+		}
+	}
+}
+
+// Without the controllers in the daemon's cgroup, cgroup2 gives no limits
+// and says why; nothing is made.
+func TestEnableControllers2RefusesWhatIsNotDelegated(t *testing.T) {
+	base := t.TempDir()
+	if err := os.WriteFile(filepath.Join(base, "cgroup.controllers"), []byte("cpuset io\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := enableControllers2(base, filepath.Join(base, "taskhost-1"))
+	if err == nil {
+		t.Fatal("no memory, pids or cpu controller: enabled anyway")
+	}
+	if _, serr := os.Stat(filepath.Join(base, "taskhost-1")); !os.IsNotExist(serr) {
+		t.Errorf("the tree was made: %v", serr)
+	}
+	t.Log(err)
+}
