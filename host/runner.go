@@ -53,6 +53,8 @@ type Settings struct {
 	Observer Observer
 	// Fleet are the timings of a host sharing its store (fleet.go).
 	Fleet FleetSettings
+	// Model bounds a task's own model options (spec "model").
+	Model ModelSettings
 }
 
 // Limits are budget limits; zero means "unset" in a request.
@@ -493,7 +495,17 @@ func (r *Runner) validateSpec(spec []byte) error {
 	if n := utf8.RuneCountInString(*s.Goal); n > r.set.GoalChars {
 		return &plugin.FieldError{Field: "spec.goal", Message: fmt.Sprintf("is %d characters, limit %d", n, r.set.GoalChars)}
 	}
-	return nil
+	opts, err := parseTaskOptions(spec, r.set.Model)
+	if err != nil {
+		return err
+	}
+	return checkTaskTools(opts.Tools, func(name string) bool {
+		if r.svc.Tools == nil {
+			return false
+		}
+		pol, ok := r.svc.Tools.Policy(name)
+		return ok && pol.Enabled
+	})
 }
 
 // limits applies defaults and refuses anything above a cap or below zero.

@@ -20,6 +20,8 @@ func stepRequestFromPB(in *executorpb.StepRequest) StepRequest {
 		Spec:      in.GetSpec(),
 		Remaining: budgetsFromPB(in.GetRemaining()),
 		Limits:    budgetsFromPB(in.GetLimits()),
+
+		ModelPromptTokens: int64(in.GetModelPromptTokens()),
 	}
 	for _, s := range in.GetRecent() {
 		out.Recent = append(out.Recent, Summary{Step: int64(s.GetStep()), Text: s.GetSummary()})
@@ -125,6 +127,10 @@ func modelResponseFromPB(r *executorpb.CallModelResponse) ModelResponse {
 		CallToken: r.GetCallToken(),
 		Depth:     int64(r.GetDepth()),
 		Replayed:  r.GetReplayed(),
+
+		FinishReason: text.Truncate(r.GetFinishReason(), 32),
+		Usage: ModelUsage{PromptTokens: max(r.GetPromptTokens(), 0), CompletionTokens: max(r.GetCompletionTokens(), 0),
+			DurationMillis: max(r.GetDurationMs(), 0)},
 	}
 }
 

@@ -83,6 +83,15 @@ const (
 	// no run of the host's holding it — a write whose acknowledgement was
 	// lost with the store's connection left it so — and interrupted it.
 	ReasonRunLost Reason = "run_lost"
+	// ReasonModelBadReply: the model's replies could not be used (the
+	// server could not parse them, or they were over the host's bounds)
+	// even after the executor told the model so; the task fails.
+	ReasonModelBadReply Reason = "model_bad_reply"
+	// ReasonModelContextExceeded: a model request did not fit the model's
+	// context even cut to [model] context_tokens; the task is interrupted
+	// and may be resumed once the server's context or the setting is
+	// fixed.
+	ReasonModelContextExceeded Reason = "model_context_exceeded"
 )
 
 var reasons = map[Reason]bool{
@@ -93,7 +102,7 @@ var reasons = map[Reason]bool{
 	ReasonCheckpointTooLarge: true, ReasonResultTooLarge: true, ReasonEffectIndeterminate: true,
 	ReasonHostShutdown: true, ReasonHostRestart: true, ReasonUserCancelled: true,
 	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true, ReasonModelAuth: true,
-	ReasonHostLost: true, ReasonRunLost: true,
+	ReasonHostLost: true, ReasonRunLost: true, ReasonModelBadReply: true, ReasonModelContextExceeded: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.
