@@ -522,6 +522,12 @@ func (s *taskServices) CallModel(ctx context.Context, call plugin.ModelCall) (pl
 		}
 		ts.addUsage(resp.Usage)
 		ts.noteRefusal("", "")
+		u := store.ModelUsage{Calls: 1, PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, Millis: resp.Usage.Duration.Milliseconds()}
+		if err := s.r.store.AddModelUsage(context.WithoutCancel(ctx), ts.principal, ts.taskID, ts.attempt, u); err != nil {
+			// Usage is an account, not a budget yet: a lost row costs
+			// the figures, not the reply.
+			s.r.log.Warn("model usage not recorded", "task", ts.taskID, "attempt", ts.attempt, "error", err)
+		}
 		s.r.set.Observer.ModelCalled(resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Usage.Duration)
 		s.r.log.Info("model call", "task", ts.taskID, "attempt", ts.attempt, "depth", depth,
 			"prompt_tokens", resp.Usage.PromptTokens, "completion_tokens", resp.Usage.CompletionTokens,

@@ -393,6 +393,12 @@ func (r *Runner) List(ctx context.Context, principal string, q store.ListQuery) 
 	return ts, err
 }
 
+// TaskModelUsage returns what the task's model calls cost, in all and by
+// attempt.
+func (r *Runner) TaskModelUsage(ctx context.Context, principal, id string) (store.ModelUsage, map[int64]store.ModelUsage, error) {
+	return r.store.TaskModelUsage(ctx, principal, id)
+}
+
 // Attempts lists a task's step attempts.
 func (r *Runner) Attempts(ctx context.Context, principal, id string) ([]store.Attempt, error) {
 	return r.store.ListAttempts(ctx, principal, id)

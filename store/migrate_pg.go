@@ -145,6 +145,8 @@ var pgMigrations = []migration{
 		`CREATE INDEX effects_unresolved ON effects (task_id) WHERE resolution = 'unsettled'`,
 		qMarkOldUnsettled,
 	}},
+	// SQLite's v8: the model calls' usage by attempt (usage.go).
+	{version: 5, name: "model usage", stmts: []string{qCreateUsage}},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

@@ -88,6 +88,8 @@ type taskView struct {
 	// Host is the host that holds the task's run or last held it: `task
 	// status` only.
 	Host string `json:"host,omitempty"`
+	// ModelUsage is what the task's model calls cost: `task status` only.
+	ModelUsage *usageView `json:"model_usage,omitempty"`
 }
 
 type meterV struct {

@@ -257,16 +257,19 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 	}
 	if cf.json {
 		views := make([]attemptView, 0, len(atts))
-		for _, a := range atts {
-			views = append(views, attemptJSON(a))
+		for i, a := range atts {
+			v := attemptJSON(a)
+			v.ModelUsage = usageJSON(usageFromPB(resp.Attempts[i].GetModelUsage()))
+			views = append(views, v)
 		}
 		tv := taskJSON(t)
 		tv.Host = resp.Task.GetLeaseHost()
+		tv.ModelUsage = usageJSON(usageFromPB(resp.Task.GetModelUsage()))
 		newPrinter(e, true).emit(map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted,
 			"unsettled_effects": effectsJSON(resp.UnsettledEffects)})
 		return exitOK
 	}
-	writeTaskDetail(e.stdout, t, resp.Task.GetLeaseHost(), atts, resp.AttemptsOmitted)
+	writeTaskDetail(e.stdout, t, resp.Task.GetLeaseHost(), usageFromPB(resp.Task.GetModelUsage()), atts, resp.AttemptsOmitted)
 	writeUnsettled(e.stdout, t.ID, resp.UnsettledEffects)
 	if t.Status == store.StatusInterrupted {
 		fmt.Fprintf(e.stdout, "\nresume it with: taskhost task resume %s\n", t.ID)

@@ -214,7 +214,10 @@ type Task struct {
 	// The host that holds the task's run (running, waiting_approval) or
 	// held its last one: its [fleet] host id, as ListHosts shows it; "" for
 	// a task that never ran. Set by GetTask only.
-	LeaseHost     string `protobuf:"bytes,13,opt,name=lease_host,json=leaseHost,proto3" json:"lease_host,omitempty"`
+	LeaseHost string `protobuf:"bytes,13,opt,name=lease_host,json=leaseHost,proto3" json:"lease_host,omitempty"`
+	// What the task's model calls cost, summed over its runs; set by GetTask
+	// only.
+	ModelUsage    *ModelUsage `protobuf:"bytes,14,opt,name=model_usage,json=modelUsage,proto3" json:"model_usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +343,83 @@ func (x *Task) GetLeaseHost() string {
 	return ""
 }
 
+func (x *Task) GetModelUsage() *ModelUsage {
+	if x != nil {
+		return x.ModelUsage
+	}
+	return nil
+}
+
+// ModelUsage is what model calls cost: those that returned a reply, their
+// tokens as the endpoint reported them, their duration.
+type ModelUsage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Calls            int64                  `protobuf:"varint,1,opt,name=calls,proto3" json:"calls,omitempty"`
+	PromptTokens     int64                  `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	CompletionTokens int64                  `protobuf:"varint,3,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	DurationMs       int64                  `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ModelUsage) Reset() {
+	*x = ModelUsage{}
+	mi := &file_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelUsage) ProtoMessage() {}
+
+func (x *ModelUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelUsage.ProtoReflect.Descriptor instead.
+func (*ModelUsage) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ModelUsage) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *ModelUsage) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *ModelUsage) GetCompletionTokens() int64 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
+func (x *ModelUsage) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 // Attempt is one step attempt.
 type Attempt struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -356,13 +436,15 @@ type Attempt struct {
 	ExitCode        int32  `protobuf:"varint,10,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`                 // -1 when unknown
 	ExitSignal      string `protobuf:"bytes,11,opt,name=exit_signal,json=exitSignal,proto3" json:"exit_signal,omitempty"`            // e.g. "killed"
 	StderrTail      string `protobuf:"bytes,12,opt,name=stderr_tail,json=stderrTail,proto3" json:"stderr_tail,omitempty"`            // last lines of a crashed plugin's stderr
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the attempt's model calls cost; absent when it made none.
+	ModelUsage    *ModelUsage `protobuf:"bytes,13,opt,name=model_usage,json=modelUsage,proto3" json:"model_usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_api_proto_msgTypes[3]
+	mi := &file_api_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +456,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[3]
+	mi := &file_api_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +469,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{3}
+	return file_api_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Attempt) GetNumber() int64 {
@@ -474,6 +556,13 @@ func (x *Attempt) GetStderrTail() string {
 	return ""
 }
 
+func (x *Attempt) GetModelUsage() *ModelUsage {
+	if x != nil {
+		return x.ModelUsage
+	}
+	return nil
+}
+
 // Event is one task event (DESIGN.md §7).
 type Event struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -493,7 +582,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_proto_msgTypes[4]
+	mi := &file_api_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +594,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[4]
+	mi := &file_api_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +607,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{4}
+	return file_api_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -576,7 +665,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_proto_msgTypes[5]
+	mi := &file_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +677,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[5]
+	mi := &file_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +690,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{5}
+	return file_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Limits) GetMaxSteps() int64 {
@@ -656,7 +745,7 @@ type CreateTaskRequest struct {
 
 func (x *CreateTaskRequest) Reset() {
 	*x = CreateTaskRequest{}
-	mi := &file_api_proto_msgTypes[6]
+	mi := &file_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +757,7 @@ func (x *CreateTaskRequest) String() string {
 func (*CreateTaskRequest) ProtoMessage() {}
 
 func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[6]
+	mi := &file_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +770,7 @@ func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{6}
+	return file_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateTaskRequest) GetExecutor() string {
@@ -723,7 +812,7 @@ type WorkspaceFile struct {
 
 func (x *WorkspaceFile) Reset() {
 	*x = WorkspaceFile{}
-	mi := &file_api_proto_msgTypes[7]
+	mi := &file_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +824,7 @@ func (x *WorkspaceFile) String() string {
 func (*WorkspaceFile) ProtoMessage() {}
 
 func (x *WorkspaceFile) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[7]
+	mi := &file_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +837,7 @@ func (x *WorkspaceFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFile.ProtoReflect.Descriptor instead.
 func (*WorkspaceFile) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{7}
+	return file_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkspaceFile) GetName() string {
@@ -774,7 +863,7 @@ type CreateTaskResponse struct {
 
 func (x *CreateTaskResponse) Reset() {
 	*x = CreateTaskResponse{}
-	mi := &file_api_proto_msgTypes[8]
+	mi := &file_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +875,7 @@ func (x *CreateTaskResponse) String() string {
 func (*CreateTaskResponse) ProtoMessage() {}
 
 func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[8]
+	mi := &file_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +888,7 @@ func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
 func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{8}
+	return file_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateTaskResponse) GetTask() *Task {
@@ -820,7 +909,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_api_proto_msgTypes[9]
+	mi := &file_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +921,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[9]
+	mi := &file_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +934,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{9}
+	return file_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -876,7 +965,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_api_proto_msgTypes[10]
+	mi := &file_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +977,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[10]
+	mi := &file_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +990,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{10}
+	return file_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -958,7 +1047,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_api_proto_msgTypes[11]
+	mi := &file_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1059,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[11]
+	mi := &file_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1072,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{11}
+	return file_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListTasksRequest) GetStatus() []string {
@@ -1049,7 +1138,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_api_proto_msgTypes[12]
+	mi := &file_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1150,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[12]
+	mi := &file_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1163,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{12}
+	return file_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1109,7 +1198,7 @@ type ListTaskFilesRequest struct {
 
 func (x *ListTaskFilesRequest) Reset() {
 	*x = ListTaskFilesRequest{}
-	mi := &file_api_proto_msgTypes[13]
+	mi := &file_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1210,7 @@ func (x *ListTaskFilesRequest) String() string {
 func (*ListTaskFilesRequest) ProtoMessage() {}
 
 func (x *ListTaskFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[13]
+	mi := &file_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1223,7 @@ func (x *ListTaskFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskFilesRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{13}
+	return file_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListTaskFilesRequest) GetTaskId() string {
@@ -1163,7 +1252,7 @@ type TaskFile struct {
 
 func (x *TaskFile) Reset() {
 	*x = TaskFile{}
-	mi := &file_api_proto_msgTypes[14]
+	mi := &file_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1264,7 @@ func (x *TaskFile) String() string {
 func (*TaskFile) ProtoMessage() {}
 
 func (x *TaskFile) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[14]
+	mi := &file_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1277,7 @@ func (x *TaskFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFile.ProtoReflect.Descriptor instead.
 func (*TaskFile) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{14}
+	return file_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskFile) GetPath() string {
@@ -1229,7 +1318,7 @@ type ListTaskFilesResponse struct {
 
 func (x *ListTaskFilesResponse) Reset() {
 	*x = ListTaskFilesResponse{}
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1330,7 @@ func (x *ListTaskFilesResponse) String() string {
 func (*ListTaskFilesResponse) ProtoMessage() {}
 
 func (x *ListTaskFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[15]
+	mi := &file_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1343,7 @@ func (x *ListTaskFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskFilesResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{15}
+	return file_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListTaskFilesResponse) GetFiles() []*TaskFile {
@@ -1282,7 +1371,7 @@ type ReadTaskFileRequest struct {
 
 func (x *ReadTaskFileRequest) Reset() {
 	*x = ReadTaskFileRequest{}
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1383,7 @@ func (x *ReadTaskFileRequest) String() string {
 func (*ReadTaskFileRequest) ProtoMessage() {}
 
 func (x *ReadTaskFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[16]
+	mi := &file_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1396,7 @@ func (x *ReadTaskFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadTaskFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadTaskFileRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{16}
+	return file_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadTaskFileRequest) GetTaskId() string {
@@ -1335,7 +1424,7 @@ type ReadTaskFileResponse struct {
 
 func (x *ReadTaskFileResponse) Reset() {
 	*x = ReadTaskFileResponse{}
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1436,7 @@ func (x *ReadTaskFileResponse) String() string {
 func (*ReadTaskFileResponse) ProtoMessage() {}
 
 func (x *ReadTaskFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1449,7 @@ func (x *ReadTaskFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadTaskFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadTaskFileResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{17}
+	return file_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadTaskFileResponse) GetSize() int64 {
@@ -1386,7 +1475,7 @@ type DeleteTaskRequest struct {
 
 func (x *DeleteTaskRequest) Reset() {
 	*x = DeleteTaskRequest{}
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1487,7 @@ func (x *DeleteTaskRequest) String() string {
 func (*DeleteTaskRequest) ProtoMessage() {}
 
 func (x *DeleteTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1500,7 @@ func (x *DeleteTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTaskRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{18}
+	return file_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteTaskRequest) GetTaskId() string {
@@ -1429,7 +1518,7 @@ type DeleteTaskResponse struct {
 
 func (x *DeleteTaskResponse) Reset() {
 	*x = DeleteTaskResponse{}
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1530,7 @@ func (x *DeleteTaskResponse) String() string {
 func (*DeleteTaskResponse) ProtoMessage() {}
 
 func (x *DeleteTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1543,7 @@ func (x *DeleteTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTaskResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{19}
+	return file_api_proto_rawDescGZIP(), []int{20}
 }
 
 type CancelTaskRequest struct {
@@ -1466,7 +1555,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1567,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1580,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{20}
+	return file_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelTaskRequest) GetTaskId() string {
@@ -1510,7 +1599,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1611,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1624,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{21}
+	return file_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1554,7 +1643,7 @@ type ResumeTaskRequest struct {
 
 func (x *ResumeTaskRequest) Reset() {
 	*x = ResumeTaskRequest{}
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1655,7 @@ func (x *ResumeTaskRequest) String() string {
 func (*ResumeTaskRequest) ProtoMessage() {}
 
 func (x *ResumeTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1668,7 @@ func (x *ResumeTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeTaskRequest.ProtoReflect.Descriptor instead.
 func (*ResumeTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{22}
+	return file_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResumeTaskRequest) GetTaskId() string {
@@ -1598,7 +1687,7 @@ type ResumeTaskResponse struct {
 
 func (x *ResumeTaskResponse) Reset() {
 	*x = ResumeTaskResponse{}
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1699,7 @@ func (x *ResumeTaskResponse) String() string {
 func (*ResumeTaskResponse) ProtoMessage() {}
 
 func (x *ResumeTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[23]
+	mi := &file_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1712,7 @@ func (x *ResumeTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeTaskResponse.ProtoReflect.Descriptor instead.
 func (*ResumeTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{23}
+	return file_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResumeTaskResponse) GetTask() *Task {
@@ -1644,7 +1733,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1745,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[24]
+	mi := &file_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1758,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{24}
+	return file_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchTaskRequest) GetTaskId() string {
@@ -1700,7 +1789,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1801,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[25]
+	mi := &file_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1814,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{25}
+	return file_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchTaskResponse) GetItem() isWatchTaskResponse_Item {
@@ -1806,7 +1895,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1907,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[26]
+	mi := &file_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1920,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{26}
+	return file_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Approval) GetId() string {
@@ -1921,7 +2010,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2022,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[27]
+	mi := &file_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2035,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{27}
+	return file_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListApprovalsRequest) GetStatus() string {
@@ -1966,7 +2055,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2067,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[28]
+	mi := &file_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2080,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{28}
+	return file_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -2020,7 +2109,7 @@ type ResolveApprovalRequest struct {
 
 func (x *ResolveApprovalRequest) Reset() {
 	*x = ResolveApprovalRequest{}
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2121,7 @@ func (x *ResolveApprovalRequest) String() string {
 func (*ResolveApprovalRequest) ProtoMessage() {}
 
 func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[29]
+	mi := &file_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2134,7 @@ func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ResolveApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{29}
+	return file_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResolveApprovalRequest) GetApprovalId() string {
@@ -2071,7 +2160,7 @@ type ResolveApprovalResponse struct {
 
 func (x *ResolveApprovalResponse) Reset() {
 	*x = ResolveApprovalResponse{}
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2172,7 @@ func (x *ResolveApprovalResponse) String() string {
 func (*ResolveApprovalResponse) ProtoMessage() {}
 
 func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[30]
+	mi := &file_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2185,7 @@ func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApprovalResponse.ProtoReflect.Descriptor instead.
 func (*ResolveApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{30}
+	return file_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResolveApprovalResponse) GetApproval() *Approval {
@@ -2114,7 +2203,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2215,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[31]
+	mi := &file_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2228,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{31}
+	return file_api_proto_rawDescGZIP(), []int{32}
 }
 
 type GetInfoResponse struct {
@@ -2154,7 +2243,7 @@ type GetInfoResponse struct {
 
 func (x *GetInfoResponse) Reset() {
 	*x = GetInfoResponse{}
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2255,7 @@ func (x *GetInfoResponse) String() string {
 func (*GetInfoResponse) ProtoMessage() {}
 
 func (x *GetInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[32]
+	mi := &file_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2268,7 @@ func (x *GetInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetInfoResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{32}
+	return file_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetInfoResponse) GetVersion() string {
@@ -2221,7 +2310,7 @@ type ListExecutorsRequest struct {
 
 func (x *ListExecutorsRequest) Reset() {
 	*x = ListExecutorsRequest{}
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2322,7 @@ func (x *ListExecutorsRequest) String() string {
 func (*ListExecutorsRequest) ProtoMessage() {}
 
 func (x *ListExecutorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[33]
+	mi := &file_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2335,7 @@ func (x *ListExecutorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutorsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutorsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{33}
+	return file_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListExecutorsRequest) GetModelPreflight() bool {
@@ -2282,7 +2371,7 @@ type Executor struct {
 
 func (x *Executor) Reset() {
 	*x = Executor{}
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2383,7 @@ func (x *Executor) String() string {
 func (*Executor) ProtoMessage() {}
 
 func (x *Executor) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[34]
+	mi := &file_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2396,7 @@ func (x *Executor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Executor.ProtoReflect.Descriptor instead.
 func (*Executor) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{34}
+	return file_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Executor) GetKind() string {
@@ -2412,7 +2501,7 @@ type ListExecutorsResponse struct {
 
 func (x *ListExecutorsResponse) Reset() {
 	*x = ListExecutorsResponse{}
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2513,7 @@ func (x *ListExecutorsResponse) String() string {
 func (*ListExecutorsResponse) ProtoMessage() {}
 
 func (x *ListExecutorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[35]
+	mi := &file_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2526,7 @@ func (x *ListExecutorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutorsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutorsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{35}
+	return file_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListExecutorsResponse) GetExecutors() []*Executor {
@@ -2472,7 +2561,7 @@ type ModelStatus struct {
 
 func (x *ModelStatus) Reset() {
 	*x = ModelStatus{}
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2573,7 @@ func (x *ModelStatus) String() string {
 func (*ModelStatus) ProtoMessage() {}
 
 func (x *ModelStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[36]
+	mi := &file_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2586,7 @@ func (x *ModelStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatus.ProtoReflect.Descriptor instead.
 func (*ModelStatus) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{36}
+	return file_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ModelStatus) GetProvider() string {
@@ -2557,7 +2646,7 @@ type ReloadExecutorsRequest struct {
 
 func (x *ReloadExecutorsRequest) Reset() {
 	*x = ReloadExecutorsRequest{}
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2658,7 @@ func (x *ReloadExecutorsRequest) String() string {
 func (*ReloadExecutorsRequest) ProtoMessage() {}
 
 func (x *ReloadExecutorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[37]
+	mi := &file_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2671,7 @@ func (x *ReloadExecutorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadExecutorsRequest.ProtoReflect.Descriptor instead.
 func (*ReloadExecutorsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{37}
+	return file_api_proto_rawDescGZIP(), []int{38}
 }
 
 type ListHostsRequest struct {
@@ -2593,7 +2682,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2694,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[38]
+	mi := &file_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2707,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{38}
+	return file_api_proto_rawDescGZIP(), []int{39}
 }
 
 type ListHostsResponse struct {
@@ -2640,7 +2729,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2741,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[39]
+	mi := &file_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2754,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{39}
+	return file_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListHostsResponse) GetHosts() []*FleetHost {
@@ -2726,7 +2815,7 @@ type FleetHost struct {
 
 func (x *FleetHost) Reset() {
 	*x = FleetHost{}
-	mi := &file_api_proto_msgTypes[40]
+	mi := &file_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +2827,7 @@ func (x *FleetHost) String() string {
 func (*FleetHost) ProtoMessage() {}
 
 func (x *FleetHost) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[40]
+	mi := &file_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +2840,7 @@ func (x *FleetHost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetHost.ProtoReflect.Descriptor instead.
 func (*FleetHost) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{40}
+	return file_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FleetHost) GetId() string {
@@ -2831,7 +2920,7 @@ type UnsettledEffect struct {
 
 func (x *UnsettledEffect) Reset() {
 	*x = UnsettledEffect{}
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2932,7 @@ func (x *UnsettledEffect) String() string {
 func (*UnsettledEffect) ProtoMessage() {}
 
 func (x *UnsettledEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[41]
+	mi := &file_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2945,7 @@ func (x *UnsettledEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsettledEffect.ProtoReflect.Descriptor instead.
 func (*UnsettledEffect) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{41}
+	return file_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UnsettledEffect) GetAttempt() int64 {
@@ -2921,7 +3010,7 @@ type ResolveEffectRequest struct {
 
 func (x *ResolveEffectRequest) Reset() {
 	*x = ResolveEffectRequest{}
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3022,7 @@ func (x *ResolveEffectRequest) String() string {
 func (*ResolveEffectRequest) ProtoMessage() {}
 
 func (x *ResolveEffectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[42]
+	mi := &file_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3035,7 @@ func (x *ResolveEffectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveEffectRequest.ProtoReflect.Descriptor instead.
 func (*ResolveEffectRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{42}
+	return file_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResolveEffectRequest) GetTaskId() string {
@@ -2986,7 +3075,7 @@ type ResolveEffectResponse struct {
 
 func (x *ResolveEffectResponse) Reset() {
 	*x = ResolveEffectResponse{}
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3087,7 @@ func (x *ResolveEffectResponse) String() string {
 func (*ResolveEffectResponse) ProtoMessage() {}
 
 func (x *ResolveEffectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[43]
+	mi := &file_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3100,7 @@ func (x *ResolveEffectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveEffectResponse.ProtoReflect.Descriptor instead.
 func (*ResolveEffectResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{43}
+	return file_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResolveEffectResponse) GetEffect() *UnsettledEffect {
@@ -3036,7 +3125,7 @@ const file_api_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x03 \x01(\v2\x16.taskhost.api.v1.MeterR\n" +
 	"modelCalls\x12,\n" +
 	"\x05depth\x18\x04 \x01(\v2\x16.taskhost.api.v1.MeterR\x05depth\x12/\n" +
-	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\x88\x03\n" +
+	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\xc6\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1a\n" +
@@ -3052,7 +3141,16 @@ const file_api_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\v \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
 	"\x11updated_unix_nano\x18\f \x01(\x03R\x0fupdatedUnixNano\x12\x1d\n" +
 	"\n" +
-	"lease_host\x18\r \x01(\tR\tleaseHost\"\xe9\x02\n" +
+	"lease_host\x18\r \x01(\tR\tleaseHost\x12<\n" +
+	"\vmodel_usage\x18\x0e \x01(\v2\x1b.taskhost.api.v1.ModelUsageR\n" +
+	"modelUsage\"\x95\x01\n" +
+	"\n" +
+	"ModelUsage\x12\x14\n" +
+	"\x05calls\x18\x01 \x01(\x03R\x05calls\x12#\n" +
+	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12+\n" +
+	"\x11completion_tokens\x18\x03 \x01(\x03R\x10completionTokens\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"durationMs\"\xa7\x03\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x03R\x06number\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\x03R\x05runId\x12\x16\n" +
@@ -3068,7 +3166,9 @@ const file_api_proto_rawDesc = "" +
 	"\vexit_signal\x18\v \x01(\tR\n" +
 	"exitSignal\x12\x1f\n" +
 	"\vstderr_tail\x18\f \x01(\tR\n" +
-	"stderrTail\"\x9d\x01\n" +
+	"stderrTail\x12<\n" +
+	"\vmodel_usage\x18\r \x01(\v2\x1b.taskhost.api.v1.ModelUsageR\n" +
+	"modelUsage\"\x9d\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x15\n" +
@@ -3287,53 +3387,54 @@ func file_api_proto_rawDescGZIP() []byte {
 	return file_api_proto_rawDescData
 }
 
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_api_proto_goTypes = []any{
 	(*Meter)(nil),                   // 0: taskhost.api.v1.Meter
 	(*Budgets)(nil),                 // 1: taskhost.api.v1.Budgets
 	(*Task)(nil),                    // 2: taskhost.api.v1.Task
-	(*Attempt)(nil),                 // 3: taskhost.api.v1.Attempt
-	(*Event)(nil),                   // 4: taskhost.api.v1.Event
-	(*Limits)(nil),                  // 5: taskhost.api.v1.Limits
-	(*CreateTaskRequest)(nil),       // 6: taskhost.api.v1.CreateTaskRequest
-	(*WorkspaceFile)(nil),           // 7: taskhost.api.v1.WorkspaceFile
-	(*CreateTaskResponse)(nil),      // 8: taskhost.api.v1.CreateTaskResponse
-	(*GetTaskRequest)(nil),          // 9: taskhost.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),         // 10: taskhost.api.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),        // 11: taskhost.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),       // 12: taskhost.api.v1.ListTasksResponse
-	(*ListTaskFilesRequest)(nil),    // 13: taskhost.api.v1.ListTaskFilesRequest
-	(*TaskFile)(nil),                // 14: taskhost.api.v1.TaskFile
-	(*ListTaskFilesResponse)(nil),   // 15: taskhost.api.v1.ListTaskFilesResponse
-	(*ReadTaskFileRequest)(nil),     // 16: taskhost.api.v1.ReadTaskFileRequest
-	(*ReadTaskFileResponse)(nil),    // 17: taskhost.api.v1.ReadTaskFileResponse
-	(*DeleteTaskRequest)(nil),       // 18: taskhost.api.v1.DeleteTaskRequest
-	(*DeleteTaskResponse)(nil),      // 19: taskhost.api.v1.DeleteTaskResponse
-	(*CancelTaskRequest)(nil),       // 20: taskhost.api.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),      // 21: taskhost.api.v1.CancelTaskResponse
-	(*ResumeTaskRequest)(nil),       // 22: taskhost.api.v1.ResumeTaskRequest
-	(*ResumeTaskResponse)(nil),      // 23: taskhost.api.v1.ResumeTaskResponse
-	(*WatchTaskRequest)(nil),        // 24: taskhost.api.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),       // 25: taskhost.api.v1.WatchTaskResponse
-	(*Approval)(nil),                // 26: taskhost.api.v1.Approval
-	(*ListApprovalsRequest)(nil),    // 27: taskhost.api.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),   // 28: taskhost.api.v1.ListApprovalsResponse
-	(*ResolveApprovalRequest)(nil),  // 29: taskhost.api.v1.ResolveApprovalRequest
-	(*ResolveApprovalResponse)(nil), // 30: taskhost.api.v1.ResolveApprovalResponse
-	(*GetInfoRequest)(nil),          // 31: taskhost.api.v1.GetInfoRequest
-	(*GetInfoResponse)(nil),         // 32: taskhost.api.v1.GetInfoResponse
-	(*ListExecutorsRequest)(nil),    // 33: taskhost.api.v1.ListExecutorsRequest
-	(*Executor)(nil),                // 34: taskhost.api.v1.Executor
-	(*ListExecutorsResponse)(nil),   // 35: taskhost.api.v1.ListExecutorsResponse
-	(*ModelStatus)(nil),             // 36: taskhost.api.v1.ModelStatus
-	(*ReloadExecutorsRequest)(nil),  // 37: taskhost.api.v1.ReloadExecutorsRequest
-	(*ListHostsRequest)(nil),        // 38: taskhost.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),       // 39: taskhost.api.v1.ListHostsResponse
-	(*FleetHost)(nil),               // 40: taskhost.api.v1.FleetHost
-	(*UnsettledEffect)(nil),         // 41: taskhost.api.v1.UnsettledEffect
-	(*ResolveEffectRequest)(nil),    // 42: taskhost.api.v1.ResolveEffectRequest
-	(*ResolveEffectResponse)(nil),   // 43: taskhost.api.v1.ResolveEffectResponse
-	nil,                             // 44: taskhost.api.v1.Executor.RuntimeEntry
+	(*ModelUsage)(nil),              // 3: taskhost.api.v1.ModelUsage
+	(*Attempt)(nil),                 // 4: taskhost.api.v1.Attempt
+	(*Event)(nil),                   // 5: taskhost.api.v1.Event
+	(*Limits)(nil),                  // 6: taskhost.api.v1.Limits
+	(*CreateTaskRequest)(nil),       // 7: taskhost.api.v1.CreateTaskRequest
+	(*WorkspaceFile)(nil),           // 8: taskhost.api.v1.WorkspaceFile
+	(*CreateTaskResponse)(nil),      // 9: taskhost.api.v1.CreateTaskResponse
+	(*GetTaskRequest)(nil),          // 10: taskhost.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),         // 11: taskhost.api.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),        // 12: taskhost.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),       // 13: taskhost.api.v1.ListTasksResponse
+	(*ListTaskFilesRequest)(nil),    // 14: taskhost.api.v1.ListTaskFilesRequest
+	(*TaskFile)(nil),                // 15: taskhost.api.v1.TaskFile
+	(*ListTaskFilesResponse)(nil),   // 16: taskhost.api.v1.ListTaskFilesResponse
+	(*ReadTaskFileRequest)(nil),     // 17: taskhost.api.v1.ReadTaskFileRequest
+	(*ReadTaskFileResponse)(nil),    // 18: taskhost.api.v1.ReadTaskFileResponse
+	(*DeleteTaskRequest)(nil),       // 19: taskhost.api.v1.DeleteTaskRequest
+	(*DeleteTaskResponse)(nil),      // 20: taskhost.api.v1.DeleteTaskResponse
+	(*CancelTaskRequest)(nil),       // 21: taskhost.api.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),      // 22: taskhost.api.v1.CancelTaskResponse
+	(*ResumeTaskRequest)(nil),       // 23: taskhost.api.v1.ResumeTaskRequest
+	(*ResumeTaskResponse)(nil),      // 24: taskhost.api.v1.ResumeTaskResponse
+	(*WatchTaskRequest)(nil),        // 25: taskhost.api.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),       // 26: taskhost.api.v1.WatchTaskResponse
+	(*Approval)(nil),                // 27: taskhost.api.v1.Approval
+	(*ListApprovalsRequest)(nil),    // 28: taskhost.api.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),   // 29: taskhost.api.v1.ListApprovalsResponse
+	(*ResolveApprovalRequest)(nil),  // 30: taskhost.api.v1.ResolveApprovalRequest
+	(*ResolveApprovalResponse)(nil), // 31: taskhost.api.v1.ResolveApprovalResponse
+	(*GetInfoRequest)(nil),          // 32: taskhost.api.v1.GetInfoRequest
+	(*GetInfoResponse)(nil),         // 33: taskhost.api.v1.GetInfoResponse
+	(*ListExecutorsRequest)(nil),    // 34: taskhost.api.v1.ListExecutorsRequest
+	(*Executor)(nil),                // 35: taskhost.api.v1.Executor
+	(*ListExecutorsResponse)(nil),   // 36: taskhost.api.v1.ListExecutorsResponse
+	(*ModelStatus)(nil),             // 37: taskhost.api.v1.ModelStatus
+	(*ReloadExecutorsRequest)(nil),  // 38: taskhost.api.v1.ReloadExecutorsRequest
+	(*ListHostsRequest)(nil),        // 39: taskhost.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),       // 40: taskhost.api.v1.ListHostsResponse
+	(*FleetHost)(nil),               // 41: taskhost.api.v1.FleetHost
+	(*UnsettledEffect)(nil),         // 42: taskhost.api.v1.UnsettledEffect
+	(*ResolveEffectRequest)(nil),    // 43: taskhost.api.v1.ResolveEffectRequest
+	(*ResolveEffectResponse)(nil),   // 44: taskhost.api.v1.ResolveEffectResponse
+	nil,                             // 45: taskhost.api.v1.Executor.RuntimeEntry
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: taskhost.api.v1.Budgets.steps:type_name -> taskhost.api.v1.Meter
@@ -3342,65 +3443,67 @@ var file_api_proto_depIdxs = []int32{
 	0,  // 3: taskhost.api.v1.Budgets.depth:type_name -> taskhost.api.v1.Meter
 	0,  // 4: taskhost.api.v1.Budgets.wall_ms:type_name -> taskhost.api.v1.Meter
 	1,  // 5: taskhost.api.v1.Task.budgets:type_name -> taskhost.api.v1.Budgets
-	5,  // 6: taskhost.api.v1.CreateTaskRequest.limits:type_name -> taskhost.api.v1.Limits
-	7,  // 7: taskhost.api.v1.CreateTaskRequest.files:type_name -> taskhost.api.v1.WorkspaceFile
-	2,  // 8: taskhost.api.v1.CreateTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 9: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
-	3,  // 10: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
-	41, // 11: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
-	2,  // 12: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
-	14, // 13: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
-	2,  // 14: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 15: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 16: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
-	4,  // 17: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
-	2,  // 18: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
-	26, // 19: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
-	26, // 20: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	44, // 21: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
-	34, // 22: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
-	36, // 23: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
-	40, // 24: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
-	41, // 25: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
-	6,  // 26: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
-	9,  // 27: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
-	11, // 28: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
-	20, // 29: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
-	22, // 30: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
-	24, // 31: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
-	13, // 32: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
-	16, // 33: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
-	18, // 34: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
-	42, // 35: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
-	27, // 36: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
-	29, // 37: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	29, // 38: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	31, // 39: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
-	33, // 40: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	37, // 41: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
-	38, // 42: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
-	8,  // 43: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	10, // 44: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	12, // 45: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	21, // 46: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	23, // 47: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	25, // 48: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	15, // 49: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	17, // 50: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	19, // 51: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	43, // 52: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
-	28, // 53: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	30, // 54: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	30, // 55: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	32, // 56: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	35, // 57: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	35, // 58: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	39, // 59: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
-	43, // [43:60] is the sub-list for method output_type
-	26, // [26:43] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	3,  // 6: taskhost.api.v1.Task.model_usage:type_name -> taskhost.api.v1.ModelUsage
+	3,  // 7: taskhost.api.v1.Attempt.model_usage:type_name -> taskhost.api.v1.ModelUsage
+	6,  // 8: taskhost.api.v1.CreateTaskRequest.limits:type_name -> taskhost.api.v1.Limits
+	8,  // 9: taskhost.api.v1.CreateTaskRequest.files:type_name -> taskhost.api.v1.WorkspaceFile
+	2,  // 10: taskhost.api.v1.CreateTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 11: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
+	4,  // 12: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
+	42, // 13: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
+	2,  // 14: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	15, // 15: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
+	2,  // 16: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 17: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 18: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
+	5,  // 19: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
+	2,  // 20: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
+	27, // 21: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
+	27, // 22: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
+	45, // 23: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	35, // 24: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
+	37, // 25: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
+	41, // 26: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
+	42, // 27: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
+	7,  // 28: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
+	10, // 29: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
+	12, // 30: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
+	21, // 31: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
+	23, // 32: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
+	25, // 33: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
+	14, // 34: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
+	17, // 35: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
+	19, // 36: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
+	43, // 37: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
+	28, // 38: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
+	30, // 39: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	30, // 40: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	32, // 41: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
+	34, // 42: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
+	38, // 43: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	39, // 44: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
+	9,  // 45: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	11, // 46: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	13, // 47: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	22, // 48: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	24, // 49: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	26, // 50: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	16, // 51: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	18, // 52: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	20, // 53: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	44, // 54: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
+	29, // 55: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	31, // 56: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	31, // 57: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	33, // 58: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	36, // 59: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	36, // 60: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	40, // 61: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
+	45, // [45:62] is the sub-list for method output_type
+	28, // [28:45] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -3408,7 +3511,7 @@ func file_api_proto_init() {
 	if File_api_proto != nil {
 		return
 	}
-	file_api_proto_msgTypes[25].OneofWrappers = []any{
+	file_api_proto_msgTypes[26].OneofWrappers = []any{
 		(*WatchTaskResponse_Snapshot)(nil),
 		(*WatchTaskResponse_Event)(nil),
 		(*WatchTaskResponse_Final)(nil),
@@ -3419,7 +3522,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
