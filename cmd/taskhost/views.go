@@ -230,6 +230,28 @@ func writeTaskDetail(w io.Writer, t store.Task, host string, usage *store.ModelU
 	}
 }
 
+// writeAttemptFull prints one attempt's whole summary and message (the
+// table cuts them to a line).
+func writeAttemptFull(w io.Writer, a store.Attempt, usage *store.ModelUsage) {
+	fmt.Fprintf(w, "\nattempt %d (%s", a.Number, a.Status)
+	if a.Reason != "" {
+		fmt.Fprintf(w, ", %s", a.Reason)
+	}
+	fmt.Fprintln(w, ")")
+	if usage != nil && usage.Calls > 0 {
+		fmt.Fprintf(w, "  model:   %s\n", usageLine(*usage))
+	}
+	for _, f := range []struct{ label, text string }{{"summary", a.Summary}, {"message", a.Message}} {
+		if f.text == "" {
+			continue
+		}
+		fmt.Fprintf(w, "  %s:\n", f.label)
+		for _, l := range strings.Split(f.text, "\n") {
+			fmt.Fprintf(w, "    %s\n", inert(l))
+		}
+	}
+}
+
 // printable replaces the control characters of a line a plugin wrote, so
 // that it cannot drive the terminal.
 func printable(s string) string {
