@@ -34,6 +34,12 @@ func TestModelPreflight(t *testing.T) {
 		{"404", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, "request", ""},
 		{"not json", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>") }, "bad_response", ""},
 		{"timeout", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, "timeout", "no data from the server within 1s (model.timeout_seconds)"},
+		// A server that closes the connection: its own kind, not a timeout.
+		{"connection closed", func(w http.ResponseWriter, r *http.Request) {
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+		}, "transport", ""},
 		// Ollama's list without the configured model: its first step
 		// would get a 404.
 		{"model not listed", func(w http.ResponseWriter, r *http.Request) {
