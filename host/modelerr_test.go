@@ -148,9 +148,9 @@ func TestModelErrorKindsReachExecutor(t *testing.T) {
 		// parse is the model's bad reply, not an outage, and is not
 		// retried; a request longer than its context is its own kind.
 		{"llama.cpp bad reply", raw(500, llamaBadReplyBody),
-			"model error: model_error: bad_reply: model bad_reply: HTTP 500: the server could not parse the model's reply: \"The model produced output that does not match the expected Hermes 2 Pro format\"", "model reply not usable"},
+			"model error: model_error: bad_reply: model bad_reply: HTTP 500: the server could not parse the model's reply: \"The model produced output that does not match the expected peg-native format\"", "model reply not usable"},
 		{"llama.cpp context", raw(400, llamaContextBody),
-			"model error: model_error: context_exceeded: model context_exceeded: HTTP 400: the request does not fit the model's context: \"request (1103 tokens) exceeds the available context size (1024 tokens), try increasing it\"", "model request longer than the model's context"},
+			"model error: model_error: context_exceeded: model context_exceeded: HTTP 400: the request does not fit the model's context: \"request (5318 tokens) exceeds the available context size (2048 tokens), try increasing it\"", "model request longer than the model's context"},
 		// A server killed mid-reply: the connection closes with no
 		// response; a transport failure, not a timeout.
 		{"connection closed", func(w http.ResponseWriter, r *http.Request) {
@@ -202,6 +202,6 @@ func TestModelErrorKindsReachExecutor(t *testing.T) {
 // What llama-server (llama.cpp, --jinja) answers, byte for byte: a tool call
 // the chat format's parser refused, and a request longer than -c.
 const (
-	llamaBadReplyBody = `{"error":{"code":500,"message":"The model produced output that does not match the expected Hermes 2 Pro format","type":"server_error"}}`
-	llamaContextBody  = `{"error":{"code":400,"message":"request (1103 tokens) exceeds the available context size (1024 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":1103,"n_ctx":1024}}`
+	llamaBadReplyBody = `{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}`
+	llamaContextBody  = `{"error":{"code":400,"message":"request (5318 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5318,"n_ctx":2048}}`
 )

@@ -100,8 +100,8 @@ func TestOpenAIRealServerBodies(t *testing.T) {
 		requests int
 		msg      string
 	}{
-		{"llama.cpp unparsable tool call", 500, llamaBadReplyBody, KindBadReply, 1, "does not match the expected Hermes 2 Pro format"},
-		{"llama.cpp context", 400, llamaContextBody, KindContextExceeded, 1, "request (1103 tokens) exceeds the available context size (1024 tokens)"},
+		{"llama.cpp unparsable tool call", 500, llamaBadReplyBody, KindBadReply, 1, "does not match the expected peg-native format"},
+		{"llama.cpp context", 400, llamaContextBody, KindContextExceeded, 1, "request (5318 tokens) exceeds the available context size (2048 tokens)"},
 		{"OpenAI context", 400, openAIContextBody, KindContextExceeded, 1, "maximum context length is 8192 tokens"},
 		{"vLLM context", 400, vllmContextBody, KindContextExceeded, 1, "you requested 5000 tokens"},
 		{"vLLM context, older body", 400, vllmOldContextBody, KindContextExceeded, 1, "maximum context length is 2048 tokens"},

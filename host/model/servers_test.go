@@ -1,13 +1,15 @@
 package model
 
-// Bodies real servers send. The llama.cpp ones were captured from
-// llama-server (llama.cpp as shipped in node-llama-cpp 3.21.1, --jinja, the
-// toy models of ../shared/realmodel); OpenAI's and vLLM's are their
-// documented error bodies.
+// Bodies real servers send. The llama.cpp error bodies and testdata/llamacpp
+// were captured from llama-server (llama.cpp as shipped in node-llama-cpp
+// 3.21.1, --jinja, toy.gguf and untrained.gguf of ../shared/realmodel, -c
+// 2048); the other llama.cpp bodies below are shaped like them, with
+// content chosen for the test. OpenAI's and vLLM's are their documented
+// error bodies.
 
 const (
-	llamaBadReplyBody = `{"error":{"code":500,"message":"The model produced output that does not match the expected Hermes 2 Pro format","type":"server_error"}}`
-	llamaContextBody  = `{"error":{"code":400,"message":"request (1103 tokens) exceeds the available context size (1024 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":1103,"n_ctx":1024}}`
+	llamaBadReplyBody = `{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}`
+	llamaContextBody  = `{"error":{"code":400,"message":"request (5318 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5318,"n_ctx":2048}}`
 
 	openAIContextBody  = `{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9012 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`
 	vllmContextBody    = `{"error":{"message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}}`

@@ -13,8 +13,8 @@ import (
 // message of llama.cpp's HTTP 500 for a tool call it could not parse, and
 // its HTTP 400 for a request longer than its context.
 const (
-	llamaBadReply = `HTTP 500: the server could not parse the model's reply: "The model produced output that does not match the expected Hermes 2 Pro format"`
-	llamaTooLong  = `HTTP 400: the request does not fit the model's context: "request (1103 tokens) exceeds the available context size (1024 tokens), try increasing it"`
+	llamaBadReply = `HTTP 500: the server could not parse the model's reply: "The model produced output that does not match the expected peg-native format"`
+	llamaTooLong  = `HTTP 400: the request does not fit the model's context: "request (5318 tokens) exceeds the available context size (2048 tokens), try increasing it"`
 )
 
 // scriptedModel answers the n-th model call (0-based) with replies[n].
@@ -55,7 +55,7 @@ func TestBadReplyFedBackOnce(t *testing.T) {
 		t.Fatalf("%d model calls, want 2", len(models))
 	}
 	last := models[1].Messages[len(models[1].Messages)-1]
-	if last.Role != "user" || !strings.Contains(last.Content, "could not be used") || !strings.Contains(last.Content, "Hermes 2 Pro format") {
+	if last.Role != "user" || !strings.Contains(last.Content, "could not be used") || !strings.Contains(last.Content, "peg-native format") {
 		t.Fatalf("the second call ends with %+v, want the bad reply told to the model", last)
 	}
 }
@@ -66,7 +66,7 @@ func TestBadReplyTwiceFailsTyped(t *testing.T) {
 	host := offeredHost(scriptedModel(modelFails(sdk.ModelKindBadReply, llamaBadReply)))
 	res := mustStep(t, host, firstStep("g"))
 	wantOutcome(t, res, sdk.OutcomeFail, "model_bad_reply")
-	if !strings.Contains(res.Message, "Hermes 2 Pro format") {
+	if !strings.Contains(res.Message, "peg-native format") {
 		t.Errorf("message %q does not say what the server said", res.Message)
 	}
 	if _, models, _, _ := snapshot(host); len(models) != 2 {
@@ -187,7 +187,7 @@ func TestContextRefusal(t *testing.T) {
 		req.ModelPromptTokens = 1000
 		res := mustStep(t, host, req)
 		wantOutcome(t, res, sdk.OutcomeFail, "model_context_exceeded")
-		if !strings.Contains(res.Message, "context_tokens") || !strings.Contains(res.Message, "1103 tokens") {
+		if !strings.Contains(res.Message, "context_tokens") || !strings.Contains(res.Message, "5318 tokens") {
 			t.Errorf("message %q: want the setting and the server's words", res.Message)
 		}
 	})
