@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
@@ -84,5 +85,37 @@ func TestTaskModelOptionsChecked(t *testing.T) {
 				t.Fatalf("Create = %v, want a refusal of the field %s", err, tc.field)
 			}
 		})
+	}
+}
+
+// A task whose spec names its tools may call only those: another enabled
+// tool is refused before it is admitted (nothing charged), while the same
+// call of a task without a list runs.
+func TestTaskToolListEnforced(t *testing.T) {
+	h := openHost(t, "", nil)
+	run := func(tools string) (store.Task, store.Attempt) {
+		t.Helper()
+		sp := `{"goal":"g",` + tools + `"testexec":{"steps":1,"call_tool":{"name":"workspace.list","args":{}}}}`
+		task, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: []byte(sp), Limits: Limits{Steps: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := waitEnd(t, h, alice, task.ID)
+		atts, err := h.Store.ListAttempts(context.Background(), alice, task.ID)
+		if err != nil || len(atts) != 1 {
+			t.Fatalf("attempts %+v, %v", atts, err)
+		}
+		return got, atts[0]
+	}
+	listed, att := run(`"tools":["workspace.read"],`)
+	if listed.Budgets.ToolCalls.Used != 0 || !strings.HasPrefix(att.Summary, "tool error") {
+		t.Errorf("a tool outside spec.tools: charged %+v, attempt %q; want it refused uncharged", listed.Budgets.ToolCalls, att.Summary)
+	}
+	open, att := run("")
+	if open.Budgets.ToolCalls.Used != 1 || strings.HasPrefix(att.Summary, "tool error") {
+		t.Errorf("without spec.tools: charged %+v, attempt %q; want the call run", open.Budgets.ToolCalls, att.Summary)
+	}
+	if !(taskOptions{Tools: []string{"workspace.read"}}).allows("workspace.read") || (taskOptions{Tools: []string{}}).allows("shell.run") || !(taskOptions{}).allows("shell.run") {
+		t.Error("allows: a list admits only its tools ([] none); no list admits every tool")
 	}
 }
