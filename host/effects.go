@@ -554,6 +554,12 @@ type modelResult struct {
 	Usage        model.Usage `json:",omitzero"`
 }
 
+// progressDue reports whether a streamed call that has waited elapsed is
+// due a progress event at now, the last one having been at last.
+func progressDue(last, now time.Time, elapsed time.Duration) bool {
+	return last.IsZero() || now.Sub(last) >= max(time.Second, elapsed/10)
+}
+
 // modelProgress records a streamed model call's progress as a
 // step.progress event: every second at first, then ever more rarely (at
 // most ten events a tenfold of waiting), so a call of many minutes does
@@ -561,7 +567,7 @@ type modelResult struct {
 func (s *taskServices) modelProgress(ts *turnState, p model.Progress) {
 	ts.mu.Lock()
 	now := time.Now()
-	due := ts.lastProgress.IsZero() || now.Sub(ts.lastProgress) >= max(time.Second, p.Elapsed/10)
+	due := progressDue(ts.lastProgress, now, p.Elapsed)
 	if due {
 		ts.lastProgress = now
 	}
