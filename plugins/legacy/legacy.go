@@ -83,6 +83,15 @@
 //     Zara simply runs the step again.
 //   - Cancel is idempotent: cancelling a cancelled task is not an error
 //     (Zara's store refuses the transition).
+//   - A reply the model server could not parse (sdk.ModelKindBadReply) is
+//     told to the model once, as a user message, and the model is asked
+//     again; a second one in the step fails it with model_bad_reply.
+//   - A final reply cut at the output limit (finish_reason "length") never
+//     completes the task; its summary starts with cutMark.
+//   - With StepRequest.ModelPromptTokens set ([model] context_tokens), each
+//     request is kept within it by cutting the oldest tool results first
+//     (fit.go); a context refusal anyway cuts harder and asks once more,
+//     then fails the step with model_context_exceeded.
 //   - Zara has no no-progress rule, and neither has this executor unless a
 //     task asks for one: with legacy.stop_after_identical_summaries = N
 //     (2..100; absent or 0: off), N consecutive unfinished steps with the
