@@ -19,12 +19,19 @@ help:
 	@echo "make proto-check  fail when the committed generated code is stale"
 	@echo "make lint         gofmt, go vet, staticcheck"
 
+# The test executor goes to $(BIN)/test/, out of the directory the daemon
+# discovers executors in (beside bin/taskhost): a fresh install must not
+# list it. $(BIN)/test/ is a whole executor directory of its own (the
+# others are hard links), for `taskhost bench` and bench/dbos.
 build:
 	$(GO) build -o $(BIN)/taskhost ./cmd/taskhost
 	$(GO) build -o $(BIN)/taskhost-confine ./cmd/taskhost-confine
-	$(GO) build -o $(BIN)/taskhost-executor-testexec ./integration/testexec
 	$(GO) build -o $(BIN)/taskhost-executor-legacy ./plugins/legacy/cmd/taskhost-executor-legacy
 	$(GO) build -o $(BIN)/taskhost-executor-machinespirit ./plugins/machinespirit/cmd/taskhost-executor-machinespirit
+	rm -f $(BIN)/taskhost-executor-testexec
+	mkdir -p $(BIN)/test
+	$(GO) build -o $(BIN)/test/taskhost-executor-testexec ./integration/testexec
+	for b in taskhost taskhost-confine taskhost-executor-legacy taskhost-executor-machinespirit; do ln -f $(BIN)/$$b $(BIN)/test/$$b; done
 
 # deps installs what the tests and the demo need beyond Go: SWI-Prolog.
 deps:

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
@@ -17,6 +18,9 @@ import (
 // verdict is what one step attempt came to, decided in one place (classify)
 // and recorded in one transaction (finish).
 type verdict struct {
+	// usage is what the step's model calls cost; calls counts them.
+	usage      model.Usage
+	calls      int64
 	attempt    store.AttemptStatus
 	outcome    plugin.Outcome
 	summary    string
@@ -44,6 +48,8 @@ var executorReasons = map[string]store.Reason{
 	string(store.ReasonResultTooLarge):         store.ReasonResultTooLarge,
 	string(store.ReasonModelUnavailable):       store.ReasonModelUnavailable,
 	string(store.ReasonModelAuth):              store.ReasonModelAuth,
+	string(store.ReasonModelBadReply):          store.ReasonModelBadReply,
+	string(store.ReasonModelContextExceeded):   store.ReasonModelContextExceeded,
 }
 
 // crashWait bounds how long to wait for the wait status of a plugin whose
@@ -65,8 +71,15 @@ func (ru *run) classify(res plugin.StepResult, err error, cause error) verdict {
 			reason = store.ReasonExecutorFailed
 			msg = fmt.Sprintf("executor reason %q: %s", text.Truncate(res.Reason, 64), msg)
 		}
-		if reason == store.ReasonModelUnavailable {
+		switch reason {
+		case store.ReasonModelUnavailable:
 			return modelVerdict(msg)
+		case store.ReasonModelContextExceeded:
+			// Fixed by a larger server context or a smaller
+			// context_tokens, then a resume: nobody's final decision.
+			v := modelVerdict(msg)
+			v.reason = reason
+			return v
 		}
 		return verdict{attempt: store.AttemptFailed, outcome: plugin.OutcomeFail, taskTo: store.StatusFailed, reason: reason, message: text.Truncate(msg, 2000)}
 	case plugin.OutcomeContinue, plugin.OutcomeComplete:
@@ -273,7 +286,8 @@ func (ru *run) outcomeEvents(v verdict, att store.Attempt, wall int64) []store.N
 	if v.taskTo != "" {
 		t.Status = v.taskTo
 	}
-	p := EventPayload{Attempt: att.Number, Outcome: string(v.outcome), Reason: string(v.reason)}
+	p := EventPayload{Attempt: att.Number, Outcome: string(v.outcome), Reason: string(v.reason),
+		PromptTokens: v.usage.PromptTokens, CompletionTokens: v.usage.CompletionTokens, ModelMillis: v.usage.Duration.Milliseconds()}
 	var evs []store.NewEvent
 	if v.attempt == store.AttemptInterrupted {
 		if v.crashed {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,12 +61,39 @@ type turnState struct {
 	unsettledTools []plugin.Effect
 	// outage is the last model outage a call of this step met ("" none).
 	outage string
+	// refusal is the reason the step's last model call failed for the
+	// model's reply or the request's length (model_bad_reply,
+	// model_context_exceeded) with its message; cleared by a reply.
+	refusal, refusalMsg string
 	// authRefused is the model endpoint's refusal of the credentials
 	// ("" none): no step can succeed until the key is fixed.
 	authRefused string
 	// charged is the task's budgets after the step's last admitted
 	// effect, so the step's events show what it spent.
 	charged *store.Budgets
+	// opts are the task's own model options and tool list (spec), set
+	// when the step is issued, read-only after.
+	opts taskOptions
+	// usage sums the step's model calls; lastProgress is when a
+	// streamed call's progress was last recorded (an event).
+	usage        model.Usage
+	modelCalls   int64
+	lastProgress time.Time
+}
+
+// addUsage counts one model call of the step.
+func (ts *turnState) addUsage(u model.Usage) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.usage = ts.usage.Add(u)
+	ts.modelCalls++
+}
+
+// stepUsage is what the step's model calls cost so far.
+func (ts *turnState) stepUsage() (model.Usage, int64) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.usage, ts.modelCalls
 }
 
 func (ts *turnState) noteCharge(b store.Budgets) {
@@ -158,6 +186,20 @@ func (ts *turnState) noteOutage(msg string) {
 	ts.mu.Unlock()
 }
 
+func (ts *turnState) noteRefusal(r store.Reason, msg string) {
+	ts.mu.Lock()
+	ts.refusal, ts.refusalMsg = string(r), msg
+	ts.mu.Unlock()
+}
+
+// modelRefusal is the reason and message of the step's last model call,
+// when it failed for its reply or its length.
+func (ts *turnState) modelRefusal() (store.Reason, string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return store.Reason(ts.refusal), ts.refusalMsg
+}
+
 func (ts *turnState) noteAuthRefused(msg string) {
 	ts.mu.Lock()
 	ts.authRefused = msg
@@ -196,6 +238,12 @@ func (s *taskServices) modelError(ts *turnState, err error) error {
 		me.Unavailable = true
 		ts.noteOutage(kind)
 		s.r.log.Warn("model unavailable", log...)
+	case model.KindOf(err) == model.KindBadReply:
+		ts.noteRefusal(store.ReasonModelBadReply, msg)
+		s.r.log.Warn("model reply not usable", log...)
+	case model.KindOf(err) == model.KindContextExceeded:
+		ts.noteRefusal(store.ReasonModelContextExceeded, msg)
+		s.r.log.Warn("model request longer than the model's context", log...)
 	default:
 		s.r.log.Warn("model call failed", log...)
 	}
@@ -206,9 +254,10 @@ func (s *taskServices) modelError(ts *turnState, err error) error {
 // SDK's set is smaller, as an executor branches only on what it can act on.
 func sdkModelKind(k model.ErrorKind) string {
 	switch k {
-	case model.KindAuth, model.KindRateLimited, model.KindServer, model.KindTimeout, model.KindBadResponse:
+	case model.KindAuth, model.KindRateLimited, model.KindServer, model.KindTimeout, model.KindBadResponse,
+		model.KindTransport, model.KindBadReply, model.KindContextExceeded:
 		return k.String()
-	case model.KindTransport, model.KindCanceled:
+	case model.KindCanceled:
 		return model.KindTimeout.String()
 	case model.KindRequest, model.KindScript:
 		return model.KindRequest.String()
@@ -453,6 +502,11 @@ func (s *taskServices) CallModel(ctx context.Context, call plugin.ModelCall) (pl
 		return plugin.ModelAnswer{}, err
 	}
 	mreq.TaskID, mreq.Depth = ts.taskID, int(depth)
+	mreq.Options = ts.opts.Model
+	// A tool the task may not use is not offered: the model could not
+	// call it anyway (CallTool refuses it).
+	mreq.Tools = slices.DeleteFunc(slices.Clone(mreq.Tools), func(t model.ToolSpec) bool { return !ts.opts.allows(t.Name) })
+	mreq.Progress = func(p model.Progress) { s.modelProgress(ts, p) }
 	canon, _ := json.Marshal(mreq.Messages)
 	toolsJSON, _ := json.Marshal(mreq.Tools)
 	e := store.NewEffect{Kind: store.EffectModel, Depth: depth,
@@ -466,16 +520,65 @@ func (s *taskServices) CallModel(ctx context.Context, call plugin.ModelCall) (pl
 			}
 			return nil, s.modelError(ts, err)
 		}
-		return json.Marshal(resp.Message)
+		ts.addUsage(resp.Usage)
+		ts.noteRefusal("", "")
+		u := store.ModelUsage{Calls: 1, PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, Millis: resp.Usage.Duration.Milliseconds()}
+		if err := s.r.store.AddModelUsage(context.WithoutCancel(ctx), ts.principal, ts.taskID, ts.attempt, u); err != nil {
+			// Usage is an account, not a budget yet: a lost row costs
+			// the figures, not the reply.
+			s.r.log.Warn("model usage not recorded", "task", ts.taskID, "attempt", ts.attempt, "error", err)
+		}
+		s.r.set.Observer.ModelCalled(resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Usage.Duration)
+		s.r.log.Info("model call", "task", ts.taskID, "attempt", ts.attempt, "depth", depth,
+			"prompt_tokens", resp.Usage.PromptTokens, "completion_tokens", resp.Usage.CompletionTokens,
+			"duration_ms", resp.Usage.Duration.Milliseconds(), "finish", resp.FinishReason, "tool_calls", len(resp.Message.ToolCalls))
+		return json.Marshal(modelResult{Message: resp.Message, FinishReason: resp.FinishReason, Usage: resp.Usage})
 	})
 	if err != nil {
 		return plugin.ModelAnswer{}, err
 	}
-	var msg model.Message
-	if err := json.Unmarshal(out, &msg); err != nil {
+	var res modelResult
+	if err := json.Unmarshal(out, &res); err != nil {
 		return plugin.ModelAnswer{}, fmt.Errorf("model result not readable: %w", err)
 	}
-	return plugin.ModelAnswer{Message: msg, CallToken: ts.addCall(depth), Depth: depth, Replayed: replayed}, nil
+	return plugin.ModelAnswer{Message: res.Message, CallToken: ts.addCall(depth), Depth: depth, Replayed: replayed,
+		FinishReason: res.FinishReason, Usage: res.Usage}, nil
+}
+
+// modelResult is what the ledger keeps of an observed model call for a
+// re-run to replay. Message's fields are inlined, so a result written
+// before FinishReason and Usage existed reads as well.
+type modelResult struct {
+	model.Message
+	FinishReason string      `json:",omitempty"`
+	Usage        model.Usage `json:",omitzero"`
+}
+
+// progressDue reports whether a streamed call that has waited elapsed is
+// due a progress event at now, the last one having been at last.
+func progressDue(last, now time.Time, elapsed time.Duration) bool {
+	return last.IsZero() || now.Sub(last) >= max(time.Second, elapsed/10)
+}
+
+// modelProgress records a streamed model call's progress as a
+// step.progress event: every second at first, then ever more rarely (at
+// most ten events a tenfold of waiting), so a call of many minutes does
+// not push the task's other events out of its retention.
+func (s *taskServices) modelProgress(ts *turnState, p model.Progress) {
+	ts.mu.Lock()
+	now := time.Now()
+	due := progressDue(ts.lastProgress, now, p.Elapsed)
+	if due {
+		ts.lastProgress = now
+	}
+	ts.mu.Unlock()
+	if !due {
+		return
+	}
+	note := fmt.Sprintf("model call: %d chunks in %ds", p.Chunks, int64(p.Elapsed.Seconds()))
+	if err := s.r.progress(ts.ctx, ts.turn, note); err != nil {
+		s.r.log.Debug("model progress not recorded", "task", ts.taskID, "error", err)
+	}
 }
 
 // CallTool admits and runs one tool call under its policy; a tool that needs
@@ -503,6 +606,9 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 	pol, ok := reg.Policy(name)
 	if !ok || !pol.Enabled {
 		return plugin.ToolAnswer{}, plugin.Refuse(plugin.ErrUnknownTool, "tool %q is unknown or disabled", text.Truncate(name, 64))
+	}
+	if !ts.opts.allows(name) {
+		return plugin.ToolAnswer{}, plugin.Refuse(plugin.ErrUnknownTool, "tool %q is not one of this task's tools (spec.tools)", text.Truncate(name, 64))
 	}
 	e := store.NewEffect{Kind: store.EffectTool, Fingerprint: tools.Fingerprint(name, args),
 		IdempotencyKey: text.Truncate(call.IdempotencyKey, 128), Summary: tools.Summarize(name, args)}

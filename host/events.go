@@ -51,6 +51,11 @@ type EventPayload struct {
 	WallSecs string `json:"wall_s,omitempty"`
 	// By is the admin principal who acted on another principal's task.
 	By string `json:"by,omitempty"`
+	// What a step's model calls cost (step.completed, step.interrupted):
+	// tokens as the endpoint reported them, and their duration.
+	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64 `json:"completion_tokens,omitempty"`
+	ModelMillis      int64 `json:"model_ms,omitempty"`
 }
 
 func meter(b store.Budget) string { return fmt.Sprintf("%d/%d", b.Used, b.Limit) }

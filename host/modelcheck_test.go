@@ -33,7 +33,25 @@ func TestModelPreflight(t *testing.T) {
 		{"503", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }, "server", ""},
 		{"404", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, "request", ""},
 		{"not json", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>") }, "bad_response", ""},
-		{"timeout", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, "timeout", "no response within 1s"},
+		{"timeout", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, "timeout", "no data from the server within 1s (model.timeout_seconds)"},
+		// A server that closes the connection: its own kind, not a timeout.
+		{"connection closed", func(w http.ResponseWriter, r *http.Request) {
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+		}, "transport", ""},
+		// Ollama's list without the configured model: its first step
+		// would get a 404.
+		{"model not listed", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"object":"list","data":[{"id":"llama3.2:latest","object":"model","created":1,"owned_by":"library"}]}`)
+		}, "request", `GET /models does not list the model "test" (model.model); it lists "llama3.2:latest"`},
+		{"ollama tag", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"object":"list","data":[{"id":"test:latest","object":"model","created":1,"owned_by":"library"}]}`)
+		}, "", ""},
+		// llama.cpp serves its one model under any name a request gives.
+		{"llama.cpp", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"models":[{"name":"toy.gguf","model":"toy.gguf"}],"object":"list","data":[{"id":"toy.gguf","object":"model","created":1764680000,"owned_by":"llamacpp","meta":{"n_ctx_train":512}}]}`)
+		}, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,7 +63,7 @@ func TestModelPreflight(t *testing.T) {
 					t.Errorf("preflight sent %s %s (auth %q)", r.Method, r.URL.Path, r.Header.Get("Authorization"))
 				}
 				if healthy.Load() {
-					io.WriteString(w, `{"data":[]}`)
+					io.WriteString(w, `{"data":[{"id":"test"}]}`)
 					return
 				}
 				tc.handler(w, r)

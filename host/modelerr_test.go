@@ -111,6 +111,13 @@ func closedURL(t *testing.T) string {
 // sdk.ErrModelUnavailable; and the daemon logs each failed call once at
 // WARN with the task id.
 func TestModelErrorKindsReachExecutor(t *testing.T) {
+	raw := func(code int, body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			w.WriteHeader(code)
+			io.WriteString(w, body)
+		}
+	}
 	body := func(code int, msg string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", "0")
@@ -132,11 +139,26 @@ func TestModelErrorKindsReachExecutor(t *testing.T) {
 		{"503", body(503, "overloaded"),
 			"model error: model_unavailable: server: model server: HTTP 503: server error: \"overloaded\" (after 2 attempts)", "model unavailable"},
 		{"timeout", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
-			"model error: model_unavailable: timeout: model timeout: no response within 1s", "model unavailable"},
+			"model error: model_unavailable: timeout: model timeout: no data from the server within 1s (model.timeout_seconds)", "model unavailable"},
 		{"bad body", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"choices": [`) },
 			"model error: model_error: bad_response: model bad_response: the response is not valid chat-completions JSON: unexpected end of JSON input", "model call failed"},
 		{"400", body(400, "no such model"),
 			"model error: model_error: request: model request: HTTP 400: the endpoint refused the request: \"no such model\"", "model call failed"},
+		// llama.cpp's own bodies (docs/model.md): a tool call it could not
+		// parse is the model's bad reply, not an outage, and is not
+		// retried; a request longer than its context is its own kind.
+		{"llama.cpp bad reply", raw(500, llamaBadReplyBody),
+			"model error: model_error: bad_reply: model bad_reply: HTTP 500: the server could not parse the model's reply: \"The model produced output that does not match the expected peg-native format\"", "model reply not usable"},
+		{"llama.cpp context", raw(400, llamaContextBody),
+			"model error: model_error: context_exceeded: model context_exceeded: HTTP 400: the request does not fit the model's context: \"request (5318 tokens) exceeds the available context size (2048 tokens), try increasing it\"", "model request longer than the model's context"},
+		// A server killed mid-reply: the connection closes with no
+		// response; a transport failure, not a timeout.
+		{"connection closed", func(w http.ResponseWriter, r *http.Request) {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}, "model error: model_unavailable: transport: model transport: sending the request: Post \"URL/v1/chat/completions\": EOF", "model unavailable"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,8 +183,8 @@ func TestModelErrorKindsReachExecutor(t *testing.T) {
 			if err != nil || len(atts) != 1 {
 				t.Fatalf("attempts = %+v, %v", atts, err)
 			}
-			if atts[0].Summary != tc.want {
-				t.Errorf("the executor saw\n%q, want\n%q", atts[0].Summary, tc.want)
+			if want := strings.ReplaceAll(tc.want, "URL", srv.URL); atts[0].Summary != want {
+				t.Errorf("the executor saw\n%q, want\n%q", atts[0].Summary, want)
 			}
 			var lines []string
 			for _, l := range strings.Split(logs.String(), "\n") {
@@ -176,3 +198,10 @@ func TestModelErrorKindsReachExecutor(t *testing.T) {
 		})
 	}
 }
+
+// What llama-server (llama.cpp, --jinja) answers, byte for byte: a tool call
+// the chat format's parser refused, and a request longer than -c.
+const (
+	llamaBadReplyBody = `{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}`
+	llamaContextBody  = `{"error":{"code":400,"message":"request (5318 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5318,"n_ctx":2048}}`
+)

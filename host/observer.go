@@ -31,6 +31,9 @@ type Observer interface {
 	// ListenReconnected: the fleet notification connection broke and is
 	// made again.
 	ListenReconnected()
+	// ModelCalled: a model call returned a reply, with the tokens the
+	// endpoint reported and its duration.
+	ModelCalled(promptTokens, completionTokens int64, d time.Duration)
 }
 
 // nopObserver is the Observer of a host without metrics.
@@ -48,3 +51,4 @@ func (nopObserver) FleetHeartbeats(map[string]time.Duration)   {}
 func (nopObserver) RunsSwept(int)                              {}
 func (nopObserver) SelfFenced()                                {}
 func (nopObserver) ListenReconnected()                         {}
+func (nopObserver) ModelCalled(int64, int64, time.Duration)    {}

@@ -422,6 +422,7 @@ func settingsFrom(c config.Config) Settings {
 	s.SummaryChars = c.Limits.SummaryChars
 	s.RecentSummaries = c.Limits.RecentSummaries
 	s.ResultBytes = c.Limits.ResultBytes
+	s.Model = ModelSettings{MaxTokens: c.Model.MaxTokens, ContextTokens: c.Model.ContextTokens}
 	f := c.Fleet
 	s.Fleet = FleetSettings{Heartbeat: time.Duration(f.HeartbeatSeconds) * time.Second,
 		Lease: time.Duration(f.LeaseSeconds) * time.Second, Poll: time.Duration(f.PollMillis) * time.Millisecond}

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -325,6 +326,8 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	stepCtx, cancelStep := context.WithCancelCause(ru.ctx)
 	tok, ts := r.turns.issue(stepCtx, turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number})
 	req.TurnToken = tok
+	ts.opts = ru.taskOptions()
+	req.ModelPromptTokens = r.set.Model.promptTokens(cmp.Or(ts.opts.Model.MaxTokens, r.set.Model.MaxTokens))
 	ts.setUnsettled(ru.indeterminate)
 	go ru.wall.expire(stepCtx, cancelStep, errWallExceeded)
 	began := time.Now()
@@ -350,6 +353,11 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		v = modelVerdict("the model provider is unavailable (" + msg + "); the executor gave up: " + v.message)
 		r.log.Warn("step ended on a model outage: the task is interrupted (model_unavailable)", "task", ru.id, "attempt", att.Number, "cause", msg)
 	}
+	if reason, msg := ts.modelRefusal(); reason != "" && v.outcome == plugin.OutcomeFail && v.reason == store.ReasonExecutorFailed {
+		// The executor gave up on a model call the endpoint refused for
+		// its reply or its length: said by the reason, for every executor.
+		v = ru.classify(plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: string(reason), Message: text.Truncate(msg+"; the executor gave up: "+v.message, 2000)}, nil, nil)
+	}
 	if msg := ts.modelAuthRefused(); msg != "" && v.outcome == plugin.OutcomeFail && v.reason == store.ReasonExecutorFailed {
 		// The provider's own words, once: the executor's message wraps the
 		// same error again on its way back.
@@ -363,6 +371,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// attempt is interrupted and its effects settled like a crash's.
 		v = storeVerdict(err)
 	}
+	v.usage, v.calls = ts.stepUsage()
 	r.set.Observer.StepFinished(ru.task.Executor, string(v.attempt), time.Since(began))
 	return ru.finish(v, att)
 }

@@ -62,6 +62,8 @@ type Settings struct {
 	Observer Observer
 	// Fleet are the timings of a host sharing its store (fleet.go).
 	Fleet FleetSettings
+	// Model bounds a task's own model options (spec "model").
+	Model ModelSettings
 }
 
 // Limits are budget limits; zero means "unset" in a request.
@@ -453,6 +455,12 @@ func (r *Runner) List(ctx context.Context, principal string, q store.ListQuery) 
 	return ts, err
 }
 
+// TaskModelUsage returns what the task's model calls cost, in all and by
+// attempt.
+func (r *Runner) TaskModelUsage(ctx context.Context, principal, id string) (store.ModelUsage, map[int64]store.ModelUsage, error) {
+	return r.store.TaskModelUsage(ctx, principal, id)
+}
+
 // Attempts lists a task's step attempts.
 func (r *Runner) Attempts(ctx context.Context, principal, id string) ([]store.Attempt, error) {
 	return r.store.ListAttempts(ctx, principal, id)
@@ -561,7 +569,17 @@ func (r *Runner) validateSpec(spec []byte) error {
 	if n := utf8.RuneCountInString(goal); n > r.set.GoalChars {
 		return &plugin.FieldError{Field: "spec.goal", Message: fmt.Sprintf("is %d characters once stripped, limit %d", n, r.set.GoalChars)}
 	}
-	return nil
+	opts, err := parseTaskOptions(spec, r.set.Model)
+	if err != nil {
+		return err
+	}
+	return checkTaskTools(opts.Tools, func(name string) bool {
+		if r.svc.Tools == nil {
+			return false
+		}
+		pol, ok := r.svc.Tools.Policy(name)
+		return ok && pol.Enabled
+	})
 }
 
 // limits applies defaults and refuses anything above a cap or below zero.

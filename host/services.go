@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/taskhost/taskhost/host/plugin"
@@ -92,11 +93,12 @@ func (s *taskServices) Progress(ctx context.Context, tok, note string) error {
 
 // ListTools lists the enabled tools, for the executor to offer a model.
 func (s *taskServices) ListTools(_ context.Context, tok string) ([]tools.Spec, error) {
-	if _, err := s.authorizeState("ListTools", tok); err != nil {
+	ts, err := s.authorizeState("ListTools", tok)
+	if err != nil {
 		return nil, err
 	}
 	if s.r.svc.Tools == nil {
 		return nil, nil
 	}
-	return s.r.svc.Tools.Specs(), nil
+	return slices.DeleteFunc(s.r.svc.Tools.Specs(), func(t tools.Spec) bool { return !ts.opts.allows(t.Name) }), nil
 }

@@ -21,7 +21,8 @@ func stepRequestFromPB(in *executorpb.StepRequest) StepRequest {
 		Remaining: budgetsFromPB(in.GetRemaining()),
 		Limits:    budgetsFromPB(in.GetLimits()),
 
-		SummaryChars: int(in.GetSummaryChars()),
+		SummaryChars:      int(in.GetSummaryChars()),
+		ModelPromptTokens: int64(in.GetModelPromptTokens()),
 	}
 	for _, s := range in.GetRecent() {
 		out.Recent = append(out.Recent, Summary{Step: int64(s.GetStep()), Text: s.GetSummary()})
@@ -127,6 +128,10 @@ func modelResponseFromPB(r *executorpb.CallModelResponse) ModelResponse {
 		CallToken: r.GetCallToken(),
 		Depth:     int64(r.GetDepth()),
 		Replayed:  r.GetReplayed(),
+
+		FinishReason: text.Truncate(r.GetFinishReason(), 32),
+		Usage: ModelUsage{PromptTokens: max(r.GetPromptTokens(), 0), CompletionTokens: max(r.GetCompletionTokens(), 0),
+			DurationMillis: max(r.GetDurationMs(), 0)},
 	}
 }
 

@@ -64,8 +64,11 @@ func TestHostCallErrorModelError(t *testing.T) {
 		{codes.Unavailable, ReasonModelUnavailable, "rate_limited", ModelKindRateLimited, true, "model_unavailable"},
 		{codes.Unavailable, ReasonModelUnavailable, "server", ModelKindServer, true, "model_unavailable"},
 		{codes.Unavailable, ReasonModelUnavailable, "timeout", ModelKindTimeout, true, "model_unavailable"},
-		// An older host's kind for a connection failure: still an outage.
-		{codes.Unavailable, ReasonModelUnavailable, "transport", ModelKindTimeout, true, "model_unavailable"},
+		{codes.Unavailable, ReasonModelUnavailable, "transport", ModelKindTransport, true, "model_unavailable"},
+		{codes.Aborted, ReasonModelFailed, "bad_reply", ModelKindBadReply, false, "model_error"},
+		{codes.Aborted, ReasonModelFailed, "context_exceeded", ModelKindContextExceeded, false, "model_error"},
+		// A kind a newer host sends as an outage: still an outage.
+		{codes.Unavailable, ReasonModelUnavailable, "brownout", ModelKindTimeout, true, "model_unavailable"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.kind, func(t *testing.T) {

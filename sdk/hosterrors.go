@@ -63,8 +63,8 @@ func modelError(st *status.Status) *ModelError {
 		case ReasonModelUnavailable, ReasonModelFailed:
 			kind := modelErrorKind(info.GetMetadata()["kind"])
 			if info.GetReason() == ReasonModelUnavailable && !kind.Transient() {
-				// An older host named kinds this SDK calls otherwise
-				// ("transport"): still an outage.
+				// A kind this SDK does not know, sent as an outage: still
+				// an outage.
 				kind = ModelKindTimeout
 			}
 			return &ModelError{Kind: kind, Message: st.Message()}

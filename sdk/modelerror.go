@@ -5,10 +5,12 @@ package sdk
 // runtime.
 type ModelErrorKind string
 
-// The kinds of [ModelError]. RateLimited, Server and Timeout are transient:
-// the provider already retried, but the same request may succeed later.
-// Auth, BadResponse and Request are not: repeating the call fails the same
-// way.
+// The kinds of [ModelError]. RateLimited, Server, Timeout and Transport
+// are transient: the provider already retried, but the same request may
+// succeed later. Auth, BadResponse, Request and ContextExceeded are not:
+// repeating the call fails the same way. BadReply is the model's doing: the
+// same request may get a usable reply, and telling the model what was wrong
+// may help.
 const (
 	// ModelKindAuth: the endpoint refused the host's credentials (HTTP 401 or
 	// 403). The host fails the task with reason "model_auth" if the step
@@ -18,8 +20,21 @@ const (
 	ModelKindRateLimited ModelErrorKind = "rate_limited"
 	// ModelKindServer: HTTP 5xx, still after the host's retries.
 	ModelKindServer ModelErrorKind = "server"
-	// ModelKindTimeout: no reply in time, or no connection at all.
+	// ModelKindTimeout: no reply in time (the host's model.timeout_seconds
+	// between chunks, or model.max_call_seconds in all).
 	ModelKindTimeout ModelErrorKind = "timeout"
+	// ModelKindTransport: no HTTP answer at all, or the connection broke
+	// mid-reply (connection refused or reset, a server killed while it
+	// generated). A host older than this kind says timeout instead.
+	ModelKindTransport ModelErrorKind = "transport"
+	// ModelKindBadReply: the model's reply could not be used (the server
+	// could not parse it as a tool call, or it is over the host's bounds:
+	// too many tool calls, arguments too long). The server is fine.
+	ModelKindBadReply ModelErrorKind = "bad_reply"
+	// ModelKindContextExceeded: the endpoint refused the request as longer
+	// than the model's context. A shorter request may pass; the host's
+	// StepRequest.ModelPromptTokens says how long one may be, when known.
+	ModelKindContextExceeded ModelErrorKind = "context_exceeded"
 	// ModelKindBadResponse: the endpoint answered, but not with a usable reply
 	// (malformed, empty, over the host's bounds).
 	ModelKindBadResponse ModelErrorKind = "bad_response"
@@ -33,7 +48,7 @@ const (
 // made again later.
 func (k ModelErrorKind) Transient() bool {
 	switch k {
-	case ModelKindRateLimited, ModelKindServer, ModelKindTimeout:
+	case ModelKindRateLimited, ModelKindServer, ModelKindTimeout, ModelKindTransport:
 		return true
 	}
 	return false

@@ -98,6 +98,12 @@ type StepRequest struct {
 	// own (the host refuses it: ErrEffectUnsettled): treat it as failed,
 	// ask for an approval to retry, or AbandonEffect.
 	Indeterminate []Effect
+	// ModelPromptTokens is the most prompt tokens a model request of this
+	// task may hold: the host's [model] context_tokens less the reply's
+	// max_tokens. 0 when the host does not know. Tokens are the server's;
+	// an executor estimates them (ModelResponse.Usage.PromptTokens tells
+	// how the last request counted).
+	ModelPromptTokens int64
 }
 
 // Outcome is the kind of a step's result.
@@ -217,6 +223,22 @@ type ModelResponse struct {
 	CallToken string
 	Depth     int64
 	Replayed  bool // served from the ledger of a re-run step
+	// FinishReason is why the model stopped: FinishLength means the reply
+	// was cut at the output limit (max_tokens) or the context's end and
+	// may be incomplete. "" when the endpoint did not say.
+	FinishReason string
+	Usage        ModelUsage
+}
+
+// FinishLength is the FinishReason of a reply cut at the output limit.
+const FinishLength = "length"
+
+// ModelUsage is what one model call cost: tokens as the endpoint reported
+// them (0 when it did not), the duration as the host measured it.
+type ModelUsage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+	DurationMillis   int64
 }
 
 // ToolRequest is one tool call.

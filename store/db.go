@@ -128,6 +128,7 @@ func writeQueries() []string {
 	qs = append(qs, effectQueries()...)
 	qs = append(qs, approvalQueries()...)
 	qs = append(qs, deleteQueries()...)
+	qs = append(qs, usageQueries()...)
 	qs = append(qs, hostQueries()...)
 	// The status lists of a compare-and-set are deduplicated and every
 	// status in them is a legal predecessor, so these are all the shapes.

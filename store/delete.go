@@ -58,7 +58,7 @@ func deleteRows(ctx context.Context, tx *txn, principal, id string) error {
 	if err := tx.lockTaskRow(ctx, id); err != nil {
 		return fmt.Errorf("delete task %s: %w", id, err)
 	}
-	for _, q := range []string{qDeleteApprovals, qDeleteEffects, qDeleteEvents, qDeleteAttempts} {
+	for _, q := range []string{qDeleteApprovals, qDeleteEffects, qDeleteEvents, qDeleteUsage, qDeleteAttempts} {
 		if _, err := tx.ExecContext(ctx, q, id); err != nil {
 			return fmt.Errorf("delete task %s: %w", id, err)
 		}

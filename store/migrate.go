@@ -183,7 +183,20 @@ var migrations = []migration{
 		qMarkOldUnsettled,
 	}},
 	{version: 8, name: "queue", stmts: queueMigration("INTEGER")},
+	{version: 9, name: "model usage", stmts: []string{qCreateUsage}},
 }
+
+// qCreateUsage is the model_usage table (usage.go), in the text of either
+// engine.
+const qCreateUsage = `CREATE TABLE model_usage (
+	task_id           TEXT   NOT NULL REFERENCES tasks (id),
+	attempt           BIGINT NOT NULL CHECK (attempt >= 1),
+	calls             BIGINT NOT NULL DEFAULT 0 CHECK (calls >= 0),
+	prompt_tokens     BIGINT NOT NULL DEFAULT 0 CHECK (prompt_tokens >= 0),
+	completion_tokens BIGINT NOT NULL DEFAULT 0 CHECK (completion_tokens >= 0),
+	model_ms          BIGINT NOT NULL DEFAULT 0 CHECK (model_ms >= 0),
+	PRIMARY KEY (task_id, attempt)
+)`
 
 // qMarkOldUnsettled gives the tool effects an older binary left unsettled
 // their durable state, in the text of either engine: every indeterminate

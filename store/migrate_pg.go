@@ -146,6 +146,8 @@ var pgMigrations = []migration{
 		qMarkOldUnsettled,
 	}},
 	{version: 5, name: "queue", stmts: queueMigration("BIGINT")},
+	// SQLite's v9: the model calls' usage by attempt (usage.go).
+	{version: 6, name: "model usage", stmts: []string{qCreateUsage}},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

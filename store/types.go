@@ -92,6 +92,15 @@ const (
 	// ReasonUserStopAll: the principal cancelled all of their tasks at
 	// once (task cancel --all).
 	ReasonUserStopAll Reason = "user_stop_all"
+	// ReasonModelBadReply: the model's replies could not be used (the
+	// server could not parse them, or they were over the host's bounds)
+	// even after the executor told the model so; the task fails.
+	ReasonModelBadReply Reason = "model_bad_reply"
+	// ReasonModelContextExceeded: a model request did not fit the model's
+	// context even cut to [model] context_tokens; the task is interrupted
+	// and may be resumed once the server's context or the setting is
+	// fixed.
+	ReasonModelContextExceeded Reason = "model_context_exceeded"
 )
 
 var reasons = map[Reason]bool{
@@ -103,6 +112,7 @@ var reasons = map[Reason]bool{
 	ReasonHostShutdown: true, ReasonHostRestart: true, ReasonUserCancelled: true,
 	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true, ReasonModelAuth: true,
 	ReasonHostLost: true, ReasonRunLost: true, ReasonUserPause: true, ReasonUserStopAll: true,
+	ReasonModelBadReply: true, ReasonModelContextExceeded: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.

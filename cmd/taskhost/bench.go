@@ -68,8 +68,16 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 		errorf(e, "bench: %v", err)
 		return exitUnavailable
 	}
+	// make build keeps the test executor out of the daemon's executor
+	// directory, in test/ below it.
+	execDir := filepath.Dir(exe)
+	if _, err := os.Stat(filepath.Join(execDir, "taskhost-executor-testexec")); err != nil {
+		if _, err := os.Stat(filepath.Join(execDir, "test", "taskhost-executor-testexec")); err == nil {
+			execDir = filepath.Join(execDir, "test")
+		}
+	}
 	r, err := bench.Run(ctx, bench.Options{
-		ExecutorDir: filepath.Dir(exe), Steps: *steps, Reps: *reps, RecoverySizes: recSizes, Store: st,
+		ExecutorDir: execDir, Steps: *steps, Reps: *reps, RecoverySizes: recSizes, Store: st,
 		Progress: func(s string) { fmt.Fprintln(e.stderr, "bench:", s) },
 	})
 	if err != nil {

@@ -93,7 +93,7 @@ func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id 
 		p.emit(map[string]any{"task": taskJSON(t), "attempts": views})
 		return exitOK
 	}
-	writeTaskDetail(e.stdout, t, "", atts, 0)
+	writeTaskDetail(e.stdout, t, "", nil, atts, 0)
 	return exitOK
 }
 
@@ -109,6 +109,8 @@ type attemptView struct {
 	StderrTail string `json:"stderr_tail,omitempty"`
 	Started    string `json:"started_at"`
 	Duration   string `json:"duration,omitempty"`
+	// ModelUsage is what the attempt's model calls cost (`task status`).
+	ModelUsage *usageView `json:"model_usage,omitempty"`
 }
 
 func attemptJSON(a store.Attempt) attemptView {

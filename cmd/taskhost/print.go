@@ -39,7 +39,7 @@ func (p *printer) event(ev store.Event) {
 	var f map[string]any
 	_ = json.Unmarshal(ev.Payload, &f)
 	var parts []string
-	for _, k := range []string{"attempt", "outcome", "reason", "exit", "note", "steps", "tools", "models", "wall_s"} {
+	for _, k := range []string{"attempt", "outcome", "reason", "exit", "note", "steps", "tools", "models", "wall_s", "prompt_tokens", "completion_tokens", "model_ms"} {
 		if v, ok := f[k]; ok {
 			parts = append(parts, inert(fmt.Sprintf("%s=%v", k, v)))
 		}
@@ -90,6 +90,8 @@ type taskView struct {
 	Host string `json:"host,omitempty"`
 	// QueuePosition is a pending task's place in the queue (1 is next).
 	QueuePosition int64 `json:"queue_position,omitempty"`
+	// ModelUsage is what the task's model calls cost: `task status` only.
+	ModelUsage *usageView `json:"model_usage,omitempty"`
 }
 
 type meterV struct {

@@ -37,7 +37,7 @@ func TestTaskDetailStderrTail(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
-			writeTaskDetail(&b, store.Task{ID: "t_x"}, "", tc.atts, 0)
+			writeTaskDetail(&b, store.Task{ID: "t_x"}, "", nil, tc.atts, 0)
 			for _, w := range tc.want {
 				if !strings.Contains(b.String(), w) {
 					t.Errorf("output lacks %q:\n%s", w, b.String())
@@ -76,7 +76,7 @@ func TestModelTextIsInertInTextViews(t *testing.T) {
 	task := store.Task{ID: "t_x", Status: store.StatusFailed, Message: hostile, Result: []byte(`"` + hostile + `"`)}
 	atts := []store.Attempt{{Number: 1, Status: store.AttemptCompleted, Summary: hostile}}
 	var detailOut strings.Builder
-	writeTaskDetail(&detailOut, task, "", atts, 0)
+	writeTaskDetail(&detailOut, task, "", nil, atts, 0)
 	finished := detail(hostile)
 	for name, out := range map[string]string{"task status": detailOut.String(), "a finished task's line": finished} {
 		for _, raw := range []string{"\x1b", "\x07", "\r", "\u202e", "\u009b"} {

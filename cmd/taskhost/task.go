@@ -238,7 +238,8 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 	var cf clientFlags
 	cf.register(fs)
 	attempts := fs.Int("attempts", 50, "show this many of the most recent attempts (1..500)")
-	fs.Usage = usageFunc(fs, "taskhost task status ID [flags]", "Shows a task: status and reason, budgets as used/limit meters, and its attempt log.")
+	full := fs.Bool("full", false, "show each attempt's whole summary and message, and what its model calls cost, below the table")
+	fs.Usage = usageFunc(fs, "taskhost task status ID [flags]", "Shows a task: status and reason, budgets as used/limit meters, what its model\ncalls cost, and its attempt log (--full: each attempt's whole summary).")
 	pos, code, ok := parseArgs(e, fs, args, 1, 1)
 	if !ok {
 		return code
@@ -264,16 +265,24 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 	}
 	if cf.json {
 		views := make([]attemptView, 0, len(atts))
-		for _, a := range atts {
-			views = append(views, attemptJSON(a))
+		for i, a := range atts {
+			v := attemptJSON(a)
+			v.ModelUsage = usageJSON(usageFromPB(resp.Attempts[i].GetModelUsage()))
+			views = append(views, v)
 		}
 		tv := taskJSON(t)
 		tv.Host = resp.Task.GetLeaseHost()
+		tv.ModelUsage = usageJSON(usageFromPB(resp.Task.GetModelUsage()))
 		newPrinter(e, true).emit(map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted,
 			"unsettled_effects": effectsJSON(resp.UnsettledEffects)})
 		return exitOK
 	}
-	writeTaskDetail(e.stdout, t, resp.Task.GetLeaseHost(), atts, resp.AttemptsOmitted)
+	writeTaskDetail(e.stdout, t, resp.Task.GetLeaseHost(), usageFromPB(resp.Task.GetModelUsage()), atts, resp.AttemptsOmitted)
+	if *full {
+		for i, a := range atts {
+			writeAttemptFull(e.stdout, a, usageFromPB(resp.Attempts[i].GetModelUsage()))
+		}
+	}
 	writeUnsettled(e.stdout, t.ID, resp.UnsettledEffects)
 	if t.Status == store.StatusInterrupted {
 		fmt.Fprintf(e.stdout, "\nresume it with: taskhost task resume %s\n", t.ID)

@@ -151,7 +151,36 @@ func meters(b store.Budgets) string {
 
 // writeTaskDetail prints one task with its budgets and attempt log; host,
 // when known, is the host that holds (or last held) its run.
-func writeTaskDetail(w io.Writer, t store.Task, host string, atts []store.Attempt, omitted int64) {
+// usageLine is what model calls cost, for a person.
+func usageLine(u store.ModelUsage) string {
+	return fmt.Sprintf("%d calls, %d prompt + %d completion tokens, %.1fs", u.Calls, u.PromptTokens, u.CompletionTokens, float64(u.Millis)/1000)
+}
+
+func usageFromPB(u *apipb.ModelUsage) *store.ModelUsage {
+	if u == nil {
+		return nil
+	}
+	return &store.ModelUsage{Calls: u.GetCalls(), PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens(), Millis: u.GetDurationMs()}
+}
+
+// usageView is the stable JSON shape of model usage.
+type usageView struct {
+	Calls            int64 `json:"calls"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	DurationMillis   int64 `json:"duration_ms"`
+}
+
+func usageJSON(u *store.ModelUsage) *usageView {
+	if u == nil {
+		return nil
+	}
+	return &usageView{Calls: u.Calls, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, DurationMillis: u.Millis}
+}
+
+// writeTaskDetail prints a task, its attempts and, when known (usage not
+// nil), what its model calls cost.
+func writeTaskDetail(w io.Writer, t store.Task, host string, usage *store.ModelUsage, atts []store.Attempt, omitted int64) {
 	fmt.Fprintf(w, "task      %s\nexecutor  %s\nstatus    %s", t.ID, t.Executor, t.Status)
 	if t.Reason != "" {
 		fmt.Fprintf(w, " (%s)", t.Reason)
@@ -165,6 +194,9 @@ func writeTaskDetail(w io.Writer, t store.Task, host string, atts []store.Attemp
 		fmt.Fprintf(w, "host      %s\n", host)
 	}
 	fmt.Fprintf(w, "budgets   %s\n", meters(t.Budgets))
+	if usage != nil && usage.Calls > 0 {
+		fmt.Fprintf(w, "model     %s\n", usageLine(*usage))
+	}
 	if !t.CreatedAt.IsZero() {
 		fmt.Fprintf(w, "created   %s\n", t.CreatedAt.Local().Format(time.DateTime))
 	}
@@ -194,6 +226,28 @@ func writeTaskDetail(w io.Writer, t store.Task, host string, atts []store.Attemp
 				fmt.Fprintf(w, "  | %s\n", printable(l))
 			}
 			break
+		}
+	}
+}
+
+// writeAttemptFull prints one attempt's whole summary and message (the
+// table cuts them to a line).
+func writeAttemptFull(w io.Writer, a store.Attempt, usage *store.ModelUsage) {
+	fmt.Fprintf(w, "\nattempt %d (%s", a.Number, a.Status)
+	if a.Reason != "" {
+		fmt.Fprintf(w, ", %s", a.Reason)
+	}
+	fmt.Fprintln(w, ")")
+	if usage != nil && usage.Calls > 0 {
+		fmt.Fprintf(w, "  model:   %s\n", usageLine(*usage))
+	}
+	for _, f := range []struct{ label, text string }{{"summary", a.Summary}, {"message", a.Message}} {
+		if f.text == "" {
+			continue
+		}
+		fmt.Fprintf(w, "  %s:\n", f.label)
+		for _, l := range strings.Split(f.text, "\n") {
+			fmt.Fprintf(w, "    %s\n", inert(l))
 		}
 	}
 }

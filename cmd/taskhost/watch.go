@@ -137,6 +137,7 @@ type watchView struct {
 	seenTask bool
 
 	id, status, attempt, steps, tools, models, wall string
+	promptTokens, completionTokens                  int64
 	start                                           time.Time
 	asOf                                            time.Time // the snapshot's time
 }
@@ -195,6 +196,10 @@ func (w *watchView) event(ev store.Event) {
 	defer w.mu.Unlock()
 	var f host.EventPayload
 	_ = json.Unmarshal(ev.Payload, &f)
+	// Each step's event counts its model calls' tokens: summed over the
+	// events the watch is sent, history included.
+	w.promptTokens += f.PromptTokens
+	w.completionTokens += f.CompletionTokens
 	if ev.Time.Before(w.asOf) {
 		// History older than the snapshot: print it, keep the display.
 		f = host.EventPayload{}
@@ -210,6 +215,7 @@ func (w *watchView) event(ev store.Event) {
 	if f.Attempt > 0 {
 		w.attempt = fmt.Sprint(f.Attempt)
 	}
+
 	w.clearProgress()
 	newPrinter(w.e, w.json).event(ev)
 	if !w.json && ev.Type == host.EventTaskWaitingApproval && f.Note != "" {
@@ -252,8 +258,11 @@ func (w *watchView) progressLine() string {
 	if w.attempt != "" {
 		parts = append(parts, "attempt "+w.attempt)
 	}
-	parts = append(parts, "steps "+w.steps, "tools "+w.tools, "models "+w.models, "wall "+w.wall+"s",
-		fmt.Sprintf("watching %.0fs", time.Since(w.start).Seconds()))
+	parts = append(parts, "steps "+w.steps, "tools "+w.tools, "models "+w.models)
+	if w.promptTokens+w.completionTokens > 0 {
+		parts = append(parts, fmt.Sprintf("tokens %d+%d", w.promptTokens, w.completionTokens))
+	}
+	parts = append(parts, "wall "+w.wall+"s", fmt.Sprintf("watching %.0fs", time.Since(w.start).Seconds()))
 	line := strings.Join(parts, " | ")
 	// A line that wraps could not be redrawn in place.
 	if w.width > 1 && len(line) >= w.width {

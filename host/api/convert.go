@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"time"
@@ -72,6 +73,15 @@ func attemptPB(a store.Attempt) *apipb.Attempt {
 		Reason: string(a.Reason), Message: a.Message, StartedUnixNano: nanos(a.StartedAt), EndedUnixNano: nanos(a.EndedAt),
 		ExitCode: int32(a.ExitCode), ExitSignal: a.ExitSignal, StderrTail: a.StderrTail,
 	}
+}
+
+// modelUsages is a Tasks that also accounts its tasks' model calls.
+type modelUsages interface {
+	TaskModelUsage(ctx context.Context, principal, id string) (store.ModelUsage, map[int64]store.ModelUsage, error)
+}
+
+func usagePB(u store.ModelUsage) *apipb.ModelUsage {
+	return &apipb.ModelUsage{Calls: u.Calls, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, DurationMs: u.Millis}
 }
 
 func eventPB(e store.Event) *apipb.Event {

@@ -97,8 +97,20 @@ func (ts *taskService) GetTask(ctx context.Context, req *apipb.GetTaskRequest) (
 		resp.AttemptsOmitted = int64(len(atts) - limit)
 		atts = atts[len(atts)-limit:]
 	}
+	var byAttempt map[int64]store.ModelUsage
+	if mu, ok := ts.s.opts.Tasks.(modelUsages); ok {
+		var total store.ModelUsage
+		if total, byAttempt, err = mu.TaskModelUsage(ctx, p, req.TaskId); err != nil {
+			return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
+		}
+		resp.Task.ModelUsage = usagePB(total)
+	}
 	for _, a := range atts {
-		resp.Attempts = append(resp.Attempts, attemptPB(a))
+		pa := attemptPB(a)
+		if u, ok := byAttempt[a.Number]; ok {
+			pa.ModelUsage = usagePB(u)
+		}
+		resp.Attempts = append(resp.Attempts, pa)
 	}
 	if resp.UnsettledEffects, err = ts.unsettledEffects(ctx, p, req.TaskId); err != nil {
 		return nil, err

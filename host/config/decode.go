@@ -268,6 +268,24 @@ func tomlFields(t reflect.Type) []tomlField {
 // or else the rest of a message that starts with the key.
 func checkType(raw any, t reflect.Type) string {
 	switch t.Kind() {
+	case reflect.Pointer: // an optional value: absent leaves it nil
+		return checkType(raw, t.Elem())
+	case reflect.Float64:
+		switch v := raw.(type) {
+		case float64:
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return ": expected a finite number, got " + describe(raw)
+			}
+		case int64:
+		default:
+			hint := ""
+			if s, ok := raw.(string); ok {
+				if _, err := strconv.ParseFloat(s, 64); err == nil {
+					hint = "; write it without quotes"
+				}
+			}
+			return ": expected number, got " + describe(raw) + hint
+		}
 	case reflect.Int:
 		n, ok := raw.(int64)
 		if !ok {

@@ -49,6 +49,10 @@ var intKeys = []struct {
 	{key: "limits.grpc_message_bytes", def: 4194304, min: 1048576, max: 16777216},
 	{key: "model.timeout_seconds", def: 60, min: 1, max: 600},
 	{key: "model.max_retries", def: 3, min: 0, max: 10},
+	// 0 (not sent, unknown) is accepted too: TestModelRequestOptions.
+	{key: "model.max_tokens", def: 1024, min: 16, max: 1 << 20},
+	{key: "model.context_tokens", def: 0, min: 512, max: 1 << 24, minWith: "max_tokens = 16"},
+	{key: "model.max_call_seconds", def: 600, min: 1, max: 3600},
 	{key: "approvals.timeout_seconds", def: 3600, min: 1, max: 604800},
 	{key: "fleet.heartbeat_seconds", def: 5, min: 1, max: 14},
 	{key: "fleet.lease_seconds", def: 30, min: 3, max: 3600, minWith: "heartbeat_seconds = 1"},

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"encoding/json"
+	"fmt"
 	"maps"
 	"net/url"
 	"path/filepath"
@@ -37,7 +39,52 @@ type Model struct {
 	// the daemon starts and whenever `taskhost executors --model-preflight`
 	// asks, so a bad key or a dead endpoint shows before a task fails on it.
 	Preflight bool `toml:"preflight"`
+
+	// What every request asks of the model (openai). A task's spec may
+	// lower max_tokens and set the sampling options for itself
+	// (docs/model.md).
+	//
+	// MaxTokens is sent as "max_tokens": without it llama.cpp and Ollama
+	// generate until the context is full. 0 leaves it out (a server that
+	// refuses the field).
+	MaxTokens int `toml:"max_tokens"` // 0 or 16..MaxModelOutputTokens, default 1024
+	// ContextTokens is the server's context size, when known: the legacy
+	// executor keeps each request within it, less max_tokens, by cutting
+	// the oldest tool results first. 0: unknown, nothing is cut.
+	ContextTokens int      `toml:"context_tokens"` // 0 or 512..MaxModelContextTokens
+	Temperature   *float64 `toml:"temperature"`    // 0..2; absent: the server's default
+	TopP          *float64 `toml:"top_p"`          // (0, 1]; absent: the server's default
+	Seed          *int     `toml:"seed"`           // 0..2^31-1; absent: none sent
+	Stop          []string `toml:"stop"`           // at most MaxModelStops, each 1..MaxModelStopBytes bytes
+	// ExtraBody is a JSON object merged into every request body, for a
+	// server's own options (Ollama's {"options": {"num_ctx": 8192}}). It
+	// may not set a field the provider sets itself.
+	ExtraBody string `toml:"extra_body"` // at most MaxModelExtraBodyBytes
+	// Stream asks for the reply as server-sent events: the host then sees
+	// the call progress (a step.progress event at most every second) and
+	// timeout_seconds bounds the wait for each chunk.
+	Stream bool `toml:"stream"`
+	// MaxCallSeconds bounds one model request as a whole, however steadily
+	// a stream delivers; timeout_seconds bounds each wait for the server.
+	MaxCallSeconds int `toml:"max_call_seconds"` // 1..3600, default 600
 }
+
+// Bounds of the [model] request options, here so the host's per-task
+// overrides check the same ranges.
+const (
+	MaxModelOutputTokens   = 1 << 20
+	MinModelOutputTokens   = 16
+	MinModelContextTokens  = 512
+	MaxModelContextTokens  = 1 << 24
+	MaxModelStops          = 4
+	MaxModelStopBytes      = 64
+	MaxModelExtraBodyBytes = 4096
+	MaxModelSeed           = 1<<31 - 1
+)
+
+// ReservedBodyFields are the request fields the provider sets itself;
+// extra_body may not set them.
+var ReservedBodyFields = []string{"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n"}
 
 // resolveModelScript makes a relative model.script absolute by joining it to
 // baseDir, the config file's directory, so that the daemon finds the same
@@ -56,12 +103,28 @@ func resolveModelScript(cfg *Config, baseDir string, probs *problems) {
 }
 
 func defaultModel() Model {
-	return Model{Provider: ProviderScripted, TimeoutSeconds: 60, MaxRetries: 3}
+	return Model{Provider: ProviderScripted, TimeoutSeconds: 60, MaxRetries: 3, MaxTokens: 1024, Stop: []string{}, Stream: true, MaxCallSeconds: 600}
 }
 
 func (m Model) validate(ps *problems) {
 	ps.intRange("model.timeout_seconds", m.TimeoutSeconds, 1, 600)
 	ps.intRange("model.max_retries", m.MaxRetries, 0, 10)
+	ps.intRange("model.max_call_seconds", m.MaxCallSeconds, 1, 3600)
+	if m.MaxTokens != 0 {
+		ps.intRange("model.max_tokens", m.MaxTokens, MinModelOutputTokens, MaxModelOutputTokens)
+	}
+	if m.ContextTokens != 0 {
+		ps.intRange("model.context_tokens", m.ContextTokens, MinModelContextTokens, MaxModelContextTokens)
+		if m.ContextTokens >= MinModelContextTokens && m.MaxTokens >= m.ContextTokens {
+			ps.add("model.max_tokens", "model.max_tokens = %d: must be less than model.context_tokens (%d), which holds the prompt and the reply", m.MaxTokens, m.ContextTokens)
+		}
+	}
+	for _, p := range CheckSampling(m.Temperature, m.TopP, m.Seed, m.Stop) {
+		ps.add("model."+p.Key, "model.%s", p.Message)
+	}
+	if msg := CheckExtraBody(m.ExtraBody); msg != "" {
+		ps.add("model.extra_body", "model.extra_body: %s", msg)
+	}
 	if m.APIKey != "" {
 		ps.add("model.api_key", "model.api_key: a literal API key is refused in the config; put the key in an environment variable and name that variable in model.api_key_env")
 	}
@@ -168,4 +231,53 @@ type Approvals struct {
 
 func (a Approvals) validate(ps *problems) {
 	ps.intRange("approvals.timeout_seconds", a.TimeoutSeconds, 1, 7*24*3600)
+}
+
+// CheckSampling checks the sampling options wherever they are set (the
+// [model] section or a task's spec): each problem names its key (without
+// a section) and says the value and the range.
+func CheckSampling(temperature, topP *float64, seed *int, stop []string) []Problem {
+	var ps []Problem
+	bad := func(key, format string, args ...any) {
+		ps = append(ps, Problem{Key: key, Message: key + " " + fmt.Sprintf(format, args...)})
+	}
+	if t := temperature; t != nil && !(*t >= 0 && *t <= 2) {
+		bad("temperature", "= %g: must be between 0 and 2", *t)
+	}
+	if p := topP; p != nil && !(*p > 0 && *p <= 1) {
+		bad("top_p", "= %g: must be above 0 and at most 1", *p)
+	}
+	if s := seed; s != nil && (*s < 0 || *s > MaxModelSeed) {
+		bad("seed", "= %d: must be between 0 and %d", *s, MaxModelSeed)
+	}
+	if len(stop) > MaxModelStops {
+		bad("stop", "has %d entries: at most %d", len(stop), MaxModelStops)
+	}
+	for i, s := range stop {
+		if s == "" || len(s) > MaxModelStopBytes {
+			bad("stop", "[%d] is %d bytes: must be 1..%d", i, len(s), MaxModelStopBytes)
+		}
+	}
+	return ps
+}
+
+// CheckExtraBody returns what is wrong with an extra_body value, "" when
+// nothing is.
+func CheckExtraBody(s string) string {
+	if s == "" {
+		return ""
+	}
+	if len(s) > MaxModelExtraBodyBytes {
+		return fmt.Sprintf("is %d bytes: at most %d", len(s), MaxModelExtraBodyBytes)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &obj); err != nil || obj == nil {
+		return `must be a JSON object, e.g. '{"options": {"num_ctx": 8192}}'`
+	}
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if slices.Contains(ReservedBodyFields, k) {
+			return fmt.Sprintf("sets %q, which the provider sets itself (use the [model] key of that name)", k)
+		}
+	}
+	return ""
 }

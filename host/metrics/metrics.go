@@ -341,6 +341,8 @@ type Instruments struct {
 	fleetAges     *prometheus.GaugeVec
 	heartbeatAge  prometheus.GaugeFunc
 	sweeps        prometheus.Counter
+	modelTokens   *prometheus.CounterVec
+	modelCall     prometheus.Histogram
 	selfFenced    prometheus.Counter
 	listenBreaks  prometheus.Counter
 	// lastBeat is the unix nanoseconds of this host's last heartbeat that
@@ -369,6 +371,11 @@ func NewInstruments() *Instruments {
 			Help: "Writes the store refused because their run was over (ErrFenced: a newer run holds the task) since the daemon started."}),
 		fleetAges: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskhost_fleet_host_heartbeat_age_seconds",
 			Help: "Age of each fleet host's last heartbeat, as this host last read the hosts table (every heartbeat interval)."}, []string{"host"}),
+		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskhost_model_tokens_total",
+			Help: "Tokens of the model calls that returned a reply since the daemon started, as the endpoint reported them, by kind (prompt, completion)."}, []string{"kind"}),
+		modelCall: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskhost_model_call_seconds",
+			Help:    "Duration of the model calls that returned a reply (retries included) since the daemon started.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}),
 		sweeps: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskhost_fleet_sweeps_total",
 			Help: "Runs of lost hosts this host took over (interrupted, host_lost) since the daemon started."}),
 		selfFenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskhost_fleet_self_fenced_total",
@@ -431,12 +438,20 @@ func (i *Instruments) RunsSwept(n int) { i.sweeps.Add(float64(n)) }
 // SelfFenced counts a self-fencing.
 func (i *Instruments) SelfFenced() { i.selfFenced.Inc() }
 
+// ModelCalled counts a model call's tokens and duration.
+func (i *Instruments) ModelCalled(promptTokens, completionTokens int64, d time.Duration) {
+	i.modelTokens.WithLabelValues("prompt").Add(float64(max(promptTokens, 0)))
+	i.modelTokens.WithLabelValues("completion").Add(float64(max(completionTokens, 0)))
+	i.modelCall.Observe(d.Seconds())
+}
+
 // ListenReconnected counts a broken notification connection.
 func (i *Instruments) ListenReconnected() { i.listenBreaks.Inc() }
 
 func (i *Instruments) collectors() []prometheus.Collector {
 	return []prometheus.Collector{i.pluginStarts, i.pluginCrashes, i.stepDuration, i.storeCommit, i.runsLost,
-		i.storeRetries, i.storeFenced, i.fleetAges, i.heartbeatAge, i.sweeps, i.selfFenced, i.listenBreaks}
+		i.storeRetries, i.storeFenced, i.fleetAges, i.heartbeatAge, i.sweeps, i.selfFenced, i.listenBreaks,
+		i.modelTokens, i.modelCall}
 }
 
 func boolFloat(v bool) float64 {

@@ -16,15 +16,23 @@
 // # The openai provider
 //
 // POST {base_url}/chat/completions with "model", "messages" (assistant
-// "tool_calls" and tool "tool_call_id" as the protocol has them) and, when the
-// request offers any, "tools" ([{"type":"function","function":{...}}]). The
-// key is read once, at [New], from the environment variable named by
-// api_key_env and sent as "Authorization: Bearer ..."; it never appears in an
-// error. Each attempt has its own timeout (timeout_seconds). A 429 or 5xx is
-// retried up to max_retries times after the server's Retry-After (seconds or
-// HTTP date, capped at 60 s) or else an exponential backoff with jitter; the
-// wait ends early when ctx does. 401/403 fail at once ([KindAuth]). The
-// response body is read up to [MaxResponseBodyBytes].
+// "tool_calls" and tool "tool_call_id" as the protocol has them), when the
+// request offers any, "tools" ([{"type":"function","function":{...}}], each
+// schema compacted), "max_tokens" and the sampling options of config.Model
+// (a Request's Options override them), "stream" when configured, and the
+// members of extra_body. The key is read once, at [New], from the
+// environment variable named by api_key_env and sent as "Authorization:
+// Bearer ..."; it never appears in an error. Each attempt waits at most
+// timeout_seconds for the server's next bytes and max_call_seconds in all.
+// A 429 or 5xx is retried up to max_retries times after the server's
+// Retry-After (seconds or HTTP date, capped at 60 s) or else an exponential
+// backoff with jitter; the wait ends early when ctx does. 401/403 fail at
+// once ([KindAuth]); so do a context-length refusal ([KindContextExceeded])
+// and llama.cpp's 500 for a reply it could not parse ([KindBadReply]). The
+// response body is read up to [MaxResponseBodyBytes]; a streamed one event
+// by event (each at most that), assembled and checked as a whole one is.
+// [Response] carries the finish reason and the usage the server reported.
+// docs/model.md is the operator's account.
 //
 // # The script format
 //
@@ -51,7 +59,9 @@
 //	      "reply": {                             // content and/or tool_calls, or error
 //	        "content": "text",
 //	        "tool_calls": [{"name": "workspace.write", "arguments": {"path": "notes.md"}}],
-//	        "error": {"kind": "rate_limited", "status": 429, "message": "simulated"}
+//	        "error": {"kind": "rate_limited", "status": 429, "message": "simulated"},
+//	        "finish_reason": "length",           // with content or tool_calls: as an endpoint reports it
+//	        "usage": {"prompt_tokens": 1091, "completion_tokens": 45}
 //	      }
 //	    }
 //	  ]
@@ -71,7 +81,8 @@
 // already in the request's history, so the IDs of one conversation never
 // collide. An "error" reply fails the call with that [ErrorKind] (its
 // String name: "auth", "rate_limited", "server", "bad_response", "canceled",
-// "timeout", "script", "request", "transport"), to exercise the host's
+// "timeout", "script", "request", "transport", "bad_reply",
+// "context_exceeded"), to exercise the host's
 // failure paths.
 //
 // The legacy executor's user prompt contains "[long-horizon task <id> step

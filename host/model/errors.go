@@ -19,9 +19,9 @@ const (
 	KindRateLimited
 	// KindServer: HTTP 5xx, still after the configured retries.
 	KindServer
-	// KindBadResponse: the endpoint answered, but not with a usable reply:
+	// KindBadResponse: the endpoint answered, but not in the protocol:
 	// malformed JSON, no choices, a body over MaxResponseBodyBytes, a
-	// redirect, or a reply outside the bounds (too many tool calls, ...).
+	// redirect.
 	KindBadResponse
 	// KindCanceled: the caller's context was cancelled.
 	KindCanceled
@@ -39,6 +39,19 @@ const (
 	// DNS). Not retried: the protocol's POST is not idempotent and a
 	// misconfigured base_url should surface at once.
 	KindTransport
+	// KindBadReply: the model's reply is not usable, though the server
+	// is fine: the server could not parse it (llama.cpp's HTTP 500 "The
+	// model produced output that does not match the expected ...
+	// format"), or it is outside the bounds (too many tool calls, a tool
+	// name or arguments too long). Not retried by the provider; an
+	// executor may tell the model and ask again.
+	KindBadReply
+	// KindContextExceeded: the endpoint refused the request as longer
+	// than the model's context (llama.cpp "exceeds the available context
+	// size", OpenAI context_length_exceeded, vLLM "maximum context
+	// length"). Not retried: the same request fails the same way; a
+	// shorter one, or a server with a larger context, may not.
+	KindContextExceeded
 )
 
 // String returns the kind's stable snake_case name (also the name a script's
@@ -63,12 +76,16 @@ func (k ErrorKind) String() string {
 		return "request"
 	case KindTransport:
 		return "transport"
+	case KindBadReply:
+		return "bad_reply"
+	case KindContextExceeded:
+		return "context_exceeded"
 	}
 	return "unknown"
 }
 
 // lastKind is the highest defined kind; kindByName walks up to it.
-const lastKind = KindTransport
+const lastKind = KindContextExceeded
 
 // kindByName is the inverse of String, for scripts.
 func kindByName(name string) (ErrorKind, bool) {

@@ -67,19 +67,85 @@ type ToolSpec struct {
 	Parameters  string // JSON schema text; empty means "an object with no declared properties"
 }
 
-// Request is one model call. TaskID and Depth are set by the host (never by
-// the executor); the scripted provider can match on Depth.
+// Request is one model call. TaskID, Depth and Options are set by the host
+// (never by the executor); the scripted provider can match on Depth.
 type Request struct {
 	Messages []Message
 	Tools    []ToolSpec
 	TaskID   string
 	Depth    int
+	// Options override the provider's configured ones where set (a task's
+	// spec may ask for them).
+	Options Options
+	// Progress, when set, hears of a streamed reply as it arrives, at most
+	// once a second. It must not block.
+	Progress func(Progress)
+}
+
+// Options are what a request asks of the model besides its messages. A
+// zero field means "the configured value".
+type Options struct {
+	MaxTokens   int // sent as max_tokens
+	Temperature *float64
+	TopP        *float64
+	Seed        *int
+	Stop        []string
+}
+
+// merge returns o with every field it leaves unset taken from def.
+func (o Options) merge(def Options) Options {
+	if o.MaxTokens == 0 {
+		o.MaxTokens = def.MaxTokens
+	}
+	if o.Temperature == nil {
+		o.Temperature = def.Temperature
+	}
+	if o.TopP == nil {
+		o.TopP = def.TopP
+	}
+	if o.Seed == nil {
+		o.Seed = def.Seed
+	}
+	if o.Stop == nil {
+		o.Stop = def.Stop
+	}
+	return o
+}
+
+// Progress is how far a streamed reply has come.
+type Progress struct {
+	Chunks  int           // content and tool-call chunks so far, about a token each
+	Elapsed time.Duration // since the request was sent
+}
+
+// Finish reasons a reply may carry (the protocol's finish_reason).
+const (
+	FinishStop      = "stop"
+	FinishLength    = "length" // cut at max_tokens or at the end of the context
+	FinishToolCalls = "tool_calls"
+)
+
+// Usage is what one model call cost, as the server reported it (tokens)
+// and as the host measured it (duration).
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+	Duration         time.Duration
+}
+
+// Add returns the sum of u and v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{PromptTokens: u.PromptTokens + v.PromptTokens, CompletionTokens: u.CompletionTokens + v.CompletionTokens, Duration: u.Duration + v.Duration}
 }
 
 // Response is the model's reply: one assistant message with content and/or
-// tool calls, within the bounds above.
+// tool calls, within the bounds above, why the model stopped (one of the
+// Finish constants, or the server's own word, or "" when it said nothing)
+// and what the call cost.
 type Response struct {
-	Message Message
+	Message      Message
+	FinishReason string
+	Usage        Usage
 }
 
 // Provider is a model behind the host. Implementations are safe for
@@ -104,6 +170,7 @@ type options struct {
 	now            func() time.Time
 	backoffBase    time.Duration
 	attemptTimeout time.Duration // overrides cfg.TimeoutSeconds when > 0
+	callTimeout    time.Duration // overrides cfg.MaxCallSeconds when > 0
 }
 
 // WithHTTPClient makes the openai provider send its requests through c (for
@@ -134,6 +201,11 @@ func withBackoffBase(d time.Duration) Option {
 // granularity is too coarse for a fast test.
 func withAttemptTimeout(d time.Duration) Option {
 	return func(o *options) { o.attemptTimeout = d }
+}
+
+// withCallTimeout replaces cfg.MaxCallSeconds.
+func withCallTimeout(d time.Duration) Option {
+	return func(o *options) { o.callTimeout = d }
 }
 
 // New builds the provider cfg names. getenv reads the API key variable (nil

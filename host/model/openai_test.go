@@ -315,17 +315,17 @@ func TestOpenAIFailures(t *testing.T) {
 		}, kind: KindBadResponse, status: 200, requests: 1},
 		{name: "too many tool calls", handle: func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 200, `{"choices":[{"message":{"tool_calls":[`+strings.Join(manyCalls, ",")+`]}}]}`)
-		}, kind: KindBadResponse, status: 200, requests: 1, msgPart: "17 tool calls"},
+		}, kind: KindBadReply, status: 200, requests: 1, msgPart: "17 tool calls"},
 		{name: "tool name too long", handle: func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 200, `{"choices":[{"message":{"tool_calls":[{"id":"a","function":{"name":"`+strings.Repeat("n", 65)+`","arguments":"{}"}}]}}]}`)
-		}, kind: KindBadResponse, status: 200, requests: 1},
+		}, kind: KindBadReply, status: 200, requests: 1},
 		{name: "tool without a name", handle: func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 200, `{"choices":[{"message":{"tool_calls":[{"id":"a","function":{"arguments":"{}"}}]}}]}`)
-		}, kind: KindBadResponse, status: 200, requests: 1},
+		}, kind: KindBadReply, status: 200, requests: 1},
 		{name: "arguments too big", handle: func(w http.ResponseWriter, r *http.Request) {
 			args, _ := json.Marshal(`{"a":"` + strings.Repeat("x", MaxArgumentsBytes) + `"}`)
 			writeJSON(w, 200, `{"choices":[{"message":{"tool_calls":[{"id":"a","function":{"name":"t","arguments":`+string(args)+`}}]}}]}`)
-		}, kind: KindBadResponse, status: 200, requests: 1},
+		}, kind: KindBadReply, status: 200, requests: 1},
 		{name: "oversized body", handle: func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 200, `{"choices":[{"message":{"content":"`+strings.Repeat("x", MaxResponseBodyBytes)+`"}}]}`)
 		}, kind: KindBadResponse, status: 200, requests: 1, msgPart: "exceeds"},
@@ -437,6 +437,17 @@ func TestOpenAICancelMidFlight(t *testing.T) {
 	t.Cleanup(func() { close(release) }) // runs before the server's Close
 	p, rec := newTestOpenAI(t, f)
 
+	cancelMidFlight(t, p, started, serverSawEnd)
+	if w := rec.recorded(); len(w) != 0 {
+		t.Errorf("waits %v: a cancel is not retried", w)
+	}
+}
+
+// cancelMidFlight cancels a call of p once started is closed, and checks
+// that it returns at once with Canceled and that the server then sees the
+// request end (closed is closed).
+func cancelMidFlight(t *testing.T, p Provider, started, closed <-chan struct{}) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -456,12 +467,9 @@ func TestOpenAICancelMidFlight(t *testing.T) {
 		t.Fatal("Complete did not return after cancel")
 	}
 	select {
-	case <-serverSawEnd:
+	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server never saw the request end")
-	}
-	if w := rec.recorded(); len(w) != 0 {
-		t.Errorf("waits %v: a cancel is not retried", w)
 	}
 }
 

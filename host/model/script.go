@@ -51,6 +51,15 @@ type scriptReply struct {
 	Content   string           `json:"content"`
 	ToolCalls []scriptToolCall `json:"tool_calls"`
 	Error     *scriptError     `json:"error"`
+	// FinishReason and Usage are what an endpoint would report with the
+	// reply ("length" for one cut at max_tokens).
+	FinishReason string       `json:"finish_reason"`
+	Usage        *scriptUsage `json:"usage"`
+}
+
+type scriptUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
 }
 
 type scriptToolCall struct {
@@ -78,6 +87,8 @@ type rule struct {
 	// The reply: either err, or content and/or calls (arguments compacted).
 	content string
 	calls   []ToolCall // IDs are assigned per request
+	finish  string
+	usage   Usage
 	err     *Error
 }
 
@@ -194,6 +205,16 @@ func compileRule(index int, sr scriptRule) (rule, error) {
 		return rule{}, fmt.Errorf("reply.tool_calls has %d calls; at most %d are allowed", len(rp.ToolCalls), MaxToolCalls)
 	}
 	r.content = rp.Content
+	if len(rp.FinishReason) > 32 {
+		return rule{}, fmt.Errorf("reply.finish_reason is %d bytes; at most 32 are allowed", len(rp.FinishReason))
+	}
+	r.finish = rp.FinishReason
+	if u := rp.Usage; u != nil {
+		if u.PromptTokens < 0 || u.CompletionTokens < 0 {
+			return rule{}, errors.New("reply.usage: token counts must not be negative")
+		}
+		r.usage = Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	}
 	for i, tc := range rp.ToolCalls {
 		field := fmt.Sprintf("reply.tool_calls[%d]", i)
 		if tc.Name == "" || len(tc.Name) > MaxToolNameBytes {

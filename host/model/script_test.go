@@ -44,6 +44,8 @@ func TestScriptErrors(t *testing.T) {
 		{"negative depth", rule(`{"when": {"depth": -1}, "reply": {"content": "x"}}`), []string{"when.depth = -1"}},
 		{"negative turns", rule(`{"when": {"assistant_turns": -1}, "reply": {"content": "x"}}`), []string{"when.assistant_turns = -1"}},
 		{"empty reply", rule(`{"when": {}, "reply": {}}`), []string{"reply is empty"}},
+		{"finish_reason too long", rule(`{"when": {}, "reply": {"content": "x", "finish_reason": "` + strings.Repeat("l", 33) + `"}}`), []string{"reply.finish_reason is 33 bytes"}},
+		{"negative usage", rule(`{"when": {}, "reply": {"content": "x", "usage": {"prompt_tokens": -1}}}`), []string{"reply.usage", "negative"}},
 		{"error and content", rule(`{"reply": {"content": "x", "error": {"kind": "server"}}}`), []string{"reply.error excludes"}},
 		{"unknown error kind", rule(`{"reply": {"error": {"kind": "oops"}}}`), []string{`reply.error.kind = "oops"`}},
 		{"bad error status", rule(`{"reply": {"error": {"kind": "server", "status": 700}}}`), []string{"reply.error.status = 700"}},

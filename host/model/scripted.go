@@ -70,7 +70,7 @@ func (p *scripted) Complete(ctx context.Context, req Request) (Response, error) 
 				msg.ToolCalls[j] = c
 			}
 		}
-		return Response{Message: msg}, nil
+		return Response{Message: msg, FinishReason: r.finish, Usage: r.usage}, nil
 	}
 	return Response{}, &Error{
 		Kind: KindScript,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/taskhost/taskhost/internal/uids"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -375,6 +376,8 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 		Limits:         toPBBudgets(req.Limits),
 		HostServicesId: c.servicesID,
 		SummaryChars:   uint32(max(req.SummaryChars, 0)),
+
+		ModelPromptTokens: uint32(min(max(req.ModelPromptTokens, 0), math.MaxUint32)),
 	}
 	for _, s := range req.Recent {
 		preq.Recent = append(preq.Recent, &pb.StepSummary{Step: uint32(s.Step), Summary: s.Summary})

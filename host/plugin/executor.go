@@ -55,6 +55,9 @@ type StepRequest struct {
 	// Indeterminate lists effects that were dispatching when an earlier
 	// attempt of this step died (DESIGN §6).
 	Indeterminate []Effect
+	// ModelPromptTokens is the most prompt tokens a model request may hold
+	// (context_tokens less max_tokens); 0 when unknown.
+	ModelPromptTokens int64
 }
 
 // Effect is a ledger entry as an executor sees it: digests and a redacted
@@ -156,6 +159,9 @@ type ModelAnswer struct {
 	CallToken string
 	Depth     int64
 	Replayed  bool // from the ledger of an earlier attempt of the step
+	// FinishReason and Usage are the provider's (model.Response).
+	FinishReason string
+	Usage        model.Usage
 }
 
 // ToolCall is one tool call of an executor. Idempotent asks the tool to

@@ -68,7 +68,9 @@ func (s *servicesServer) CallModel(ctx context.Context, req *pb.CallModelRequest
 	for _, tc := range m.ToolCalls {
 		out.ToolCalls = append(out.ToolCalls, &pb.ToolCall{Id: tc.ID, Name: tc.Name, ArgumentsJson: tc.Arguments})
 	}
-	return &pb.CallModelResponse{Message: out, CallToken: ans.CallToken, Depth: uint32(ans.Depth), Replayed: ans.Replayed}, nil
+	return &pb.CallModelResponse{Message: out, CallToken: ans.CallToken, Depth: uint32(ans.Depth), Replayed: ans.Replayed,
+		FinishReason: ans.FinishReason, PromptTokens: ans.Usage.PromptTokens, CompletionTokens: ans.Usage.CompletionTokens,
+		DurationMs: ans.Usage.Duration.Milliseconds()}, nil
 }
 
 func (s *servicesServer) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {

@@ -13,6 +13,10 @@ import (
 type spec struct {
 	Goal     string  `json:"goal"`
 	Testexec options `json:"testexec"`
+	// Model and Tools are the host's fields of a spec (a task's model
+	// options and tool list): the host reads them, testexec lets them be.
+	Model json.RawMessage `json:"model"`
+	Tools json.RawMessage `json:"tools"`
 }
 
 type options struct {

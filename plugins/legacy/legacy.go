@@ -83,6 +83,15 @@
 //     Zara simply runs the step again.
 //   - Cancel is idempotent: cancelling a cancelled task is not an error
 //     (Zara's store refuses the transition).
+//   - A reply the model server could not parse (sdk.ModelKindBadReply) is
+//     told to the model once, as a user message, and the model is asked
+//     again; a second one in the step fails it with model_bad_reply.
+//   - A final reply cut at the output limit (finish_reason "length") never
+//     completes the task; its summary starts with cutMark.
+//   - With StepRequest.ModelPromptTokens set ([model] context_tokens), each
+//     request is kept within it by cutting the oldest tool results first
+//     (fit.go); a context refusal anyway cuts harder and asks once more,
+//     then fails the step with model_context_exceeded.
 //   - Zara has no no-progress rule, and neither has this executor unless a
 //     task asks for one: with legacy.stop_after_identical_summaries = N
 //     (2..100; absent or 0: off), N consecutive unfinished steps with the
@@ -135,6 +144,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -152,7 +162,13 @@ const (
 	reasonNoProgress             = "no_progress"
 	reasonCheckpointIncompatible = "checkpoint_incompatible"
 	reasonApprovalRejected       = "approval_rejected"
+	reasonModelBadReply          = "model_bad_reply"
+	reasonModelContextExceeded   = "model_context_exceeded"
 )
+
+// cutMark starts the summary of a step whose final reply stopped at the
+// output limit: it may be incomplete, so it never completes the task.
+const cutMark = "[reply cut at the output limit (max_tokens)] "
 
 // Executor is the legacy executor. It keeps no state between steps (that is
 // the checkpoint's job), so one value may serve any number of steps.
@@ -194,7 +210,8 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	if err != nil {
 		log.Info("step ended with an error", "rounds", stats.rounds, "tool_calls", stats.toolCalls, "error_class", errorClass(err))
 	} else {
-		log.Info("step finished", "rounds", stats.rounds, "tool_calls", stats.toolCalls, "outcome", res.Outcome.String(), "reason", res.Reason)
+		log.Info("step finished", "rounds", stats.rounds, "tool_calls", stats.toolCalls, "outcome", res.Outcome.String(), "reason", res.Reason,
+			"cut_to_fit", stats.cut, "bad_replies", stats.badReplies, "reply_cut_at_length", stats.cutReply)
 	}
 	return res, err
 }
@@ -223,14 +240,22 @@ func step(ctx context.Context, host sdk.Host, req sdk.StepRequest, stats *turnSt
 		{Role: "system", Content: truncateRunes(taskContext(req.TaskID, sp.Goal, req.Recent, done), stepLogChars(req))},
 		{Role: "user", Content: userPrompt(req.TaskID, done+1, req.Limits.Steps)},
 	}
-	t := &turn{host: host, taskID: req.TaskID, attempt: req.Attempt, maxRounds: sp.Legacy.MaxRounds, tools: tools, stats: stats}
+	t := &turn{host: host, taskID: req.TaskID, attempt: req.Attempt, maxRounds: sp.Legacy.MaxRounds, tools: tools, stats: stats,
+		fit: newFitter(req.ModelPromptTokens)}
 	reply, err := t.run(ctx, history)
 	if err != nil {
 		return sdk.StepResult{}, err
 	}
 
-	complete, summary := parseReply(reply)
+	complete, summary := parseReply(reply.text)
 	summary = truncateRunes(summary, stepLogChars(req))
+	if reply.cut {
+		// Not a summary the model finished: flagged, and the task goes
+		// on even if it began with the sentinel.
+		complete = false
+		summary = truncateRunes(cutMark+strings.TrimSpace(reply.text), min(maxSummaryRunes, stepLogChars(req)))
+		stats.cutReply = true
+	}
 	// Opt-in only (Zara has no such rule). A completion is progress by
 	// definition: only unfinished steps can stall.
 	if n := sp.Legacy.StopAfterIdenticalSummaries; n > 0 && !complete && st.repeats(summary) >= n {

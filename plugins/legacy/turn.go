@@ -25,8 +25,11 @@ const (
 
 // turnStats are the counts a step logs.
 type turnStats struct {
-	rounds    int // model calls
-	toolCalls int // tool calls the model asked for
+	rounds     int // model calls
+	toolCalls  int // tool calls the model asked for
+	cut        int // messages cut to fit the model's context
+	badReplies int // replies the model was told were not usable
+	cutReply   bool
 }
 
 // turn is one agent turn: model calls and the tool calls they ask for.
@@ -37,25 +40,63 @@ type turn struct {
 	maxRounds int
 	tools     []sdk.ToolSpec
 	stats     *turnStats
+	fit       *fitter
+}
+
+// maxFeedbackBytes bounds the host's account of a bad reply told to the
+// model.
+const maxFeedbackBytes = 400
+
+// finalReply is the model's reply without tool calls; cut says the model
+// stopped at the output limit (finish_reason "length"), so it may be
+// incomplete.
+type finalReply struct {
+	text string
+	cut  bool
 }
 
 // run calls the model with history until it replies without tool calls, and
 // returns that reply.
-func (t *turn) run(ctx context.Context, history []sdk.Message) (string, error) {
+func (t *turn) run(ctx context.Context, history []sdk.Message) (finalReply, error) {
+	refusedLength := false
 	for t.stats.rounds < t.maxRounds {
 		// Checked between calls too: a host call that finished just as the
 		// step was cancelled must not start another.
 		if err := ctx.Err(); err != nil {
-			return "", fmt.Errorf("legacy: %w", err)
+			return finalReply{}, fmt.Errorf("legacy: %w", err)
 		}
 		t.stats.rounds++
-		resp, err := t.host.CallModel(ctx, sdk.ModelRequest{Messages: history, Tools: t.tools})
-		if err != nil {
-			return "", hostError(ctx, "model call", err)
+		sent, cut := t.fit.fit(history, t.tools)
+		t.stats.cut = max(t.stats.cut, cut)
+		resp, err := t.host.CallModel(ctx, sdk.ModelRequest{Messages: sent, Tools: t.tools})
+		if merr, ok := errors.AsType[*sdk.ModelError](err); ok && ctx.Err() == nil {
+			switch {
+			case merr.Kind == sdk.ModelKindBadReply && t.stats.badReplies == 0:
+				// Like a misspelt tool name: the model may do better
+				// when told, once. The failed call still counts a round.
+				t.stats.badReplies++
+				history = append(history, sdk.Message{Role: "user", Content: "error: your last reply could not be used (" +
+					truncateBytes(merr.Message, maxFeedbackBytes) + "). Reply again: call one of the offered tools with JSON arguments, or answer in plain text."})
+				continue
+			case merr.Kind == sdk.ModelKindBadReply:
+				return finalReply{}, failf(reasonModelBadReply, "legacy: the model's reply could not be used twice in one step: %s", merr.Message)
+			case merr.Kind == sdk.ModelKindContextExceeded && t.fit.budget > 0 && !refusedLength:
+				// The server counts more tokens than the rate learnt:
+				// cut harder and try once more.
+				refusedLength = true
+				t.fit.refused()
+				continue
+			case merr.Kind == sdk.ModelKindContextExceeded:
+				return finalReply{}, failf(reasonModelContextExceeded, "legacy: the request does not fit the model's context even with old tool results cut; set [model] context_tokens to the server's context size (llama.cpp -c, Ollama num_ctx) or give the server a larger one, then resume: %s", merr.Message)
+			}
 		}
+		if err != nil {
+			return finalReply{}, hostError(ctx, "model call", err)
+		}
+		t.fit.learn(requestBytes(sent, t.tools), resp.Usage)
 		msg := resp.Message
 		if len(msg.ToolCalls) == 0 {
-			return msg.Content, nil
+			return finalReply{text: msg.Content, cut: resp.FinishReason == sdk.FinishLength}, nil
 		}
 		if t.stats.rounds == t.maxRounds {
 			// No model call would read these tools' results: running them
@@ -68,12 +109,12 @@ func (t *turn) run(ctx context.Context, history []sdk.Message) (string, error) {
 		for _, call := range msg.ToolCalls {
 			content, err := t.callTool(ctx, call)
 			if err != nil {
-				return "", err
+				return finalReply{}, err
 			}
 			history = append(history, sdk.Message{Role: "tool", Content: content, ToolCallID: call.ID})
 		}
 	}
-	return "", failf(reasonExecutorFailed, "legacy: the turn used all %d model rounds (legacy.max_rounds) and the model still asked for tools", t.maxRounds)
+	return finalReply{}, failf(reasonExecutorFailed, "legacy: the turn used all %d model rounds (legacy.max_rounds) and the model still asked for tools", t.maxRounds)
 }
 
 // withIDs returns calls with an ID on each: a tool result is tied to its

@@ -63,7 +63,7 @@ ms_registry:graph_spec(
                   ]),
             nodes([ node(probe, rlm_probe),
                     node(iterate, rlm_iterate, [max_visits(30)]),
-                    node(give_up, fail_graph(rlm_iterations_exhausted))
+                    node(give_up, rlm_give_up)
                   ]),
             edges([ edge(start, probe),
                     edge(probe, iterate),

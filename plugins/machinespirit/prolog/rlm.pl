@@ -66,6 +66,17 @@ ms_registry:handler(rlm_iterate, Env, State, patch(Patch, Note)) :-
         format(string(Note), "iteration ~d", [I])
     ).
 
+%   The graph's end without an answer: fails the task with
+%   rlm_iterations_exhausted, saying how many iterations ran and what the
+%   last one gave (docs/reasons.md).
+ms_registry:handler_decl(rlm_give_up).
+ms_registry:handler(rlm_give_up, _Env, State, _) :-
+    get_dict(iteration, State, I),
+    get_dict(recent, State, Recent),
+    (   last(Recent, Last) -> true ; Last = "(none)" ),
+    format(string(Msg), "the root model gave no final answer in ~d iterations; the last: ~s", [I, Last]),
+    throw(graph_failure(rlm_iterations_exhausted, Msg)).
+
 ms_registry:router_decl(rlm_router).
 ms_registry:router(rlm_router, Env, State, Key) :-
     get_dict(answer, State, A),
@@ -201,13 +212,54 @@ run_model_code(Text0, goal(Echo, Result)) :-
     ->  Result = syntax("the reply holds a NUL character")
     ;   catch(parse_goal(Text, Goal, Bindings), E, true),
         (   nonvar(E)
-        ->  error_text(E, M), Result = syntax(M)
+        ->  syntax_text(E, M), Result = syntax(M)
         ;   catch(check_model_goal(Goal, Runnable), rejected(Why), true),
             (   nonvar(Why)
             ->  Result = rejected(Why)
             ;   run_checked(Runnable, Bindings, Result)
             )
         )
+    ).
+
+%   syntax_text(+Error, -Text): a parse error as the model is told it.
+%   read_term/3 on a string names its stream by an address
+%   ("Stream <stream>(0x5615…):1:4 Syntax error: …"): of no use to the
+%   model, and different on every run, so the prompts would never repeat.
+syntax_text(error(syntax_error(What), Ctx), Text) :-
+    !,
+    (   Ctx = stream(_, Line, LinePos, _)
+    ->  Col is LinePos + 1,
+        format(string(Text), "syntax error at line ~d, column ~d: ~w", [Line, Col, What])
+    ;   Ctx = string(_, CharNo)
+    ->  format(string(Text), "syntax error at character ~d: ~w", [CharNo, What])
+    ;   format(string(Text), "syntax error: ~w", [What])
+    ).
+syntax_text(E, Text) :-
+    error_text(E, Text0),
+    drop_stream_refs(Text0, Text).
+
+%   drop_stream_refs(+Text0, -Text): Text0 without "Stream <stream>(…):"
+%   and "<stream>(…)" references.
+drop_stream_refs(Text0, Text) :-
+    (   sub_string(Text0, B, _, _, "<stream>(")
+    ->  sub_string(Text0, B, _, 0, From),
+        (   sub_string(From, E, 1, _, ")")
+        ->  End is B + E + 1
+        ;   string_length(Text0, End)
+        ),
+        (   B >= 7, Pre is B - 7, sub_string(Text0, Pre, 7, _, "Stream ")
+        ->  Start = Pre
+        ;   Start = B
+        ),
+        sub_string(Text0, 0, Start, _, Before),
+        sub_string(Text0, End, _, 0, After0),
+        (   sub_string(After0, 0, 1, _, ":")
+        ->  sub_string(After0, 1, _, 0, After)
+        ;   After = After0
+        ),
+        string_concat(Before, After, Text1),
+        drop_stream_refs(Text1, Text)
+    ;   Text = Text0
     ).
 
 %   final/1 leaves its answer in the thread's global ms_rlm_final. A goal

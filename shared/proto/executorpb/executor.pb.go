@@ -451,9 +451,13 @@ type StepRequest struct {
 	// The host's bound of a step summary in characters ([limits]
 	// summary_chars): it cuts a longer one. 0 from a host older than this
 	// field.
-	SummaryChars  uint32 `protobuf:"varint,12,opt,name=summary_chars,json=summaryChars,proto3" json:"summary_chars,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SummaryChars uint32 `protobuf:"varint,12,opt,name=summary_chars,json=summaryChars,proto3" json:"summary_chars,omitempty"`
+	// The model's context size ([model] context_tokens) less the reply's
+	// share (max_tokens): the most prompt tokens a model request of this
+	// task may hold. 0 when unknown.
+	ModelPromptTokens uint32 `protobuf:"varint,13,opt,name=model_prompt_tokens,json=modelPromptTokens,proto3" json:"model_prompt_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StepRequest) Reset() {
@@ -566,6 +570,13 @@ func (x *StepRequest) GetLimits() *Budgets {
 func (x *StepRequest) GetSummaryChars() uint32 {
 	if x != nil {
 		return x.SummaryChars
+	}
+	return 0
+}
+
+func (x *StepRequest) GetModelPromptTokens() uint32 {
+	if x != nil {
+		return x.ModelPromptTokens
 	}
 	return 0
 }
@@ -1092,13 +1103,22 @@ func (x *CallModelRequest) GetParentCallToken() string {
 }
 
 type CallModelResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Message       *ChatMessage           `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
-	CallToken     string                 `protobuf:"bytes,2,opt,name=call_token,json=callToken,proto3" json:"call_token,omitempty"`
-	Depth         uint32                 `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
-	Replayed      bool                   `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Message   *ChatMessage           `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	CallToken string                 `protobuf:"bytes,2,opt,name=call_token,json=callToken,proto3" json:"call_token,omitempty"`
+	Depth     uint32                 `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	Replayed  bool                   `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// Why the model stopped, as the endpoint said: "stop", "tool_calls",
+	// "length" (cut at max_tokens or the context's end: the reply may be
+	// incomplete), or "" when it said nothing.
+	FinishReason string `protobuf:"bytes,5,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	// What the call cost: tokens as the endpoint reported them (0 when it
+	// did not), the call's duration as the host measured it.
+	PromptTokens     int64 `protobuf:"varint,6,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	CompletionTokens int64 `protobuf:"varint,7,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	DurationMs       int64 `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CallModelResponse) Reset() {
@@ -1157,6 +1177,34 @@ func (x *CallModelResponse) GetReplayed() bool {
 		return x.Replayed
 	}
 	return false
+}
+
+func (x *CallModelResponse) GetFinishReason() string {
+	if x != nil {
+		return x.FinishReason
+	}
+	return ""
+}
+
+func (x *CallModelResponse) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *CallModelResponse) GetCompletionTokens() int64 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
+func (x *CallModelResponse) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
 }
 
 type CallToolRequest struct {
@@ -1805,7 +1853,7 @@ const file_executor_proto_rawDesc = "" +
 	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12\x16\n" +
 	"\x06status\x18\x06 \x01(\tR\x06status\x12\x18\n" +
-	"\asummary\x18\a \x01(\tR\asummary\"\x8e\x04\n" +
+	"\asummary\x18\a \x01(\tR\asummary\"\xbe\x04\n" +
 	"\vStepRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\x04R\x05runId\x12\x18\n" +
@@ -1822,7 +1870,8 @@ const file_executor_proto_rawDesc = "" +
 	"\x10host_services_id\x18\n" +
 	" \x01(\rR\x0ehostServicesId\x125\n" +
 	"\x06limits\x18\v \x01(\v2\x1d.taskhost.executor.v1.BudgetsR\x06limits\x12#\n" +
-	"\rsummary_chars\x18\f \x01(\rR\fsummaryChars\"\xd3\x01\n" +
+	"\rsummary_chars\x18\f \x01(\rR\fsummaryChars\x12.\n" +
+	"\x13model_prompt_tokens\x18\r \x01(\rR\x11modelPromptTokens\"\xd3\x01\n" +
 	"\fStepResponse\x12@\n" +
 	"\bcontinue\x18\x01 \x01(\v2\".taskhost.executor.v1.StepContinueH\x00R\bcontinue\x12@\n" +
 	"\bcomplete\x18\x02 \x01(\v2\".taskhost.executor.v1.StepCompleteH\x00R\bcomplete\x124\n" +
@@ -1862,13 +1911,18 @@ const file_executor_proto_rawDesc = "" +
 	"turn_token\x18\x01 \x01(\tR\tturnToken\x12=\n" +
 	"\bmessages\x18\x02 \x03(\v2!.taskhost.executor.v1.ChatMessageR\bmessages\x124\n" +
 	"\x05tools\x18\x03 \x03(\v2\x1e.taskhost.executor.v1.ToolSpecR\x05tools\x12*\n" +
-	"\x11parent_call_token\x18\x04 \x01(\tR\x0fparentCallToken\"\xa1\x01\n" +
+	"\x11parent_call_token\x18\x04 \x01(\tR\x0fparentCallToken\"\xb9\x02\n" +
 	"\x11CallModelResponse\x12;\n" +
 	"\amessage\x18\x01 \x01(\v2!.taskhost.executor.v1.ChatMessageR\amessage\x12\x1d\n" +
 	"\n" +
 	"call_token\x18\x02 \x01(\tR\tcallToken\x12\x14\n" +
 	"\x05depth\x18\x03 \x01(\rR\x05depth\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed\"\xb4\x01\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x12#\n" +
+	"\rfinish_reason\x18\x05 \x01(\tR\ffinishReason\x12#\n" +
+	"\rprompt_tokens\x18\x06 \x01(\x03R\fpromptTokens\x12+\n" +
+	"\x11completion_tokens\x18\a \x01(\x03R\x10completionTokens\x12\x1f\n" +
+	"\vduration_ms\x18\b \x01(\x03R\n" +
+	"durationMs\"\xb4\x01\n" +
 	"\x0fCallToolRequest\x12\x1d\n" +
 	"\n" +
 	"turn_token\x18\x01 \x01(\tR\tturnToken\x12\x12\n" +
