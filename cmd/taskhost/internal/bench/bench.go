@@ -202,7 +202,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 
 	say("durable steps, %v tasks at once, %d rounds", concurrency, concurrencyRounds)
-	cfs, ratios, err := concurrentRows(ctx, h, who, o.Steps)
+	cfs, ratios, err := concurrentRows(ctx, h, who, pids, o.Steps)
 	if err != nil {
 		return r, err
 	}
@@ -368,14 +368,14 @@ const concurrencyRounds = 3
 // once, concurrencyRounds times each in turn, and returns a row per
 // count and, by count, the median over rounds of its steps/s over one
 // task's in the same round.
-func concurrentRows(ctx context.Context, h *host.Host, who string, n int) ([]Figure, map[int]float64, error) {
+func concurrentRows(ctx context.Context, h *host.Host, who, gates string, n int) ([]Figure, map[int]float64, error) {
 	intervals := map[int][]time.Duration{}
 	rates := map[int][]float64{}
 	ratios := map[int][]float64{}
 	for range concurrencyRounds {
 		var one float64
 		for _, k := range concurrency {
-			each, perSec, err := concurrentSteps(ctx, h, who, k, n)
+			each, perSec, err := concurrentSteps(ctx, h, who, gates, k, n)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -421,13 +421,49 @@ func median(xs []float64) float64 {
 // first task's last, over that time, so that plugin starts and the tasks'
 // ends weigh nothing. Steps that finish together share commits and fsyncs,
 // so k tasks step faster in all than one.
-func concurrentSteps(ctx context.Context, h *host.Host, who string, k, n int) ([]time.Duration, float64, error) {
-	spec := fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d}}`, n+1)
+func concurrentSteps(ctx context.Context, h *host.Host, who, gates string, k, n int) ([]time.Duration, float64, error) {
+	// Every task's first step waits at a gate until all k have started
+	// theirs, so that plugin starts never leave one task stepping alone;
+	// its first step (the wait) is then left out of the measurement.
+	gate, err := os.CreateTemp(gates, "gate-")
+	if err != nil {
+		return nil, 0, err
+	}
+	gate.Close()
+	if err := os.Remove(gate.Name()); err != nil {
+		return nil, 0, err
+	}
+	spec := fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d,"wait_file":%q,"wait_first":true}}`, n+2, gate.Name())
+	tasks := make([]store.Task, k)
+	for i := range k {
+		if tasks[i], err = create(ctx, h, who, spec, int64(n+2)); err != nil {
+			return nil, 0, err
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; i < k; {
+		atts, err := h.Runner.Attempts(ctx, who, tasks[i].ID)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(atts) > 0 {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, fmt.Errorf("%d bench tasks did not all start within a minute", k)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := os.WriteFile(gate.Name(), []byte("go"), 0o644); err != nil {
+		return nil, 0, err
+	}
+	defer os.Remove(gate.Name())
 	starts := make([][]time.Time, k)
 	errs := make([]error, k)
 	var wg sync.WaitGroup
 	for i := range k {
-		wg.Go(func() { starts[i], errs[i] = stepStarts(ctx, h, who, spec, n+1) })
+		wg.Go(func() { starts[i], errs[i] = taskStarts(ctx, h, who, tasks[i]) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -436,9 +472,11 @@ func concurrentSteps(ctx context.Context, h *host.Host, who string, k, n int) ([
 	var from, to time.Time
 	var out []time.Duration
 	for i, ts := range starts {
-		if len(ts) < 2 {
+		if len(ts) < 3 {
 			return nil, 0, fmt.Errorf("a bench task took %d attempts", len(ts))
 		}
+		ts = ts[1:] // the first attempt waited at the gate
+		starts[i] = ts
 		if i == 0 || ts[0].After(from) {
 			from = ts[0]
 		}
@@ -483,6 +521,12 @@ func stepStarts(ctx context.Context, h *host.Host, who, spec string, steps int) 
 	if err != nil {
 		return nil, err
 	}
+	return taskStarts(ctx, h, who, t)
+}
+
+// taskStarts waits for t to complete and returns its attempts' starts.
+func taskStarts(ctx context.Context, h *host.Host, who string, t store.Task) ([]time.Time, error) {
+	var err error
 	if err := h.Runner.Wait(ctx, t.ID); err != nil {
 		return nil, err
 	}
