@@ -27,7 +27,7 @@ func TestDiskFillerCommandTouchesNoOtherTask(t *testing.T) {
 	}
 	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 96<<20)
 	h := openHost(t, dir, shellNoApproval)
-	ctl := testwait.ShortTempDir(t) // off the data dir
+	ctl := testwait.PluginDir(t) // off the data dir
 	release := filepath.Join(ctl, "release")
 	beside := create(t, h, alice, map[string]any{"steps": 2, "wait_file": release, "pid_file": filepath.Join(ctl, "pid")}, Limits{})
 	readPid(t, filepath.Join(ctl, "pid"))

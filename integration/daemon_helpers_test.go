@@ -154,19 +154,28 @@ type (
 		Host      string               `json:"host"` // task status only
 		// QueuePosition: a pending task's place in the queue (1 is next).
 		QueuePosition int64 `json:"queue_position"`
+		// ModelUsage: what its model calls cost (task status only).
+		ModelUsage *usageJSON `json:"model_usage"`
+	}
+	usageJSON struct {
+		Calls            int64 `json:"calls"`
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+		DurationMS       int64 `json:"duration_ms"`
 	}
 	attemptJSON struct {
-		Attempt    int64  `json:"attempt"`
-		RunID      int64  `json:"run_id"`
-		Status     string `json:"status"`
-		Outcome    string `json:"outcome"`
-		Reason     string `json:"reason"`
-		Message    string `json:"message"`
-		Summary    string `json:"summary"`
-		Exit       string `json:"exit"`
-		StderrTail string `json:"stderr_tail"`
-		StartedAt  string `json:"started_at"`
-		Duration   string `json:"duration"`
+		Attempt    int64      `json:"attempt"`
+		RunID      int64      `json:"run_id"`
+		Status     string     `json:"status"`
+		Outcome    string     `json:"outcome"`
+		Reason     string     `json:"reason"`
+		Message    string     `json:"message"`
+		Summary    string     `json:"summary"`
+		Exit       string     `json:"exit"`
+		StderrTail string     `json:"stderr_tail"`
+		StartedAt  string     `json:"started_at"`
+		Duration   string     `json:"duration"`
+		ModelUsage *usageJSON `json:"model_usage"`
 	}
 	oneTask struct {
 		Task taskJSON `json:"task"`

@@ -16,7 +16,7 @@ func TestRLMFailureSaysWhy(t *testing.T) {
 	h := newFakeHost(1)
 	h.workspace["ctx.txt"] = "x"
 	h.model = func(string, int) (string, error) { return "foo bar baz", nil }
-	results, _ := runToEnd(t, e, h, spec("rlm", map[string]any{"max_iterations": 3}, "ctx.txt"), nil, 10)
+	results, _ := runToEnd(t, e, h, spec("rlm_goals", map[string]any{"max_iterations": 3}, "ctx.txt"), nil, 10)
 	last := results[len(results)-1]
 	if last.Outcome != sdk.OutcomeFail {
 		t.Fatalf("last step: %+v", last)
