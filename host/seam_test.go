@@ -17,6 +17,7 @@ import (
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/plugin"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -657,7 +658,13 @@ func TestSeamRecoverAfterHostDeath(t *testing.T) {
 		t.Fatalf("after resume: %s run %d, want completed in run 2", got.Status, got.RunID)
 	}
 	// The resume found the pending task ahead of it in the queue: that one
-	// started first, in its turn, as the never-started task it is.
+	// started first, in its turn, as the never-started task it is. Its run
+	// may still be ending: wait for it before counting its step.
+	testwait.Until(t, 10*time.Second, "the queued task to complete", func() bool {
+		p, err := s.r.Get(ctx, alice, pending.ID)
+		return err == nil && p.Status == store.StatusCompleted
+	})
+	s.wait(t, pending.ID)
 	var resumed, started int
 	for _, req := range s.l.Exe.stepRequests() {
 		switch {
