@@ -16,8 +16,8 @@ import (
 
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/plugin"
-	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/internal/testwait"
+	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
 )
 
