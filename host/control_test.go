@@ -59,7 +59,7 @@ func TestPauseRunning(t *testing.T) {
 // TestPauseQueued: a paused queued task leaves the queue.
 func TestPauseQueued(t *testing.T) {
 	h := openHost(t, "", nil)
-	h.Runner.set.MaxConcurrent = 1
+	h.Runner.setLimits(1, 0)
 	ctx := context.Background()
 	busy := create(t, h, alice, map[string]any{"sleep_ms": 60000}, Limits{})
 	queued := create(t, h, alice, nil, Limits{})
@@ -90,7 +90,7 @@ func TestPauseQueued(t *testing.T) {
 // principal's and records itself in each other task's events first.
 func TestBulk(t *testing.T) {
 	h := openHost(t, "", nil)
-	h.Runner.set.MaxConcurrent = 3
+	h.Runner.setLimits(3, 0)
 	ctx := context.Background()
 	sleeper := map[string]any{"sleep_ms": 60000}
 	var mine []store.Task

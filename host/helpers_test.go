@@ -188,3 +188,15 @@ func wantStatus(t *testing.T, task store.Task, status store.Status, reason store
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// setLimits changes a running Runner's concurrency bound and, when queued
+// is above 0, its queue bound, under the lock its queue loop reads them
+// with.
+func (r *Runner) setLimits(concurrent, queued int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.set.MaxConcurrent = concurrent
+	if queued > 0 {
+		r.set.MaxQueued = queued
+	}
+}

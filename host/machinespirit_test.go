@@ -297,7 +297,8 @@ func (m *mapModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // checkpoint, the ledger replays the root call and the ten sub-calls that
 // were answered, and only chunk 10 onwards reach the model.
 func TestMachineSpiritPlanMapKilledResumesWithoutRepeats(t *testing.T) {
-	m := &mapModel{answered: map[int]int{}, hold: 10, held: make(chan struct{})}
+	held := make(chan struct{}) // m.held is the server's to clear
+	m := &mapModel{answered: map[int]int{}, hold: 10, held: held}
 	srv := httptest.NewServer(m)
 	defer srv.Close()
 	h := openHost(t, "", func(c *config.Config) {
@@ -311,7 +312,7 @@ func TestMachineSpiritPlanMapKilledResumesWithoutRepeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-m.held:
+	case <-held:
 	case <-time.After(60 * time.Second):
 		t.Fatal("chunk 10 was never asked")
 	}

@@ -22,7 +22,8 @@ func TestFleetQueueExactlyOnce(t *testing.T) {
 		relaxed := FleetSettings{Heartbeat: 100 * time.Millisecond, Lease: 10 * time.Second, Poll: 20 * time.Millisecond}
 		a := newFleetHost(t, dir, "host-a", relaxed)
 		b := newFleetHost(t, dir, "host-b", relaxed)
-		a.r.set.MaxConcurrent, b.r.set.MaxConcurrent = 2, 2
+		a.r.setLimits(2, 0)
+		b.r.setLimits(2, 0)
 		gate := make(chan struct{})
 		var mu sync.Mutex
 		steps := map[string]map[string]int{} // task → host → steps

@@ -106,7 +106,7 @@ func TestCreateValidation(t *testing.T) {
 // row, and a freed slot starts the head of the queue, not another.
 func TestQueueBeyondConcurrency(t *testing.T) {
 	h := openHost(t, "", nil)
-	h.Runner.set.MaxConcurrent, h.Runner.set.MaxQueued = 2, 2
+	h.Runner.setLimits(2, 2)
 	ctx := context.Background()
 	dir := testwait.PluginDir(t)
 	sleeper := func(i int) map[string]any {
@@ -286,7 +286,7 @@ func TestCreateSeedsWorkspace(t *testing.T) {
 // resume (task.resumed, run id + 1).
 func TestResumeQueues(t *testing.T) {
 	h := openHost(t, "", nil)
-	h.Runner.set.MaxConcurrent = 1
+	h.Runner.setLimits(1, 0)
 	ctx := context.Background()
 	crashed := create(t, h, alice, map[string]any{"exit_at_attempt": 1}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, crashed.ID), store.StatusInterrupted, store.ReasonExecutorCrashed)
