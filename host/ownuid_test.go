@@ -88,7 +88,8 @@ func TestPooledMachineSpiritStartsFromASeededCache(t *testing.T) {
 	planted := 0
 	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), "taskhost-plugin-*", "run-*", "seed-cache"))
 	for _, dir := range matches {
-		if fi, err := os.Stat(dir); err != nil || fi.ModTime().Before(launched) {
+		// A file system's clock is coarser than time.Now: a second's slack.
+		if fi, err := os.Stat(dir); err != nil || fi.ModTime().Before(launched.Add(-time.Second)) {
 			continue // another launch's, older than this one
 		}
 		if err := os.WriteFile(filepath.Join(dir, "state-planted"), []byte("x"), 0o600); err == nil {
