@@ -165,24 +165,55 @@ func (s *Store) prepare(ctx context.Context) error {
 // filled statement cache (readers hold no transaction, so a prepare can
 // always get a connection).
 //
+// A read that meets a lost connection (the server ended the session: a
+// failover, a restart, an operator) runs again on another one, at most
+// maxReadTries times: it holds nothing, so running it again is the same
+// read. Whatever error remains goes through dbErr, so a server that stays
+// gone is ErrUnavailable, as for writes, and never an untyped error.
+//
 // What they return is durable: a row waits once scanned, and rows once
 // closed, for the fsync of every commit they could have seen (walSync).
 func (s *Store) readRow(ctx context.Context, query string, args ...any) visibleRow {
-	args = s.d.bind(args)
+	return visibleRow{s: s, ctx: ctx, query: query, args: s.d.bind(args)}
+}
+
+// maxReadTries bounds how often one read runs again after a lost
+// connection: database/sql's pool may hand out several dead connections
+// in a row after the server ended every session.
+const maxReadTries = 4
+
+// queryRow runs query once on a cached statement (or directly, where the
+// prepare failed: the query then reports the same error).
+func (s *Store) queryRow(ctx context.Context, query string, args []any) *sql.Row {
 	st, err := s.readStmts.get(ctx, s.r, query, s.d.rebind)
 	if err != nil {
-		return visibleRow{s.r.QueryRowContext(ctx, s.d.rebind(query), args...), s.sync} // reports the same error
+		return s.r.QueryRowContext(ctx, s.d.rebind(query), args...)
 	}
-	return visibleRow{st.QueryRowContext(ctx, args...), s.sync}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// rereadable reports a read's error that another connection may not meet.
+func (s *Store) rereadable(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && s.d.connLost(err)
 }
 
 func (s *Store) readRows(ctx context.Context, query string, args ...any) (visibleRows, error) {
-	st, err := s.readStmts.get(ctx, s.r, query, s.d.rebind)
-	if err != nil {
-		return visibleRows{}, s.dbErr(err)
+	args = s.d.bind(args)
+	var err error
+	for range maxReadTries {
+		var st *sql.Stmt
+		var rows *sql.Rows
+		if st, err = s.readStmts.get(ctx, s.r, query, s.d.rebind); err == nil {
+			if rows, err = st.QueryContext(ctx, args...); err == nil {
+				return visibleRows{rows, s}, nil
+			}
+		}
+		if !s.rereadable(ctx, err) {
+			break
+		}
+		s.observeRetry(retryCode(err))
 	}
-	rows, err := st.QueryContext(ctx, s.d.bind(args)...)
-	return visibleRows{rows, s.sync}, err
+	return visibleRows{}, s.dbErr(err)
 }
 
 // stmtCache holds prepared statements by query text (as written, before

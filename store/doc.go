@@ -79,7 +79,9 @@
 //   - A failure outside the request — a full disk, an I/O error, a
 //     PostgreSQL server gone, restarting, out of connections or too busy —
 //     is an *UnavailableError (errors.Is ErrUnavailable) naming its class,
-//     with nothing written; the same write may succeed later.
+//     with nothing written; the same write may succeed later. A read that
+//     meets a connection the server ended runs again on another (it holds
+//     nothing), and where the server stays gone it too is unavailable.
 //   - Several hosts may share one store (hosts.go): each run is leased to
 //     the host that started it, its run id is the lease epoch, and every
 //     write of a run is fenced by it (ErrFenced), so a host that lost its

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -209,29 +210,41 @@ func syncDir(dir string) error {
 // visibleRow is a read's *sql.Row that, once scanned, waits until what it
 // read is durable (walSync.visible).
 type visibleRow struct {
-	row *sql.Row
-	w   *walSync
+	s     *Store
+	ctx   context.Context
+	query string
+	args  []any
 }
 
 func (r visibleRow) Scan(dest ...any) error {
-	err := r.row.Scan(dest...)
-	if verr := r.w.visible(); verr != nil && err == nil {
-		return verr
+	var err error
+	for range maxReadTries {
+		err = r.s.queryRow(r.ctx, r.query, r.args).Scan(dest...)
+		if !r.s.rereadable(r.ctx, err) {
+			break
+		}
+		r.s.observeRetry(retryCode(err))
 	}
-	return err
+	if err != nil {
+		return r.s.dbErr(err)
+	}
+	return r.s.sync.visible()
 }
 
 // visibleRows is a read's *sql.Rows that, once closed, waits until what
 // it read is durable; every reader closes its rows before it returns what
-// it read.
+// it read. An error met while iterating is typed as dbErr types it (rows
+// are not read again: some were already handed out).
 type visibleRows struct {
 	*sql.Rows
-	w *walSync
+	s *Store
 }
+
+func (r visibleRows) Err() error { return r.s.dbErr(r.Rows.Err()) }
 
 func (r visibleRows) Close() error {
 	err := r.Rows.Close()
-	if verr := r.w.visible(); verr != nil && err == nil {
+	if verr := r.s.sync.visible(); verr != nil && err == nil {
 		return verr
 	}
 	return err

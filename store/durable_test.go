@@ -116,12 +116,19 @@ func TestFullStepsShareFsyncs(t *testing.T) {
 	s.sync.hold = func(uint64) error {
 		held.Add(1)
 		// Every step has committed once each caller runs an fsync or
-		// waits for one.
-		testwait.Until(t, 10*time.Second, "every step to commit", func() bool {
-			_, _, w := s.sync.stats()
-			return int64(w)+held.Load() >= k
-		})
-		return nil
+		// waits for one. This runs on a step's goroutine, where t.Fatal
+		// must not be called: a timeout fails that step instead.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c, f, w := s.sync.stats()
+			if int64(w)+held.Load() >= k {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("timed out waiting for every step to commit: %d commits, %d fsyncs, %d waiting, %d held", c, f, w, held.Load())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	results := make([]chan stepResult, k)
 	for i, f := range steps {

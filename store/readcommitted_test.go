@@ -523,3 +523,52 @@ func TestLoseOwnRun(t *testing.T) {
 		}
 	})
 }
+
+// TestPostgresReadSurvivesTerminatedBackends: as for writes, every session
+// is ended between reads; each read of a task, a listing and events then
+// succeeds at the first call (a read holds nothing and runs again on a
+// fresh connection), and where the server stays gone it is unavailable,
+// never an untyped error the API would call internal.
+func TestPostgresReadSurvivesTerminatedBackends(t *testing.T) {
+	ctx := context.Background()
+	dsn := testpg.DSN(t)
+	s, err := OpenPostgres(ctx, dsn, Options{HostID: "host-a"}, PoolOptions{MaxIdleConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	admin := openPGDB(t, os.Getenv(testpg.EnvDSN))
+	var db string
+	if err := s.r.QueryRowContext(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateTask(ctx, NewTask{ID: "t", PrincipalID: "p", Executor: "x", Spec: []byte(`{}`), Limits: defaultBudgets()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, read := range []struct {
+		name string
+		do   func() error
+	}{
+		{"get", func() error { _, err := s.GetTask(ctx, "p", "t"); return err }},
+		{"owner", func() error { _, err := s.TaskOwner(ctx, "t"); return err }},
+		{"list", func() error { _, err := s.ListTasks(ctx, "p", ListQuery{}); return err }},
+		{"count", func() error { _, err := s.CountTasks(ctx, "p", ListQuery{}); return err }},
+	} {
+		// Warm the pool so that the read meets a connection that is dead.
+		for range 3 {
+			if err := read.do(); err != nil {
+				t.Fatalf("%s before: %v", read.name, err)
+			}
+		}
+		var n int
+		if err := admin.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatal("no session to terminate: the test would prove nothing")
+		}
+		if err := read.do(); err != nil {
+			t.Fatalf("%s after every backend was terminated: %v", read.name, err)
+		}
+	}
+}
