@@ -192,6 +192,21 @@ func fieldOf(st *status.Status) string {
 // fail reports err (as text, or JSON on stderr with --json) and returns the
 // exit code.
 func (c *clientFlags) fail(e *env, err error) int {
+	v := c.errorViewOf(err)
+	if c.json {
+		data, _ := json.Marshal(v)
+		fmt.Fprintln(e.stderr, string(data))
+		e.jsonFailed = true
+		return v.ExitCode
+	}
+	errorf(e, "%s", v.Error.Message)
+	return v.ExitCode
+}
+
+// errorViewOf is what a client says of err: its code, the API's reason and
+// field, a message for a person and the exit code. `taskhost mcp` returns
+// the same view as a tool error.
+func (c *clientFlags) errorViewOf(err error) errorView {
 	code := exitCodeForStatus(err)
 	msg := err.Error()
 	var ue usageError
@@ -208,21 +223,14 @@ func (c *clientFlags) fail(e *env, err error) int {
 			msg = fmt.Sprintf("the daemon on %s did not answer in time (%s)", c.target(), st.Message())
 		}
 	}
-	if c.json {
-		var v errorView
-		v.Error.Code = strings.ToLower(codeName(err))
-		v.Error.Message = msg
-		if isStatus {
-			v.Error.Reason, v.Error.Field = reasonOf(st), fieldOf(st)
-		}
-		v.ExitCode = code
-		data, _ := json.Marshal(v)
-		fmt.Fprintln(e.stderr, string(data))
-		e.jsonFailed = true
-		return code
+	var v errorView
+	v.Error.Code = strings.ToLower(codeName(err))
+	v.Error.Message = msg
+	if isStatus {
+		v.Error.Reason, v.Error.Field = reasonOf(st), fieldOf(st)
 	}
-	errorf(e, "%s", msg)
-	return code
+	v.ExitCode = code
+	return v
 }
 
 func codeName(err error) string {
