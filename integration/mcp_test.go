@@ -124,6 +124,79 @@ func (a *mcpApproval) UnmarshalJSON(b []byte) error {
 	return err
 }
 
+// mcpCaller calls an MCP tool through some client: it decodes the
+// structured result into out (when not nil) and returns the text of a
+// tool error ("" when none).
+type mcpCaller func(t *testing.T, tool string, args map[string]any, out any) string
+
+// mcpCreateApproveComplete is the outside agent's round: create a task
+// whose step 1 needs an approval, find that approval showing the whole
+// command, approve it (a second approve is a conflict) and wait for the
+// task to complete. It returns the task's id.
+func mcpCreateApproveComplete(t *testing.T, call mcpCaller) string {
+	t.Helper()
+	var created oneTask
+	if msg := call(t, "task_create", map[string]any{"goal": "write result.txt", "executor": "legacy", "max_steps": 5}, &created); msg != "" {
+		t.Fatal(msg)
+	}
+	id := created.Task.ID
+	if !strings.HasPrefix(id, "t_") || created.Task.Budgets["steps"].Limit != 5 {
+		t.Fatalf("created %+v", created.Task)
+	}
+
+	var pending mcpApproval
+	testwait.Until(t, 60*time.Second, "the task's approval over MCP", func() bool {
+		var list struct {
+			Approvals []mcpApproval `json:"approvals"`
+		}
+		if msg := call(t, "approvals_list", nil, &list); msg != "" {
+			t.Fatal(msg)
+		}
+		for _, a := range list.Approvals {
+			if a.TaskID == id {
+				pending = a
+				return true
+			}
+		}
+		return false
+	})
+	// The whole command, its newline escaped onto one line.
+	wantShown := strings.ReplaceAll(mcpCommand, "\n", `\n`)
+	if pending.Tool != "shell.run" || !strings.Contains(pending.Prompt, wantShown) || pending.Status != "pending" {
+		t.Fatalf("approval %+v does not show the command %q", pending, wantShown)
+	}
+	var st statusJSON
+	if msg := call(t, "task_status", map[string]any{"task_id": id}, &st); msg != "" || st.Task.Status != "waiting_approval" {
+		t.Fatalf("task_status while waiting: %q %+v", msg, st.Task)
+	}
+
+	var approved struct {
+		Approval mcpApproval `json:"approval"`
+	}
+	if msg := call(t, "approval_approve", map[string]any{"approval_id": pending.ID}, &approved); msg != "" {
+		t.Fatal(msg)
+	}
+	if approved.Approval.Status != "approved" || !strings.Contains(approved.Approval.Prompt, wantShown) {
+		t.Fatalf("approved %+v", approved.Approval)
+	}
+	// Approving twice is the API's conflict, as a tool error.
+	if msg := call(t, "approval_approve", map[string]any{"approval_id": pending.ID}, nil); !strings.Contains(msg, "failed_precondition: approval "+pending.ID+" is already approved") {
+		t.Errorf("a second approve: %q", msg)
+	}
+
+	testwait.Until(t, 60*time.Second, "the task to complete", func() bool {
+		if msg := call(t, "task_status", map[string]any{"task_id": id}, &st); msg != "" {
+			t.Fatal(msg)
+		}
+		if st.Task.Status == "failed" || st.Task.Status == "cancelled" || st.Task.Status == "interrupted" {
+			t.Fatalf("task %s: %+v", st.Task.Status, st.Task)
+		}
+		return st.Task.Status == "completed"
+	})
+
+	return id
+}
+
 // An outside MCP client (the Go SDK's) drives a task through `taskhost mcp`
 // against a real daemon: it creates the task, sees its approval with the
 // whole command, approves it, waits for completion and reads the result
@@ -151,65 +224,9 @@ func TestMCPCreateApproveReadResult(t *testing.T) {
 		}
 	}
 
-	var created oneTask
-	if msg := callTool(t, cs, "task_create", map[string]any{"goal": "write result.txt", "executor": "legacy", "max_steps": 5}, &created); msg != "" {
-		t.Fatal(msg)
-	}
-	id := created.Task.ID
-	if !strings.HasPrefix(id, "t_") || created.Task.Budgets["steps"].Limit != 5 {
-		t.Fatalf("created %+v", created.Task)
-	}
-
-	var pending mcpApproval
-	testwait.Until(t, 60*time.Second, "the task's approval over MCP", func() bool {
-		var list struct {
-			Approvals []mcpApproval `json:"approvals"`
-		}
-		if msg := callTool(t, cs, "approvals_list", nil, &list); msg != "" {
-			t.Fatal(msg)
-		}
-		for _, a := range list.Approvals {
-			if a.TaskID == id {
-				pending = a
-				return true
-			}
-		}
-		return false
+	id := mcpCreateApproveComplete(t, func(t *testing.T, tool string, args map[string]any, out any) string {
+		return callTool(t, cs, tool, args, out)
 	})
-	// The whole command, its newline escaped onto one line.
-	wantShown := strings.ReplaceAll(mcpCommand, "\n", `\n`)
-	if pending.Tool != "shell.run" || !strings.Contains(pending.Prompt, wantShown) || pending.Status != "pending" {
-		t.Fatalf("approval %+v does not show the command %q", pending, wantShown)
-	}
-	var st statusJSON
-	if msg := callTool(t, cs, "task_status", map[string]any{"task_id": id}, &st); msg != "" || st.Task.Status != "waiting_approval" {
-		t.Fatalf("task_status while waiting: %q %+v", msg, st.Task)
-	}
-
-	var approved struct {
-		Approval mcpApproval `json:"approval"`
-	}
-	if msg := callTool(t, cs, "approval_approve", map[string]any{"approval_id": pending.ID}, &approved); msg != "" {
-		t.Fatal(msg)
-	}
-	if approved.Approval.Status != "approved" || !strings.Contains(approved.Approval.Prompt, wantShown) {
-		t.Fatalf("approved %+v", approved.Approval)
-	}
-	// Approving twice is the API's conflict, as a tool error.
-	if msg := callTool(t, cs, "approval_approve", map[string]any{"approval_id": pending.ID}, nil); !strings.Contains(msg, "failed_precondition") && !strings.Contains(msg, "aborted") && !strings.Contains(msg, "already") {
-		t.Errorf("a second approve: %q", msg)
-	}
-
-	testwait.Until(t, 60*time.Second, "the task to complete", func() bool {
-		if msg := callTool(t, cs, "task_status", map[string]any{"task_id": id}, &st); msg != "" {
-			t.Fatal(msg)
-		}
-		if st.Task.Status == "failed" || st.Task.Status == "cancelled" || st.Task.Status == "interrupted" {
-			t.Fatalf("task %s: %+v", st.Task.Status, st.Task)
-		}
-		return st.Task.Status == "completed"
-	})
-
 	var files struct {
 		Files []struct {
 			Path string `json:"path"`

@@ -135,10 +135,11 @@ func (p mcpParam) check(v json.RawMessage) error {
 		}
 		return p.checkString(p.name, s)
 	case "integer":
+		// json.Number would take a quoted "3" too: a JSON number only.
 		dec := json.NewDecoder(bytes.NewReader(v))
 		dec.UseNumber()
 		var n json.Number
-		if err := dec.Decode(&n); err != nil {
+		if first := bytes.TrimSpace(v); len(first) == 0 || first[0] == '"' || dec.Decode(&n) != nil {
 			return fail("must be an integer, not %s", quoteValue(v))
 		}
 		i, err := n.Int64()
