@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +23,8 @@ import (
 )
 
 const (
-	mcpToken = "mcp-token-0123456789abcdef-not-a-real-secret"
+	mcpToken  = "mcp-token-0123456789abcdef-not-a-real-secret"  // principal ci
+	mcpToken2 = "mcp-token2-0123456789abcdef-not-a-real-secret" // principal ops
 	// mcpCommand is what the scripted model runs in step 1: an approval
 	// must show it whole, the newline escaped.
 	mcpCommand  = "echo made over MCP > result.txt\necho done"
@@ -31,7 +34,7 @@ const (
 
 // mcpDaemon starts a daemon whose scripted legacy model runs mcpCommand
 // (shell.run: approval always, the default) in step 1 and completes in
-// step 2; it also listens for the token principal "ci" on loopback.
+// step 2; it also listens on loopback for the token principals ci and ops.
 func mcpDaemon(t *testing.T) *daemon {
 	t.Helper()
 	work := testwait.ShortTempDir(t)
@@ -46,9 +49,9 @@ func mcpDaemon(t *testing.T) *daemon {
 	if err := os.WriteFile(scriptFile, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256([]byte(mcpToken))
-	cfg := writeConfig(t, work, fmt.Sprintf("[model]\nscript = %q\n\n[api]\ntcp_listen = \"127.0.0.1:0\"\n\n[api.tokens]\nci = %q\n",
-		scriptFile, hex.EncodeToString(sum[:])))
+	sum, sum2 := sha256.Sum256([]byte(mcpToken)), sha256.Sum256([]byte(mcpToken2))
+	cfg := writeConfig(t, work, fmt.Sprintf("[model]\nscript = %q\n\n[api]\ntcp_listen = \"127.0.0.1:0\"\n\n[api.tokens]\nci = %q\nops = %q\n",
+		scriptFile, hex.EncodeToString(sum[:]), hex.EncodeToString(sum2[:])))
 	return startDaemon(t, filepath.Join(testwait.ShortTempDir(t), "data"), cfg)
 }
 
@@ -399,5 +402,122 @@ func TestMCPFileBoundAndPrincipal(t *testing.T) {
 	d.cliJSON(t, &st, "task", "status", id)
 	if st.Task.Status == "cancelled" {
 		t.Fatal("another principal cancelled the task")
+	}
+}
+
+// bearerTransport adds a bearer token to each request.
+type bearerTransport string
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// `taskhost mcp --http` on loopback: one listener serves each caller as the
+// principal of the token it sends, which the daemon checks; no token is a
+// 401, a wrong one the daemon's refusal, and a non-loopback address or a
+// socket daemon (where every caller would be one principal) is refused.
+func TestMCPStreamableHTTP(t *testing.T) {
+	d := mcpDaemon(t)
+	if d.tcp == "" {
+		t.Fatal("no token listener")
+	}
+	for _, args := range [][]string{
+		{"--http", "0.0.0.0:0", "--address", d.tcp},
+		{"--http", "192.0.2.1:80", "--address", d.tcp},
+		{"--http", "localhost:0", "--address", d.tcp},
+		{"--http", "127.0.0.1:0", "--data-dir", d.dataDir},
+	} {
+		_, errOut, code := taskhost(t, append([]string{"mcp"}, args...)...)
+		if code != 2 || !strings.Contains(errOut, "--http") {
+			t.Errorf("mcp %v: exit %d %s", args, code, errOut)
+		}
+	}
+
+	cmd := exec.Command(filepath.Join(binDir, "taskhost"), "mcp", "--http", "127.0.0.1:0", "--address", d.tcp)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	serving := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if _, u, ok := strings.Cut(sc.Text(), "serving streamable HTTP on "); ok {
+				serving <- u
+			}
+		}
+	}()
+	var url string
+	select {
+	case url = <-serving:
+	case <-time.After(30 * time.Second):
+		t.Fatal("taskhost mcp --http did not say where it serves")
+	}
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/mcp") {
+		t.Fatalf("serving on %q", url)
+	}
+
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: HTTP %d", resp.StatusCode)
+	}
+	// A page a browser loaded from elsewhere, its name rebound to
+	// loopback: refused by its Host even with a token.
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req.Host = "evil.example:80"
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = (&http.Client{Transport: bearerTransport(mcpToken)}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a foreign Host: HTTP %d", resp.StatusCode)
+	}
+
+	session := func(tok string) *mcp.ClientSession {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c := mcp.NewClient(&mcp.Implementation{Name: "taskhost-integration", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearerTransport(tok)}}, nil)
+		if err != nil {
+			t.Fatalf("connect over HTTP: %v", err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	ci, ops := session(mcpToken), session(mcpToken2)
+	var created oneTask
+	if msg := callTool(t, ci, "task_create", map[string]any{"goal": "over HTTP", "executor": "legacy"}, &created); msg != "" {
+		t.Fatal(msg)
+	}
+	if created.Task.Principal != "ci" {
+		t.Fatalf("created as %q, want ci", created.Task.Principal)
+	}
+	var st statusJSON
+	if msg := callTool(t, ci, "task_status", map[string]any{"task_id": created.Task.ID}, &st); msg != "" || st.Task.ID != created.Task.ID {
+		t.Fatalf("ci's own task: %q", msg)
+	}
+	if msg := callTool(t, ops, "task_status", map[string]any{"task_id": created.Task.ID}, nil); !strings.Contains(msg, "not_found") {
+		t.Fatalf("ops sees ci's task: %q", msg)
+	}
+	var list listJSON
+	if msg := callTool(t, ops, "task_list", nil, &list); msg != "" || len(list.Tasks) != 0 {
+		t.Fatalf("ops's task_list: %q %+v", msg, list.Tasks)
+	}
+	// A wrong token passes the listener and is the daemon's refusal.
+	wrong := session(mcpToken + "x")
+	if msg := callTool(t, wrong, "task_list", nil, nil); !strings.Contains(msg, "unauthenticated") {
+		t.Fatalf("a wrong token: %q", msg)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -59,6 +60,19 @@ func (c *clientFlags) socketPath() string {
 // dial returns a connection to the daemon. It does not wait for the daemon:
 // the first call fails with Unavailable if there is none.
 func (c *clientFlags) dial() (*grpc.ClientConn, error) {
+	var creds credentials.PerRPCCredentials
+	if c.address != "" {
+		tok, err := c.token()
+		if err != nil {
+			return nil, err
+		}
+		creds = bearer(tok)
+	}
+	return c.dialWith(creds)
+}
+
+// dialWith is dial with creds, the credentials of every call on --address.
+func (c *clientFlags) dialWith(creds credentials.PerRPCCredentials) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
@@ -70,11 +84,7 @@ func (c *clientFlags) dial() (*grpc.ClientConn, error) {
 	}
 	var target string
 	if c.address != "" {
-		tok, err := c.token()
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
+		opts = append(opts, grpc.WithPerRPCCredentials(creds))
 		target = "passthrough:///" + c.address
 	} else {
 		path, err := filepath.Abs(c.socketPath())

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"google.golang.org/grpc"
+
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -51,20 +53,44 @@ func mcpCmd(ctx context.Context, e *env, args []string) int {
 	var cf clientFlags
 	cf.register(fs)
 	maxFile := fs.Int64("max-file-bytes", mcpDefaultFileBytes, fmt.Sprintf("the largest task file task_file_read and a file resource return (1..%d)", int64(mcpMaxFileBytes)))
-	fs.Usage = usageFunc(fs, "taskhost mcp [--data-dir DIR | --socket PATH | --address IP:PORT] [--max-file-bytes N]",
+	fs.Usage = usageFunc(fs, "taskhost mcp [--data-dir DIR | --socket PATH | --address IP:PORT [--http IP:PORT]] [--max-file-bytes N]",
 		"Serves the Model Context Protocol on stdin and stdout for an outside agent:\nthe task operations, approvals and task files as MCP tools and resources, as\nthe calling user (it is a client of the running daemon, like every task\ncommand). Configure it as an MCP server command in your client; docs/mcp.md\nlists every tool. Ends when the client closes stdin.")
+	httpAddr := fs.String("http", "", "serve streamable HTTP on this loopback IP:PORT (path /mcp) instead of stdio; needs --address: each request's bearer token is passed on to the daemon")
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
 	if *maxFile < 1 || *maxFile > mcpMaxFileBytes {
 		return cf.fail(e, usageError(fmt.Sprintf("mcp: --max-file-bytes is %d, outside the limits 1..%d", *maxFile, int64(mcpMaxFileBytes))))
 	}
-	conn, err := cf.dial()
+	if *httpAddr != "" {
+		if err := checkLoopback(*httpAddr); err != nil {
+			return cf.fail(e, usageError("mcp: "+err.Error()))
+		}
+		if cf.address == "" {
+			// Over the socket every HTTP caller would be this process's
+			// principal: only the daemon's token listener tells them apart.
+			return cf.fail(e, usageError("mcp: --http needs --address IP:PORT of the daemon's token listener: each HTTP caller is the principal of the bearer token it sends"))
+		}
+	}
+	var conn *grpc.ClientConn
+	var err error
+	if *httpAddr != "" {
+		conn, err = cf.dialWith(callerBearer{})
+	} else {
+		conn, err = cf.dial()
+	}
 	if err != nil {
 		return cf.fail(e, err)
 	}
 	defer conn.Close()
 	m := &mcpServer{cf: &cf, tasks: apipb.NewTaskServiceClient(conn), approvals: apipb.NewApprovalServiceClient(conn), maxFileBytes: *maxFile}
+	if *httpAddr != "" {
+		if err := serveMCPHTTP(ctx, e, m, *httpAddr); err != nil {
+			errorf(e, "mcp: %v", err)
+			return exitUnavailable
+		}
+		return exitOK
+	}
 	t := &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}, MaxLineLength: mcpMaxMessageBytes}
 	if err := m.server().Run(ctx, t); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		errorf(e, "mcp: %v", err)
@@ -184,6 +210,7 @@ func (m *mcpServer) server() *mcp.Server {
 // is a result with isError, not a protocol error).
 func (m *mcpServer) handler(t mcpTool) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx = withCaller(ctx, req.Extra)
 		args, err := parseMCPArgs(req.Params.Arguments, t.params)
 		var out any
 		if err == nil {
@@ -351,6 +378,7 @@ func escapePath(p string) string {
 // readResource reads taskhost://tasks/ID (the task) or
 // taskhost://tasks/ID/files/PATH (a file).
 func (m *mcpServer) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	ctx = withCaller(ctx, req.Extra)
 	uri := req.Params.URI
 	if len(uri) > len(mcpURIPrefix)+mcpMaxIDBytes+len("/files/")+3*tools.MaxPathBytes {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("uri: is %d bytes, the limit is %d", len(uri), len(mcpURIPrefix)+mcpMaxIDBytes+len("/files/")+3*tools.MaxPathBytes)}
