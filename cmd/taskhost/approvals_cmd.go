@@ -41,11 +41,7 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 		return cf.fail(e, err)
 	}
 	if cf.json {
-		views := make([]approvalView, 0, len(resp.Approvals))
-		for _, a := range resp.Approvals {
-			views = append(views, approvalJSON(a))
-		}
-		newPrinter(e, true).emit(map[string]any{"approvals": views, "truncated": resp.Truncated})
+		newPrinter(e, true).emit(approvalListJSON(resp))
 		return exitOK
 	}
 	if len(resp.Approvals) == 0 {
@@ -97,26 +93,43 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 		return cf.fail(e, err)
 	}
 	defer conn.Close()
-	ac := apipb.NewApprovalServiceClient(conn)
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	req := &apipb.ResolveApprovalRequest{ApprovalId: pos[0]}
+	valueJSON := ""
 	if value != nil {
-		req.ValueJson = *value
+		valueJSON = *value
 	}
-	var resp *apipb.ResolveApprovalResponse
-	if verb == "approve" {
-		resp, err = ac.Approve(cctx, req)
-	} else {
-		resp, err = ac.Reject(cctx, req)
-	}
+	a, err := resolveApproval(ctx, apipb.NewApprovalServiceClient(conn), verb == "approve", pos[0], valueJSON)
 	if err != nil {
 		return cf.fail(e, err)
 	}
 	if cf.json {
-		newPrinter(e, true).emit(map[string]any{"approval": approvalJSON(resp.Approval)})
+		newPrinter(e, true).emit(map[string]any{"approval": approvalJSON(a)})
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "approval %s %s (task %s)\n", resp.Approval.Id, resp.Approval.Status, resp.Approval.TaskId)
+	fmt.Fprintf(e.stdout, "approval %s %s (task %s)\n", a.Id, a.Status, a.TaskId)
 	return exitOK
+}
+
+// resolveApproval approves (with valueJSON, the answer to a question) or
+// rejects approval id.
+func resolveApproval(ctx context.Context, ac apipb.ApprovalServiceClient, approve bool, id, valueJSON string) (*apipb.Approval, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	req := &apipb.ResolveApprovalRequest{ApprovalId: id, ValueJson: valueJSON}
+	var resp *apipb.ResolveApprovalResponse
+	var err error
+	if approve {
+		resp, err = ac.Approve(cctx, req)
+	} else {
+		resp, err = ac.Reject(cctx, req)
+	}
+	return resp.GetApproval(), err
+}
+
+// approvalListJSON is the --json shape of `approvals list`.
+func approvalListJSON(resp *apipb.ListApprovalsResponse) map[string]any {
+	views := make([]approvalView, 0, len(resp.Approvals))
+	for _, a := range resp.Approvals {
+		views = append(views, approvalJSON(a))
+	}
+	return map[string]any{"approvals": views, "truncated": resp.Truncated}
 }

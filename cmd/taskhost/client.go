@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -59,6 +60,19 @@ func (c *clientFlags) socketPath() string {
 // dial returns a connection to the daemon. It does not wait for the daemon:
 // the first call fails with Unavailable if there is none.
 func (c *clientFlags) dial() (*grpc.ClientConn, error) {
+	var creds credentials.PerRPCCredentials
+	if c.address != "" {
+		tok, err := c.token()
+		if err != nil {
+			return nil, err
+		}
+		creds = bearer(tok)
+	}
+	return c.dialWith(creds)
+}
+
+// dialWith is dial with creds, the credentials of every call on --address.
+func (c *clientFlags) dialWith(creds credentials.PerRPCCredentials) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
@@ -70,11 +84,7 @@ func (c *clientFlags) dial() (*grpc.ClientConn, error) {
 	}
 	var target string
 	if c.address != "" {
-		tok, err := c.token()
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
+		opts = append(opts, grpc.WithPerRPCCredentials(creds))
 		target = "passthrough:///" + c.address
 	} else {
 		path, err := filepath.Abs(c.socketPath())
@@ -192,6 +202,21 @@ func fieldOf(st *status.Status) string {
 // fail reports err (as text, or JSON on stderr with --json) and returns the
 // exit code.
 func (c *clientFlags) fail(e *env, err error) int {
+	v := c.errorViewOf(err)
+	if c.json {
+		data, _ := json.Marshal(v)
+		fmt.Fprintln(e.stderr, string(data))
+		e.jsonFailed = true
+		return v.ExitCode
+	}
+	errorf(e, "%s", v.Error.Message)
+	return v.ExitCode
+}
+
+// errorViewOf is what a client says of err: its code, the API's reason and
+// field, a message for a person and the exit code. `taskhost mcp` returns
+// the same view as a tool error.
+func (c *clientFlags) errorViewOf(err error) errorView {
 	code := exitCodeForStatus(err)
 	msg := err.Error()
 	var ue usageError
@@ -208,21 +233,14 @@ func (c *clientFlags) fail(e *env, err error) int {
 			msg = fmt.Sprintf("the daemon on %s did not answer in time (%s)", c.target(), st.Message())
 		}
 	}
-	if c.json {
-		var v errorView
-		v.Error.Code = strings.ToLower(codeName(err))
-		v.Error.Message = msg
-		if isStatus {
-			v.Error.Reason, v.Error.Field = reasonOf(st), fieldOf(st)
-		}
-		v.ExitCode = code
-		data, _ := json.Marshal(v)
-		fmt.Fprintln(e.stderr, string(data))
-		e.jsonFailed = true
-		return code
+	var v errorView
+	v.Error.Code = strings.ToLower(codeName(err))
+	v.Error.Message = msg
+	if isStatus {
+		v.Error.Reason, v.Error.Field = reasonOf(st), fieldOf(st)
 	}
-	errorf(e, "%s", msg)
-	return code
+	v.ExitCode = code
+	return v
 }
 
 func codeName(err error) string {

@@ -22,11 +22,7 @@ func taskPauseCmd(ctx context.Context, e *env, args []string) int {
 	if bulkArgs(args) {
 		return controlAllCmd(ctx, e, args, "pause")
 	}
-	return taskChange(ctx, e, args, "pause", "Pauses a task: a running or waiting one is stopped as a cancel stops it, a\nqueued one leaves the queue; it becomes interrupted (user_pause) and goes on\nonly when you resume it. Pausing an interrupted task is a no-op; a finished\ntask cannot be paused (exit 4). With --all (and no ID) pauses every pending,\nrunning or waiting task of yours; an admin adds --all-principals for everyone's.",
-		func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
-			resp, err := tc.PauseTask(ctx, &apipb.PauseTaskRequest{TaskId: id})
-			return resp.GetTask(), err
-		})
+	return taskChange(ctx, e, args, "pause", "Pauses a task: a running or waiting one is stopped as a cancel stops it, a\nqueued one leaves the queue; it becomes interrupted (user_pause) and goes on\nonly when you resume it. Pausing an interrupted task is a no-op; a finished\ntask cannot be paused (exit 4). With --all (and no ID) pauses every pending,\nrunning or waiting task of yours; an admin adds --all-principals for everyone's.", pauseTask)
 }
 
 // bulkArgs reports whether args ask for a bulk act (--all or

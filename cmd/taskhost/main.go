@@ -10,6 +10,7 @@
 //	taskhost task status|cancel|resume|watch ID
 //	taskhost approvals list [--status S]
 //	taskhost approve ID | taskhost reject ID
+//	taskhost mcp                                           an MCP server on stdio for an outside agent
 //	taskhost executors
 //	taskhost demo [--interactive]                          the guided demo
 //	taskhost run --goal TEXT [--executor NAME] [flags]     one task in the foreground
@@ -79,6 +80,7 @@ func commands() []command {
 		{"approvals", "list approvals (through the daemon)", approvalsCmd},
 		{"approve", "approve a pending approval", approveCmd},
 		{"reject", "reject a pending approval", rejectCmd},
+		{"mcp", "serve the Model Context Protocol on stdio for an outside agent (as you, through the daemon)", mcpCmd},
 		{"executors", "list executors: version, pin, preflight", executorsCmd},
 		{"status", "is the daemon up: version, store, executors, model, task counts", statusCmd},
 		{"hosts", "list the hosts sharing the store: heartbeat age, tasks owned, live or lost", hostsCmd},

@@ -165,6 +165,12 @@ func buildSpec(goal, file string) ([]byte, error) {
 			return nil, fmt.Errorf("--spec-file %s: must be a JSON object: %v", file, err)
 		}
 	}
+	return specWithGoal(spec, goal)
+}
+
+// specWithGoal is spec (executor options) with its goal set, when goal is
+// not empty.
+func specWithGoal(spec map[string]json.RawMessage, goal string) ([]byte, error) {
 	if goal != "" {
 		g, _ := json.Marshal(goal)
 		spec["goal"] = g

@@ -149,50 +149,16 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		return cf.fail(e, err)
 	}
 	defer closeConn()
-	// The daemon sorts and filters; the CLI reads pages until it has
-	// --limit tasks, and the first page's total says how many match.
-	var all []store.Task
-	queue := map[string]int64{}
-	total := int64(-1)
-	token := ""
-	for len(all) < *limit {
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: filter, PageSize: int32(min(500, *limit-len(all))), PageToken: token,
-			All: *allPrincipals, Sort: *sortBy, Executor: *executor, SinceUnixNano: sinceNano})
-		cancel()
-		if err != nil {
-			return cf.fail(e, err)
-		}
-		for _, t := range resp.Tasks {
-			all = append(all, taskFromPB(t))
-			if t.QueuePosition > 0 {
-				queue[t.Id] = t.QueuePosition
-			}
-		}
-		if total < 0 {
-			total = resp.Total
-		}
-		if token = resp.NextPageToken; token == "" {
-			break
-		}
+	all, queue, total, err := listTasks(ctx, tc, &apipb.ListTasksRequest{Status: filter,
+		All: *allPrincipals, Sort: *sortBy, Executor: *executor, SinceUnixNano: sinceNano}, *limit)
+	if err != nil {
+		return cf.fail(e, err)
 	}
-	all = all[:min(len(all), *limit)]
-	total = max(total, int64(len(all)))
-	omitted := total - int64(len(all))
 	if cf.json {
-		views := make([]taskView, 0, len(all))
-		for _, t := range all {
-			v := taskJSON(t)
-			v.QueuePosition = queue[t.ID]
-			views = append(views, v)
-		}
-		out := map[string]any{"tasks": views, "shown": len(all), "total": total, "sort": *sortBy}
-		if omitted > 0 {
-			out["omitted"] = omitted
-		}
-		newPrinter(e, true).emit(out)
+		newPrinter(e, true).emit(taskListJSON(all, queue, total, *sortBy))
 		return exitOK
 	}
+	omitted := total - int64(len(all))
 	if len(all) == 0 {
 		fmt.Fprintln(e.stderr, "no tasks (create one with: taskhost task create --goal TEXT)")
 		return exitOK
@@ -206,6 +172,52 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "showing %d of %d tasks (--sort %s); %d are not shown (--limit %d shows them all)\n", len(all), total, *sortBy, omitted, total)
 	}
 	return exitOK
+}
+
+// listTasks reads pages of req until it has limit tasks; the first page's
+// total says how many match. The daemon sorts and filters. queue holds the
+// queue positions of pending tasks.
+func listTasks(ctx context.Context, tc apipb.TaskServiceClient, req *apipb.ListTasksRequest, limit int) (all []store.Task, queue map[string]int64, total int64, err error) {
+	queue = map[string]int64{}
+	total = -1
+	for len(all) < limit {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		req.PageSize = int32(min(500, limit-len(all)))
+		resp, err := tc.ListTasks(cctx, req)
+		cancel()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		for _, t := range resp.Tasks {
+			all = append(all, taskFromPB(t))
+			if t.QueuePosition > 0 {
+				queue[t.Id] = t.QueuePosition
+			}
+		}
+		if total < 0 {
+			total = resp.Total
+		}
+		if req.PageToken = resp.NextPageToken; req.PageToken == "" {
+			break
+		}
+	}
+	all = all[:min(len(all), limit)]
+	return all, queue, max(total, int64(len(all))), nil
+}
+
+// taskListJSON is the --json shape of `task list`.
+func taskListJSON(all []store.Task, queue map[string]int64, total int64, sortBy string) map[string]any {
+	views := make([]taskView, 0, len(all))
+	for _, t := range all {
+		v := taskJSON(t)
+		v.QueuePosition = queue[t.ID]
+		views = append(views, v)
+	}
+	out := map[string]any{"tasks": views, "shown": len(all), "total": total, "sort": sortBy}
+	if omitted := total - int64(len(all)); omitted > 0 {
+		out["omitted"] = omitted
+	}
+	return out
 }
 
 // maxSince bounds --since as a duration: a century back is every task.
@@ -258,24 +270,14 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return cf.fail(e, err)
 	}
+	if cf.json {
+		newPrinter(e, true).emit(taskStatusJSON(resp))
+		return exitOK
+	}
 	t := taskFromPB(resp.Task)
 	atts := make([]store.Attempt, 0, len(resp.Attempts))
 	for _, a := range resp.Attempts {
 		atts = append(atts, attemptFromPB(a))
-	}
-	if cf.json {
-		views := make([]attemptView, 0, len(atts))
-		for i, a := range atts {
-			v := attemptJSON(a)
-			v.ModelUsage = usageJSON(usageFromPB(resp.Attempts[i].GetModelUsage()))
-			views = append(views, v)
-		}
-		tv := taskJSON(t)
-		tv.Host = resp.Task.GetLeaseHost()
-		tv.ModelUsage = usageJSON(usageFromPB(resp.Task.GetModelUsage()))
-		newPrinter(e, true).emit(map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted,
-			"unsettled_effects": effectsJSON(resp.UnsettledEffects)})
-		return exitOK
 	}
 	writeTaskDetail(e.stdout, t, resp.Task.GetLeaseHost(), usageFromPB(resp.Task.GetModelUsage()), atts, resp.AttemptsOmitted)
 	if *full {
@@ -290,15 +292,43 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// taskStatusJSON is the --json shape of `task status`.
+func taskStatusJSON(resp *apipb.GetTaskResponse) map[string]any {
+	views := make([]attemptView, 0, len(resp.Attempts))
+	for _, a := range resp.Attempts {
+		v := attemptJSON(attemptFromPB(a))
+		v.ModelUsage = usageJSON(usageFromPB(a.GetModelUsage()))
+		views = append(views, v)
+	}
+	tv := taskJSON(taskFromPB(resp.Task))
+	tv.Host = resp.Task.GetLeaseHost()
+	tv.ModelUsage = usageJSON(usageFromPB(resp.Task.GetModelUsage()))
+	return map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted,
+		"unsettled_effects": effectsJSON(resp.UnsettledEffects)}
+}
+
+// The one-task acts, as `task cancel|resume|pause ID` and `taskhost mcp`
+// make them.
+func cancelTask(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
+	resp, err := tc.CancelTask(ctx, &apipb.CancelTaskRequest{TaskId: id})
+	return resp.GetTask(), err
+}
+
+func resumeTask(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
+	resp, err := tc.ResumeTask(ctx, &apipb.ResumeTaskRequest{TaskId: id})
+	return resp.GetTask(), err
+}
+
+func pauseTask(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
+	resp, err := tc.PauseTask(ctx, &apipb.PauseTaskRequest{TaskId: id})
+	return resp.GetTask(), err
+}
+
 func taskCancelCmd(ctx context.Context, e *env, args []string) int {
 	if bulkArgs(args) {
 		return controlAllCmd(ctx, e, args, "cancel")
 	}
-	return taskChange(ctx, e, args, "cancel", "Cancels a task. Cancelling a cancelled task is a no-op; a completed or failed\ntask cannot be cancelled (exit 4). With --all (and no ID) cancels every\nunfinished task of yours (user_stop_all); an admin adds --all-principals.",
-		func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
-			resp, err := tc.CancelTask(ctx, &apipb.CancelTaskRequest{TaskId: id})
-			return resp.GetTask(), err
-		})
+	return taskChange(ctx, e, args, "cancel", "Cancels a task. Cancelling a cancelled task is a no-op; a completed or failed\ntask cannot be cancelled (exit 4). With --all (and no ID) cancels every\nunfinished task of yours (user_stop_all); an admin adds --all-principals.", cancelTask)
 }
 
 func taskResumeCmd(ctx context.Context, e *env, args []string) int {
@@ -310,11 +340,7 @@ func taskResumeCmd(ctx context.Context, e *env, args []string) int {
 	if bulkArgs(args) {
 		return controlAllCmd(ctx, e, args, "resume")
 	}
-	return taskChange(ctx, e, args, "resume", "Resumes an interrupted task: same id, run id + 1, the last checkpoint and what\nis left of its budgets; with no free slot it joins the queue (pending). A\nfinished task cannot be resumed (exit 4). With --all (and no ID) resumes every\ninterrupted task of yours; an admin adds --all-principals for everyone's\n(--all-interrupted [--all] is the older spelling).",
-		func(ctx context.Context, tc apipb.TaskServiceClient, id string) (*apipb.Task, error) {
-			resp, err := tc.ResumeTask(ctx, &apipb.ResumeTaskRequest{TaskId: id})
-			return resp.GetTask(), err
-		})
+	return taskChange(ctx, e, args, "resume", "Resumes an interrupted task: same id, run id + 1, the last checkpoint and what\nis left of its budgets; with no free slot it joins the queue (pending). A\nfinished task cannot be resumed (exit 4). With --all (and no ID) resumes every\ninterrupted task of yours; an admin adds --all-principals for everyone's\n(--all-interrupted [--all] is the older spelling).", resumeTask)
 }
 
 // taskChange is cancel or resume: one call on one task, optionally watched.

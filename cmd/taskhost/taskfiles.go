@@ -67,14 +67,7 @@ func listTaskFiles(ctx context.Context, e *env, cf *clientFlags, tc apipb.TaskSe
 	if err != nil {
 		return cf.fail(e, err)
 	}
-	views := make([]fileView, 0, len(resp.Files))
-	for _, f := range resp.Files {
-		v := fileView{Path: f.Path, Type: f.Type, Size: f.Size}
-		if f.ModifiedUnixNano != 0 {
-			v.Modified = time.Unix(0, f.ModifiedUnixNano).UTC().Format(time.RFC3339)
-		}
-		views = append(views, v)
-	}
+	views := fileViews(resp)
 	if cf.json {
 		newPrinter(e, true).emit(map[string]any{"files": views, "truncated": resp.Truncated})
 		return exitOK
@@ -93,6 +86,19 @@ func listTaskFiles(ctx context.Context, e *env, cf *clientFlags, tc apipb.TaskSe
 		fmt.Fprintf(e.stderr, "the list is cut at %d entries: list a subdirectory with --list PATH\n", len(views))
 	}
 	return exitOK
+}
+
+// fileViews is a workspace listing in its JSON shape.
+func fileViews(resp *apipb.ListTaskFilesResponse) []fileView {
+	views := make([]fileView, 0, len(resp.Files))
+	for _, f := range resp.Files {
+		v := fileView{Path: f.Path, Type: f.Type, Size: f.Size}
+		if f.ModifiedUnixNano != 0 {
+			v.Modified = time.Unix(0, f.ModifiedUnixNano).UTC().Format(time.RFC3339)
+		}
+		views = append(views, v)
+	}
+	return views
 }
 
 // quoteIfNeeded shows a path a task wrote as is, unless it holds bytes a
@@ -139,15 +145,44 @@ func readTaskFile(ctx context.Context, e *env, tc apipb.TaskServiceClient, id, p
 	}
 	// No overall deadline: a large file takes as long as it takes; Ctrl-C
 	// cancels ctx.
-	stream, err := tc.ReadTaskFile(ctx, &apipb.ReadTaskFileRequest{TaskId: id, Path: path})
+	size, err := receiveTaskFile(ctx, tc, id, path, 0, w)
 	if err != nil {
 		return err
+	}
+	if out != "" {
+		fmt.Fprintf(e.stderr, "wrote %s (%d bytes)\n", out, size)
+	}
+	return nil
+}
+
+// fileTooLargeError is a file above a reader's own bound.
+type fileTooLargeError struct {
+	path        string
+	size, limit int64
+}
+
+func (f *fileTooLargeError) Error() string {
+	return fmt.Sprintf("%s is %d bytes, the limit is %d", f.path, f.size, f.limit)
+}
+
+// receiveTaskFile streams the file path of task id's workspace to w and
+// returns its size. limit > 0 refuses, before reading, a file larger than
+// limit bytes (*fileTooLargeError).
+func receiveTaskFile(ctx context.Context, tc apipb.TaskServiceClient, id, path string, limit int64, w io.Writer) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends a stream left early
+	stream, err := tc.ReadTaskFile(ctx, &apipb.ReadTaskFileRequest{TaskId: id, Path: path})
+	if err != nil {
+		return 0, err
 	}
 	first, err := stream.Recv()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	size := first.Size
+	if limit > 0 && size > limit {
+		return 0, &fileTooLargeError{path: path, size: size, limit: limit}
+	}
 	var got int64
 	for {
 		msg, err := stream.Recv()
@@ -155,23 +190,20 @@ func readTaskFile(ctx context.Context, e *env, tc apipb.TaskServiceClient, id, p
 			break
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if got+int64(len(msg.Data)) > size {
-			return fmt.Errorf("task files: the daemon sent more than the %d bytes it announced", size)
+			return 0, fmt.Errorf("task files: the daemon sent more than the %d bytes it announced", size)
 		}
 		if _, err := w.Write(msg.Data); err != nil {
-			return fmt.Errorf("task files: writing: %w", err)
+			return 0, fmt.Errorf("task files: writing: %w", err)
 		}
 		got += int64(len(msg.Data))
 	}
 	if got != size {
-		return fmt.Errorf("task files: %s shrank while it was read: got %d of %d bytes", path, got, size)
+		return 0, fmt.Errorf("task files: %s shrank while it was read: got %d of %d bytes", path, got, size)
 	}
-	if out != "" {
-		fmt.Fprintf(e.stderr, "wrote %s (%d bytes)\n", out, size)
-	}
-	return nil
+	return size, nil
 }
 
 func taskDeleteCmd(ctx context.Context, e *env, args []string) int {
