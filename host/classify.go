@@ -30,8 +30,9 @@ type verdict struct {
 	reason     store.Reason
 	message    string
 	crashed    bool
-	abandoned  bool // the task already left running: only close the attempt
-	fenced     bool // the run lost its lease: write nothing at all
+	limit      string // a crash's cgroup limit (cgroups.LimitMemory, ...), "" none
+	abandoned  bool   // the task already left running: only close the attempt
+	fenced     bool   // the run lost its lease: write nothing at all
 	exit       plugin.ExitStatus
 	stderr     string
 }
@@ -139,6 +140,10 @@ func (ru *run) classifyError(err, cause error) verdict {
 		if exited {
 			v.exit = ru.exe.ExitStatus()
 			v.message = "executor process ended during the step (" + v.exit.String() + ")"
+			if l := v.exit.Limit; l != nil {
+				v.limit = l.Limit
+				v.message = "executor process ended during the step: " + l.Error() + " (" + v.exit.String() + ")"
+			}
 		} else {
 			v.message = "executor connection lost during the step: " + text.Truncate(err.Error(), 500)
 		}
@@ -286,12 +291,12 @@ func (ru *run) outcomeEvents(v verdict, att store.Attempt, wall int64) []store.N
 	if v.taskTo != "" {
 		t.Status = v.taskTo
 	}
-	p := EventPayload{Attempt: att.Number, Outcome: string(v.outcome), Reason: string(v.reason),
+	p := EventPayload{Attempt: att.Number, Outcome: string(v.outcome), Reason: string(v.reason), Limit: v.limit,
 		PromptTokens: v.usage.PromptTokens, CompletionTokens: v.usage.CompletionTokens, ModelMillis: v.usage.Duration.Milliseconds()}
 	var evs []store.NewEvent
 	if v.attempt == store.AttemptInterrupted {
 		if v.crashed {
-			evs = append(evs, newEvent(EventExecutorCrashed, t, EventPayload{Attempt: att.Number, Reason: string(v.reason), Exit: v.exit.String()}))
+			evs = append(evs, newEvent(EventExecutorCrashed, t, EventPayload{Attempt: att.Number, Reason: string(v.reason), Exit: v.exit.String(), Limit: v.limit}))
 		}
 		evs = append(evs, newEvent(EventStepInterrupted, t, p))
 	} else {
@@ -303,7 +308,7 @@ func (ru *run) outcomeEvents(v verdict, att store.Attempt, wall int64) []store.N
 	case store.StatusFailed:
 		evs = append(evs, newEvent(EventTaskFailed, t, EventPayload{Reason: string(v.reason)}))
 	case store.StatusInterrupted:
-		evs = append(evs, newEvent(EventTaskInterrupted, t, EventPayload{Reason: string(v.reason)}))
+		evs = append(evs, newEvent(EventTaskInterrupted, t, EventPayload{Reason: string(v.reason), Limit: v.limit}))
 	}
 	return evs
 }

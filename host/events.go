@@ -44,6 +44,10 @@ type EventPayload struct {
 	Outcome  string `json:"outcome,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	Exit     string `json:"exit,omitempty"`
+	// Limit names the cgroup limit that ended a crashed executor's
+	// process: "memory" or "processes" (executor.crashed,
+	// step.interrupted, task.interrupted).
+	Limit    string `json:"limit,omitempty"`
 	Note     string `json:"note,omitempty"`
 	Steps    string `json:"steps,omitempty"` // "used/limit"
 	Tools    string `json:"tools,omitempty"`

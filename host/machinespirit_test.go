@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -135,11 +138,21 @@ func TestMachineSpiritPluginKilledThenResume(t *testing.T) {
 		t.Fatal("the model was never called")
 	}
 	plugin := pluginPid(t, "taskhost-executor-machinespirit")
+	var dirs []string
+	if set := cgroups.Find(true); set.V1 != nil || set.V2 != nil {
+		// Its Prolog worker runs in the plugin's own cgroups, bound by
+		// the same limits.
+		dirs = pluginCgroupDirs(t, set, plugin)
+		if worker := childNamed(t, plugin, "swipl"); !slices.Equal(pluginCgroupDirs(t, set, worker), dirs) {
+			t.Errorf("the swipl worker %d is not in the plugin's cgroups %v", worker, dirs)
+		}
+	}
 	if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	got := waitEnd(t, h, alice, task.ID)
 	wantStatus(t, got, store.StatusInterrupted, store.ReasonExecutorCrashed)
+	waitCgroupsGone(t, dirs)
 	before := got.Budgets
 	resumed, err := h.Runner.Resume(context.Background(), alice, task.ID)
 	if err != nil || resumed.RunID != 2 {
@@ -150,6 +163,34 @@ func TestMachineSpiritPluginKilledThenResume(t *testing.T) {
 	if got.Budgets.Steps.Used <= before.Steps.Used || got.Budgets.ModelCalls.Used < before.ModelCalls.Used || got.Budgets.Steps.Limit != before.Steps.Limit {
 		t.Fatalf("budgets before %+v after %+v: a resume continues, never resets", before, got.Budgets)
 	}
+}
+
+// childNamed finds the live child of parent whose command line names
+// name.
+func childNamed(t *testing.T, parent int, name string) int {
+	t.Helper()
+	var found int
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("a %s child of %d", name, parent), func() bool {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			var pid int
+			if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+				continue
+			}
+			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			i := strings.LastIndexByte(string(stat), ')')
+			if i < 0 || !strings.Contains(string(cmdline), name) || !alive(pid) {
+				continue
+			}
+			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(parent) {
+				found = pid
+				return true
+			}
+		}
+		return false
+	})
+	return found
 }
 
 // pluginPid finds the one running plugin process of this test binary's

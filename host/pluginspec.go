@@ -7,11 +7,13 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/confine"
 )
 
 // confinementFrom maps the [confinement] defaults and one [executors.NAME]
-// section onto a Confinement. Every plugin runs under a uid of its own
+// section onto a Confinement: its rlimits and its cgroups' limits, the
+// section's where it sets them. Every plugin runs under a uid of its own
 // from a root daemon's pool unless the section names a user.
 func confinementFrom(c config.Confinement, ex config.Executor) plugin.Confinement {
 	pick := func(own, def int) uint64 {
@@ -25,6 +27,11 @@ func confinementFrom(c config.Confinement, ex config.Executor) plugin.Confinemen
 			AddressSpace: pick(ex.MaxAddressSpaceMB, c.MaxAddressSpaceMB) << 20,
 			NoFile:       pick(ex.MaxOpenFiles, c.MaxOpenFiles),
 			NProc:        pick(ex.MaxProcesses, c.MaxProcesses),
+		},
+		Cgroup: cgroups.Limits{
+			MemoryBytes: int64(pick(ex.MemoryMB, c.MemoryMB)) << 20,
+			Pids:        int(pick(ex.MaxProcesses, c.MaxProcesses)),
+			CPUPercent:  int(pick(ex.CPUPercent, c.CPUPercent)),
 		},
 		User:         ex.User,
 		OwnUID:       ex.User == "",

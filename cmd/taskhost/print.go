@@ -39,7 +39,7 @@ func (p *printer) event(ev store.Event) {
 	var f map[string]any
 	_ = json.Unmarshal(ev.Payload, &f)
 	var parts []string
-	for _, k := range []string{"attempt", "outcome", "reason", "exit", "note", "steps", "tools", "models", "wall_s", "prompt_tokens", "completion_tokens", "model_ms"} {
+	for _, k := range []string{"attempt", "outcome", "reason", "exit", "limit", "note", "steps", "tools", "models", "wall_s", "prompt_tokens", "completion_tokens", "model_ms"} {
 		if v, ok := f[k]; ok {
 			parts = append(parts, inert(fmt.Sprintf("%s=%v", k, v)))
 		}

@@ -141,7 +141,11 @@ type Executor struct {
 	// Rlimits of each plugin process; 0 (or absent) takes [confinement]'s.
 	MaxAddressSpaceMB int `toml:"max_address_space_mb"` // 64..1048576
 	MaxOpenFiles      int `toml:"max_open_files"`       // 64..65536
-	MaxProcesses      int `toml:"max_processes"`        // 16..65536
+	MaxProcesses      int `toml:"max_processes"`        // 16..65536; also its cgroup's pids.max
+	// The cgroup limits of each plugin process with everything it starts;
+	// 0 (or absent) takes [confinement]'s.
+	MemoryMB   int `toml:"memory_mb"`   // 64..1048576
+	CPUPercent int `toml:"cpu_percent"` // 1..6400 (% of one CPU)
 	// User, when set, runs the plugin as this local user (by name).
 	User string `toml:"user"`
 	// ReadWrite are absolute paths the plugin may read and write besides its
@@ -213,6 +217,8 @@ func Default() Config {
 			MaxAddressSpaceMB: 4096,
 			MaxOpenFiles:      1024,
 			MaxProcesses:      4096,
+			MemoryMB:          2048,
+			CPUPercent:        100,
 			UIDFirst:          uids.DefaultFirst,
 			UIDCount:          uids.DefaultCount,
 		},

@@ -18,7 +18,12 @@ type Confinement struct {
 	Required          bool `toml:"required"`             // default true
 	MaxAddressSpaceMB int  `toml:"max_address_space_mb"` // 64..1048576, default 4096 (RLIMIT_AS)
 	MaxOpenFiles      int  `toml:"max_open_files"`       // 64..65536, default 1024 (RLIMIT_NOFILE)
-	MaxProcesses      int  `toml:"max_processes"`        // 16..65536, default 4096 (RLIMIT_NPROC: every process and thread of the plugin's uid)
+	MaxProcesses      int  `toml:"max_processes"`        // 16..65536, default 4096 (RLIMIT_NPROC: every process and thread of the plugin's uid; and its cgroup's pids.max)
+	// MemoryMB and CPUPercent bound each plugin process with everything
+	// it starts (machinespirit's Prolog worker), as a whole, in a cgroup
+	// of its own (internal/cgroups), where the daemon may make one.
+	MemoryMB   int `toml:"memory_mb"`   // memory limit, 64..1048576, default 2048
+	CPUPercent int `toml:"cpu_percent"` // CPU bandwidth, % of one CPU, 1..6400, default 100
 	// UIDFirst and UIDCount are the range of uids a root daemon runs each
 	// shell.run command under, one per command (internal/uids); UIDCount
 	// 0 runs them as the daemon's uid.
@@ -31,6 +36,8 @@ const (
 	minAddressSpaceMB, maxAddressSpaceMB = 64, 1 << 20
 	minOpenFiles, maxOpenFiles           = 64, 65536
 	minProcesses, maxProcesses           = 16, 65536
+	minMemoryMB, maxMemoryMB             = 64, 1 << 20
+	minCPUPercent, maxCPUPercent         = 1, 6400
 	maxExecutorReadWrite                 = 8
 	maxUserBytes                         = 32
 )
@@ -41,6 +48,8 @@ func (c Confinement) validate(ps *problems) {
 	ps.intRange("confinement.max_address_space_mb", c.MaxAddressSpaceMB, minAddressSpaceMB, maxAddressSpaceMB)
 	ps.intRange("confinement.max_open_files", c.MaxOpenFiles, minOpenFiles, maxOpenFiles)
 	ps.intRange("confinement.max_processes", c.MaxProcesses, minProcesses, maxProcesses)
+	ps.intRange("confinement.memory_mb", c.MemoryMB, minMemoryMB, maxMemoryMB)
+	ps.intRange("confinement.cpu_percent", c.CPUPercent, minCPUPercent, maxCPUPercent)
 	ps.intRange("confinement.uid_count", c.UIDCount, 0, uids.MaxCount)
 	if c.UIDCount > 0 && c.UIDCount <= uids.MaxCount {
 		// The range's last uid stays at uids.MaxLast at most.
@@ -57,6 +66,8 @@ func validateExecutorConfinement(name string, ex Executor, ps *problems) {
 		{"max_address_space_mb", ex.MaxAddressSpaceMB, minAddressSpaceMB, maxAddressSpaceMB},
 		{"max_open_files", ex.MaxOpenFiles, minOpenFiles, maxOpenFiles},
 		{"max_processes", ex.MaxProcesses, minProcesses, maxProcesses},
+		{"memory_mb", ex.MemoryMB, minMemoryMB, maxMemoryMB},
+		{"cpu_percent", ex.CPUPercent, minCPUPercent, maxCPUPercent},
 	} {
 		if l.v != 0 { // 0: [confinement]'s default
 			ps.intRange(executorKey(name, l.key), l.v, l.lo, l.hi)

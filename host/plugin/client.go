@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/taskhost/taskhost/internal/uids"
 	"io"
 	"math"
 	"os"
@@ -22,7 +21,9 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 
+	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/internal/uids"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
@@ -54,6 +55,10 @@ type PluginOptions struct {
 	// UIDs hands out the uids of plugins whose Confinement.OwnUID is set;
 	// nil (a daemon that is not root): they run as the daemon's uid.
 	UIDs *uids.Pool
+	// Cgroups is how each plugin process gets cgroups of its own
+	// (cgroup.go); nil: NewRegistry finds them (cgroups.Find), sweeping
+	// what a dead daemon left.
+	Cgroups *cgroups.Set
 }
 
 func (o PluginOptions) withDefaults() PluginOptions {
@@ -285,8 +290,13 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 				}
 			}
 			pol := pluginPolicy(spec.Confine, opts.RequireConfinement, privateDir, socketDir)
+			box, err := pluginCgroups(opts.Cgroups, spec.Confine, &pol)
+			if err != nil {
+				return nil, err
+			}
 			ccmd, err := confine.Command(opts.Trampoline, pol, execFD, spec.Path, spec.Args...)
 			if err != nil {
+				releaseCgroups(box, opts.Logger)
 				return nil, err
 			}
 			// cmd carries only go-plugin's handshake variables: SkipHostEnv
@@ -295,8 +305,10 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			ccmd.Env = append(pluginEnv(privateDir), cmd.Env...)
 			p, err := newProcess(f, spec.Path, ccmd, opts.StderrLines, plog)
 			if err != nil {
+				releaseCgroups(box, opts.Logger)
 				return nil, err
 			}
+			p.contain(box, spec.Confine.cgroupLimits(), opts.Logger)
 			p.socketDir = socketDir
 			proc, relayOut.t, relayErr.t = p, p.stderr, p.stderr
 			return p, nil

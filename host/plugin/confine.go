@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/confine"
 )
 
@@ -14,7 +15,11 @@ import (
 // beyond the common policy: the system paths read-only, their binary, their
 // socket dir and their private dir.
 type Confinement struct {
-	Rlimits  confine.Rlimits
+	Rlimits confine.Rlimits
+	// Cgroup bounds the plugin process with everything it starts, as a
+	// whole, in cgroups of its own where the daemon may make them
+	// (cgroup.go); zero fields take the defaults.
+	Cgroup   cgroups.Limits
 	User     string   // run the plugin as this local user; "" = the daemon's
 	UID, GID int      // resolved from User at launch
 	ReadOnly []string // more read-only paths, e.g. the pinned swipl
@@ -47,11 +52,14 @@ const (
 // DefaultConfinement is the confinement of a kind the configuration says
 // nothing about.
 func DefaultConfinement() Confinement {
-	return Confinement{Rlimits: confine.Rlimits{
-		AddressSpace: DefaultPluginAddressSpaceMB << 20,
-		NoFile:       DefaultPluginOpenFiles,
-		NProc:        DefaultPluginProcesses,
-	}}
+	return Confinement{
+		Rlimits: confine.Rlimits{
+			AddressSpace: DefaultPluginAddressSpaceMB << 20,
+			NoFile:       DefaultPluginOpenFiles,
+			NProc:        DefaultPluginProcesses,
+		},
+		Cgroup: cgroups.Limits{MemoryBytes: DefaultPluginMemoryMB << 20, Pids: DefaultPluginProcesses, CPUPercent: DefaultPluginCPUPercent},
+	}
 }
 
 // systemReadOnly is what a Go plugin (static or linked against libc) and

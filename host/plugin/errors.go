@@ -131,3 +131,22 @@ type ApprovalRefusedError struct {
 
 func (e *ApprovalRefusedError) Error() string   { return fmt.Sprintf("approval %s %s", e.ID, e.Status) }
 func (e *ApprovalRefusedError) Is(t error) bool { return t == ErrApprovalRefused }
+
+// ErrResourceLimit matches a *LimitError.
+var ErrResourceLimit = errors.New("resource limit reached")
+
+// LimitError says a plugin process, with everything it started, was ended
+// because its cgroups reached one of their limits: the host's watch, or
+// the kernel's OOM kill of the whole cgroup, ended it. It rides on the
+// process's ExitStatus, which the crash verdict reads.
+type LimitError struct {
+	// Limit is cgroups.LimitMemory or cgroups.LimitProcesses.
+	Limit string
+	// Bound is the setting that set it, e.g. "memory_mb = 128".
+	Bound string
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("its processes reached their %s limit (%s)", e.Limit, e.Bound)
+}
+func (e *LimitError) Is(t error) bool { return t == ErrResourceLimit }

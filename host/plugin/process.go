@@ -18,9 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
 
+	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/text"
 )
 
@@ -75,6 +77,8 @@ func (f *forker) close() { close(f.done) }
 type ExitStatus struct {
 	Code   int    // -1 when killed by a signal or unknown
 	Signal string // e.g. "killed"; "" when it exited normally
+	// Limit, when set, says its cgroups reached a limit, which ended it.
+	Limit *LimitError
 }
 
 func (e ExitStatus) String() string {
@@ -106,6 +110,15 @@ type process struct {
 	status   ExitStatus
 	pid      int
 	stopping atomic.Bool // the host ended the process: its exit is no error
+
+	// box holds the process and all it starts (cgroup.go); nil: no
+	// cgroups here. watch ends it at a limit while it runs.
+	box    *cgroups.Box
+	limits cgroups.Limits
+	watch  *cgroups.Watch
+	log    hclog.Logger
+	// releaseOnce: stop may be called more than once (a failed launch).
+	releaseOnce sync.Once
 }
 
 var _ runner.Runner = (*process)(nil)
@@ -133,26 +146,60 @@ func newProcess(f *forker, name string, cmd *exec.Cmd, tailLines int, log *plugi
 	return p, nil
 }
 
+// contain puts the process, once started, in box's cgroups, whose limits
+// are l; box may be nil. Called before Start.
+func (p *process) contain(box *cgroups.Box, l cgroups.Limits, log hclog.Logger) {
+	p.box, p.limits, p.log = box, l, log
+	if box != nil {
+		box.Setup(p.cmd.SysProcAttr)
+	}
+}
+
+// releaseCgroups kills what is left in box and removes it; box may be nil.
+func releaseCgroups(box *cgroups.Box, log hclog.Logger) {
+	if box == nil {
+		return
+	}
+	if err := box.Release(); err != nil {
+		log.Error("a plugin's cgroups not removed", "error", err)
+	}
+}
+
 func (p *process) Start(context.Context) error {
 	err := p.forker.start(p.cmd)
 	// The child has its own copies; ours would keep the pipes open forever.
 	p.stdoutW.Close()
 	p.stderrW.Close()
+	if p.box != nil {
+		p.box.Started()
+	}
 	if err != nil {
 		p.stdoutR.Close()
 		p.stderrR.Close()
+		releaseCgroups(p.box, p.log)
+		p.box = nil
 		close(p.exited)
 		p.status = ExitStatus{Code: -1}
 		return err
 	}
 	p.pid = p.cmd.Process.Pid
+	if p.box != nil {
+		p.watch = cgroups.NewWatch(pluginLimitPoll, p.box.Hit, p.box.Kill)
+	}
 	// The host reads stderr itself, not go-plugin (which logs plain lines
 	// at DEBUG with no task and no bound): the reader ends at EOF, when the
 	// last holder of the pipe (the group, killed at stop) is gone.
 	go io.Copy(io.Discard, p.stderr)
 	go func() {
 		err := p.cmd.Wait()
-		p.status = exitStatusOf(p.cmd.ProcessState, err)
+		status := exitStatusOf(p.cmd.ProcessState, err)
+		if p.watch != nil {
+			// Before the exit is published: a crash verdict reads it.
+			if limit := p.watch.End(); limit != "" {
+				status.Limit = limitError(limit, p.limits)
+			}
+		}
+		p.status = status
 		close(p.exited)
 	}()
 	return nil
@@ -181,9 +228,12 @@ func (p *process) Wait(ctx context.Context) error {
 	return nil
 }
 
-// Kill SIGKILLs the whole process group.
+// Kill SIGKILLs the whole process group, and everything in its cgroups.
 func (p *process) Kill(context.Context) error {
 	p.signalGroup(syscall.SIGKILL)
+	if p.box != nil {
+		p.box.Kill()
+	}
 	return nil
 }
 
@@ -196,10 +246,12 @@ func (p *process) signalGroup(sig syscall.Signal) {
 }
 
 // stop ends the process group: SIGTERM, up to grace for the leader to exit,
-// then SIGKILL. It returns once the leader's wait status is known or after a
-// bounded wait.
+// then SIGKILL; then it kills what is left in its cgroups and removes them.
+// It returns once the leader's wait status is known or after a bounded
+// wait, and the cgroups are gone (bounded too).
 func (p *process) stop(grace time.Duration) {
 	p.stopping.Store(true)
+	defer p.releaseCgroups()
 	select {
 	case <-p.exited:
 		p.signalGroup(syscall.SIGKILL) // leftovers of the group
@@ -220,6 +272,25 @@ func (p *process) stop(grace time.Duration) {
 	case <-p.exited:
 	case <-time.After(5 * time.Second):
 	}
+}
+
+// releaseCgroups removes the process's cgroups, killing what is left in
+// them, once: after its exit status is known, so that the watch has read
+// their counters.
+func (p *process) releaseCgroups() {
+	if p.box == nil {
+		return
+	}
+	select {
+	case <-p.exited:
+	default:
+		p.box.Kill() // the bounded wait in stop ran out
+		select {
+		case <-p.exited:
+		case <-time.After(cgroups.EmptyWait):
+		}
+	}
+	p.releaseOnce.Do(func() { releaseCgroups(p.box, p.log) })
 }
 
 func (p *process) Stdout() io.ReadCloser { return p.stdoutR }

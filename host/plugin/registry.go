@@ -56,6 +56,7 @@ func NewRegistry(opts PluginOptions) (*Registry, error) {
 		}
 		opts.Trampoline = exe
 	}
+	findCgroups(&opts)
 	support := confine.Probe()
 	if support.LandlockABI < 1 {
 		opts.Logger.Warn("the kernel offers no Landlock: plugins run without filesystem confinement", "require_confinement", opts.RequireConfinement)
@@ -207,8 +208,9 @@ func (r *Registry) Launch(ctx context.Context, kind string, services Services) (
 }
 
 // Confinement says how kind's plugins are confined on this kernel, e.g.
-// "landlock abi 7, no_new_privs, no capabilities, seccomp, rlimits" or
-// "none (no Landlock)".
+// "landlock abi 7, no_new_privs, no capabilities, seccomp, rlimits, own
+// uid (2000000000-2000065535), cgroup1 (memory 2048 MiB, 4096 processes,
+// 100% CPU)" or "none (no Landlock)".
 func (r *Registry) Confinement(kind string) string {
 	r.mu.Lock()
 	spec, ok := r.specs[kind]
@@ -217,9 +219,13 @@ func (r *Registry) Confinement(kind string) string {
 		spec.Confine = DefaultConfinement()
 	}
 	s := pluginPolicy(spec.Confine, r.opts.RequireConfinement, "/", "/").Summary(r.support)
-	if spec.Confine.OwnUID && spec.Confine.User == "" && r.opts.UIDs != nil && !strings.HasPrefix(s, "none") {
+	if strings.HasPrefix(s, "none") {
+		return s
+	}
+	if spec.Confine.OwnUID && spec.Confine.User == "" && r.opts.UIDs != nil {
 		s += ", own uid (" + r.opts.UIDs.Range().String() + ")"
 	}
+	s += cgroupSummary(r.opts.Cgroups, spec.Confine)
 	return s
 }
 
@@ -244,6 +250,9 @@ func (r *Registry) Close() {
 		r.opts.Logger.Warn("plugin clean-up still running at close; its socket dir may outlive the host", "waited", pluginCleanupWait)
 	}
 	r.forker.close()
+	// Every plugin was stopped, and its cgroups with it: this removes the
+	// daemon's own parents, if no other user of them is left.
+	r.opts.Cgroups.Close()
 }
 
 // pluginCleanupWait bounds how long Close waits for stopped plugins'

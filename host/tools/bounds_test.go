@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/uids"
 )
 
@@ -54,7 +55,7 @@ func newBoundsRegistry(t *testing.T, first int, tweak func(*config.Tool)) *Regis
 
 func needCgroupLimits(t *testing.T, r *Registry) {
 	t.Helper()
-	if r.resources == resourcesNone {
+	if r.resources == cgroups.ModeNone {
 		t.Skipf("no cgroup controllers here: %s", r.Resources())
 	}
 }
@@ -139,10 +140,10 @@ func (n *neighbour) release() {
 func commandCgroups(r *Registry) []string {
 	var parents []string
 	if r.cgroups != nil {
-		parents = append(parents, r.cgroups.parent)
+		parents = append(parents, r.cgroups.Parent())
 	}
 	if r.v1 != nil {
-		for _, p := range r.v1.parents {
+		for _, p := range r.v1.Parents() {
 			parents = append(parents, p)
 		}
 	}
@@ -376,7 +377,7 @@ func TestShellRunStaleCgroupsAreSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
-	for c, parent := range r.v1.parents {
+	for c, parent := range r.v1.Parents() {
 		dir := filepath.Join(filepath.Dir(parent), "taskhost-2147483646", "cmd-stale")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -421,10 +422,7 @@ func BenchmarkShellRunBounds(b *testing.B) {
 			}
 			defer r.Close()
 			if !bounded {
-				r.v1, r.diskWhy = nil, "benchmark"
-				if r.cgroups != nil {
-					r.cgroups.limits = nil
-				}
+				r.v1, r.diskWhy, r.resources = nil, "benchmark", cgroups.ModeNone
 			}
 			a, _ := json.Marshal(map[string]any{"command": "true"})
 			b.ResetTimer()
@@ -457,10 +455,10 @@ func TestShellRunCPUIsThrottled(t *testing.T) {
 	readPID(t, filepath.Join(ws, "up"))
 	var dir string
 	waitFor(t, "the command's cpu cgroup", func() bool {
-		ents, _ := os.ReadDir(r.v1.parents["cpu"])
+		ents, _ := os.ReadDir(r.v1.Parents()["cpu"])
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), "cmd-") {
-				dir = filepath.Join(r.v1.parents["cpu"], e.Name())
+				dir = filepath.Join(r.v1.Parents()["cpu"], e.Name())
 				return true
 			}
 		}
@@ -470,7 +468,7 @@ func TestShellRunCPUIsThrottled(t *testing.T) {
 		t.Errorf("cpu.cfs_quota_us = %q, %v; want 10000 (10%% of a 100 ms period)", b, err)
 	}
 	waitFor(t, "the burner to be throttled", func() bool {
-		return counter(filepath.Join(dir, "cpu.stat"), "nr_throttled") > 0
+		return cgroups.Counter(filepath.Join(dir, "cpu.stat"), "nr_throttled") > 0
 	})
 	cancel()
 	if err := <-done; err == nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/cgroups"
 )
 
 // containment is one way of holding a command's processes; tests run
@@ -27,7 +28,7 @@ type containment struct {
 func containments(t *testing.T) []containment {
 	t.Helper()
 	cs := []containment{{name: "session", set: func(r *Registry) { r.cgroups = nil }}}
-	if findCgroupTree() != nil {
+	if cgroups.FindTree2() != nil {
 		cs = append(cs, containment{name: "cgroup", setsidExitCaught: true, set: func(*Registry) {}})
 	} else {
 		t.Log("no writable cgroup2 here: only the session fallback is tested")
@@ -164,7 +165,7 @@ func TestRegistryClosedRefusesCalls(t *testing.T) {
 // Each command gets a cgroup of its own, which is gone once Call returns;
 // Close removes the registry's parent cgroup.
 func TestShellRunCgroupLifecycle(t *testing.T) {
-	tree := findCgroupTree()
+	tree := cgroups.FindTree2()
 	if tree == nil {
 		t.Skip("no writable cgroup2 on this machine")
 	}
@@ -194,7 +195,7 @@ func TestShellRunCgroupLifecycle(t *testing.T) {
 	if !strings.Contains(cg, want) {
 		t.Fatalf("the command ran in cgroup %q, want one under %q", cg, want)
 	}
-	dir := filepath.Join(filepath.Dir(tree.parent), strings.TrimPrefix(cg[strings.Index(cg, "/taskhost-"):], "/"))
+	dir := filepath.Join(filepath.Dir(tree.Parent()), strings.TrimPrefix(cg[strings.Index(cg, "/taskhost-"):], "/"))
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the command's cgroup %s is still there after the call: %v", dir, err)
 	}
@@ -202,16 +203,16 @@ func TestShellRunCgroupLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if others := otherRegistriesRunning(tree); !others {
-		if _, err := os.Stat(tree.parent); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("the registry's cgroup %s is still there after Close: %v", tree.parent, err)
+		if _, err := os.Stat(tree.Parent()); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the registry's cgroup %s is still there after Close: %v", tree.Parent(), err)
 		}
 	}
 }
 
 // otherRegistriesRunning: parallel tests of this process may hold command
 // cgroups under the same parent.
-func otherRegistriesRunning(tree *cgroupTree) bool {
-	entries, _ := os.ReadDir(tree.parent)
+func otherRegistriesRunning(tree *cgroups.Tree2) bool {
+	entries, _ := os.ReadDir(tree.Parent())
 	for _, e := range entries {
 		if e.IsDir() {
 			return true
@@ -223,7 +224,7 @@ func otherRegistriesRunning(tree *cgroupTree) bool {
 // A daemon killed with SIGKILL leaves its commands' processes behind in
 // taskhost-<pid>; the next registry kills them and removes the cgroups.
 func TestStaleCgroupsSwept(t *testing.T) {
-	tree := findCgroupTree()
+	tree := cgroups.FindTree2()
 	if tree == nil {
 		t.Skip("no writable cgroup2 on this machine")
 	}
@@ -233,22 +234,23 @@ func TestStaleCgroupsSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadPID := gone.Process.Pid
-	if processAlive(deadPID) {
+	if cgroups.ProcessAlive(deadPID) {
 		t.Skip("the pid was reused at once")
 	}
-	stale := &cgroupTree{parent: filepath.Join(filepath.Dir(tree.parent), "taskhost-"+strconv.Itoa(deadPID))}
-	box, err := stale.newCgroup()
-	if err != nil {
+	stale := filepath.Join(filepath.Dir(tree.Parent()), "taskhost-"+strconv.Itoa(deadPID))
+	cmd := filepath.Join(stale, "cmd-stale")
+	if err := os.MkdirAll(cmd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { box.release(); stale.removeParent() })
+	t.Cleanup(func() { os.Remove(cmd); os.Remove(stale) })
 	leftover := exec.Command("sleep", "346")
-	leftover.SysProcAttr = &syscall.SysProcAttr{}
-	box.setup(leftover.SysProcAttr)
 	if err := leftover.Start(); err != nil {
 		t.Fatal(err)
 	}
-	box.started(leftover.Process.Pid)
+	t.Cleanup(func() { leftover.Process.Kill() })
+	if err := os.WriteFile(filepath.Join(cmd, "cgroup.procs"), []byte(strconv.Itoa(leftover.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
 	reaped := make(chan struct{})
 	go func() { leftover.Wait(); close(reaped) }()
 
@@ -258,8 +260,8 @@ func TestStaleCgroupsSwept(t *testing.T) {
 	}
 	defer r.Close()
 	<-reaped
-	if _, err := os.Stat(stale.parent); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("stale cgroup %s still there: %v", stale.parent, err)
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale cgroup %s still there: %v", stale, err)
 	}
 }
 
@@ -276,39 +278,4 @@ func sessionOf(pid int) int {
 	}
 	sid, _ := strconv.Atoi(f[3])
 	return sid
-}
-
-func TestReleaseAtLeast(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		release string
-		want    bool
-	}{
-		{"6.18.44-fc-v1045", true},
-		{"5.7.0", true},
-		{"5.6.19-generic", false},
-		{"5.10", true},
-		{"4.19.0", false},
-		{"5.7-rc1", true},
-		{"", false},
-		{"six.one", false},
-	} {
-		if got := releaseAtLeast(tt.release, 5, 7); got != tt.want {
-			t.Errorf("releaseAtLeast(%q, 5, 7) = %v, want %v", tt.release, got, tt.want)
-		}
-	}
-}
-
-func TestUnescapeMount(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"/sys/fs/cgroup":       "/sys/fs/cgroup",
-		`/mnt/with\040space`:   "/mnt/with space",
-		`/trailing\04`:         `/trailing\04`,
-		`/tab\011and\134slash`: "/tab\tand\\slash",
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/hashicorp/go-hclog"
-	"github.com/taskhost/taskhost/internal/uids"
 	"hash/fnv"
 	"io/fs"
 	"maps"
@@ -18,8 +16,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/text"
+	"github.com/taskhost/taskhost/internal/uids"
 )
 
 // maxTaskIDBytes bounds a task id; see validTaskID.
@@ -44,7 +46,7 @@ type Registry struct {
 
 	// cgroups is where shell.run commands get their cgroups; nil: they run
 	// as tracked sessions (see contain.go).
-	cgroups *cgroupTree
+	cgroups *cgroups.Tree2
 	// confine starts shell.run commands confined; nil only in tests that
 	// measure or compare with the unconfined path.
 	confine *shellConfinement
@@ -53,8 +55,8 @@ type Registry struct {
 	// limits are the bounds. diskWhy says why commands write their
 	// workspace directly, "" when they get an overlay (disk.go).
 	resources string
-	v1        *v1Tree
-	limits    cgroupLimits
+	v1        *cgroups.Tree1
+	limits    cgroups.Limits
 	diskWhy   string
 	// uids is Options.UIDs: each confined command's own uid.
 	uids *uids.Pool
@@ -113,10 +115,6 @@ func New(o Options) (*Registry, error) {
 		policies: make(map[string]Policy),
 		root:     filepath.Clean(workspaceRoot),
 		running:  make(map[container]struct{}),
-		cgroups:  findCgroupTree(),
-	}
-	if r.cgroups != nil {
-		r.cgroups.sweepStale()
 	}
 	var err error
 	r.uids, r.log = o.UIDs, o.Logger
@@ -188,14 +186,14 @@ func (r *Registry) Close() error {
 	go func() { r.done.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-time.After(cgroupEmptyWait + time.Second):
+	case <-time.After(cgroups.EmptyWait + time.Second):
 		return errors.New("tools: close: shell.run commands still being cleaned up")
 	}
 	if r.cgroups != nil {
-		r.cgroups.removeParent()
+		r.cgroups.RemoveParent()
 	}
 	if r.v1 != nil {
-		r.v1.removeParents()
+		r.v1.RemoveParents()
 	}
 	return nil
 }
@@ -205,7 +203,15 @@ func (r *Registry) newContainer() (container, error) {
 	if r.cgroups == nil {
 		return &sessionContainer{}, nil
 	}
-	return r.cgroups.newCgroup()
+	var lim *cgroups.Limits
+	if r.resources == cgroups.ModeCgroup2 {
+		lim = &r.limits
+	}
+	cg, err := r.cgroups.New("cmd-", lim)
+	if err != nil {
+		return nil, err
+	}
+	return cgroupContainer{cg}, nil
 }
 
 // track records a started command so Close can kill it; false if the

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/uids"
 )
 
@@ -79,7 +80,7 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	defer pr.Close()
 
 	var cmd *exec.Cmd
-	var v1 *v1Cgroups
+	var v1 *cgroups.Cgroups1
 	var disk *workspaceDisk
 	cmdUID := 0
 	if r.confine != nil {
@@ -93,14 +94,14 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 		// command is gone before its files change hands.
 		defer handBack()
 		if r.v1 != nil {
-			if v1, err = r.v1.newCgroups(r.limits); err != nil {
+			if v1, err = r.v1.New("cmd-", r.limits); err != nil {
 				pw.Close()
 				return Result{}, err
 			}
 			// After the merge and the tmpfs's close: the tmpfs's pages are
 			// charged to the command's memory cgroup.
 			defer func() {
-				if err := v1.release(); err != nil {
+				if err := v1.Release(); err != nil {
 					r.log.Error("shell.run: a command's cgroups not removed", "error", err)
 				}
 			}()
@@ -115,7 +116,7 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 		}
 		var join []string
 		if v1 != nil {
-			join = v1.join()
+			join = v1.Join()
 		}
 		if cmd, err = r.confine.command(dir, command, uid, join, disk); err != nil {
 			pw.Close()
@@ -191,7 +192,7 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 		// got.
 		stopped = context.Cause(ctx)
 	}
-	limit := watch.end()
+	limit := watch.End()
 	// The shell is gone; whatever it started would hold the pipe and run
 	// on, unbounded. Release kills all of it.
 	relErr := box.release()
@@ -201,7 +202,7 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	if v1 != nil {
 		// Without cgroup2 (a session container) the v1 cgroups are the
 		// only complete list of the command's processes.
-		v1.kill()
+		v1.Kill()
 	}
 	var discarded bool
 	// A command whose container could not be emptied keeps nothing: what

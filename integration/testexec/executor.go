@@ -35,7 +35,14 @@ type executor struct {
 	// grandchild is the "sleep 300" started by spawn_grandchild, once per
 	// process.
 	grandchild *os.Process
+	// hog is what hog_memory_mb allocated; children what fork_processes
+	// started. Both are held while the process lives.
+	hog      [][]byte
+	children []*exec.Cmd
 }
+
+// forkRetry bounds how long fork_processes tries a refused fork again.
+const forkRetry = 2 * time.Second
 
 func (e *executor) Describe() sdk.Description {
 	return sdk.Description{
@@ -115,6 +122,10 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		if err := waitFile(ctx, o.WaitFile); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("testexec: wait_file: %w", err)
 		}
+	}
+	e.hogMemory(o.HogMemoryMB)
+	if err := e.fork(ctx, o.ForkProcesses); err != nil {
+		return sdk.Fail("executor_failed", "testexec: "+err.Error()), nil
 	}
 	if o.IndeterminateFile != "" {
 		var b strings.Builder
@@ -393,6 +404,46 @@ func (e *executor) spawnGrandchild(pidFile string) error {
 	e.grandchild = cmd.Process
 	go func() { _ = cmd.Wait() }() // reap it if it dies while we live
 	return writeFileAtomic(pidFile, strconv.Itoa(cmd.Process.Pid))
+}
+
+// hogMemory allocates mb MiB and touches every page of it, so that it is
+// charged, not only reserved.
+func (e *executor) hogMemory(mb int) {
+	page := os.Getpagesize()
+	for range mb {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += page {
+			b[i] = 1
+		}
+		e.hog = append(e.hog, b)
+	}
+}
+
+// fork starts n "sleep 300" children, trying a refused fork again until
+// forkRetry has passed.
+func (e *executor) fork(ctx context.Context, n int) error {
+	started := 0
+	var deadline time.Time
+	for started < n {
+		cmd := exec.Command("sleep", "300")
+		err := cmd.Start()
+		if err == nil {
+			e.children = append(e.children, cmd)
+			go func() { _ = cmd.Wait() }()
+			started, deadline = started+1, time.Time{}
+			continue
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(forkRetry)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fork refused after %d children: %w", started, err)
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeFileAtomic writes content by renaming a temporary file into place, so

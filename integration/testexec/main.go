@@ -85,6 +85,15 @@
 //	model_error_text  bool    with call_model, return Continue("model error:
 //	                          <kind>: <sdk.ModelError kind or none>: <error>")
 //	                          instead, for the exact text an executor sees.
+//	hog_memory_mb     int     at the start of each step (after wait_first's
+//	                          wait), allocate this many MiB,
+//	                          touching every page, and hold them while the
+//	                          process lives (a memory hog).
+//	fork_processes    int     at the start of each step, start this many
+//	                          "sleep 300" children and hold them while the process
+//	                          lives (a fork loop); a refused fork is tried again
+//	                          every millisecond for 2 s, then the step fails
+//	                          ("testexec: fork refused after N children: ...").
 //
 // Attempts count from 1 across the task's life (the host's attempt index);
 // steps count completed steps from the checkpoint.

@@ -88,6 +88,13 @@ type options struct {
 	// LogLines lines "testexec: log line i" are logged at INFO through
 	// sdk.Logger each step.
 	LogLines int `json:"log_lines"`
+	// HogMemoryMB MiB are allocated, every page touched, and held for the
+	// process's life, at the start of each step (a memory hog).
+	HogMemoryMB int `json:"hog_memory_mb"`
+	// ForkProcesses "sleep 300" children are started and held for the
+	// process's life at the start of each step (a fork loop); a refused
+	// fork is tried again until forkRetry has passed, then the step fails.
+	ForkProcesses int `json:"fork_processes"`
 }
 
 // toolCall is a scripted tool call.
@@ -139,6 +146,8 @@ func (o options) validate() error {
 		{"misbehave_at_step", o.MisbehaveAtStep},
 		{"model_calls", o.ModelCalls},
 		{"kill_after_tool_at_attempt", o.KillAfterToolAtAttempt},
+		{"hog_memory_mb", o.HogMemoryMB},
+		{"fork_processes", o.ForkProcesses},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("testexec.%s: must not be negative, got %d", f.name, f.v)

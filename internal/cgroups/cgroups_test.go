@@ -1,9 +1,11 @@
-package tools
+package cgroups
 
 import (
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The cgroup files a command's limits are read from, as the kernel writes
@@ -36,15 +38,15 @@ func TestCounterReadsFlatKeyedFiles(t *testing.T) {
 			t.Errorf("%s %s = %d, want %d", tc.file, tc.key, got, tc.want)
 		}
 	}
-	if got := hit2(dir); got != limitMemory {
-		t.Errorf("hit2 = %q, want %q (an OOM kill first)", got, limitMemory)
+	if got := hit2(dir); got != LimitMemory {
+		t.Errorf("hit2 = %q, want %q (an OOM kill first)", got, LimitMemory)
 	}
 }
 
 // What a cgroup2 command cgroup is given: the values the kernel parses.
 func TestSetLimits2Values(t *testing.T) {
 	dir := t.TempDir()
-	if err := setLimits2(dir, cgroupLimits{memoryBytes: 128 << 20, pids: 64, cpuPercent: 150}); err != nil {
+	if err := setLimits2(dir, Limits{MemoryBytes: 128 << 20, Pids: 64, CPUPercent: 150}); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{
@@ -71,4 +73,62 @@ func TestEnableControllers2RefusesWhatIsNotDelegated(t *testing.T) {
 		t.Errorf("the tree was made: %v", serr)
 	}
 	t.Log(err)
+}
+
+func TestReleaseAtLeast(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		release string
+		want    bool
+	}{
+		{"6.18.44-fc-v1045", true},
+		{"5.7.0", true},
+		{"5.6.19-generic", false},
+		{"5.10", true},
+		{"4.19.0", false},
+		{"5.7-rc1", true},
+		{"", false},
+		{"six.one", false},
+	} {
+		if got := releaseAtLeast(tt.release, 5, 7); got != tt.want {
+			t.Errorf("releaseAtLeast(%q, 5, 7) = %v, want %v", tt.release, got, tt.want)
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"/sys/fs/cgroup":       "/sys/fs/cgroup",
+		`/mnt/with\040space`:   "/mnt/with space",
+		`/trailing\04`:         `/trailing\04`,
+		`/tab\011and\134slash`: "/tab\tand\\slash",
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A watch kills the tree at the first limit its counters name and keeps
+// naming it after the counters went back (v1's under_oom does once the
+// waiting process is killed); a watch ended before any limit names none.
+func TestWatchKillsAtTheFirstLimit(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	killed := make(chan struct{})
+	w := NewWatch(time.Millisecond, func() string {
+		if hits.Add(1) == 3 {
+			return LimitMemory
+		}
+		return ""
+	}, func() { close(killed) })
+	<-killed
+	if got := w.End(); got != LimitMemory {
+		t.Errorf("End = %q, want %q", got, LimitMemory)
+	}
+	quiet := NewWatch(time.Hour, func() string { return "" }, func() { t.Error("killed without a limit") })
+	if got := quiet.End(); got != "" {
+		t.Errorf("End = %q, want none", got)
+	}
 }
