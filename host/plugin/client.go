@@ -34,6 +34,9 @@ type PluginSpec struct {
 	SHA256 string   // lowercase hex; empty means not pinned
 	// Confine is what its processes may do beyond the common confinement.
 	Confine Confinement
+	// Prestart is how many of its processes are kept started ahead of
+	// need, 0..MaxPrestart (pool.go); 0: none.
+	Prestart int
 }
 
 // PluginOptions bound how plugins are started and stopped.
@@ -54,6 +57,10 @@ type PluginOptions struct {
 	// UIDs hands out the uids of plugins whose Confinement.OwnUID is set;
 	// nil (a daemon that is not root): they run as the daemon's uid.
 	UIDs *uids.Pool
+	// UIDReserve is how many of UIDs a pooled (pre-started) process
+	// leaves free for the processes of running tasks and their shell.run
+	// commands: the pool starts none while no more are free.
+	UIDReserve int
 }
 
 func (o PluginOptions) withDefaults() PluginOptions {
@@ -189,6 +196,7 @@ type executorClient struct {
 	seed       *seedCache // its copy of the kind's seed cache; nil: none
 	log        *pluginLog
 	cleanups   *sync.WaitGroup // the forker's: Registry.Close waits for go-plugin's clean-up
+	afterStop  func()          // once its uid is back (pool.go refills); nil: nothing
 
 	stopOnce sync.Once
 }
@@ -446,6 +454,9 @@ func (c *executorClient) Stop() {
 		c.proc.stop(c.grace)
 		if c.releaseUID != nil {
 			c.releaseUID()
+		}
+		if c.afterStop != nil {
+			c.afterStop()
 		}
 		c.proc.stderr.flushDropped()
 		// Whatever the plugin left in its private dir goes with it.

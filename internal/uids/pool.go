@@ -153,6 +153,14 @@ func (p *Pool) lock(uid int) (*os.File, bool, error) {
 // Range is the pool's range.
 func (p *Pool) Range() Range { return p.r }
 
+// Free is how many uids of the range this pool does not hold now (another
+// daemon sharing the range may hold some of them).
+func (p *Pool) Free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.r.Count - len(p.used)
+}
+
 // Acquire returns a uid no process of this pool or of another on the
 // machine runs under, or ErrExhausted. Whatever still runs under it (left
 // by a daemon that died) is killed first.

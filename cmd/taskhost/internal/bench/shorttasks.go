@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/store"
+)
+
+// Short tasks: one-step tasks created and waited for to completion by
+// shortClients clients at once, on a host that starts every task's plugin
+// at its start (prestart 0) and on one that keeps shortPrestart started
+// ahead (pool.go of host/plugin), in interleaved rounds.
+const (
+	shortClients  = 8
+	shortPrestart = 8
+	shortRounds   = 3
+)
+
+// shortTaskRows measures one-step tasks/s, create → completed, with
+// shortClients clients, prestart off and on, and returns a row for each
+// and the medians over rounds of the rate with prestart on and of on/off.
+func shortTaskRows(ctx context.Context, base config.Config, dir, executorDir string, perClient int) (figs []Figure, rate, ratio float64, err error) {
+	open := func(name string, prestart int) (*host.Host, error) {
+		cfg := base
+		cfg.Tasks.Prestart = prestart
+		// Its pool would start Prolog workers the rows do not use.
+		cfg.MachineSpirit.Enabled = false
+		cfg.Tasks.MaxConcurrent = max(cfg.Tasks.MaxConcurrent, shortClients)
+		return host.Open(ctx, host.Options{DataDir: filepath.Join(dir, name), Config: cfg, ExecutorDir: executorDir})
+	}
+	off, err := open("short-off", 0)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer off.Close(context.WithoutCancel(ctx))
+	on, err := open("short-on", shortPrestart)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer on.Close(context.WithoutCancel(ctx))
+	var offRates, onRates, ratios []float64
+	var offLat, onLat []time.Duration
+	for range shortRounds {
+		r0, l0, err := shortTasks(ctx, off, perClient)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		r1, l1, err := shortTasks(ctx, on, perClient)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		offRates, onRates = append(offRates, r0), append(onRates, r1)
+		offLat, onLat = append(offLat, l0...), append(onLat, l1...)
+		if r0 > 0 {
+			ratios = append(ratios, r1/r0)
+		}
+	}
+	ratio, rate = median(ratios), median(onRates)
+	fo := figure(fmt.Sprintf("one-step task create → completed, %d clients, prestart off", shortClients), offLat, fmt.Sprintf("%.0f tasks/s", median(offRates)))
+	fn := figure(fmt.Sprintf("one-step task create → completed, %d clients, prestart %d", shortClients, shortPrestart), onLat,
+		fmt.Sprintf("%.0f tasks/s = %.2f× prestart off in the same rounds (target ≥ 100 tasks/s and ≥ 4×)", rate, ratio))
+	return []Figure{fo, fn}, rate, ratio, nil
+}
+
+// shortTasks runs shortClients clients, each creating perClient one-step
+// tasks one after another and waiting for each to complete; it returns the
+// tasks completed per second in all and each task's create → completed.
+func shortTasks(ctx context.Context, h *host.Host, perClient int) (float64, []time.Duration, error) {
+	const who = "bench-short"
+	lat := make([][]time.Duration, shortClients)
+	errs := make([]error, shortClients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range shortClients {
+		wg.Go(func() {
+			for range perClient {
+				t0 := time.Now()
+				t, err := h.Runner.Create(ctx, who, host.CreateRequest{Executor: "testexec", Spec: []byte(`{"goal":"one step","testexec":{"steps":1}}`)})
+				if err == nil {
+					err = waitCompleted(ctx, h, who, t)
+				}
+				if err != nil {
+					errs[c] = err
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, nil, err
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	return float64(len(all)) / elapsed.Seconds(), all, nil
+}
+
+// waitCompleted waits, as a client watching the task would, for its
+// task.completed event; any other end is an error.
+func waitCompleted(ctx context.Context, h *host.Host, who string, t store.Task) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var after int64
+	for {
+		evs, err := h.Runner.Events(ctx, who, t.ID, after)
+		if err != nil {
+			return fmt.Errorf("bench task %s: %w", t.ID, err)
+		}
+		for _, ev := range evs {
+			after = ev.Seq
+			switch ev.Type {
+			case host.EventTaskCompleted:
+				return nil
+			case host.EventTaskFailed, host.EventTaskInterrupted, host.EventTaskCancelled:
+				got, _ := h.Runner.Get(ctx, who, t.ID)
+				return fmt.Errorf("bench task %s ended %s (%s: %s)", t.ID, got.Status, got.Reason, got.Message)
+			}
+		}
+	}
+}
