@@ -38,7 +38,7 @@ type Options struct {
 	// run creates stay in the database: give it one of its own.
 	Store config.Store
 	// ShortTasks is how many one-step tasks each client of the short-task
-	// rows runs per round (default 25).
+	// rows runs per round (default 2 × Reps).
 	ShortTasks int
 	Progress   func(string)
 }
@@ -135,7 +135,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		o.RecoverySizes = []int{10_000, 100_000}
 	}
 	if o.ShortTasks <= 0 {
-		o.ShortTasks = 25
+		o.ShortTasks = 2 * o.Reps
 	}
 	say := func(format string, args ...any) {
 		if o.Progress != nil {
