@@ -48,8 +48,9 @@ func shortTaskRows(ctx context.Context, base config.Config, dir, executorDir str
 	var offRates, onRates, ratios []float64
 	var offLat, onLat, offOne, onOne []time.Duration
 	for range shortRounds {
-		// One client alone first: its create → completed is the critical
-		// path, with nothing else to overlap a plugin start with.
+		// One client alone first, each task once the host is quiet: its
+		// create → completed is the critical path, with nothing else to
+		// overlap a plugin start with.
 		_, l0, err := shortTasks(ctx, off, 1, perClient)
 		if err != nil {
 			return nil, 0, 0, err
@@ -97,6 +98,12 @@ func shortTasks(ctx context.Context, h *host.Host, clients, perClient int) (floa
 	for c := range clients {
 		wg.Go(func() {
 			for range perClient {
+				if clients == 1 {
+					// A task that arrives on a quiet host: its pool has
+					// refilled since the last one (the refill's CPU is
+					// then not on this task's path either).
+					poolFull(h, "testexec")
+				}
 				t0 := time.Now()
 				t, err := h.Runner.Create(ctx, who, host.CreateRequest{Executor: "testexec", Spec: []byte(`{"goal":"one step","testexec":{"steps":1}}`)})
 				if err == nil {
@@ -142,6 +149,16 @@ func waitCompleted(ctx context.Context, h *host.Host, who string, t store.Task) 
 				got, _ := h.Runner.Get(ctx, who, t.ID)
 				return fmt.Errorf("bench task %s ended %s (%s: %s)", t.ID, got.Status, got.Reason, got.Message)
 			}
+		}
+	}
+}
+
+// poolFull waits, at most 10 s, until kind's pool holds every process it
+// keeps (at once when it keeps none).
+func poolFull(h *host.Host, kind string) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if s := h.Registry.PoolStatus(kind); s.Idle >= s.Size {
+			return
 		}
 	}
 }
