@@ -25,7 +25,14 @@ import (
 	"github.com/taskhost/taskhost/store"
 )
 
-func machineSpiritOn(c *config.Config) { c.MachineSpirit.Enabled = true }
+// machineSpiritOn enables machinespirit with none of its processes
+// started ahead (the tests that kill "the" plugin process find the task's
+// alone); TestPooledMachineSpirit runs it pooled.
+func machineSpiritOn(c *config.Config) {
+	c.MachineSpirit.Enabled = true
+	none := 0
+	c.MachineSpirit.Prestart = &none
+}
 
 func rlmSpec(t *testing.T) []byte {
 	t.Helper()

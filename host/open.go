@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -181,6 +182,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		MaxMessage:   cfg.Limits.GRPCMessageBytes,
 		Logger:       log.Named("plugin"),
 		Trampoline:   opts.Trampoline,
+		// Each running task holds a uid for its plugin and one for its
+		// shell.run command: pre-started plugins never take those.
+		UIDReserve: 2 * cfg.Tasks.MaxConcurrent,
 
 		RequireConfinement: cfg.Confinement.Required,
 	})
@@ -217,6 +221,12 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	specs, err := executorSpecs(opts.ExecutorDir, filepath.Join(dir, CacheDirName), h.trampolinePath(), pool != nil, cfg)
 	if err != nil {
 		return fail(err)
+	}
+	if opts.Solo {
+		// A foreground host runs its one task: nothing to start ahead.
+		for i := range specs {
+			specs[i].Prestart = 0
+		}
 	}
 	for _, s := range specs {
 		if err := h.Registry.Register(ctx, s); err != nil {
@@ -332,12 +342,15 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 	for kind := range found {
 		s := found[kind]
 		s.Confine = confinementFrom(cfg.Confinement, config.Executor{})
+		s.Prestart = cfg.Tasks.Prestart
 		found[kind] = s
 	}
 	for kind, ex := range cfg.Executors {
-		found[kind] = plugin.PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256, Confine: confinementFrom(cfg.Confinement, ex)}
+		found[kind] = plugin.PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256, Confine: confinementFrom(cfg.Confinement, ex),
+			Prestart: *cmp.Or(ex.Prestart, &cfg.Tasks.Prestart)}
 	}
 	if ms, ok := found[config.ExecutorMachineSpirit]; ok {
+		ms.Prestart = *cmp.Or(cfg.MachineSpirit.Prestart, &cfg.Tasks.Prestart)
 		if !cfg.MachineSpirit.Enabled {
 			delete(found, config.ExecutorMachineSpirit)
 		} else {

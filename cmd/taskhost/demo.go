@@ -51,6 +51,9 @@ type demoTask struct {
 func defaultDemoPlan() demoPlan {
 	return demoPlan{
 		config: `# taskhost demo: the embedded defaults, with MACHINE-SPIRIT enabled.
+[tasks]
+prestart = 0            # each task's plugin starts for it: the demo finds it to kill
+
 [machine_spirit]
 enabled = true
 

@@ -19,7 +19,7 @@ var testexecDir = testbin.Lazy("clidemo", testbin.Executor("testexec", testbin.T
 // (which sleeps, so the kill always lands in it) and that then resumes.
 func testDemoPlan() demoPlan {
 	return demoPlan{
-		config:    "[tasks]\nmax_concurrent = 2\n",
+		config:    "[tasks]\nmax_concurrent = 2\nprestart = 0\n",
 		executors: []string{"testexec"},
 		tasks: []demoTask{
 			{title: "asks for an approval", executor: "testexec", spec: `{"goal": "g", "testexec": {"steps": 2, "request_approval": true}}`},

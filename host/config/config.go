@@ -48,6 +48,11 @@ const MaxRetentionDays = 3650
 // "Concurrency"), each task a plugin process of its own.
 const MaxConcurrentCap = 1000
 
+// MaxPrestart bounds tasks.prestart and every kind's own prestart: the
+// plugin processes of one kind kept started ahead of need (host/plugin's
+// MaxPrestart).
+const MaxPrestart = 16
+
 // Built-in executor names. They are always known to the host and cannot be
 // redefined under [executors].
 const (
@@ -104,6 +109,12 @@ type Tasks struct {
 
 	CheckpointMaxBytes int `toml:"checkpoint_max_bytes"` // 1024..3145728, default 262144
 
+	// Prestart is how many plugin processes of each executor kind are
+	// kept started ahead of need, each for one task: 0..MaxPrestart,
+	// default 2; 0 starts every task's own at its start. [executors.NAME]
+	// and [machine_spirit] prestart override it per kind.
+	Prestart int `toml:"prestart"`
+
 	// RetentionDays: the daemon deletes tasks that finished (completed,
 	// failed, cancelled) more than this many days ago, with their
 	// workspaces. 0..3650, default 0: keep every task.
@@ -126,6 +137,9 @@ type MachineSpirit struct {
 	// MaxParallelModelCalls bounds the model calls of one step in flight
 	// at once (a plan's map with parallel > 1), 1..16, default 4.
 	MaxParallelModelCalls int `toml:"max_parallel_model_calls"`
+	// Prestart overrides tasks.prestart for machinespirit (each pooled
+	// process has its Prolog worker started): 0..MaxPrestart.
+	Prestart *int `toml:"prestart"`
 }
 
 // Executor is one [executors.NAME] section: a third-party executor plugin.
@@ -154,6 +168,8 @@ type Executor struct {
 	// Subprocesses lets the plugin fork and exec; by default seccomp
 	// refuses both.
 	Subprocesses bool `toml:"subprocesses"`
+	// Prestart overrides tasks.prestart for this executor: 0..MaxPrestart.
+	Prestart *int `toml:"prestart"`
 }
 
 // Limits is the [limits] section: the bounds of DESIGN.md §9.
@@ -189,6 +205,7 @@ func Default() Config {
 			MaxWallSeconds:     1800,
 			MaxWallSecondsCap:  86400,
 			CheckpointMaxBytes: 256 << 10,
+			Prestart:           2,
 		},
 		MachineSpirit: MachineSpirit{
 			Enabled:      false,

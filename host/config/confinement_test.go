@@ -30,6 +30,12 @@ func TestExecutorConfinementKeys(t *testing.T) {
 		{"read_write 8 paths", section(`read_write = ["/a","/b","/c","/d","/e","/f","/g","/h"]`), ""},
 		{"read_write 9 paths", section(`read_write = ["/a","/b","/c","/d","/e","/f","/g","/h","/i"]`), "executors.x.read_write"},
 		{"read_write relative (resolved against the config file)", section(`read_write = ["data"]`), ""},
+		{"prestart off", section("prestart = 0"), ""},
+		{"prestart at its bound", section("prestart = 16"), ""},
+		{"prestart past its bound", section("prestart = 17"), "executors.x.prestart"},
+		{"prestart negative", section("prestart = -1"), "executors.x.prestart"},
+		{"machinespirit prestart at its bound", "[machine_spirit]\nprestart = 16\n", ""},
+		{"machinespirit prestart past its bound", "[machine_spirit]\nprestart = 17\n", "machine_spirit.prestart"},
 		{"confinement required", "[confinement]\nrequired = true\n", ""},
 		{"confinement string", "[confinement]\nrequired = \"yes\"\n", "confinement.required"},
 	}

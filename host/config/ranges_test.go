@@ -38,6 +38,7 @@ var intKeys = []struct {
 	{key: "machine_spirit.worker_cpu_seconds", def: 3600, min: 1, max: 86400},
 	{key: "machine_spirit.max_parallel_model_calls", def: 4, min: 1, max: 16},
 	{key: "tasks.retention_days", def: 0, min: 0, max: 3650},
+	{key: "tasks.prestart", def: 2, min: 0, max: MaxPrestart},
 	{key: "limits.goal_chars", def: 2000, min: 1, max: 20000},
 	{key: "limits.summary_chars", def: 2000, min: 100, max: 20000},
 	{key: "limits.recent_summaries", def: 5, min: 0, max: 50},

@@ -62,6 +62,7 @@ func (c Config) validate() problems {
 func (t Tasks) validate(ps *problems) {
 	ps.intRange("tasks.max_concurrent", t.MaxConcurrent, 1, MaxConcurrentCap)
 	ps.intRange("tasks.max_queued", t.MaxQueued, 1, 1024)
+	ps.intRange("tasks.prestart", t.Prestart, 0, MaxPrestart)
 	if hi := min(max(t.MaxConcurrent, 0), MaxConcurrentCap); t.MaxRunningPerPrincipal < 0 || t.MaxRunningPerPrincipal > hi {
 		ps.add("tasks.max_running_per_principal",
 			"tasks.max_running_per_principal = %d: must be between 0 and %d (tasks.max_concurrent); 0 means no bound of its own",
@@ -90,6 +91,9 @@ func (m MachineSpirit) validate(ps *problems) {
 	ps.intRange("machine_spirit.worker_memory_mb", m.WorkerMemoryMB, 256, 65536)
 	ps.intRange("machine_spirit.worker_cpu_seconds", m.WorkerCPUSeconds, 1, 86400)
 	ps.intRange("machine_spirit.max_parallel_model_calls", m.MaxParallelModelCalls, 1, 16)
+	if m.Prestart != nil {
+		ps.intRange("machine_spirit.prestart", *m.Prestart, 0, MaxPrestart)
+	}
 }
 
 func validateExecutors(execs map[string]Executor, ps *problems) {
@@ -128,6 +132,9 @@ func validateExecutor(name string, ex Executor, ps *problems) {
 	}
 
 	validateExecutorConfinement(name, ex, ps)
+	if ex.Prestart != nil {
+		ps.intRange(executorKey(name, "prestart"), *ex.Prestart, 0, MaxPrestart)
+	}
 
 	argsKey := executorKey(name, "args")
 	if len(ex.Args) > maxExecutorArgs {

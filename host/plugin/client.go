@@ -35,6 +35,9 @@ type PluginSpec struct {
 	SHA256 string   // lowercase hex; empty means not pinned
 	// Confine is what its processes may do beyond the common confinement.
 	Confine Confinement
+	// Prestart is how many of its processes are kept started ahead of
+	// need, 0..MaxPrestart (pool.go); 0: none.
+	Prestart int
 }
 
 // PluginOptions bound how plugins are started and stopped.
@@ -59,6 +62,10 @@ type PluginOptions struct {
 	// (cgroup.go); nil: NewRegistry finds them (cgroups.Find), sweeping
 	// what a dead daemon left.
 	Cgroups *cgroups.Set
+	// UIDReserve is how many of UIDs a pooled (pre-started) process
+	// leaves free for the processes of running tasks and their shell.run
+	// commands: the pool starts none while no more are free.
+	UIDReserve int
 }
 
 func (o PluginOptions) withDefaults() PluginOptions {
@@ -194,6 +201,7 @@ type executorClient struct {
 	seed       *seedCache // its copy of the kind's seed cache; nil: none
 	log        *pluginLog
 	cleanups   *sync.WaitGroup // the forker's: Registry.Close waits for go-plugin's clean-up
+	afterStop  func()          // once its uid is back (pool.go refills); nil: nothing
 
 	stopOnce sync.Once
 }
@@ -458,6 +466,9 @@ func (c *executorClient) Stop() {
 		c.proc.stop(c.grace)
 		if c.releaseUID != nil {
 			c.releaseUID()
+		}
+		if c.afterStop != nil {
+			c.afterStop()
 		}
 		c.proc.stderr.flushDropped()
 		// Whatever the plugin left in its private dir goes with it.

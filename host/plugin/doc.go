@@ -50,6 +50,28 @@
 // bytes) within StartTimeout; host services reach the plugin over the
 // multiplexed connection, so the plugin never connects anywhere itself.
 //
+// # Pre-started processes
+//
+// A kind whose PluginSpec.Prestart is above 0 keeps that many processes
+// started ahead of need (pool.go), each by the launch above — its own pool
+// uid, held while it waits, its confinement and handshake — serving no one
+// (every host service refused) until a Launch takes it: the task's services
+// and log labels are bound then, and it serves that one task and is
+// stopped with the run, never reused. Nothing of a plugin's confinement
+// names a task, so a pooled process is confined as one started for the
+// task. It is handed out only under the kind's current verdict (a
+// generation bumped by every Register, re-check and Reload, which also
+// drain the pool) while its binary's stat stamp is the one before and
+// after its start, and only once it answers a Describe; a stale, dead or
+// silent one is stopped, and the Launch starts a process of its own, which
+// refuses a pin mismatch as always. One that exits while it waits is
+// replaced (three such deaths in a row stop the immediate replacement).
+// At most two pooled starts run at once, the pool leaves
+// PluginOptions.UIDReserve uids free, and Close stops every waiting
+// process before anything else; a killed daemon's pooled processes die by
+// their parent-death signal, as every plugin does. PoolStatus counts what
+// each pool served and discarded.
+//
 // # Crash detection and stop
 //
 // The process is the host's own go-plugin runner: its death is known from

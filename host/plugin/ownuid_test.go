@@ -34,23 +34,14 @@ func TestOwnUIDPlugin(t *testing.T) {
 	spec := PluginSpec{Kind: "testexec", Path: testexecBin(t), Confine: c}
 	uidOf := func(ec *executorClient) int {
 		t.Helper()
-		status, err := os.ReadFile("/proc/" + strconv.Itoa(ec.proc.pid) + "/status")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(string(status), "\n") {
-			if f := strings.Fields(l); len(f) == 5 && f[0] == "Uid:" {
-				uid, _ := strconv.Atoi(f[1])
-				for _, other := range f[2:] {
-					if other != f[1] {
-						t.Errorf("plugin uids %v differ", f[1:])
-					}
-				}
-				return uid
+		f := procUIDs(t, ec.proc.pid)
+		for _, other := range f[1:] {
+			if other != f[0] {
+				t.Errorf("plugin uids %v differ", f)
 			}
 		}
-		t.Fatalf("no Uid line in\n%s", status)
-		return 0
+		uid, _ := strconv.Atoi(f[0])
+		return uid
 	}
 	a, err := launch(context.Background(), reg.forker, spec, reg.opts, reg.support, NewServicesServer(NoServices{}))
 	if err != nil {

@@ -50,8 +50,10 @@ func launchLabelsFrom(ctx context.Context) launchLabels {
 // line at its own level with its fields, a plain line at INFO (ERROR from a
 // panic on). Its methods are called by the one goroutine reading the stream.
 type pluginLog struct {
-	log     hclog.Logger
-	labels  []any
+	log hclog.Logger
+	// labels name the executor and, once the process serves one, the task
+	// and run: a pooled process is given them when it is taken (pool.go).
+	labels  atomic.Pointer[[]any]
 	attempt atomic.Uint32 // the attempt in flight, set by Step
 	now     func() time.Time
 
@@ -65,11 +67,18 @@ type pluginLog struct {
 }
 
 func newPluginLog(log hclog.Logger, kind string, l launchLabels) *pluginLog {
+	p := &pluginLog{log: log, now: time.Now, tokens: logBurst}
+	p.label(kind, l)
+	return p
+}
+
+// label sets the executor, task and run every later line carries.
+func (p *pluginLog) label(kind string, l launchLabels) {
 	labels := []any{"executor", kind}
 	if l.task != "" {
 		labels = append(labels, "task", l.task, "run", l.run)
 	}
-	return &pluginLog{log: log, labels: labels, now: time.Now, tokens: logBurst}
+	p.labels.Store(&labels)
 }
 
 // admit takes one line from the rate bucket, or counts it dropped. An
@@ -95,7 +104,7 @@ func (p *pluginLog) admit() (ok bool, droppedBefore int) {
 // write "[ERROR]" or an hclog ERROR line, never one that reads as the
 // daemon's own.
 func (p *pluginLog) fields(extra ...any) []any {
-	f := append(slices.Clip(p.labels), "attempt", p.attempt.Load(), "source", "plugin")
+	f := append(slices.Clip(*p.labels.Load()), "attempt", p.attempt.Load(), "source", "plugin")
 	return append(f, extra...)
 }
 

@@ -25,6 +25,10 @@ type Registry struct {
 	descs  map[string]Description
 	errs   map[string]error
 	stamps map[string]binStamp // the binary each verdict is about
+	// gens counts each kind's verdicts: a pooled process started under
+	// an older one is never handed out (pool.go).
+	gens map[string]uint64
+	pool *procPool
 	// checkMu serialises the probes of Check and Reload.
 	checkMu sync.Mutex
 }
@@ -61,10 +65,13 @@ func NewRegistry(opts PluginOptions) (*Registry, error) {
 	if support.LandlockABI < 1 {
 		opts.Logger.Warn("the kernel offers no Landlock: plugins run without filesystem confinement", "require_confinement", opts.RequireConfinement)
 	}
-	return &Registry{
+	r := &Registry{
 		opts: opts, forker: newForker(), support: support,
 		specs: map[string]PluginSpec{}, descs: map[string]Description{}, errs: map[string]error{}, stamps: map[string]binStamp{},
-	}, nil
+		gens: map[string]uint64{},
+	}
+	r.pool = newProcPool(r)
+	return r, nil
 }
 
 func sweepDir(dir string) error {
@@ -86,6 +93,7 @@ func sweepDir(dir string) error {
 func (r *Registry) Register(ctx context.Context, spec PluginSpec) error {
 	st, serr := stampOf(spec.Path)
 	desc, err := r.probe(ctx, spec)
+	defer r.pool.refresh() // after the unlock
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.specs[spec.Kind] = spec
@@ -96,8 +104,10 @@ func (r *Registry) Register(ctx context.Context, spec PluginSpec) error {
 // MarkUnavailable registers kind as unavailable for reason, e.g. because the
 // configuration disables it. Selecting it is then refused (fail closed).
 func (r *Registry) MarkUnavailable(kind, check, detail string) {
+	defer r.pool.refresh() // after the unlock
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.gens[kind]++
 	delete(r.descs, kind)
 	r.errs[kind] = &UnavailableError{Kind: kind, Check: check, Detail: detail}
 }
@@ -192,10 +202,14 @@ func (r *Registry) kindsLocked() []string {
 	return ks
 }
 
-// Launch starts a new process of kind serving services.
+// Launch starts a new process of kind serving services, or hands out one
+// of kind's pre-started processes (pool.go), which serves this one task.
 func (r *Registry) Launch(ctx context.Context, kind string, services Services) (Executor, error) {
 	if _, err := r.Describe(kind); err != nil {
 		return nil, err
+	}
+	if ec := r.pool.take(ctx, kind, services); ec != nil {
+		return ec, nil
 	}
 	r.mu.Lock()
 	spec := r.specs[kind]
@@ -203,6 +217,10 @@ func (r *Registry) Launch(ctx context.Context, kind string, services Services) (
 	ec, err := launch(ctx, r.forker, spec, r.opts, r.support, NewServicesServer(services))
 	if err != nil {
 		return nil, err
+	}
+	if spec.Prestart > 0 {
+		// Its uid, once back, may be one the pool waits for.
+		ec.afterStop = func() { r.pool.fill(kind) }
 	}
 	return ec, nil
 }
@@ -236,6 +254,9 @@ func (r *Registry) OwnUIDs() bool { return r.opts.UIDs != nil }
 // Close stops the forker. Call it only after every launched executor has
 // been stopped: its thread's exit delivers the parent-death signal.
 func (r *Registry) Close() {
+	// Pooled processes first: they serve no one, and their clean-up is
+	// waited for below.
+	r.pool.close()
 	// The data dir must be left as it is once the host is closed: wait
 	// for the stopped plugins' socket dirs to go, but not for a
 	// grandchild that keeps a plugin's stderr open forever.

@@ -69,6 +69,7 @@ func (r *Registry) Check(ctx context.Context, kind string) (Description, error) 
 	} else {
 		desc, err = r.probe(ctx, spec)
 	}
+	defer r.pool.refresh() // after the unlock
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.specs[kind]; !ok || s.Path != spec.Path || s.SHA256 != spec.SHA256 {
@@ -86,6 +87,7 @@ func (r *Registry) Check(ctx context.Context, kind string) (Description, error) 
 // setVerdict records kind's preflight result for the binary stamped st.
 // Called with mu held.
 func (r *Registry) setVerdict(kind string, st binStamp, stamped bool, desc Description, err error) {
+	r.gens[kind]++
 	delete(r.descs, kind)
 	delete(r.errs, kind)
 	delete(r.stamps, kind)
@@ -120,6 +122,7 @@ func (r *Registry) Reload(ctx context.Context, specs []PluginSpec, disabled map[
 		desc, err := r.probe(ctx, s)
 		vs = append(vs, verdict{spec: s, st: st, stamped: serr == nil, desc: desc, err: err})
 	}
+	defer r.pool.refresh() // after the unlock
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.specs, r.descs, r.errs, r.stamps = map[string]PluginSpec{}, map[string]Description{}, map[string]error{}, map[string]binStamp{}
@@ -128,6 +131,7 @@ func (r *Registry) Reload(ctx context.Context, specs []PluginSpec, disabled map[
 		r.setVerdict(v.spec.Kind, v.st, v.stamped, v.desc, v.err)
 	}
 	for kind, detail := range disabled {
+		r.gens[kind]++
 		delete(r.descs, kind)
 		r.errs[kind] = &UnavailableError{Kind: kind, Check: "disabled", Detail: detail}
 	}

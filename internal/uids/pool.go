@@ -153,6 +153,14 @@ func (p *Pool) lock(uid int) (*os.File, bool, error) {
 // Range is the pool's range.
 func (p *Pool) Range() Range { return p.r }
 
+// Free is how many uids of the range this pool does not hold now (another
+// daemon sharing the range may hold some of them).
+func (p *Pool) Free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.r.Count - len(p.used)
+}
+
 // Acquire returns a uid no process of this pool or of another on the
 // machine runs under, or ErrExhausted. Whatever still runs under it (left
 // by a daemon that died) is killed first.
@@ -245,6 +253,11 @@ func killRound(uid int) (int, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
+		// Most processes are not uid's: a first look, without a pidfd,
+		// passes them over (a scan runs at every release).
+		if live, ok := runsAs(pid, uid); !ok || !live {
+			continue
+		}
 		// The pidfd first, the check second: the pidfd then names the
 		// process that was checked, even if the pid is reused meanwhile.
 		fd, err := unix.PidfdOpen(pid, 0)
@@ -263,16 +276,33 @@ func killRound(uid int) (int, error) {
 // runsAs reports whether process pid has uid among its uids (ok) and is not
 // a zombie (live).
 func runsAs(pid, uid int) (live, ok bool) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	// Plain syscalls, not os.Open and a scanner: this runs for every
+	// process of the machine at every release.
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, false
 	}
-	defer f.Close()
+	defer unix.Close(fd)
+	// State and Uid are among the first lines; the file is a few KiB.
+	var buf [8192]byte
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || m <= 0 {
+			break
+		}
+		n += m
+		if s := string(buf[:n]); strings.Contains(s, "\nUid:") && strings.IndexByte(s[strings.Index(s, "\nUid:")+1:], '\n') >= 0 {
+			break // the whole Uid line is in: no read to the end
+		}
+	}
 	want := strconv.Itoa(uid)
-	sc := bufio.NewScanner(f)
 	live = true
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
+	for line := range strings.Lines(string(buf[:n])) {
+		k, v, _ := strings.Cut(strings.TrimSuffix(line, "\n"), ":")
 		switch k {
 		case "State":
 			live = !strings.HasPrefix(strings.TrimSpace(v), "Z")

@@ -36,8 +36,11 @@ type Options struct {
 	// Store is the [store] section the measured host opens; a zero Driver
 	// is SQLite in the temporary data dir. With PostgreSQL the tasks the
 	// run creates stay in the database: give it one of its own.
-	Store    config.Store
-	Progress func(string)
+	Store config.Store
+	// ShortTasks is how many one-step tasks each client of the short-task
+	// rows runs per round (default 2 × Reps).
+	ShortTasks int
+	Progress   func(string)
 }
 
 // Figure is one measurement: a median and a 95th percentile of N samples.
@@ -61,6 +64,11 @@ type Report struct {
 	// the ratios of rounds that measure 1, 4 and 16 tasks in turn.
 	ConcurrentThroughput   float64 `json:"concurrent_throughput"`
 	ConcurrentThroughput16 float64 `json:"concurrent_throughput_16"`
+	// ShortTasksPerSecond is the one-step tasks completed per second with
+	// 8 clients and pre-started plugins; ShortTaskRatio is that over the
+	// same without them: medians over interleaved rounds.
+	ShortTasksPerSecond float64 `json:"short_tasks_per_second"`
+	ShortTaskRatio      float64 `json:"short_task_ratio"`
 }
 
 func ratio(num, den Figure) float64 {
@@ -126,6 +134,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.RecoverySizes == nil {
 		o.RecoverySizes = []int{10_000, 100_000}
 	}
+	if o.ShortTasks <= 0 {
+		o.ShortTasks = 2 * o.Reps
+	}
 	say := func(format string, args ...any) {
 		if o.Progress != nil {
 			o.Progress(fmt.Sprintf(format, args...))
@@ -141,6 +152,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	cfg.Tasks.MaxConcurrent = slices.Max(concurrency)
 	cfg.Tasks.MaxStepsCap = 100000
 	cfg.MachineSpirit.Enabled = true
+	// Every row but the short tasks' times starts of the plugin itself.
+	cfg.Tasks.Prestart = 0
 	if o.Store.Driver != "" {
 		cfg.Store = o.Store
 	}
@@ -208,6 +221,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	r.Figures = append(r.Figures, cfs...)
 	r.ConcurrentThroughput, r.ConcurrentThroughput16 = ratios[4], ratios[16]
+
+	say("one-step tasks, %d clients, prestart off and %d, %d rounds", shortClients, shortPrestart, shortRounds)
+	sfs, rate, sratio, err := shortTaskRows(ctx, cfg, dir, o.ExecutorDir, o.ShortTasks)
+	if err != nil {
+		return r, err
+	}
+	r.Figures = append(r.Figures, sfs...)
+	r.ShortTasksPerSecond, r.ShortTaskRatio = rate, sratio
 
 	say("plugin start, %d times", o.Reps)
 	var starts []time.Duration
