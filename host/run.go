@@ -320,6 +320,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		}
 	}
 	req := ru.request(att)
+	req.Children = ru.childResults(ru.ctx)
 	// Not a deadline: waiting for an approval moves the moment the budget
 	// runs out, and a gRPC deadline would carry the first one to the
 	// executor.
@@ -371,6 +372,16 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// attempt is interrupted and its effects settled like a crash's.
 		v = storeVerdict(err)
 	}
+	if v.attempt == store.AttemptCompleted && v.taskTo == "" {
+		// A step that ends with a child still live ends the run: the task
+		// waits, blocked, without a slot, until its children have ended.
+		live, err := r.hasLiveChildren(context.WithoutCancel(ru.ctx), ru.principal, ru.id)
+		if err != nil {
+			r.log.Warn("children not read; the task goes on and waits at its next step", "task", ru.id, "error", err)
+		} else if live {
+			v.taskTo, v.reason = store.StatusBlocked, store.ReasonWaitingChildren
+		}
+	}
 	v.usage, v.calls = ts.stepUsage()
 	r.set.Observer.StepFinished(ru.task.Executor, string(v.attempt), time.Since(began))
 	return ru.finish(v, att)
@@ -380,7 +391,8 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 // was cancelled.
 func (ru *run) endForCause(cause error) {
 	switch {
-	case errors.Is(cause, errUserCancelled), errors.Is(cause, errPaused), errors.Is(cause, errApprovalRejected), errors.Is(cause, errApprovalExpired):
+	case errors.Is(cause, errUserCancelled), errors.Is(cause, errPaused), errors.Is(cause, errApprovalRejected), errors.Is(cause, errApprovalExpired),
+		errors.Is(cause, errChildFailed):
 		// The task's end was committed before the context was cancelled.
 	case errors.Is(cause, errFenced):
 		// Another run holds the task: nothing here is ours to record.
