@@ -136,7 +136,7 @@ func (r *Runner) taskToolOut(ctx context.Context, tr turn, name string, args jso
 			kids = append(kids, c.ID)
 		}
 		return map[string]any{"task_id": t.ID, "parent_task_id": t.ParentID, "status": t.Status, "reason": t.Reason,
-			"message": t.Message, "steps": meter(t.Budgets.Steps), "result": text.Truncate(string(t.Result), maxTaskToolResultChars),
+			"message": t.Message, "steps": meter(t.Budgets.Steps), "result": text.TruncateRunes(string(t.Result), maxTaskToolResultChars),
 			"children": kids}, nil
 	case tools.ToolTaskCancel:
 		t, err = r.Cancel(ctx, tr.principal, id)

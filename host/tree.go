@@ -259,20 +259,25 @@ func (r *Runner) parentDown(ctx context.Context, t store.Task) error {
 }
 
 // childResults are the children of the task of ru, as its next step is
-// told of them: at most maxChildResults, each result cut to
-// maxChildResultChars characters.
+// told of them (childTasks).
 func (ru *run) childResults(ctx context.Context) []plugin.ChildTask {
 	tree, err := ru.r.store.Tree(ctx, ru.principal, ru.id)
 	if err != nil {
 		return nil
 	}
+	return childTasks(tree, ru.id)
+}
+
+// childTasks are tree's children of id, oldest first: at most
+// maxChildResults, each result cut to maxChildResultChars characters.
+func childTasks(tree []store.Task, id string) []plugin.ChildTask {
 	var out []plugin.ChildTask
-	for _, c := range store.Children(tree, ru.id) {
+	for _, c := range store.Children(tree, id) {
 		if len(out) == maxChildResults {
 			break
 		}
 		out = append(out, plugin.ChildTask{TaskID: c.ID, Status: string(c.Status), Reason: string(c.Reason),
-			Result: text.Truncate(string(c.Result), maxChildResultChars)})
+			Result: text.TruncateRunes(string(c.Result), maxChildResultChars)})
 	}
 	return out
 }

@@ -257,3 +257,29 @@ func TestTreeMigrationKeepsTasks(t *testing.T) {
 		t.Fatalf("blocked after migration: %v", err)
 	}
 }
+
+// A child that ended before its parent blocked (the parent's own step
+// cancelled it, say) does not fail the parent: the parent waits for its
+// other children and wakes when they have ended. One that ends while the
+// parent waits does.
+func TestSettleTreesChildEndedBeforeBlock(t *testing.T) {
+	treeEngines(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		root := runningTask(t, s, "p", "root")
+		for _, id := range []string{"a", "b"} {
+			if _, err := delegate(t, s, root, id, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Cancel(ctx, "p", "a"); err != nil {
+			t.Fatal(err)
+		}
+		block(t, s, "root")
+		settle(t, s)
+		mustStatus(t, s, "root", StatusBlocked, ReasonWaitingChildren)
+		s.StartRun(ctx, "p", "b", StatusPending)
+		s.Transition(ctx, Transition{PrincipalID: "p", TaskID: "b", From: []Status{StatusRunning}, To: StatusCompleted})
+		settle(t, s)
+		mustStatus(t, s, "root", StatusPending, ReasonNone)
+	})
+}
