@@ -271,7 +271,7 @@ func sdkModelKind(k model.ErrorKind) string {
 // an append, a tool the host does not know — is not.
 func rerunSafe(name string, args []byte) bool {
 	switch name {
-	case tools.ToolWorkspaceRead, tools.ToolTimeSleep:
+	case tools.ToolWorkspaceRead, tools.ToolTimeSleep, tools.ToolTaskList, tools.ToolTaskStatus:
 		return true
 	case tools.ToolWorkspaceWrite:
 		var a struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskhost/taskhost/host/plugin"
@@ -47,6 +48,13 @@ type run struct {
 	// rereadEffects: indeterminate is to be read again before the next
 	// step (an attempt ended since first read it).
 	rereadEffects bool
+	// delegated: a step of this run delegated a child (task.delegate), so
+	// the task may have to wait for it; children are what its steps are
+	// told of its children, read at the run's first step and after a step
+	// that delegated.
+	delegated    atomic.Bool
+	children     []plugin.ChildTask
+	childrenRead bool
 }
 
 func (ru *run) log(msg string, args ...any) {
@@ -320,7 +328,10 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		}
 	}
 	req := ru.request(att)
-	req.Children = ru.childResults(ru.ctx)
+	if !ru.childrenRead || ru.delegated.Load() {
+		ru.children, ru.childrenRead = ru.childResults(ru.ctx), true
+	}
+	req.Children = ru.children
 	// Not a deadline: waiting for an approval moves the moment the budget
 	// runs out, and a gRPC deadline would carry the first one to the
 	// executor.
@@ -372,7 +383,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// attempt is interrupted and its effects settled like a crash's.
 		v = storeVerdict(err)
 	}
-	if v.attempt == store.AttemptCompleted && v.taskTo == "" {
+	if v.attempt == store.AttemptCompleted && v.taskTo == "" && ru.delegated.Load() {
 		// A step that ends with a child still live ends the run: the task
 		// waits, blocked, without a slot, until its children have ended.
 		live, err := r.hasLiveChildren(context.WithoutCancel(ru.ctx), ru.principal, ru.id)

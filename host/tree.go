@@ -141,6 +141,11 @@ func (r *Runner) delegate(ctx context.Context, tr turn, a delegateArgs) (store.T
 	if err != nil {
 		return store.Task{}, err
 	}
+	r.mu.Lock()
+	if ru := r.runs[parent.ID]; ru != nil && ru.runID == tr.runID {
+		ru.delegated.Store(true)
+	}
+	r.mu.Unlock()
 	r.kickQueue()
 	return t, nil
 }

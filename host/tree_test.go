@@ -287,3 +287,38 @@ func toolResults(t *testing.T, raw string) map[string]any {
 	}
 	return m
 }
+
+// task.create is approval-gated like any tool when its policy says so:
+// the agent's task waits for the approval, and the child exists only once
+// it is approved.
+func TestTaskCreateApprovalGated(t *testing.T) {
+	script := writeScript(t,
+		map[string]any{"when": map[string]any{"system_contains": "Child tasks you delegated:"}, "reply": map[string]any{"content": "TASK_COMPLETE: done"}},
+		map[string]any{"when": map[string]any{"system_contains": "Goal: ROOT", "last_role": "user"},
+			"reply": map[string]any{"tool_calls": []any{map[string]any{"name": "task.create", "arguments": map[string]any{
+				"goal": "a child", "executor": "testexec", "options": map[string]any{"testexec": map[string]any{"steps": 1}}}}}}},
+		map[string]any{"when": map[string]any{"tool": "task.create"}, "reply": map[string]any{"content": "created"}},
+	)
+	h := openHost(t, "", func(c *config.Config) {
+		c.Model.Script = script
+		pol := c.Tools["task.create"]
+		pol.Approval = config.ApprovalAlways
+		c.Tools["task.create"] = pol
+	})
+	root := createRoot(t, h)
+	a := waitApproval(t, h, alice, root.ID)
+	if a.Tool != "task.create" {
+		t.Fatalf("approval for %q, want task.create", a.Tool)
+	}
+	if tree, err := h.Runner.store.Tree(context.Background(), alice, root.ID); err != nil || len(tree) != 1 {
+		t.Fatalf("a child exists before the approval: %v, %v", tree, err)
+	}
+	if _, err := h.Runner.Approve(context.Background(), alice, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFor(t, h, root.ID, "completed", isStatus(store.StatusCompleted))
+	tree, err := h.Runner.store.Tree(context.Background(), alice, got.ID)
+	if err != nil || len(tree) != 2 || tree[1].Status != store.StatusCompleted {
+		t.Fatalf("tree after the approval: %v, %v", tree, err)
+	}
+}

@@ -59,6 +59,11 @@ func rebuildTasksStatus(ctx context.Context, tx *sql.Tx) error {
 	if err := tx.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'tasks'`).Scan(&create); err != nil {
 		return fmt.Errorf("read the tasks table: %w", err)
 	}
+	if strings.Contains(create, `CHECK (status IN (`+taskStatusList+`))`) {
+		// Already wide: a file taken back by hand to an older version
+		// (tests do) keeps the wider CHECK.
+		return nil
+	}
 	if strings.Count(create, oldTaskStatusCheck) != 1 {
 		return fmt.Errorf("the tasks table's status CHECK is not the one this migration widens: %.200s", create)
 	}
