@@ -165,6 +165,8 @@ func causeVerdict(cause error) verdict {
 		return verdict{attempt: store.AttemptInterrupted, reason: store.ReasonUserPause, abandoned: true}
 	case errors.Is(cause, errApprovalRejected):
 		return verdict{attempt: store.AttemptFailed, reason: store.ReasonApprovalRejected, abandoned: true}
+	case errors.Is(cause, errChildFailed):
+		return verdict{attempt: store.AttemptFailed, reason: store.ReasonChildFailed, abandoned: true}
 	case errors.Is(cause, errApprovalExpired):
 		return verdict{attempt: store.AttemptFailed, reason: store.ReasonApprovalTimeout, abandoned: true}
 	case errors.Is(cause, errFenced):
@@ -309,6 +311,8 @@ func (ru *run) outcomeEvents(v verdict, att store.Attempt, wall int64) []store.N
 		evs = append(evs, newEvent(EventTaskFailed, t, EventPayload{Reason: string(v.reason)}))
 	case store.StatusInterrupted:
 		evs = append(evs, newEvent(EventTaskInterrupted, t, EventPayload{Reason: string(v.reason), Limit: v.limit}))
+	case store.StatusBlocked:
+		evs = append(evs, newEvent(EventTaskBlocked, t, EventPayload{Reason: string(v.reason)}))
 	}
 	return evs
 }

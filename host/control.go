@@ -31,6 +31,8 @@ func (r *Runner) Pause(ctx context.Context, principal, id string) (store.Task, e
 	if err != nil {
 		return store.Task{}, err
 	}
+	// Its subtree is paused with it.
+	r.settleTrees(ctx)
 	if done == nil {
 		return t, nil
 	}
@@ -164,6 +166,7 @@ func (r *Runner) Bulk(ctx context.Context, caller string, allPrincipals bool, ac
 		}
 		res.Done = append(res.Done, now)
 	}
+	r.settleTrees(ctx)
 	for _, done := range stopping {
 		waitDone(ctx, done)
 	}

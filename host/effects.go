@@ -271,7 +271,7 @@ func sdkModelKind(k model.ErrorKind) string {
 // an append, a tool the host does not know — is not.
 func rerunSafe(name string, args []byte) bool {
 	switch name {
-	case tools.ToolWorkspaceRead, tools.ToolTimeSleep:
+	case tools.ToolWorkspaceRead, tools.ToolTimeSleep, tools.ToolTaskList, tools.ToolTaskStatus:
 		return true
 	case tools.ToolWorkspaceWrite:
 		var a struct {
@@ -642,6 +642,14 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 		}
 	}
 	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, error) {
+		if tools.IsTaskTool(name) {
+			// The host owns the tasks: its task tools are served here.
+			res, err := s.r.taskTool(ctx, ts.turn, name, args)
+			if err != nil {
+				return nil, &plugin.ToolError{Err: err}
+			}
+			return json.Marshal(res)
+		}
 		res, err := reg.Call(ctx, env, name, args)
 		if err != nil {
 			var ae *tools.ArgError

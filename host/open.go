@@ -427,6 +427,7 @@ func settingsFrom(c config.Config) Settings {
 	s.Disabled = !t.Enabled
 	s.MaxConcurrent = t.MaxConcurrent
 	s.MaxQueued = t.MaxQueued
+	s.MaxSubagents, s.MaxTreeDepth = t.MaxSubagents, t.MaxTreeDepth
 	s.DefaultExecutor = t.Executor
 	s.Defaults = Limits{Steps: int64(t.MaxSteps), ToolCalls: int64(t.MaxToolCalls), ModelCalls: int64(t.MaxModelCalls), Depth: int64(t.MaxDepth), WallSeconds: int64(t.MaxWallSeconds)}
 	s.Caps = Limits{Steps: int64(t.MaxStepsCap), ToolCalls: int64(t.MaxToolCallsCap), ModelCalls: int64(t.MaxModelCallsCap), Depth: int64(t.MaxDepthCap), WallSeconds: int64(t.MaxWallSecondsCap)}

@@ -183,6 +183,8 @@ func (r *Runner) queueLoop(poll time.Duration) {
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
+		// Trees whose tasks another host (or a crash) moved settle here.
+		r.settleTrees(context.Background())
 		if len(r.dispatch(context.Background())) > 0 {
 			r.notify()
 		}

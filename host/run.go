@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskhost/taskhost/host/plugin"
@@ -47,6 +48,13 @@ type run struct {
 	// rereadEffects: indeterminate is to be read again before the next
 	// step (an attempt ended since first read it).
 	rereadEffects bool
+	// delegated: a step of this run delegated a child (task.delegate), so
+	// the task may have to wait for it; children are what its steps are
+	// told of its children, read at the run's first step and after a step
+	// that delegated.
+	delegated    atomic.Bool
+	children     []plugin.ChildTask
+	childrenRead bool
 }
 
 func (ru *run) log(msg string, args ...any) {
@@ -320,6 +328,10 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		}
 	}
 	req := ru.request(att)
+	if !ru.childrenRead || ru.delegated.Load() {
+		ru.children, ru.childrenRead = ru.childResults(ru.ctx), true
+	}
+	req.Children = ru.children
 	// Not a deadline: waiting for an approval moves the moment the budget
 	// runs out, and a gRPC deadline would carry the first one to the
 	// executor.
@@ -371,6 +383,16 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		// attempt is interrupted and its effects settled like a crash's.
 		v = storeVerdict(err)
 	}
+	if v.attempt == store.AttemptCompleted && v.taskTo == "" && ru.delegated.Load() {
+		// A step that ends with a child still live ends the run: the task
+		// waits, blocked, without a slot, until its children have ended.
+		live, err := r.hasLiveChildren(context.WithoutCancel(ru.ctx), ru.principal, ru.id)
+		if err != nil {
+			r.log.Warn("children not read; the task goes on and waits at its next step", "task", ru.id, "error", err)
+		} else if live {
+			v.taskTo, v.reason = store.StatusBlocked, store.ReasonWaitingChildren
+		}
+	}
 	v.usage, v.calls = ts.stepUsage()
 	r.set.Observer.StepFinished(ru.task.Executor, string(v.attempt), time.Since(began))
 	return ru.finish(v, att)
@@ -380,7 +402,8 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 // was cancelled.
 func (ru *run) endForCause(cause error) {
 	switch {
-	case errors.Is(cause, errUserCancelled), errors.Is(cause, errPaused), errors.Is(cause, errApprovalRejected), errors.Is(cause, errApprovalExpired):
+	case errors.Is(cause, errUserCancelled), errors.Is(cause, errPaused), errors.Is(cause, errApprovalRejected), errors.Is(cause, errApprovalExpired),
+		errors.Is(cause, errChildFailed):
 		// The task's end was committed before the context was cancelled.
 	case errors.Is(cause, errFenced):
 		// Another run holds the task: nothing here is ours to record.

@@ -40,6 +40,9 @@ type Settings struct {
 	// a create or resume beyond MaxConcurrent waits in the queue, and one
 	// beyond MaxQueued is refused (store.QueueFullError).
 	MaxQueued int
+	// MaxSubagents and MaxTreeDepth bound a task tree ([tasks]
+	// max_subagents, max_tree_depth; tree.go).
+	MaxSubagents, MaxTreeDepth int
 	// Solo is a foreground host (taskhost run): a create or resume starts
 	// at once, whatever is queued, and the host starts nothing from the
 	// queue (a daemon's queue is the daemon's to run).
@@ -77,6 +80,8 @@ func DefaultSettings() Settings {
 	return Settings{
 		MaxConcurrent:      2,
 		MaxQueued:          32,
+		MaxSubagents:       8,
+		MaxTreeDepth:       2,
 		DefaultExecutor:    "legacy",
 		Defaults:           Limits{Steps: 20, ToolCalls: 50, ModelCalls: 100, Depth: 1, WallSeconds: 1800},
 		Caps:               Limits{Steps: 200, ToolCalls: 1000, ModelCalls: 2000, Depth: 4, WallSeconds: 86400},
@@ -137,7 +142,10 @@ type Runner struct {
 	// loop is started once (queueOnce).
 	queueMu   sync.Mutex
 	queueOnce sync.Once
-	wg        sync.WaitGroup
+	// treeMu serialises this host's settling of task trees, so that two
+	// settles do not both act on one tree's rules.
+	treeMu sync.Mutex
+	wg     sync.WaitGroup
 	// beat is what the fleet duties know of this host's heartbeats.
 	beat beatState
 	// hostBeat is the host heartbeat's write: store.HeartbeatHost, or a
@@ -158,6 +166,12 @@ func NewRunner(st *store.Store, l plugin.Launcher, key []byte, set Settings, svc
 	}
 	if set.MaxQueued <= 0 || set.MaxQueued > store.MaxQueueLimit {
 		set.MaxQueued = DefaultSettings().MaxQueued
+	}
+	if set.MaxSubagents < 1 || set.MaxSubagents > store.MaxSubagentsLimit {
+		set.MaxSubagents = DefaultSettings().MaxSubagents
+	}
+	if set.MaxTreeDepth < 1 || set.MaxTreeDepth > store.MaxTreeDepthLimit {
+		set.MaxTreeDepth = DefaultSettings().MaxTreeDepth
 	}
 	if f, d := &set.Fleet, DefaultSettings().Fleet; f.Heartbeat <= 0 || f.Lease <= 2*f.Heartbeat || f.Poll <= 0 {
 		*f = d
@@ -182,6 +196,11 @@ func (r *Runner) Recover(ctx context.Context) (store.Recovery, error) {
 		}
 	})
 	r.notify()
+	if err == nil {
+		// A blocked parent of a task the crash interrupted goes down
+		// with it, and so does the rest of its tree.
+		r.settleTrees(ctx)
+	}
 	return rec, err
 }
 
@@ -255,6 +274,9 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 	if t.Status != store.StatusInterrupted && t.Status != store.StatusPending {
 		return store.Task{}, &store.TransitionError{TaskID: id, Current: t.Status, To: store.StatusRunning}
 	}
+	if err := r.parentDown(ctx, t); err != nil {
+		return store.Task{}, err
+	}
 	// A run that just ended (a pause, a crash) may still be stopping its
 	// plugin here: the new run starts once it is gone.
 	if err := r.Wait(ctx, id); err != nil {
@@ -273,6 +295,12 @@ func (r *Runner) Resume(ctx context.Context, principal, id string) (store.Task, 
 	}
 	if t.Status == store.StatusPending {
 		return r.admitted(ctx, t)
+	}
+	if live, err := r.hasLiveChildren(ctx, principal, id); err != nil {
+		return store.Task{}, err
+	} else if live {
+		// It waits for its children again, which resume with it.
+		return r.resumeTree(ctx, principal, id)
 	}
 	if started, ok, err := r.startIfIdle(ctx, t); ok || err != nil {
 		return started, err
@@ -364,6 +392,8 @@ func (r *Runner) finished(ru *run) {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
+			// The run's end may wake, fail or stop others of its tree.
+			r.settleTrees(context.Background())
 			if len(r.dispatch(context.Background())) > 0 {
 				r.notify()
 			}
@@ -388,6 +418,8 @@ func (r *Runner) cancelFor(ctx context.Context, principal, id string, reason sto
 	if err != nil {
 		return store.Task{}, err
 	}
+	// Its subtree is cancelled with it.
+	r.settleTrees(ctx)
 	if done != nil {
 		waitDone(ctx, done)
 	}

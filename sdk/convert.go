@@ -27,6 +27,9 @@ func stepRequestFromPB(in *executorpb.StepRequest) StepRequest {
 	for _, s := range in.GetRecent() {
 		out.Recent = append(out.Recent, Summary{Step: int64(s.GetStep()), Text: s.GetSummary()})
 	}
+	for _, c := range in.GetChildren() {
+		out.Children = append(out.Children, ChildTask{TaskID: c.GetTaskId(), Status: c.GetStatus(), Reason: c.GetReason(), Result: c.GetResult()})
+	}
 	if cp := in.GetCheckpoint(); cp != nil {
 		out.Checkpoint = &Checkpoint{Schema: cp.GetSchema(), Payload: cp.GetPayload()}
 	}

@@ -140,3 +140,7 @@ func (h *stepHost) Tools(ctx context.Context) ([]ToolSpec, error) {
 	}
 	return toolSpecsFromPB(out), nil
 }
+
+func (h *stepHost) Delegate(ctx context.Context, req DelegateRequest) (string, error) {
+	return DelegateVia(ctx, h, req)
+}

@@ -104,6 +104,9 @@ type StepRequest struct {
 	// an executor estimates them (ModelResponse.Usage.PromptTokens tells
 	// how the last request counted).
 	ModelPromptTokens int64
+	// Children are the task's child tasks (Delegate), oldest first: at
+	// most 64, each result cut to 1000 characters.
+	Children []ChildTask
 }
 
 // Outcome is the kind of a step's result.
@@ -184,6 +187,13 @@ type Host interface {
 	// longer) is ErrInvalidArgument; a host older than the call answers
 	// ErrUnimplemented.
 	AbandonEffect(ctx context.Context, e Effect) error
+	// Delegate creates a child task of this task and returns its id. The
+	// child waits in the queue; when this step ends while a child has not
+	// ended, the task is blocked (waiting_children) until its children
+	// end, and its next step sees them in StepRequest.Children. The
+	// child's budgets come out of what this task has left. A refusal is a
+	// *DelegateError. It is the tool task.delegate (docs/tools.md).
+	Delegate(ctx context.Context, req DelegateRequest) (string, error)
 }
 
 // Message is one chat message.
@@ -342,4 +352,87 @@ func HostErrorKind(err error) string {
 		return "model_error"
 	}
 	return ""
+}
+
+// ChildTask is one child task as its parent's step sees it
+// (StepRequest.Children).
+type ChildTask struct {
+	TaskID string
+	Status string // pending, running, blocked, completed, failed, ...
+	Reason string
+	// Result is a completed child's result, cut to 1000 characters.
+	Result string
+}
+
+// DelegateRequest is a child task to delegate (Host.Delegate). Zero
+// budgets take the host's default share of what the parent has left.
+type DelegateRequest struct {
+	Goal string
+	// Executor is the child's executor kind; "" is the parent's.
+	Executor string
+	// Options are the child's executor options (a JSON object), merged
+	// into its spec beside the goal; nil for none.
+	Options                                         json.RawMessage
+	MaxSteps, MaxToolCalls, MaxModelCalls, MaxDepth int64
+	MaxWallSeconds                                  int64
+}
+
+// DelegateError is a delegation the host refused (outside the tree's
+// bounds, more budget than the parent has left, a bad argument): Code is
+// the typed code of docs/tools.md ("tree_limit", "invalid_argument", ...).
+type DelegateError struct {
+	Code    string
+	Message string
+}
+
+func (e *DelegateError) Error() string { return "delegate: " + e.Code + ": " + e.Message }
+
+// ToolTaskDelegate is the host tool Host.Delegate calls.
+const ToolTaskDelegate = "task.delegate"
+
+// ToolCaller is the part of a Host Delegate needs.
+type ToolCaller interface {
+	CallTool(ctx context.Context, req ToolRequest) (ToolResponse, error)
+}
+
+// DelegateVia delegates through the host's task.delegate tool, so a
+// delegation is an effect of the ledger like any tool call: budgeted,
+// approval-gated by its policy, and replayed, not repeated, when a crashed
+// step is run again.
+func DelegateVia(ctx context.Context, h ToolCaller, req DelegateRequest) (string, error) {
+	args := map[string]any{"goal": req.Goal}
+	if req.Executor != "" {
+		args["executor"] = req.Executor
+	}
+	if len(req.Options) > 0 {
+		args["options"] = req.Options
+	}
+	for k, v := range map[string]int64{"max_steps": req.MaxSteps, "max_tool_calls": req.MaxToolCalls,
+		"max_model_calls": req.MaxModelCalls, "max_depth": req.MaxDepth, "max_wall_seconds": req.MaxWallSeconds} {
+		if v != 0 {
+			args[k] = v
+		}
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return "", err
+	}
+	res, err := h.CallTool(ctx, ToolRequest{Name: ToolTaskDelegate, Arguments: string(raw)})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		TaskID string `json:"task_id"`
+		Error  struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(res.Result), &out); err != nil {
+		return "", fmt.Errorf("delegate: the host's answer is not readable: %w", err)
+	}
+	if res.IsError || out.TaskID == "" {
+		return "", &DelegateError{Code: out.Error.Code, Message: out.Error.Message}
+	}
+	return out.TaskID, nil
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // pausable are the statuses Pause moves to interrupted.
-var pausable = []Status{StatusPending, StatusRunning, StatusWaitingApproval}
+var pausable = []Status{StatusPending, StatusRunning, StatusWaitingApproval, StatusBlocked}
 
 // Pause interrupts principal's task id for reason (user_pause): a running
 // or waiting task, or one waiting in the queue, becomes interrupted, its

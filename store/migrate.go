@@ -24,6 +24,12 @@ type migration struct {
 	// fill, if set, runs after stmts in the same transaction: a back-fill
 	// that needs Go code rather than SQL.
 	fill func(ctx context.Context, tx *sql.Tx) error
+	// rebuildsTables: the migration drops and re-creates a table other
+	// tables reference, which SQLite allows only with foreign keys off
+	// on the connection (they cannot be switched inside a transaction);
+	// the whole change is still one transaction, checked with
+	// foreign_key_check before it commits.
+	rebuildsTables bool
 }
 
 // migrations is the whole schema history, oldest first.
@@ -184,6 +190,7 @@ var migrations = []migration{
 	}},
 	{version: 8, name: "queue", stmts: queueMigration("INTEGER")},
 	{version: 9, name: "model usage", stmts: []string{qCreateUsage}},
+	{version: 10, name: "task trees", stmts: treeMigration("INTEGER"), fill: rebuildTasksStatus, rebuildsTables: true},
 }
 
 // qCreateUsage is the model_usage table (usage.go), in the text of either
@@ -242,9 +249,26 @@ func applyMigrations(ctx context.Context, db *sql.DB, list []migration, target i
 }
 
 func applyMigration(ctx context.Context, db *sql.DB, m migration) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+	var tx *sql.Tx
+	if m.rebuildsTables {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+			return err
+		}
+		// The pool's connections keep foreign keys on.
+		defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA foreign_keys = ON`) //nolint:errcheck // a failure closes the connection below
+		if tx, err = conn.BeginTx(ctx, nil); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if tx, err = db.BeginTx(ctx, nil); err != nil {
+			return err
+		}
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var cur int
@@ -264,6 +288,11 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration) error {
 	}
 	if m.fill != nil {
 		if err := m.fill(ctx, tx); err != nil {
+			return err
+		}
+	}
+	if m.rebuildsTables {
+		if err := foreignKeysHold(ctx, tx); err != nil {
 			return err
 		}
 	}

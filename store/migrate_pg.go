@@ -148,6 +148,10 @@ var pgMigrations = []migration{
 	{version: 5, name: "queue", stmts: queueMigration("BIGINT")},
 	// SQLite's v9: the model calls' usage by attempt (usage.go).
 	{version: 6, name: "model usage", stmts: []string{qCreateUsage}},
+	{version: 7, name: "task trees", stmts: append([]string{
+		`ALTER TABLE tasks DROP CONSTRAINT tasks_status_check`,
+		`ALTER TABLE tasks ADD CONSTRAINT tasks_status_check CHECK (status IN (` + taskStatusList + `))`,
+	}, treeMigration("BIGINT")...)},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

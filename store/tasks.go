@@ -364,7 +364,7 @@ func (s *Store) settleApprovals(ctx context.Context, tx *txn, t Task) error {
 }
 
 // cancellable are the statuses Cancel moves to cancelled.
-var cancellable = []Status{StatusPending, StatusRunning, StatusWaitingApproval, StatusInterrupted}
+var cancellable = []Status{StatusPending, StatusRunning, StatusWaitingApproval, StatusInterrupted, StatusBlocked}
 
 // Cancel moves any non-terminal task to cancelled (user_cancelled) with its
 // events. Cancelling a cancelled task returns it with a nil error and writes

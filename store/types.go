@@ -16,6 +16,9 @@ const (
 	StatusFailed          Status = "failed"
 	StatusCancelled       Status = "cancelled"
 	StatusInterrupted     Status = "interrupted"
+	// StatusBlocked: a parent task waits for its child tasks (reason
+	// waiting_children) and holds no run and no concurrency slot.
+	StatusBlocked Status = "blocked"
 )
 
 // Terminal reports whether no transition leaves s.
@@ -27,14 +30,19 @@ func (s Status) Terminal() bool {
 // from. It is the whole state machine of DESIGN §2.
 var legalFrom = map[Status][]Status{
 	// A resume beyond the host's free slots queues the task again.
-	StatusPending:         {StatusInterrupted},
+	// A woken parent (its children all completed) queues too.
+	StatusPending:         {StatusInterrupted, StatusBlocked},
 	StatusRunning:         {StatusPending, StatusWaitingApproval, StatusInterrupted},
 	StatusWaitingApproval: {StatusRunning},
 	StatusCompleted:       {StatusRunning},
-	StatusFailed:          {StatusRunning, StatusWaitingApproval},
-	StatusCancelled:       {StatusPending, StatusRunning, StatusWaitingApproval, StatusInterrupted},
+	// A blocked parent fails when a child fails (child_failed).
+	StatusFailed:    {StatusRunning, StatusWaitingApproval, StatusBlocked},
+	StatusCancelled: {StatusPending, StatusRunning, StatusWaitingApproval, StatusInterrupted, StatusBlocked},
 	// A pause takes a queued task out of the queue.
-	StatusInterrupted: {StatusRunning, StatusWaitingApproval, StatusPending},
+	StatusInterrupted: {StatusRunning, StatusWaitingApproval, StatusPending, StatusBlocked},
+	// A parent ends its step with children still live, or is resumed
+	// while they are.
+	StatusBlocked: {StatusRunning, StatusInterrupted},
 }
 
 // Legal reports whether from → to is a transition of the state machine.
@@ -101,6 +109,16 @@ const (
 	// and may be resumed once the server's context or the setting is
 	// fixed.
 	ReasonModelContextExceeded Reason = "model_context_exceeded"
+	// ReasonWaitingChildren: the task is blocked until its child tasks
+	// (task.delegate) have ended.
+	ReasonWaitingChildren Reason = "waiting_children"
+	// ReasonChildFailed: a child task failed, was cancelled or was
+	// interrupted (other than with its whole tree) while its parent
+	// waited: the parent fails.
+	ReasonChildFailed Reason = "child_failed"
+	// ReasonParentEnded: the task's parent ended (failed, was cancelled,
+	// or completed) while the task was live: the task is cancelled.
+	ReasonParentEnded Reason = "parent_ended"
 )
 
 var reasons = map[Reason]bool{
@@ -113,6 +131,7 @@ var reasons = map[Reason]bool{
 	ReasonNoProgress: true, ReasonStoreError: true, ReasonModelUnavailable: true, ReasonModelAuth: true,
 	ReasonHostLost: true, ReasonRunLost: true, ReasonUserPause: true, ReasonUserStopAll: true,
 	ReasonModelBadReply: true, ReasonModelContextExceeded: true,
+	ReasonWaitingChildren: true, ReasonChildFailed: true, ReasonParentEnded: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.
@@ -212,6 +231,13 @@ type Task struct {
 	// CheckpointAttempt is the attempt that wrote Checkpoint, 0 when none:
 	// the host refuses an envelope sealed at any other attempt.
 	CheckpointAttempt int64
+
+	// ParentID is the task that delegated this one, "" for a root;
+	// RootID is its tree's root ("" for a root); TreeDepth is 0 for a
+	// root and the parent's + 1 for a child, computed by the store.
+	ParentID  string
+	RootID    string
+	TreeDepth int64
 }
 
 // AttemptStatus is the state of one step attempt.

@@ -31,7 +31,7 @@ func checkReason(r Reason) error {
 func (s Status) valid() bool {
 	switch s {
 	case StatusPending, StatusRunning, StatusWaitingApproval, StatusCompleted,
-		StatusFailed, StatusCancelled, StatusInterrupted:
+		StatusFailed, StatusCancelled, StatusInterrupted, StatusBlocked:
 		return true
 	}
 	return false

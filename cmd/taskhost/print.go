@@ -92,6 +92,11 @@ type taskView struct {
 	QueuePosition int64 `json:"queue_position,omitempty"`
 	// ModelUsage is what the task's model calls cost: `task status` only.
 	ModelUsage *usageView `json:"model_usage,omitempty"`
+	// The task's place in a task tree: its parent and root ("" for a
+	// root) and its depth below the root.
+	ParentID  string `json:"parent_task_id,omitempty"`
+	RootID    string `json:"root_task_id,omitempty"`
+	TreeDepth int64  `json:"tree_depth,omitempty"`
 }
 
 type meterV struct {
@@ -110,6 +115,7 @@ func taskJSON(t store.Task) taskView {
 			"wall_ms": {b.WallMillis.Used, b.WallMillis.Limit},
 		},
 		Created: t.CreatedAt.UTC().Format(time.RFC3339Nano), Updated: t.UpdatedAt.UTC().Format(time.RFC3339Nano),
+		ParentID: t.ParentID, RootID: t.RootID, TreeDepth: t.TreeDepth,
 	}
 	if len(t.Result) > 0 {
 		if json.Valid(t.Result) {

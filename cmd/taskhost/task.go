@@ -286,6 +286,11 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	writeUnsettled(e.stdout, t.ID, resp.UnsettledEffects)
+	tree := make([]store.Task, 0, len(resp.Tree))
+	for _, n := range resp.Tree {
+		tree = append(tree, taskFromPB(n))
+	}
+	writeTree(e.stdout, t.ID, tree)
 	if t.Status == store.StatusInterrupted {
 		fmt.Fprintf(e.stdout, "\nresume it with: taskhost task resume %s\n", t.ID)
 	}
@@ -303,8 +308,12 @@ func taskStatusJSON(resp *apipb.GetTaskResponse) map[string]any {
 	tv := taskJSON(taskFromPB(resp.Task))
 	tv.Host = resp.Task.GetLeaseHost()
 	tv.ModelUsage = usageJSON(usageFromPB(resp.Task.GetModelUsage()))
+	tree := make([]taskView, 0, len(resp.Tree))
+	for _, n := range resp.Tree {
+		tree = append(tree, taskJSON(taskFromPB(n)))
+	}
 	return map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted,
-		"unsettled_effects": effectsJSON(resp.UnsettledEffects)}
+		"unsettled_effects": effectsJSON(resp.UnsettledEffects), "tree": tree}
 }
 
 // The one-task acts, as `task cancel|resume|pause ID` and `taskhost mcp`

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"github.com/taskhost/taskhost/host/tools"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -39,6 +41,7 @@ func taskFromPB(t *apipb.Task) store.Task {
 			Depth: budgetFromPB(b.GetDepth()), WallMillis: budgetFromPB(b.GetWallMs()),
 		},
 		Result: t.GetResult(), CreatedAt: fromNanos(t.GetCreatedUnixNano()), UpdatedAt: fromNanos(t.GetUpdatedUnixNano()),
+		ParentID: t.GetParentTaskId(), RootID: t.GetRootTaskId(), TreeDepth: t.GetTreeDepth(),
 	}
 }
 
@@ -283,6 +286,10 @@ func queuedStatus(t store.Task, queue map[string]int64) string {
 }
 
 func writeTaskTable(w io.Writer, tasks []store.Task, queue map[string]int64) {
+	if slices.ContainsFunc(tasks, func(t store.Task) bool { return t.ParentID != "" }) {
+		writeTreeTaskTable(w, tasks, queue)
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
 	for _, t := range tasks {
@@ -290,4 +297,50 @@ func writeTaskTable(w io.Writer, tasks []store.Task, queue map[string]int64) {
 			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()
+}
+
+// writeTreeTaskTable is the task table of a listing with delegated tasks:
+// a PARENT column ("-" for a root) and a CHILDREN count among the listed.
+func writeTreeTaskTable(w io.Writer, tasks []store.Task, queue map[string]int64) {
+	kids := map[string]int{}
+	for _, t := range tasks {
+		if t.ParentID != "" {
+			kids[t.ParentID]++
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPARENT\tCHILDREN\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
+	for _, t := range tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, cmp.Or(t.ParentID, "-"), kids[t.ID], t.Executor, queuedStatus(t, queue), t.Reason, t.RunID,
+			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
+	}
+	tw.Flush()
+}
+
+// writeTree prints a task's tree, one task a line, indented by depth,
+// the shown task marked.
+func writeTree(w io.Writer, shown string, tree []store.Task) {
+	if len(tree) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\ntree:")
+	var walk func(parent string)
+	walk = func(parent string) {
+		for _, t := range tree {
+			if t.ParentID != parent {
+				continue
+			}
+			mark := ""
+			if t.ID == shown {
+				mark = "  <- this task"
+			}
+			reason := ""
+			if t.Reason != "" {
+				reason = " (" + string(t.Reason) + ")"
+			}
+			fmt.Fprintf(w, "  %s%s %s%s%s\n", strings.Repeat("  ", int(t.TreeDepth)), t.ID, t.Status, reason, mark)
+			walk(t.ID)
+		}
+	}
+	walk("")
 }

@@ -60,6 +60,7 @@ func taskPB(t store.Task, full bool) *apipb.Task {
 			Depth: meter(b.Depth), WallMs: meter(b.WallMillis),
 		},
 		CreatedUnixNano: nanos(t.CreatedAt), UpdatedUnixNano: nanos(t.UpdatedAt),
+		ParentTaskId: t.ParentID, RootTaskId: t.RootID, TreeDepth: t.TreeDepth,
 	}
 	if full {
 		v.Spec, v.Result = t.Spec, t.Result
@@ -73,6 +74,11 @@ func attemptPB(a store.Attempt) *apipb.Attempt {
 		Reason: string(a.Reason), Message: a.Message, StartedUnixNano: nanos(a.StartedAt), EndedUnixNano: nanos(a.EndedAt),
 		ExitCode: int32(a.ExitCode), ExitSignal: a.ExitSignal, StderrTail: a.StderrTail,
 	}
+}
+
+// trees is a Tasks that also reads task trees.
+type trees interface {
+	Tree(ctx context.Context, principal, id string) ([]store.Task, error)
 }
 
 // modelUsages is a Tasks that also accounts its tasks' model calls.

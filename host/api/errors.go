@@ -26,14 +26,17 @@ const (
 	ReasonExecutorUnavailable = "EXECUTOR_UNAVAILABLE"
 	ReasonBusy                = "BUSY"
 	ReasonQueueFull           = "QUEUE_FULL"
-	ReasonTasksDisabled       = "TASKS_DISABLED"
-	ReasonWatchLimit          = "WATCH_LIMIT"
-	ReasonUnknownPeer         = "UNKNOWN_PEER"
-	ReasonBadToken            = "BAD_TOKEN"
-	ReasonThrottled           = "THROTTLED"
-	ReasonRunningQuota        = "RUNNING_QUOTA"
-	ReasonInternal            = "INTERNAL"
-	ReasonShuttingDown        = "SHUTTING_DOWN"
+	// ReasonParentDown: a child task's resume while its parent is
+	// interrupted or has ended.
+	ReasonParentDown    = "PARENT_DOWN"
+	ReasonTasksDisabled = "TASKS_DISABLED"
+	ReasonWatchLimit    = "WATCH_LIMIT"
+	ReasonUnknownPeer   = "UNKNOWN_PEER"
+	ReasonBadToken      = "BAD_TOKEN"
+	ReasonThrottled     = "THROTTLED"
+	ReasonRunningQuota  = "RUNNING_QUOTA"
+	ReasonInternal      = "INTERNAL"
+	ReasonShuttingDown  = "SHUTTING_DOWN"
 )
 
 // statusError is a status with an ErrorInfo naming reason.
@@ -105,6 +108,8 @@ func (s *Server) toStatus(ctx context.Context, err error, what, id string) error
 		return notFound(what, id)
 	case errors.As(err, &ae):
 		return statusError(codes.FailedPrecondition, ReasonApprovalResolved, ae.Error())
+	case errors.Is(err, store.ErrParentDown):
+		return statusError(codes.FailedPrecondition, ReasonParentDown, err.Error())
 	case errors.As(err, &te):
 		msg := te.Error()
 		switch {

@@ -85,6 +85,17 @@ func (ts *taskService) GetTask(ctx context.Context, req *apipb.GetTaskRequest) (
 		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
 	}
 	resp := &apipb.GetTaskResponse{Task: taskPB(t, true)}
+	if tr, ok := ts.s.opts.Tasks.(trees); ok {
+		tree, err := tr.Tree(ctx, p, req.TaskId)
+		if err != nil {
+			return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
+		}
+		if len(tree) > 1 {
+			for _, n := range tree {
+				resp.Tree = append(resp.Tree, taskPB(n, false))
+			}
+		}
+	}
 	if err := ts.s.withQueuePositions(ctx, resp.Task); err != nil {
 		return nil, err
 	}

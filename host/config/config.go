@@ -88,6 +88,13 @@ type Tasks struct {
 	// MaxQueued bounds the pending tasks waiting for a slot, FIFO: 1..1024,
 	// default 32; beyond it a create or resume is refused (QUEUE_FULL).
 	MaxQueued int `toml:"max_queued"`
+	// MaxSubagents bounds the tasks delegated under one root task over
+	// its life (task.delegate): 1..64, default 8 (Zara's max_subagents).
+	MaxSubagents int `toml:"max_subagents"`
+	// MaxTreeDepth bounds how many levels of children a root may have:
+	// 1..8, default 2 (Zara's max_depth; [tasks] max_depth is the depth
+	// budget of a task's recursive model calls).
+	MaxTreeDepth int `toml:"max_tree_depth"`
 	// MaxRunningPerPrincipal bounds one principal's pending, running and
 	// waiting tasks: 0..MaxConcurrent, default 0 (no bound of its own).
 	MaxRunningPerPrincipal int `toml:"max_running_per_principal"`
@@ -194,6 +201,8 @@ func Default() Config {
 			Executor:           ExecutorLegacy,
 			MaxConcurrent:      2,
 			MaxQueued:          32,
+			MaxSubagents:       8,
+			MaxTreeDepth:       2,
 			MaxSteps:           20,
 			MaxStepsCap:        200,
 			MaxToolCalls:       50,

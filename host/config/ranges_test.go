@@ -19,6 +19,8 @@ var intKeys = []struct {
 }{
 	{key: "tasks.max_concurrent", def: 2, min: 1, max: MaxConcurrentCap},
 	{key: "tasks.max_queued", def: 32, min: 1, max: 1024},
+	{key: "tasks.max_subagents", def: 8, min: 1, max: 64},
+	{key: "tasks.max_tree_depth", def: 2, min: 1, max: 8},
 	{key: "tasks.max_running_per_principal", def: 0, min: 0, max: 2},
 	{key: "api.max_connections", def: 64, min: 1, max: 4096},
 	{key: "api.first_request_timeout_seconds", def: 5, min: 1, max: 60},

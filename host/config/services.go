@@ -188,6 +188,14 @@ func defaultTools() map[string]Tool {
 			MaxProcesses: 256, MaxMemoryMB: 4096, MaxCPUSeconds: 300, MaxFileMB: 256,
 			CommandMemoryMB: 1024, CommandCPUPercent: 100},
 		"time.sleep": {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 60},
+		// The task tools act on the calling task's own subtree only.
+		"task.delegate": {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"task.create":   {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"task.list":     {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"task.status":   {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"task.cancel":   {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"task.pause":    {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
+		"task.resume":   {Enabled: true, Approval: ApprovalNever, TimeoutSeconds: 10},
 	}
 }
 

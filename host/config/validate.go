@@ -63,6 +63,8 @@ func (t Tasks) validate(ps *problems) {
 	ps.intRange("tasks.max_concurrent", t.MaxConcurrent, 1, MaxConcurrentCap)
 	ps.intRange("tasks.max_queued", t.MaxQueued, 1, 1024)
 	ps.intRange("tasks.prestart", t.Prestart, 0, MaxPrestart)
+	ps.intRange("tasks.max_subagents", t.MaxSubagents, 1, 64)
+	ps.intRange("tasks.max_tree_depth", t.MaxTreeDepth, 1, 8)
 	if hi := min(max(t.MaxConcurrent, 0), MaxConcurrentCap); t.MaxRunningPerPrincipal < 0 || t.MaxRunningPerPrincipal > hi {
 		ps.add("tasks.max_running_per_principal",
 			"tasks.max_running_per_principal = %d: must be between 0 and %d (tasks.max_concurrent); 0 means no bound of its own",

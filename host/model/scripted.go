@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -67,6 +68,7 @@ func (p *scripted) Complete(ctx context.Context, req Request) (Response, error) 
 			msg.ToolCalls = make([]ToolCall, len(r.calls))
 			for j, c := range r.calls {
 				c.ID = "call_" + strconv.Itoa(v.priorCalls+j+1)
+				c.Arguments = fromToolResult(c.Arguments, req.Messages)
 				msg.ToolCalls[j] = c
 			}
 		}
@@ -77,6 +79,46 @@ func (p *scripted) Complete(ctx context.Context, req Request) (Response, error) 
 		Message: fmt.Sprintf("no rule of script %s matched the last message (role %q, depth %d): %q",
 			p.s.name, v.last.Role, req.Depth, excerpt(v.last.Content, maxNoMatchExcerpt)),
 	}
+}
+
+// toolResultRef marks an argument value taken from the last tool result:
+// "$tool_result.FIELD" is replaced by that result's top-level string
+// field FIELD (a task id a tool returned, say), so that a deterministic
+// script can act on what a tool answered.
+const toolResultRef = "$tool_result."
+
+// fromToolResult replaces every argument whose value is toolResultRef +
+// FIELD with FIELD of the last tool result in msgs, when that result is
+// a JSON object holding FIELD as a string; otherwise the value stays.
+func fromToolResult(args string, msgs []Message) string {
+	if !strings.Contains(args, toolResultRef) {
+		return args
+	}
+	var last map[string]any
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == RoleTool {
+			if json.Unmarshal([]byte(msgs[i].Content), &last) != nil {
+				return args
+			}
+			break
+		}
+	}
+	var in map[string]any
+	if json.Unmarshal([]byte(args), &in) != nil {
+		return args
+	}
+	for k, v := range in {
+		if ref, ok := v.(string); ok && strings.HasPrefix(ref, toolResultRef) {
+			if got, ok := last[strings.TrimPrefix(ref, toolResultRef)].(string); ok {
+				in[k] = got
+			}
+		}
+	}
+	out, err := json.Marshal(in)
+	if err != nil {
+		return args
+	}
+	return string(out)
 }
 
 // view is what rules look at, computed once per request.

@@ -280,3 +280,23 @@ func TestScriptedConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// An argument "$tool_result.FIELD" takes FIELD of the last tool result; a
+// missing field or a result that is not an object leaves it as written.
+func TestScriptedArgumentFromToolResult(t *testing.T) {
+	cases := []struct {
+		name, last, want string
+	}{
+		{"field", `{"task_id":"t_abc","status":"pending"}`, `{"other":"x","task_id":"t_abc"}`},
+		{"missing field", `{"status":"pending"}`, `{"other":"x","task_id":"$tool_result.task_id"}`},
+		{"not json", `error: refused`, `{"task_id":"$tool_result.task_id","other":"x"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			msgs := []Message{{Role: RoleUser, Content: "go"}, {Role: RoleTool, Content: tc.last}}
+			if got := fromToolResult(`{"task_id":"$tool_result.task_id","other":"x"}`, msgs); got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -402,6 +402,9 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 	for _, s := range req.Recent {
 		preq.Recent = append(preq.Recent, &pb.StepSummary{Step: uint32(s.Step), Summary: s.Summary})
 	}
+	for _, ch := range req.Children {
+		preq.Children = append(preq.Children, &pb.ChildTask{TaskId: ch.TaskID, Status: ch.Status, Reason: ch.Reason, Result: ch.Result})
+	}
 	for _, e := range req.Indeterminate {
 		preq.Indeterminate = append(preq.Indeterminate, &pb.Effect{
 			Attempt: uint32(e.Attempt), Seq: uint32(e.Seq), Kind: e.Kind, Fingerprint: e.Fingerprint,

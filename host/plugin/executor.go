@@ -58,6 +58,15 @@ type StepRequest struct {
 	// ModelPromptTokens is the most prompt tokens a model request may hold
 	// (context_tokens less max_tokens); 0 when unknown.
 	ModelPromptTokens int64
+	// Children are the task's child tasks, oldest first (bounded by the
+	// host: 64, each result cut to 1000 characters).
+	Children []ChildTask
+}
+
+// ChildTask is one child task as its parent's step sees it.
+type ChildTask struct {
+	TaskID, Status, Reason string
+	Result                 string // completed children's result, cut
 }
 
 // Effect is a ledger entry as an executor sees it: digests and a redacted

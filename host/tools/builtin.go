@@ -28,6 +28,10 @@ type builtin struct {
 // builtins returns the built-in tools. It builds them on each call so the
 // package holds no mutable state.
 func builtins() []builtin {
+	return append(fileAndShellBuiltins(), taskBuiltins()...)
+}
+
+func fileAndShellBuiltins() []builtin {
 	return []builtin{
 		{
 			spec: Spec{

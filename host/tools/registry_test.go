@@ -25,7 +25,7 @@ func TestNewRegistryDefaults(t *testing.T) {
 	for _, s := range r.Specs() {
 		names = append(names, s.Name)
 	}
-	want := []string{ToolShellRun, ToolTimeSleep, ToolWorkspaceList, ToolWorkspaceRead, ToolWorkspaceWrite}
+	want := []string{ToolShellRun, ToolTaskCancel, ToolTaskCreate, ToolTaskDelegate, ToolTaskList, ToolTaskPause, ToolTaskResume, ToolTaskStatus, ToolTimeSleep, ToolWorkspaceList, ToolWorkspaceRead, ToolWorkspaceWrite}
 	if !slices.Equal(names, want) {
 		t.Fatalf("Specs names = %v, want %v", names, want)
 	}

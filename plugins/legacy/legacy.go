@@ -238,8 +238,12 @@ func step(ctx context.Context, host sdk.Host, req sdk.StepRequest, stats *turnSt
 	done := completedSteps(st, req.Recent)
 	history := []sdk.Message{
 		{Role: "system", Content: truncateRunes(taskContext(req.TaskID, sp.Goal, req.Recent, done), stepLogChars(req))},
-		{Role: "user", Content: userPrompt(req.TaskID, done+1, req.Limits.Steps)},
 	}
+	if len(req.Children) > 0 {
+		// Not in Zara's context, which is kept exact: a message of its own.
+		history = append(history, sdk.Message{Role: "system", Content: childrenContext(req.Children)})
+	}
+	history = append(history, sdk.Message{Role: "user", Content: userPrompt(req.TaskID, done+1, req.Limits.Steps)})
 	t := &turn{host: host, taskID: req.TaskID, attempt: req.Attempt, maxRounds: sp.Legacy.MaxRounds, tools: tools, stats: stats,
 		fit: newFitter(req.ModelPromptTokens)}
 	reply, err := t.run(ctx, history)

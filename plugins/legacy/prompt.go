@@ -64,6 +64,27 @@ func taskContext(taskID, goal string, recent []sdk.Summary, done int) string {
 	return truncateRunes(strings.Join(lines, "\n"), maxContextRunes)
 }
 
+// maxChildrenRunes bounds the message that lists a task's children.
+const maxChildrenRunes = 8000
+
+// childrenContext lists a task's child tasks (task.delegate) for its
+// step: one line each, with a completed child's result (the host cuts
+// each to 1000 characters), the whole cut to maxChildrenRunes.
+func childrenContext(children []sdk.ChildTask) string {
+	lines := []string{"Child tasks you delegated:"}
+	for _, c := range children {
+		line := "- " + c.TaskID + ": " + c.Status
+		if c.Reason != "" {
+			line += " (" + c.Reason + ")"
+		}
+		if c.Result != "" {
+			line += ": " + c.Result
+		}
+		lines = append(lines, line)
+	}
+	return truncateRunes(strings.Join(lines, "\n"), maxChildrenRunes)
+}
+
 // userPrompt is Zara's _step_prompt, word for word. n is the number of
 // completed steps + 1, max the task's step limit.
 func userPrompt(taskID string, n int, max int64) string {

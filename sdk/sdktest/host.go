@@ -295,3 +295,9 @@ func Replies(msgs ...sdk.Message) func(context.Context, sdk.ModelRequest) (sdk.M
 func ListTools(specs ...sdk.ToolSpec) func(context.Context) ([]sdk.ToolSpec, error) {
 	return func(context.Context) ([]sdk.ToolSpec, error) { return slices.Clone(specs), nil }
 }
+
+// Delegate calls the tool task.delegate through CallTool, as the SDK's
+// host does.
+func (h *Host) Delegate(ctx context.Context, req sdk.DelegateRequest) (string, error) {
+	return sdk.DelegateVia(ctx, h, req)
+}

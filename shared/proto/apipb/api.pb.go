@@ -197,8 +197,8 @@ type Task struct {
 	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Principal string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
 	Executor  string                 `protobuf:"bytes,3,opt,name=executor,proto3" json:"executor,omitempty"`
-	// pending | running | waiting_approval | completed | failed | cancelled |
-	// interrupted
+	// pending | running | waiting_approval | blocked | completed | failed |
+	// cancelled | interrupted
 	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
 	// A reason code of DESIGN.md §2, or "" when none.
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -221,7 +221,12 @@ type Task struct {
 	QueuePosition int64 `protobuf:"varint,14,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
 	// What the task's model calls cost, summed over its runs; set by GetTask
 	// only.
-	ModelUsage    *ModelUsage `protobuf:"bytes,15,opt,name=model_usage,json=modelUsage,proto3" json:"model_usage,omitempty"`
+	ModelUsage *ModelUsage `protobuf:"bytes,15,opt,name=model_usage,json=modelUsage,proto3" json:"model_usage,omitempty"`
+	// The task that delegated this one (task.delegate), "" for a root; its
+	// tree's root ("" for a root); its depth below the root (0 for a root).
+	ParentTaskId  string `protobuf:"bytes,20,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	RootTaskId    string `protobuf:"bytes,21,opt,name=root_task_id,json=rootTaskId,proto3" json:"root_task_id,omitempty"`
+	TreeDepth     int64  `protobuf:"varint,22,opt,name=tree_depth,json=treeDepth,proto3" json:"tree_depth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -359,6 +364,27 @@ func (x *Task) GetModelUsage() *ModelUsage {
 		return x.ModelUsage
 	}
 	return nil
+}
+
+func (x *Task) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *Task) GetRootTaskId() string {
+	if x != nil {
+		return x.RootTaskId
+	}
+	return ""
+}
+
+func (x *Task) GetTreeDepth() int64 {
+	if x != nil {
+		return x.TreeDepth
+	}
+	return 0
 }
 
 // ModelUsage is what model calls cost: those that returned a reply, their
@@ -970,8 +996,12 @@ type GetTaskResponse struct {
 	// The task's effects that were unsettled, resolved or not, newest
 	// first (at most 100).
 	UnsettledEffects []*UnsettledEffect `protobuf:"bytes,20,rep,name=unsettled_effects,json=unsettledEffects,proto3" json:"unsettled_effects,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The task's tree (its root and every task delegated under it, at most
+	// 65, in creation order, without spec or result) when it has one; empty
+	// for a task that neither delegated nor was delegated.
+	Tree          []*Task `protobuf:"bytes,21,rep,name=tree,proto3" json:"tree,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetTaskResponse) Reset() {
@@ -1028,6 +1058,13 @@ func (x *GetTaskResponse) GetAttemptsOmitted() int64 {
 func (x *GetTaskResponse) GetUnsettledEffects() []*UnsettledEffect {
 	if x != nil {
 		return x.UnsettledEffects
+	}
+	return nil
+}
+
+func (x *GetTaskResponse) GetTree() []*Task {
+	if x != nil {
+		return x.Tree
 	}
 	return nil
 }
@@ -3413,7 +3450,7 @@ const file_api_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x03 \x01(\v2\x16.taskhost.api.v1.MeterR\n" +
 	"modelCalls\x12,\n" +
 	"\x05depth\x18\x04 \x01(\v2\x16.taskhost.api.v1.MeterR\x05depth\x12/\n" +
-	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\xed\x03\n" +
+	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\xd4\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1a\n" +
@@ -3432,7 +3469,12 @@ const file_api_proto_rawDesc = "" +
 	"lease_host\x18\r \x01(\tR\tleaseHost\x12%\n" +
 	"\x0equeue_position\x18\x0e \x01(\x03R\rqueuePosition\x12<\n" +
 	"\vmodel_usage\x18\x0f \x01(\v2\x1b.taskhost.api.v1.ModelUsageR\n" +
-	"modelUsage\"\x95\x01\n" +
+	"modelUsage\x12$\n" +
+	"\x0eparent_task_id\x18\x14 \x01(\tR\fparentTaskId\x12 \n" +
+	"\froot_task_id\x18\x15 \x01(\tR\n" +
+	"rootTaskId\x12\x1d\n" +
+	"\n" +
+	"tree_depth\x18\x16 \x01(\x03R\ttreeDepth\"\x95\x01\n" +
 	"\n" +
 	"ModelUsage\x12\x14\n" +
 	"\x05calls\x18\x01 \x01(\x03R\x05calls\x12#\n" +
@@ -3483,12 +3525,13 @@ const file_api_proto_rawDesc = "" +
 	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\"P\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
-	"\x0eattempts_limit\x18\x02 \x01(\x05R\rattemptsLimit\"\xec\x01\n" +
+	"\x0eattempts_limit\x18\x02 \x01(\x05R\rattemptsLimit\"\x97\x02\n" +
 	"\x0fGetTaskResponse\x12)\n" +
 	"\x04task\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskR\x04task\x124\n" +
 	"\battempts\x18\x02 \x03(\v2\x18.taskhost.api.v1.AttemptR\battempts\x12)\n" +
 	"\x10attempts_omitted\x18\x03 \x01(\x03R\x0fattemptsOmitted\x12M\n" +
-	"\x11unsettled_effects\x18\x14 \x03(\v2 .taskhost.api.v1.UnsettledEffectR\x10unsettledEffects\"\xd0\x01\n" +
+	"\x11unsettled_effects\x18\x14 \x03(\v2 .taskhost.api.v1.UnsettledEffectR\x10unsettledEffects\x12)\n" +
+	"\x04tree\x18\x15 \x03(\v2\x15.taskhost.api.v1.TaskR\x04tree\"\xd0\x01\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x03(\tR\x06status\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -3764,66 +3807,67 @@ var file_api_proto_depIdxs = []int32{
 	2,  // 11: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
 	4,  // 12: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
 	47, // 13: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
-	2,  // 14: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
-	15, // 15: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
-	2,  // 16: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 17: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 18: taskhost.api.v1.PauseTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 19: taskhost.api.v1.ControlTasksResponse.tasks:type_name -> taskhost.api.v1.Task
-	28, // 20: taskhost.api.v1.ControlTasksResponse.failures:type_name -> taskhost.api.v1.ControlFailure
-	2,  // 21: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
-	5,  // 22: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
-	2,  // 23: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
-	32, // 24: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
-	32, // 25: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	50, // 26: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
-	40, // 27: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
-	42, // 28: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
-	46, // 29: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
-	47, // 30: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
-	7,  // 31: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
-	10, // 32: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
-	12, // 33: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
-	21, // 34: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
-	23, // 35: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
-	25, // 36: taskhost.api.v1.TaskService.PauseTask:input_type -> taskhost.api.v1.PauseTaskRequest
-	27, // 37: taskhost.api.v1.TaskService.ControlTasks:input_type -> taskhost.api.v1.ControlTasksRequest
-	30, // 38: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
-	14, // 39: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
-	17, // 40: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
-	19, // 41: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
-	48, // 42: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
-	33, // 43: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
-	35, // 44: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	35, // 45: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	37, // 46: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
-	39, // 47: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	43, // 48: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
-	44, // 49: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
-	9,  // 50: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	11, // 51: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	13, // 52: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	22, // 53: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	24, // 54: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	26, // 55: taskhost.api.v1.TaskService.PauseTask:output_type -> taskhost.api.v1.PauseTaskResponse
-	29, // 56: taskhost.api.v1.TaskService.ControlTasks:output_type -> taskhost.api.v1.ControlTasksResponse
-	31, // 57: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	16, // 58: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	18, // 59: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	20, // 60: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	49, // 61: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
-	34, // 62: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	36, // 63: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	36, // 64: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	38, // 65: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	41, // 66: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	41, // 67: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	45, // 68: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
-	50, // [50:69] is the sub-list for method output_type
-	31, // [31:50] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	2,  // 14: taskhost.api.v1.GetTaskResponse.tree:type_name -> taskhost.api.v1.Task
+	2,  // 15: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	15, // 16: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
+	2,  // 17: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 18: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 19: taskhost.api.v1.PauseTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 20: taskhost.api.v1.ControlTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	28, // 21: taskhost.api.v1.ControlTasksResponse.failures:type_name -> taskhost.api.v1.ControlFailure
+	2,  // 22: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
+	5,  // 23: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
+	2,  // 24: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
+	32, // 25: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
+	32, // 26: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
+	50, // 27: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	40, // 28: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
+	42, // 29: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
+	46, // 30: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
+	47, // 31: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
+	7,  // 32: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
+	10, // 33: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
+	12, // 34: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
+	21, // 35: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
+	23, // 36: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
+	25, // 37: taskhost.api.v1.TaskService.PauseTask:input_type -> taskhost.api.v1.PauseTaskRequest
+	27, // 38: taskhost.api.v1.TaskService.ControlTasks:input_type -> taskhost.api.v1.ControlTasksRequest
+	30, // 39: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
+	14, // 40: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
+	17, // 41: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
+	19, // 42: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
+	48, // 43: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
+	33, // 44: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
+	35, // 45: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	35, // 46: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	37, // 47: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
+	39, // 48: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
+	43, // 49: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	44, // 50: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
+	9,  // 51: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	11, // 52: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	13, // 53: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	22, // 54: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	24, // 55: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	26, // 56: taskhost.api.v1.TaskService.PauseTask:output_type -> taskhost.api.v1.PauseTaskResponse
+	29, // 57: taskhost.api.v1.TaskService.ControlTasks:output_type -> taskhost.api.v1.ControlTasksResponse
+	31, // 58: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	16, // 59: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	18, // 60: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	20, // 61: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	49, // 62: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
+	34, // 63: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	36, // 64: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	36, // 65: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	38, // 66: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	41, // 67: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	41, // 68: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	45, // 69: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
+	51, // [51:70] is the sub-list for method output_type
+	32, // [32:51] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }

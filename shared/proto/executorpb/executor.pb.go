@@ -456,8 +456,11 @@ type StepRequest struct {
 	// share (max_tokens): the most prompt tokens a model request of this
 	// task may hold. 0 when unknown.
 	ModelPromptTokens uint32 `protobuf:"varint,13,opt,name=model_prompt_tokens,json=modelPromptTokens,proto3" json:"model_prompt_tokens,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The task's child tasks (task.delegate), oldest first: at most 64, each
+	// result cut to 1000 characters. Empty for a task without children.
+	Children      []*ChildTask `protobuf:"bytes,20,rep,name=children,proto3" json:"children,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepRequest) Reset() {
@@ -581,6 +584,83 @@ func (x *StepRequest) GetModelPromptTokens() uint32 {
 	return 0
 }
 
+func (x *StepRequest) GetChildren() []*ChildTask {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+// ChildTask is a child task as its parent's step sees it.
+type ChildTask struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Status string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The child's result (completed children), cut to 1000 characters.
+	Result        string `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildTask) Reset() {
+	*x = ChildTask{}
+	mi := &file_executor_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildTask) ProtoMessage() {}
+
+func (x *ChildTask) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildTask.ProtoReflect.Descriptor instead.
+func (*ChildTask) Descriptor() ([]byte, []int) {
+	return file_executor_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ChildTask) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ChildTask) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ChildTask) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ChildTask) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
 type StepResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Outcome:
@@ -595,7 +675,7 @@ type StepResponse struct {
 
 func (x *StepResponse) Reset() {
 	*x = StepResponse{}
-	mi := &file_executor_proto_msgTypes[7]
+	mi := &file_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +687,7 @@ func (x *StepResponse) String() string {
 func (*StepResponse) ProtoMessage() {}
 
 func (x *StepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[7]
+	mi := &file_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +700,7 @@ func (x *StepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResponse.ProtoReflect.Descriptor instead.
 func (*StepResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{7}
+	return file_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StepResponse) GetOutcome() isStepResponse_Outcome {
@@ -689,7 +769,7 @@ type StepContinue struct {
 
 func (x *StepContinue) Reset() {
 	*x = StepContinue{}
-	mi := &file_executor_proto_msgTypes[8]
+	mi := &file_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +781,7 @@ func (x *StepContinue) String() string {
 func (*StepContinue) ProtoMessage() {}
 
 func (x *StepContinue) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[8]
+	mi := &file_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +794,7 @@ func (x *StepContinue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepContinue.ProtoReflect.Descriptor instead.
 func (*StepContinue) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{8}
+	return file_executor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StepContinue) GetSummary() string {
@@ -742,7 +822,7 @@ type StepComplete struct {
 
 func (x *StepComplete) Reset() {
 	*x = StepComplete{}
-	mi := &file_executor_proto_msgTypes[9]
+	mi := &file_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +834,7 @@ func (x *StepComplete) String() string {
 func (*StepComplete) ProtoMessage() {}
 
 func (x *StepComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[9]
+	mi := &file_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +847,7 @@ func (x *StepComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepComplete.ProtoReflect.Descriptor instead.
 func (*StepComplete) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{9}
+	return file_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StepComplete) GetSummary() string {
@@ -802,7 +882,7 @@ type StepFail struct {
 
 func (x *StepFail) Reset() {
 	*x = StepFail{}
-	mi := &file_executor_proto_msgTypes[10]
+	mi := &file_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +894,7 @@ func (x *StepFail) String() string {
 func (*StepFail) ProtoMessage() {}
 
 func (x *StepFail) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[10]
+	mi := &file_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +907,7 @@ func (x *StepFail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepFail.ProtoReflect.Descriptor instead.
 func (*StepFail) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{10}
+	return file_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StepFail) GetReason() string {
@@ -856,7 +936,7 @@ type ChatMessage struct {
 
 func (x *ChatMessage) Reset() {
 	*x = ChatMessage{}
-	mi := &file_executor_proto_msgTypes[11]
+	mi := &file_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +948,7 @@ func (x *ChatMessage) String() string {
 func (*ChatMessage) ProtoMessage() {}
 
 func (x *ChatMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[11]
+	mi := &file_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +961,7 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
 func (*ChatMessage) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{11}
+	return file_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChatMessage) GetRole() string {
@@ -923,7 +1003,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_executor_proto_msgTypes[12]
+	mi := &file_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1015,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[12]
+	mi := &file_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1028,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{12}
+	return file_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCall) GetId() string {
@@ -983,7 +1063,7 @@ type ToolSpec struct {
 
 func (x *ToolSpec) Reset() {
 	*x = ToolSpec{}
-	mi := &file_executor_proto_msgTypes[13]
+	mi := &file_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1075,7 @@ func (x *ToolSpec) String() string {
 func (*ToolSpec) ProtoMessage() {}
 
 func (x *ToolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[13]
+	mi := &file_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1088,7 @@ func (x *ToolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolSpec.ProtoReflect.Descriptor instead.
 func (*ToolSpec) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{13}
+	return file_executor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolSpec) GetName() string {
@@ -1046,7 +1126,7 @@ type CallModelRequest struct {
 
 func (x *CallModelRequest) Reset() {
 	*x = CallModelRequest{}
-	mi := &file_executor_proto_msgTypes[14]
+	mi := &file_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1138,7 @@ func (x *CallModelRequest) String() string {
 func (*CallModelRequest) ProtoMessage() {}
 
 func (x *CallModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[14]
+	mi := &file_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1151,7 @@ func (x *CallModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallModelRequest.ProtoReflect.Descriptor instead.
 func (*CallModelRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{14}
+	return file_executor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CallModelRequest) GetTurnToken() string {
@@ -1123,7 +1203,7 @@ type CallModelResponse struct {
 
 func (x *CallModelResponse) Reset() {
 	*x = CallModelResponse{}
-	mi := &file_executor_proto_msgTypes[15]
+	mi := &file_executor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1215,7 @@ func (x *CallModelResponse) String() string {
 func (*CallModelResponse) ProtoMessage() {}
 
 func (x *CallModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[15]
+	mi := &file_executor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1228,7 @@ func (x *CallModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallModelResponse.ProtoReflect.Descriptor instead.
 func (*CallModelResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{15}
+	return file_executor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CallModelResponse) GetMessage() *ChatMessage {
@@ -1224,7 +1304,7 @@ type CallToolRequest struct {
 
 func (x *CallToolRequest) Reset() {
 	*x = CallToolRequest{}
-	mi := &file_executor_proto_msgTypes[16]
+	mi := &file_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1316,7 @@ func (x *CallToolRequest) String() string {
 func (*CallToolRequest) ProtoMessage() {}
 
 func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[16]
+	mi := &file_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1329,7 @@ func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolRequest.ProtoReflect.Descriptor instead.
 func (*CallToolRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{16}
+	return file_executor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CallToolRequest) GetTurnToken() string {
@@ -1298,7 +1378,7 @@ type CallToolResponse struct {
 
 func (x *CallToolResponse) Reset() {
 	*x = CallToolResponse{}
-	mi := &file_executor_proto_msgTypes[17]
+	mi := &file_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1390,7 @@ func (x *CallToolResponse) String() string {
 func (*CallToolResponse) ProtoMessage() {}
 
 func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[17]
+	mi := &file_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1403,7 @@ func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolResponse.ProtoReflect.Descriptor instead.
 func (*CallToolResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{17}
+	return file_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CallToolResponse) GetResultJson() string {
@@ -1357,7 +1437,7 @@ type RequestApprovalRequest struct {
 
 func (x *RequestApprovalRequest) Reset() {
 	*x = RequestApprovalRequest{}
-	mi := &file_executor_proto_msgTypes[18]
+	mi := &file_executor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1449,7 @@ func (x *RequestApprovalRequest) String() string {
 func (*RequestApprovalRequest) ProtoMessage() {}
 
 func (x *RequestApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[18]
+	mi := &file_executor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1462,7 @@ func (x *RequestApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestApprovalRequest.ProtoReflect.Descriptor instead.
 func (*RequestApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{18}
+	return file_executor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RequestApprovalRequest) GetTurnToken() string {
@@ -1409,7 +1489,7 @@ type RequestApprovalResponse struct {
 
 func (x *RequestApprovalResponse) Reset() {
 	*x = RequestApprovalResponse{}
-	mi := &file_executor_proto_msgTypes[19]
+	mi := &file_executor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1501,7 @@ func (x *RequestApprovalResponse) String() string {
 func (*RequestApprovalResponse) ProtoMessage() {}
 
 func (x *RequestApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[19]
+	mi := &file_executor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1514,7 @@ func (x *RequestApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestApprovalResponse.ProtoReflect.Descriptor instead.
 func (*RequestApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{19}
+	return file_executor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RequestApprovalResponse) GetDecision() string {
@@ -1454,7 +1534,7 @@ type RequestInputRequest struct {
 
 func (x *RequestInputRequest) Reset() {
 	*x = RequestInputRequest{}
-	mi := &file_executor_proto_msgTypes[20]
+	mi := &file_executor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1546,7 @@ func (x *RequestInputRequest) String() string {
 func (*RequestInputRequest) ProtoMessage() {}
 
 func (x *RequestInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[20]
+	mi := &file_executor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1559,7 @@ func (x *RequestInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestInputRequest.ProtoReflect.Descriptor instead.
 func (*RequestInputRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{20}
+	return file_executor_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequestInputRequest) GetTurnToken() string {
@@ -1507,7 +1587,7 @@ type RequestInputResponse struct {
 
 func (x *RequestInputResponse) Reset() {
 	*x = RequestInputResponse{}
-	mi := &file_executor_proto_msgTypes[21]
+	mi := &file_executor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1599,7 @@ func (x *RequestInputResponse) String() string {
 func (*RequestInputResponse) ProtoMessage() {}
 
 func (x *RequestInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[21]
+	mi := &file_executor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1612,7 @@ func (x *RequestInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestInputResponse.ProtoReflect.Descriptor instead.
 func (*RequestInputResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{21}
+	return file_executor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RequestInputResponse) GetValueJson() string {
@@ -1552,7 +1632,7 @@ type ProgressRequest struct {
 
 func (x *ProgressRequest) Reset() {
 	*x = ProgressRequest{}
-	mi := &file_executor_proto_msgTypes[22]
+	mi := &file_executor_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1644,7 @@ func (x *ProgressRequest) String() string {
 func (*ProgressRequest) ProtoMessage() {}
 
 func (x *ProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[22]
+	mi := &file_executor_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1657,7 @@ func (x *ProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressRequest.ProtoReflect.Descriptor instead.
 func (*ProgressRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{22}
+	return file_executor_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProgressRequest) GetTurnToken() string {
@@ -1602,7 +1682,7 @@ type ProgressResponse struct {
 
 func (x *ProgressResponse) Reset() {
 	*x = ProgressResponse{}
-	mi := &file_executor_proto_msgTypes[23]
+	mi := &file_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1694,7 @@ func (x *ProgressResponse) String() string {
 func (*ProgressResponse) ProtoMessage() {}
 
 func (x *ProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[23]
+	mi := &file_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1707,7 @@ func (x *ProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressResponse.ProtoReflect.Descriptor instead.
 func (*ProgressResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{23}
+	return file_executor_proto_rawDescGZIP(), []int{24}
 }
 
 type ListToolsRequest struct {
@@ -1639,7 +1719,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_executor_proto_msgTypes[24]
+	mi := &file_executor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1731,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[24]
+	mi := &file_executor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1744,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{24}
+	return file_executor_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListToolsRequest) GetTurnToken() string {
@@ -1683,7 +1763,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_executor_proto_msgTypes[25]
+	mi := &file_executor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1775,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[25]
+	mi := &file_executor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1788,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{25}
+	return file_executor_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListToolsResponse) GetTools() []*ToolSpec {
@@ -1730,7 +1810,7 @@ type AbandonEffectRequest struct {
 
 func (x *AbandonEffectRequest) Reset() {
 	*x = AbandonEffectRequest{}
-	mi := &file_executor_proto_msgTypes[26]
+	mi := &file_executor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1822,7 @@ func (x *AbandonEffectRequest) String() string {
 func (*AbandonEffectRequest) ProtoMessage() {}
 
 func (x *AbandonEffectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[26]
+	mi := &file_executor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1835,7 @@ func (x *AbandonEffectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonEffectRequest.ProtoReflect.Descriptor instead.
 func (*AbandonEffectRequest) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{26}
+	return file_executor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AbandonEffectRequest) GetTurnToken() string {
@@ -1787,7 +1867,7 @@ type AbandonEffectResponse struct {
 
 func (x *AbandonEffectResponse) Reset() {
 	*x = AbandonEffectResponse{}
-	mi := &file_executor_proto_msgTypes[27]
+	mi := &file_executor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1879,7 @@ func (x *AbandonEffectResponse) String() string {
 func (*AbandonEffectResponse) ProtoMessage() {}
 
 func (x *AbandonEffectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_executor_proto_msgTypes[27]
+	mi := &file_executor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1892,7 @@ func (x *AbandonEffectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonEffectResponse.ProtoReflect.Descriptor instead.
 func (*AbandonEffectResponse) Descriptor() ([]byte, []int) {
-	return file_executor_proto_rawDescGZIP(), []int{27}
+	return file_executor_proto_rawDescGZIP(), []int{28}
 }
 
 var File_executor_proto protoreflect.FileDescriptor
@@ -1853,7 +1933,7 @@ const file_executor_proto_rawDesc = "" +
 	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12\x16\n" +
 	"\x06status\x18\x06 \x01(\tR\x06status\x12\x18\n" +
-	"\asummary\x18\a \x01(\tR\asummary\"\xbe\x04\n" +
+	"\asummary\x18\a \x01(\tR\asummary\"\xfb\x04\n" +
 	"\vStepRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\x04R\x05runId\x12\x18\n" +
@@ -1871,7 +1951,13 @@ const file_executor_proto_rawDesc = "" +
 	" \x01(\rR\x0ehostServicesId\x125\n" +
 	"\x06limits\x18\v \x01(\v2\x1d.taskhost.executor.v1.BudgetsR\x06limits\x12#\n" +
 	"\rsummary_chars\x18\f \x01(\rR\fsummaryChars\x12.\n" +
-	"\x13model_prompt_tokens\x18\r \x01(\rR\x11modelPromptTokens\"\xd3\x01\n" +
+	"\x13model_prompt_tokens\x18\r \x01(\rR\x11modelPromptTokens\x12;\n" +
+	"\bchildren\x18\x14 \x03(\v2\x1f.taskhost.executor.v1.ChildTaskR\bchildren\"l\n" +
+	"\tChildTask\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06result\x18\x04 \x01(\tR\x06result\"\xd3\x01\n" +
 	"\fStepResponse\x12@\n" +
 	"\bcontinue\x18\x01 \x01(\v2\".taskhost.executor.v1.StepContinueH\x00R\bcontinue\x12@\n" +
 	"\bcomplete\x18\x02 \x01(\v2\".taskhost.executor.v1.StepCompleteH\x00R\bcomplete\x124\n" +
@@ -1990,7 +2076,7 @@ func file_executor_proto_rawDescGZIP() []byte {
 	return file_executor_proto_rawDescData
 }
 
-var file_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_executor_proto_goTypes = []any{
 	(*DescribeRequest)(nil),         // 0: taskhost.executor.v1.DescribeRequest
 	(*DescribeResponse)(nil),        // 1: taskhost.executor.v1.DescribeResponse
@@ -1999,69 +2085,71 @@ var file_executor_proto_goTypes = []any{
 	(*Checkpoint)(nil),              // 4: taskhost.executor.v1.Checkpoint
 	(*Effect)(nil),                  // 5: taskhost.executor.v1.Effect
 	(*StepRequest)(nil),             // 6: taskhost.executor.v1.StepRequest
-	(*StepResponse)(nil),            // 7: taskhost.executor.v1.StepResponse
-	(*StepContinue)(nil),            // 8: taskhost.executor.v1.StepContinue
-	(*StepComplete)(nil),            // 9: taskhost.executor.v1.StepComplete
-	(*StepFail)(nil),                // 10: taskhost.executor.v1.StepFail
-	(*ChatMessage)(nil),             // 11: taskhost.executor.v1.ChatMessage
-	(*ToolCall)(nil),                // 12: taskhost.executor.v1.ToolCall
-	(*ToolSpec)(nil),                // 13: taskhost.executor.v1.ToolSpec
-	(*CallModelRequest)(nil),        // 14: taskhost.executor.v1.CallModelRequest
-	(*CallModelResponse)(nil),       // 15: taskhost.executor.v1.CallModelResponse
-	(*CallToolRequest)(nil),         // 16: taskhost.executor.v1.CallToolRequest
-	(*CallToolResponse)(nil),        // 17: taskhost.executor.v1.CallToolResponse
-	(*RequestApprovalRequest)(nil),  // 18: taskhost.executor.v1.RequestApprovalRequest
-	(*RequestApprovalResponse)(nil), // 19: taskhost.executor.v1.RequestApprovalResponse
-	(*RequestInputRequest)(nil),     // 20: taskhost.executor.v1.RequestInputRequest
-	(*RequestInputResponse)(nil),    // 21: taskhost.executor.v1.RequestInputResponse
-	(*ProgressRequest)(nil),         // 22: taskhost.executor.v1.ProgressRequest
-	(*ProgressResponse)(nil),        // 23: taskhost.executor.v1.ProgressResponse
-	(*ListToolsRequest)(nil),        // 24: taskhost.executor.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),       // 25: taskhost.executor.v1.ListToolsResponse
-	(*AbandonEffectRequest)(nil),    // 26: taskhost.executor.v1.AbandonEffectRequest
-	(*AbandonEffectResponse)(nil),   // 27: taskhost.executor.v1.AbandonEffectResponse
-	nil,                             // 28: taskhost.executor.v1.DescribeResponse.RuntimeEntry
+	(*ChildTask)(nil),               // 7: taskhost.executor.v1.ChildTask
+	(*StepResponse)(nil),            // 8: taskhost.executor.v1.StepResponse
+	(*StepContinue)(nil),            // 9: taskhost.executor.v1.StepContinue
+	(*StepComplete)(nil),            // 10: taskhost.executor.v1.StepComplete
+	(*StepFail)(nil),                // 11: taskhost.executor.v1.StepFail
+	(*ChatMessage)(nil),             // 12: taskhost.executor.v1.ChatMessage
+	(*ToolCall)(nil),                // 13: taskhost.executor.v1.ToolCall
+	(*ToolSpec)(nil),                // 14: taskhost.executor.v1.ToolSpec
+	(*CallModelRequest)(nil),        // 15: taskhost.executor.v1.CallModelRequest
+	(*CallModelResponse)(nil),       // 16: taskhost.executor.v1.CallModelResponse
+	(*CallToolRequest)(nil),         // 17: taskhost.executor.v1.CallToolRequest
+	(*CallToolResponse)(nil),        // 18: taskhost.executor.v1.CallToolResponse
+	(*RequestApprovalRequest)(nil),  // 19: taskhost.executor.v1.RequestApprovalRequest
+	(*RequestApprovalResponse)(nil), // 20: taskhost.executor.v1.RequestApprovalResponse
+	(*RequestInputRequest)(nil),     // 21: taskhost.executor.v1.RequestInputRequest
+	(*RequestInputResponse)(nil),    // 22: taskhost.executor.v1.RequestInputResponse
+	(*ProgressRequest)(nil),         // 23: taskhost.executor.v1.ProgressRequest
+	(*ProgressResponse)(nil),        // 24: taskhost.executor.v1.ProgressResponse
+	(*ListToolsRequest)(nil),        // 25: taskhost.executor.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),       // 26: taskhost.executor.v1.ListToolsResponse
+	(*AbandonEffectRequest)(nil),    // 27: taskhost.executor.v1.AbandonEffectRequest
+	(*AbandonEffectResponse)(nil),   // 28: taskhost.executor.v1.AbandonEffectResponse
+	nil,                             // 29: taskhost.executor.v1.DescribeResponse.RuntimeEntry
 }
 var file_executor_proto_depIdxs = []int32{
-	28, // 0: taskhost.executor.v1.DescribeResponse.runtime:type_name -> taskhost.executor.v1.DescribeResponse.RuntimeEntry
+	29, // 0: taskhost.executor.v1.DescribeResponse.runtime:type_name -> taskhost.executor.v1.DescribeResponse.RuntimeEntry
 	3,  // 1: taskhost.executor.v1.StepRequest.recent:type_name -> taskhost.executor.v1.StepSummary
 	4,  // 2: taskhost.executor.v1.StepRequest.checkpoint:type_name -> taskhost.executor.v1.Checkpoint
 	2,  // 3: taskhost.executor.v1.StepRequest.remaining:type_name -> taskhost.executor.v1.Budgets
 	5,  // 4: taskhost.executor.v1.StepRequest.indeterminate:type_name -> taskhost.executor.v1.Effect
 	2,  // 5: taskhost.executor.v1.StepRequest.limits:type_name -> taskhost.executor.v1.Budgets
-	8,  // 6: taskhost.executor.v1.StepResponse.continue:type_name -> taskhost.executor.v1.StepContinue
-	9,  // 7: taskhost.executor.v1.StepResponse.complete:type_name -> taskhost.executor.v1.StepComplete
-	10, // 8: taskhost.executor.v1.StepResponse.fail:type_name -> taskhost.executor.v1.StepFail
-	4,  // 9: taskhost.executor.v1.StepContinue.checkpoint:type_name -> taskhost.executor.v1.Checkpoint
-	4,  // 10: taskhost.executor.v1.StepComplete.checkpoint:type_name -> taskhost.executor.v1.Checkpoint
-	12, // 11: taskhost.executor.v1.ChatMessage.tool_calls:type_name -> taskhost.executor.v1.ToolCall
-	11, // 12: taskhost.executor.v1.CallModelRequest.messages:type_name -> taskhost.executor.v1.ChatMessage
-	13, // 13: taskhost.executor.v1.CallModelRequest.tools:type_name -> taskhost.executor.v1.ToolSpec
-	11, // 14: taskhost.executor.v1.CallModelResponse.message:type_name -> taskhost.executor.v1.ChatMessage
-	13, // 15: taskhost.executor.v1.ListToolsResponse.tools:type_name -> taskhost.executor.v1.ToolSpec
-	0,  // 16: taskhost.executor.v1.Executor.Describe:input_type -> taskhost.executor.v1.DescribeRequest
-	6,  // 17: taskhost.executor.v1.Executor.Step:input_type -> taskhost.executor.v1.StepRequest
-	14, // 18: taskhost.executor.v1.HostServices.CallModel:input_type -> taskhost.executor.v1.CallModelRequest
-	16, // 19: taskhost.executor.v1.HostServices.CallTool:input_type -> taskhost.executor.v1.CallToolRequest
-	18, // 20: taskhost.executor.v1.HostServices.RequestApproval:input_type -> taskhost.executor.v1.RequestApprovalRequest
-	20, // 21: taskhost.executor.v1.HostServices.RequestInput:input_type -> taskhost.executor.v1.RequestInputRequest
-	22, // 22: taskhost.executor.v1.HostServices.Progress:input_type -> taskhost.executor.v1.ProgressRequest
-	24, // 23: taskhost.executor.v1.HostServices.ListTools:input_type -> taskhost.executor.v1.ListToolsRequest
-	26, // 24: taskhost.executor.v1.HostServices.AbandonEffect:input_type -> taskhost.executor.v1.AbandonEffectRequest
-	1,  // 25: taskhost.executor.v1.Executor.Describe:output_type -> taskhost.executor.v1.DescribeResponse
-	7,  // 26: taskhost.executor.v1.Executor.Step:output_type -> taskhost.executor.v1.StepResponse
-	15, // 27: taskhost.executor.v1.HostServices.CallModel:output_type -> taskhost.executor.v1.CallModelResponse
-	17, // 28: taskhost.executor.v1.HostServices.CallTool:output_type -> taskhost.executor.v1.CallToolResponse
-	19, // 29: taskhost.executor.v1.HostServices.RequestApproval:output_type -> taskhost.executor.v1.RequestApprovalResponse
-	21, // 30: taskhost.executor.v1.HostServices.RequestInput:output_type -> taskhost.executor.v1.RequestInputResponse
-	23, // 31: taskhost.executor.v1.HostServices.Progress:output_type -> taskhost.executor.v1.ProgressResponse
-	25, // 32: taskhost.executor.v1.HostServices.ListTools:output_type -> taskhost.executor.v1.ListToolsResponse
-	27, // 33: taskhost.executor.v1.HostServices.AbandonEffect:output_type -> taskhost.executor.v1.AbandonEffectResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	7,  // 6: taskhost.executor.v1.StepRequest.children:type_name -> taskhost.executor.v1.ChildTask
+	9,  // 7: taskhost.executor.v1.StepResponse.continue:type_name -> taskhost.executor.v1.StepContinue
+	10, // 8: taskhost.executor.v1.StepResponse.complete:type_name -> taskhost.executor.v1.StepComplete
+	11, // 9: taskhost.executor.v1.StepResponse.fail:type_name -> taskhost.executor.v1.StepFail
+	4,  // 10: taskhost.executor.v1.StepContinue.checkpoint:type_name -> taskhost.executor.v1.Checkpoint
+	4,  // 11: taskhost.executor.v1.StepComplete.checkpoint:type_name -> taskhost.executor.v1.Checkpoint
+	13, // 12: taskhost.executor.v1.ChatMessage.tool_calls:type_name -> taskhost.executor.v1.ToolCall
+	12, // 13: taskhost.executor.v1.CallModelRequest.messages:type_name -> taskhost.executor.v1.ChatMessage
+	14, // 14: taskhost.executor.v1.CallModelRequest.tools:type_name -> taskhost.executor.v1.ToolSpec
+	12, // 15: taskhost.executor.v1.CallModelResponse.message:type_name -> taskhost.executor.v1.ChatMessage
+	14, // 16: taskhost.executor.v1.ListToolsResponse.tools:type_name -> taskhost.executor.v1.ToolSpec
+	0,  // 17: taskhost.executor.v1.Executor.Describe:input_type -> taskhost.executor.v1.DescribeRequest
+	6,  // 18: taskhost.executor.v1.Executor.Step:input_type -> taskhost.executor.v1.StepRequest
+	15, // 19: taskhost.executor.v1.HostServices.CallModel:input_type -> taskhost.executor.v1.CallModelRequest
+	17, // 20: taskhost.executor.v1.HostServices.CallTool:input_type -> taskhost.executor.v1.CallToolRequest
+	19, // 21: taskhost.executor.v1.HostServices.RequestApproval:input_type -> taskhost.executor.v1.RequestApprovalRequest
+	21, // 22: taskhost.executor.v1.HostServices.RequestInput:input_type -> taskhost.executor.v1.RequestInputRequest
+	23, // 23: taskhost.executor.v1.HostServices.Progress:input_type -> taskhost.executor.v1.ProgressRequest
+	25, // 24: taskhost.executor.v1.HostServices.ListTools:input_type -> taskhost.executor.v1.ListToolsRequest
+	27, // 25: taskhost.executor.v1.HostServices.AbandonEffect:input_type -> taskhost.executor.v1.AbandonEffectRequest
+	1,  // 26: taskhost.executor.v1.Executor.Describe:output_type -> taskhost.executor.v1.DescribeResponse
+	8,  // 27: taskhost.executor.v1.Executor.Step:output_type -> taskhost.executor.v1.StepResponse
+	16, // 28: taskhost.executor.v1.HostServices.CallModel:output_type -> taskhost.executor.v1.CallModelResponse
+	18, // 29: taskhost.executor.v1.HostServices.CallTool:output_type -> taskhost.executor.v1.CallToolResponse
+	20, // 30: taskhost.executor.v1.HostServices.RequestApproval:output_type -> taskhost.executor.v1.RequestApprovalResponse
+	22, // 31: taskhost.executor.v1.HostServices.RequestInput:output_type -> taskhost.executor.v1.RequestInputResponse
+	24, // 32: taskhost.executor.v1.HostServices.Progress:output_type -> taskhost.executor.v1.ProgressResponse
+	26, // 33: taskhost.executor.v1.HostServices.ListTools:output_type -> taskhost.executor.v1.ListToolsResponse
+	28, // 34: taskhost.executor.v1.HostServices.AbandonEffect:output_type -> taskhost.executor.v1.AbandonEffectResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_executor_proto_init() }
@@ -2069,7 +2157,7 @@ func file_executor_proto_init() {
 	if File_executor_proto != nil {
 		return
 	}
-	file_executor_proto_msgTypes[7].OneofWrappers = []any{
+	file_executor_proto_msgTypes[8].OneofWrappers = []any{
 		(*StepResponse_Continue)(nil),
 		(*StepResponse_Complete)(nil),
 		(*StepResponse_Fail)(nil),
@@ -2080,7 +2168,7 @@ func file_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_executor_proto_rawDesc), len(file_executor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
