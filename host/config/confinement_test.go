@@ -30,6 +30,11 @@ func TestExecutorConfinementKeys(t *testing.T) {
 		{"read_write 8 paths", section(`read_write = ["/a","/b","/c","/d","/e","/f","/g","/h"]`), ""},
 		{"read_write 9 paths", section(`read_write = ["/a","/b","/c","/d","/e","/f","/g","/h","/i"]`), "executors.x.read_write"},
 		{"read_write relative (resolved against the config file)", section(`read_write = ["data"]`), ""},
+		{"read_only 8 paths", section(`read_only = ["/a","/b","/c","/d","/e","/f","/g","/h"]`), ""},
+		{"read_only 9 paths", section(`read_only = ["/a","/b","/c","/d","/e","/f","/g","/h","/i"]`), "executors.x.read_only"},
+		{"read_only with a NUL", section(`read_only = ["/a\u0000b"]`), "executors.x.read_only"},
+		{"read_only path past 4096 bytes", section(fmt.Sprintf("read_only = [%q]", "/"+strings.Repeat("p", 4096))), "executors.x.read_only"},
+		{"read_only relative (resolved against the config file)", section(`read_only = ["lib"]`), ""},
 		{"confinement required", "[confinement]\nrequired = true\n", ""},
 		{"confinement string", "[confinement]\nrequired = \"yes\"\n", "confinement.required"},
 	}
