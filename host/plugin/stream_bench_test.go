@@ -53,5 +53,5 @@ func BenchmarkProgressRoundTrip(b *testing.B) {
 	slices.Sort(with)
 	slices.Sort(without)
 	b.ReportMetric(float64(without[n/2].Microseconds()), "step-µs")
-	b.ReportMetric(float64((with[n/2]-without[n/2]).Microseconds()), "progress-µs")
+	b.ReportMetric(float64((with[n/2] - without[n/2]).Microseconds()), "progress-µs")
 }
