@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,7 @@ func TestSeamAbandonEffect(t *testing.T) {
 			if req.Attempt == 1 {
 				call()
 				exe.exit(plugin.ExitStatus{Code: -1, Signal: "killed"})
-				return plugin.StepResult{}, status.Error(codes.Unavailable, "EOF")
+				return plugin.StepResult{}, fmt.Errorf("%w: EOF", plugin.ErrConnectionLost)
 			}
 			if len(req.Indeterminate) != 1 {
 				t.Errorf("attempt 2 is told %+v, want the append", req.Indeterminate)

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/text"
@@ -122,7 +119,9 @@ func modelVerdict(msg string) verdict {
 
 func (ru *run) classifyError(err, cause error) verdict {
 	exited := false
-	if status.Code(err) == codes.Unavailable {
+	// A lost connection arrives ~1 ms before the exit it usually means.
+	lost := errors.Is(err, plugin.ErrConnectionLost)
+	if lost {
 		select {
 		case <-ru.exe.Exited():
 			exited = true
@@ -135,7 +134,8 @@ func (ru *run) classifyError(err, cause error) verdict {
 		default:
 		}
 	}
-	if exited || (status.Code(err) == codes.Unavailable && cause == nil) {
+	protocol := errors.Is(err, plugin.ErrProtocol)
+	if exited || ((lost || protocol) && cause == nil) {
 		v := verdict{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, crashed: true, exit: plugin.ExitStatus{Code: -1}}
 		if exited {
 			v.exit = ru.exe.ExitStatus()
@@ -144,6 +144,8 @@ func (ru *run) classifyError(err, cause error) verdict {
 				v.limit = l.Limit
 				v.message = "executor process ended during the step: " + l.Error() + " (" + v.exit.String() + ")"
 			}
+		} else if protocol {
+			v.message = "executor broke the protocol during the step: " + text.Truncate(err.Error(), 500)
 		} else {
 			v.message = "executor connection lost during the step: " + text.Truncate(err.Error(), 500)
 		}

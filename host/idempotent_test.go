@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,7 @@ func TestSeamIdempotentRetry(t *testing.T) {
 							return plugin.StepResult{}, err
 						}
 						exe.exit(plugin.ExitStatus{Code: -1, Signal: "killed"})
-						return plugin.StepResult{}, status.Error(codes.Unavailable, "EOF")
+						return plugin.StepResult{}, fmt.Errorf("%w: EOF", plugin.ErrConnectionLost)
 					}
 					code = status.Code(call(ctx, req.TurnToken, tc.second))
 					return done, nil

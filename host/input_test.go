@@ -3,13 +3,11 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/plugin"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
@@ -57,7 +55,7 @@ func TestSeamInputAnswerReplayedAfterCrash(t *testing.T) {
 			mu.Unlock()
 			if req.Attempt == 1 {
 				exe.exit(plugin.ExitStatus{Code: -1, Signal: "killed"})
-				return plugin.StepResult{}, status.Error(codes.Unavailable, "EOF")
+				return plugin.StepResult{}, fmt.Errorf("%w: EOF", plugin.ErrConnectionLost)
 			}
 			return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "answered", Result: []byte(out.GetValueJson())}, nil
 		}

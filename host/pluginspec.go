@@ -36,6 +36,7 @@ func confinementFrom(c config.Confinement, ex config.Executor) plugin.Confinemen
 		User:         ex.User,
 		OwnUID:       ex.User == "",
 		ReadWrite:    ex.ReadWrite,
+		ReadOnly:     ex.ReadOnly,
 		Subprocesses: ex.Subprocesses,
 	}
 }

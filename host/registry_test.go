@@ -88,7 +88,7 @@ func TestDescribeRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Kind != "testexec" || d.ProtocolVersion != 1 || !d.Accepts("testexec/1") {
+	if d.Kind != "testexec" || d.ProtocolVersion != 2 || !d.Accepts("testexec/1") {
 		t.Fatalf("description = %+v", d)
 	}
 	if _, err := h.Registry.Describe("machinespirit"); !errors.Is(err, plugin.ErrExecutorUnavailable) || !strings.Contains(err.Error(), "enabled = true") {

@@ -171,7 +171,7 @@ func checkpointOf(n int) *plugin.Checkpoint {
 
 func TestSeamStepOutcomes(t *testing.T) {
 	const cpMax, resMax = 64, 32
-	unavailable := status.Error(codes.Unavailable, "connection reset")
+	unavailable := fmt.Errorf("%w: connection reset", plugin.ErrConnectionLost)
 	cases := []struct {
 		name    string
 		limits  Limits
@@ -262,13 +262,13 @@ func TestSeamStepOutcomes(t *testing.T) {
 		},
 		{
 			name:   "plugin exited with a code, call failed otherwise",
-			steps:  steps(dies(plugin.ExitStatus{Code: 3}, status.Error(codes.Internal, "stream closed"))),
+			steps:  steps(dies(plugin.ExitStatus{Code: 3}, &plugin.StepCallError{Code: "Internal", Message: "stream closed"})),
 			status: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, message: "exit status 3",
 			atts: []wantAttempt{{status: store.AttemptInterrupted, reason: store.ReasonExecutorCrashed}},
 		},
 		{
 			name:   "step call failed with the plugin alive",
-			steps:  steps(failWith(status.Error(codes.Internal, "bad frame"))),
+			steps:  steps(failWith(&plugin.StepCallError{Code: "Internal", Message: "bad frame"})),
 			status: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "step call failed",
 			atts: []wantAttempt{{status: store.AttemptFailed, reason: store.ReasonExecutorFailed}},
 		},
@@ -577,7 +577,7 @@ func TestSeamResumeWithNoStepLeft(t *testing.T) {
 	s := newSeam(t, seamOptions{})
 	s.l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
 		exe := newFakeExecutor()
-		exe.StepF = script(exe, dies(plugin.ExitStatus{Code: -1, Signal: "killed"}, status.Error(codes.Unavailable, "EOF")))
+		exe.StepF = script(exe, dies(plugin.ExitStatus{Code: -1, Signal: "killed"}, fmt.Errorf("%w: EOF", plugin.ErrConnectionLost)))
 		return exe, nil
 	}
 	task := s.run(t, Limits{Steps: 1})
@@ -718,19 +718,23 @@ func TestClassify(t *testing.T) {
 			want: want{attempt: store.AttemptCompleted, taskTo: store.StatusCompleted}},
 		{name: "result past the limit", res: plugin.StepResult{Outcome: plugin.OutcomeComplete, Result: []byte("12345")},
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonResultTooLarge, message: "5 bytes, limit 4"}},
-		{name: "process gone, call unavailable", err: status.Error(codes.Unavailable, "EOF"), exited: killed,
+		{name: "process gone, call unavailable", err: fmt.Errorf("%w: EOF", plugin.ErrConnectionLost), exited: killed,
 			want: want{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, crashed: true, message: "signal: killed"}},
 		// A plugin that died while the host was cancelling its step
 		// crashed: the crash, not the cancel, is what the attempt records.
-		{name: "process gone during a user cancel", err: status.Error(codes.Canceled, "context canceled"), cause: errUserCancelled, exited: killed,
+		// A plugin that broke the protocol is treated as crashed though
+		// its process lives: the run ends and the plugin with it.
+		{name: "protocol error, process alive", err: fmt.Errorf("%w: call id 3 repeated", plugin.ErrProtocol),
+			want: want{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, crashed: true, message: "broke the protocol"}},
+		{name: "process gone during a user cancel", err: fmt.Errorf("step: %w", context.Canceled), cause: errUserCancelled, exited: killed,
 			want: want{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonExecutorCrashed, crashed: true}},
-		{name: "user cancel", err: status.Error(codes.Canceled, "context canceled"), cause: errUserCancelled,
+		{name: "user cancel", err: fmt.Errorf("step: %w", context.Canceled), cause: errUserCancelled,
 			want: want{attempt: store.AttemptCancelled, reason: store.ReasonUserCancelled}},
-		{name: "host stop", err: status.Error(codes.Canceled, "context canceled"), cause: errShutdown,
+		{name: "host stop", err: fmt.Errorf("step: %w", context.Canceled), cause: errShutdown,
 			want: want{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonHostShutdown}},
-		{name: "wall clock ran out", err: status.Error(codes.DeadlineExceeded, "deadline"), cause: errWallExceeded,
+		{name: "wall clock ran out", err: fmt.Errorf("step: %w", context.DeadlineExceeded), cause: errWallExceeded,
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded}},
-		{name: "call failed, process alive", err: status.Error(codes.Internal, strings.Repeat("e", 2000)),
+		{name: "call failed, process alive", err: &plugin.StepCallError{Code: "Internal", Message: strings.Repeat("e", 2000)},
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "step call failed"}},
 	}
 	set := DefaultSettings()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/taskhost/taskhost/internal/steprpc"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
@@ -62,18 +63,49 @@ func bigCallOptions() grpc.DialOption {
 // startExecutorServer serves e the way Serve does (same server options, same
 // service), minus go-plugin, on a unix socket, and returns the server side
 // and a client with generous limits.
-func startExecutorServer(t *testing.T, e Executor, dial dialFunc) (*executorServer, executorpb.ExecutorClient) {
+func startExecutorServer(t *testing.T, e Executor) (*executorServer, executorpb.ExecutorClient) {
 	t.Helper()
 	lis, path := listenUnix(t, "executor.sock")
 	srv := newGRPCServer(nil)
-	es := newExecutorServer(e, dial, newStepGate(), hclog.NewNullLogger())
+	es := newExecutorServer(e, newStepGate(), hclog.NewNullLogger())
 	executorpb.RegisterExecutorServer(srv, es)
 	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		_ = es.conns.close()
-	})
+	t.Cleanup(srv.Stop)
 	return es, executorpb.NewExecutorClient(dialUnix(t, path, bigCallOptions()))
+}
+
+// driveStep runs in on a RunStep stream of client the way the host does
+// (steprpc.Drive, the host's limits), answering service calls with fh; nil
+// answers every call Unimplemented.
+func driveStep(ctx context.Context, client executorpb.ExecutorClient, in *executorpb.StepRequest, fh executorpb.HostServicesServer) (*executorpb.StepResponse, error) {
+	if fh == nil {
+		fh = executorpb.UnimplementedHostServicesServer{}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.RunStep(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return steprpc.Drive(ctx, stream, in, fh, steprpc.Limits{MaxMessage: maxMessageBytes})
+}
+
+// stepper is an executor served over gRPC with a fake host behind its
+// steps' service calls.
+type stepper struct {
+	es     *executorServer
+	client executorpb.ExecutorClient
+	fh     executorpb.HostServicesServer
+}
+
+func newTestServer(t *testing.T, e Executor, fh executorpb.HostServicesServer) *stepper {
+	t.Helper()
+	es, client := startExecutorServer(t, e)
+	return &stepper{es: es, client: client, fh: fh}
+}
+
+func (s *stepper) step(ctx context.Context, in *executorpb.StepRequest) (*executorpb.StepResponse, error) {
+	return driveStep(ctx, s.client, in, s.fh)
 }
 
 // fakeHost is a scripted HostServices server that records what it receives.
@@ -189,48 +221,6 @@ func (f *fakeHost) seenTokens() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.tokens...)
-}
-
-// serveFakeHost serves f on a unix socket with grpc's default server limits
-// (so it can answer with more than the protocol allows) and returns the
-// socket path.
-func serveFakeHost(t *testing.T, f *fakeHost) string {
-	t.Helper()
-	lis, path := listenUnix(t, "host.sock")
-	srv := grpc.NewServer()
-	executorpb.RegisterHostServicesServer(srv, f)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return path
-}
-
-// fakeBroker stands in for go-plugin's broker: it maps broker ids to the
-// sockets of fake hosts and counts dials.
-type fakeBroker struct {
-	mu      sync.Mutex
-	sockets map[uint32]string
-	dials   []uint32
-	fail    error
-}
-
-func (b *fakeBroker) dial(id uint32) (*grpc.ClientConn, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.dials = append(b.dials, id)
-	if b.fail != nil {
-		return nil, b.fail
-	}
-	path, ok := b.sockets[id]
-	if !ok {
-		return nil, &net.AddrError{Err: "no endpoint", Addr: "broker id"}
-	}
-	return grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()), hostCallOptions())
-}
-
-func (b *fakeBroker) dialed() []uint32 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]uint32(nil), b.dials...)
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.

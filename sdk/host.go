@@ -16,10 +16,8 @@ import (
 // act on behalf of another step or task.
 type stepHost struct {
 	client executorpb.HostServicesClient
-	// unavailable, when client is nil, is the error every call returns.
-	unavailable error
-	token       string
-	ended       atomic.Bool
+	token  string
+	ended  atomic.Bool
 }
 
 var _ Host = (*stepHost)(nil)
@@ -33,9 +31,6 @@ func (h *stepHost) end() { h.ended.Store(true) }
 func (h *stepHost) ready(method string, req proto.Message) error {
 	if h.ended.Load() {
 		return &HostError{Kind: ErrPermissionDenied, Message: method + ": the step this host handle belongs to has ended"}
-	}
-	if h.client == nil {
-		return h.unavailable
 	}
 	// Checked here so that an oversized request is the executor's
 	// InvalidArgument and not grpc's ResourceExhausted, which would read as

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -18,9 +17,9 @@ import (
 
 // runStep runs one step of an executor whose Step is fn against the fake
 // broker and returns what Step returned to the host.
-func runStep(t *testing.T, es *executorServer, ctx context.Context, in *executorpb.StepRequest) *executorpb.StepResponse {
+func runStep(t *testing.T, es *stepper, ctx context.Context, in *executorpb.StepRequest) *executorpb.StepResponse {
 	t.Helper()
-	resp, err := es.Step(ctx, in)
+	resp, err := es.step(ctx, in)
 	if err != nil {
 		t.Fatalf("Step: %v", err)
 	}
@@ -37,10 +36,6 @@ func hostStep(fn func(ctx context.Context, h Host) error) Executor {
 	}}
 }
 
-func newTestServer(e Executor, b *fakeBroker) *executorServer {
-	return newExecutorServer(e, b.dial, newStepGate(), hclog.NewNullLogger())
-}
-
 // TestHostCalls makes every kind of host call and checks what crosses the
 // wire in both directions, including the turn token the executor never
 // sees.
@@ -51,14 +46,13 @@ func TestHostCalls(t *testing.T) {
 		decision:  "approved",
 		toolSpecs: []*executorpb.ToolSpec{{Name: "ls", Description: "list", ParametersJson: `{"type":"object"}`}},
 	}
-	b := &fakeBroker{sockets: map[uint32]string{7: serveFakeHost(t, fh)}}
 	var (
 		model    ModelResponse
 		tool     ToolResponse
 		decision Decision
 		tools    []ToolSpec
 	)
-	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+	es := newTestServer(t, hostStep(func(ctx context.Context, h Host) error {
 		var err error
 		if model, err = h.CallModel(ctx, ModelRequest{Messages: []Message{{Role: "user", Content: "2+2"}}}); err != nil {
 			return err
@@ -73,10 +67,9 @@ func TestHostCalls(t *testing.T) {
 			return err
 		}
 		return h.Progress(ctx, "halfway")
-	}), b)
-	defer es.conns.close()
+	}), fh)
 
-	resp := runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "turn-1", HostServicesId: 7})
+	resp := runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "turn-1"})
 	if resp.GetContinue() == nil {
 		t.Fatalf("step failed: %v", resp)
 	}
@@ -132,17 +125,15 @@ func TestHostErrorMapping(t *testing.T) {
 		{codes.ResourceExhausted, "grpc: received message larger than max (5 vs. 4)", ErrInvalidArgument, true},
 	}
 	fh := &fakeHost{}
-	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
 	for _, tt := range tests {
 		t.Run(tt.code.String()+"/"+tt.msg, func(t *testing.T) {
 			fh.set(func(f *fakeHost) { f.err = status.Error(tt.code, tt.msg) })
 			var got error
-			es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+			es := newTestServer(t, hostStep(func(ctx context.Context, h Host) error {
 				got = h.Progress(ctx, "note")
 				return nil
-			}), b)
-			defer es.conns.close()
-			runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+			}), fh)
+			runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t"})
 
 			if !errors.Is(got, tt.want) {
 				t.Fatalf("error = %v, want one matching %v", got, tt.want)
@@ -161,88 +152,24 @@ func TestHostErrorMapping(t *testing.T) {
 // TestHostCallCancelled cancels the step while a host call is in flight.
 func TestHostCallCancelled(t *testing.T) {
 	fh := &fakeHost{block: true, called: make(chan string, 1)}
-	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		<-fh.called
 		cancel()
 	}()
-	var got error
-	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
-		_, got = h.CallTool(ctx, ToolRequest{Name: "sleep"})
-		return got
-	}), b)
-	defer es.conns.close()
-	_, err := es.Step(ctx, &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
-	if status.Code(err) != codes.Canceled {
-		t.Errorf("Step error = %v, want Canceled", err)
+	got := make(chan error, 1)
+	es := newTestServer(t, hostStep(func(ctx context.Context, h Host) error {
+		_, err := h.CallTool(ctx, ToolRequest{Name: "sleep"})
+		got <- err
+		return err
+	}), fh)
+	_, err := es.step(ctx, &executorpb.StepRequest{Attempt: 1, TurnToken: "t"})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Step error = %v, want context.Canceled", err)
 	}
-	if !errors.Is(got, context.Canceled) {
-		t.Errorf("CallTool error = %v, want context.Canceled", got)
-	}
-}
-
-func TestHostWithoutEndpoint(t *testing.T) {
-	b := &fakeBroker{}
-	var got error
-	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
-		_, got = h.CallModel(ctx, ModelRequest{})
-		return nil
-	}), b)
-	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1})
-	if !errors.Is(got, ErrUnimplemented) {
-		t.Errorf("CallModel without an endpoint = %v, want ErrUnimplemented", got)
-	}
-	if d := b.dialed(); len(d) != 0 {
-		t.Errorf("dialled %v without an endpoint id", d)
-	}
-}
-
-// TestHostConnection checks that the connection is dialled once per
-// endpoint, redialled when the host names another one, and retried after a
-// failed dial.
-func TestHostConnection(t *testing.T) {
-	first, second := &fakeHost{}, &fakeHost{}
-	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, first), 2: serveFakeHost(t, second)}}
-	var errs []error
-	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
-		errs = append(errs, h.Progress(ctx, "n"))
-		return nil
-	}), b)
-	defer es.conns.close()
-	step := func(id uint32) {
-		t.Helper()
-		runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: id})
-	}
-
-	step(1)
-	step(1)
-	step(2)
-	b.fail = errors.New("timeout waiting for connection info")
-	step(3)
-	b.fail = nil
-	step(2)
-
-	if got, want := b.dialed(), []uint32{1, 2, 3, 2}; !reflect.DeepEqual(got, want) {
-		t.Errorf("dials = %v, want %v", got, want)
-	}
-	if n := len(first.seenTokens()); n != 2 {
-		t.Errorf("first endpoint got %d calls, want 2", n)
-	}
-	if n := len(second.seenTokens()); n != 2 {
-		t.Errorf("second endpoint got %d calls, want 2", n)
-	}
-	for i, err := range errs {
-		if i == 3 {
-			if !errors.Is(err, ErrHostUnavailable) || !strings.Contains(err.Error(), "timeout waiting for connection info") {
-				t.Errorf("call after a failed dial = %v, want ErrHostUnavailable with the cause", err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("call %d: %v", i, err)
-		}
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Errorf("CallTool error = %v, want context.Canceled", err)
 	}
 }
 
@@ -250,14 +177,12 @@ func TestHostConnection(t *testing.T) {
 // goroutine would, and checks it can no longer reach the host.
 func TestHostHandleEndsWithStep(t *testing.T) {
 	fh := &fakeHost{}
-	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
 	var kept Host
-	es := newTestServer(hostStep(func(_ context.Context, h Host) error {
+	es := newTestServer(t, hostStep(func(_ context.Context, h Host) error {
 		kept = h
 		return nil
-	}), b)
-	defer es.conns.close()
-	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+	}), fh)
+	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t"})
 
 	if err := kept.Progress(context.Background(), "late"); !errors.Is(err, ErrPermissionDenied) {
 		t.Errorf("Progress after the step = %v, want ErrPermissionDenied", err)
@@ -271,17 +196,15 @@ func TestHostHandleEndsWithStep(t *testing.T) {
 // fake host itself would accept and send more.
 func TestHostMessageLimits(t *testing.T) {
 	fh := &fakeHost{}
-	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
 	huge := strings.Repeat("x", maxMessageBytes+1)
 	var reqErr, respErr error
-	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+	es := newTestServer(t, hostStep(func(ctx context.Context, h Host) error {
 		_, reqErr = h.CallModel(ctx, ModelRequest{Messages: []Message{{Role: "user", Content: huge}}})
 		fh.set(func(f *fakeHost) { f.tool = &executorpb.CallToolResponse{ResultJson: huge} })
 		_, respErr = h.CallTool(ctx, ToolRequest{Name: "cat"})
 		return nil
-	}), b)
-	defer es.conns.close()
-	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+	}), fh)
+	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t"})
 
 	if !errors.Is(reqErr, ErrInvalidArgument) {
 		t.Errorf("oversized request: %v, want ErrInvalidArgument", reqErr)
@@ -298,15 +221,13 @@ func TestHostMessageLimits(t *testing.T) {
 
 func TestHostUnknownDecisionIsNotApproval(t *testing.T) {
 	fh := &fakeHost{decision: "maybe"}
-	b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
 	var d Decision
 	var err error
-	es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+	es := newTestServer(t, hostStep(func(ctx context.Context, h Host) error {
 		d, err = h.RequestApproval(ctx, "ok?")
 		return nil
-	}), b)
-	defer es.conns.close()
-	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t", HostServicesId: 1})
+	}), fh)
+	runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "t"})
 	if d == Approved || err == nil {
 		t.Errorf("RequestApproval = (%q, %v), want an error", d, err)
 	}
@@ -326,15 +247,13 @@ func TestHostRequestInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fh := &fakeHost{answer: tc.answer}
-			b := &fakeBroker{sockets: map[uint32]string{1: serveFakeHost(t, fh)}}
 			var v json.RawMessage
 			var err error
-			es := newTestServer(hostStep(func(ctx context.Context, h Host) error {
+			es := newTestServer(t, hostStep(func(ctx context.Context, h Host) error {
 				v, err = h.RequestInput(ctx, "What is x?")
 				return nil
-			}), b)
-			defer es.conns.close()
-			runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "turn-1", HostServicesId: 1})
+			}), fh)
+			runStep(t, es, context.Background(), &executorpb.StepRequest{Attempt: 1, TurnToken: "turn-1"})
 			if tc.ok && (err != nil || string(v) != tc.answer) {
 				t.Fatalf("RequestInput = %s, %v; want %s", v, err, tc.answer)
 			}

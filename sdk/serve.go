@@ -78,7 +78,7 @@ func newLogger() hclog.Logger {
 
 func handshakeConfig() plugin.HandshakeConfig {
 	return plugin.HandshakeConfig{
-		// The protocol version is negotiated through VersionedPlugins.
+		// The protocol version is the one VersionedPlugins names.
 		MagicCookieKey:   executorpb.MagicCookieKey,
 		MagicCookieValue: executorpb.MagicCookieValue,
 	}
@@ -114,8 +114,10 @@ type grpcPlugin struct {
 
 var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
 
-func (p *grpcPlugin) GRPCServer(b *plugin.GRPCBroker, s *grpc.Server) error {
-	executorpb.RegisterExecutorServer(s, newExecutorServer(p.exec, brokerDialer(b), p.gate, p.logger))
+// GRPCServer registers the executor service. go-plugin's broker goes
+// unused: host services travel on each step's own stream.
+func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	executorpb.RegisterExecutorServer(s, newExecutorServer(p.exec, p.gate, p.logger))
 	return nil
 }
 

@@ -17,40 +17,40 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskhost/taskhost/internal/steprpc"
 	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
 // hostPlugin is the host's side of the executor plugin, as small as a test
-// needs: the executor client and the broker to serve host services on.
+// needs: the executor client.
 type hostPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 }
 
 type pluginConn struct {
 	executor executorpb.ExecutorClient
-	broker   *plugin.GRPCBroker
 }
 
 func (hostPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
 	return errors.New("host side only")
 }
 
-func (hostPlugin) GRPCClient(_ context.Context, b *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &pluginConn{executor: executorpb.NewExecutorClient(c), broker: b}, nil
+func (hostPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return &pluginConn{executor: executorpb.NewExecutorClient(c)}, nil
 }
 
 // launchedPlugin is a helper plugin process started through go-plugin the
 // way the host starts an executor.
 type launchedPlugin struct {
 	*pluginConn
-	client  *plugin.Client
-	cmd     *exec.Cmd
-	stderr  *syncBuffer
-	hostsID uint32
+	client *plugin.Client
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	fh     *fakeHost
 }
 
-// launchPlugin starts the "plugin" helper process and serves fh as its host
-// services, like the host does once per plugin process.
+// launchPlugin starts the "plugin" helper process, whose steps' service
+// calls fh answers.
 func launchPlugin(t *testing.T, fh *fakeHost) *launchedPlugin {
 	t.Helper()
 	cmd := helperCommand("plugin")
@@ -74,19 +74,13 @@ func launchPlugin(t *testing.T, fh *fakeHost) *launchedPlugin {
 		t.Fatal(err)
 	}
 	conn := raw.(*pluginConn)
-	id := conn.broker.NextId()
-	go conn.broker.AcceptAndServe(id, func(opts []grpc.ServerOption) *grpc.Server {
-		s := grpc.NewServer(opts...)
-		executorpb.RegisterHostServicesServer(s, fh)
-		return s
-	})
-	return &launchedPlugin{pluginConn: conn, client: client, cmd: cmd, stderr: stderr, hostsID: id}
+	return &launchedPlugin{pluginConn: conn, client: client, cmd: cmd, stderr: stderr, fh: fh}
 }
 
 func (p *launchedPlugin) step(ctx context.Context, spec string) (*executorpb.StepResponse, error) {
-	return p.executor.Step(ctx, &executorpb.StepRequest{
-		TaskId: "task-1", Attempt: 1, TurnToken: "turn-1", Spec: []byte(spec), HostServicesId: p.hostsID,
-	})
+	return driveStep(ctx, p.executor, &executorpb.StepRequest{
+		TaskId: "task-1", Attempt: 1, TurnToken: "turn-1", Spec: []byte(spec),
+	}, p.fh)
 }
 
 func testContext(t *testing.T) context.Context {
@@ -97,7 +91,7 @@ func testContext(t *testing.T) context.Context {
 
 // TestServe runs Serve in a real plugin process started by go-plugin and
 // drives it like the host: handshake, Describe, steps with host services
-// over the broker, and the message limits on the real transport.
+// on the step's stream, and the message limits on the real transport.
 func TestServe(t *testing.T) {
 	fh := &fakeHost{model: &executorpb.CallModelResponse{Message: &executorpb.ChatMessage{Role: "assistant", Content: "hi there"}}}
 	p := launchPlugin(t, fh)
@@ -122,7 +116,7 @@ func TestServe(t *testing.T) {
 		t.Errorf("echo step = %v", resp)
 	}
 
-	// Host services through go-plugin's broker, twice over one connection.
+	// Host services on the step's stream, twice.
 	for range 2 {
 		resp, err = p.step(ctx, `{"mode":"model"}`)
 		if err != nil {
@@ -151,8 +145,8 @@ func TestServe(t *testing.T) {
 
 	// A request over the limit is refused by the plugin's server.
 	_, err = p.step(ctx, `{"mode":"echo","pad":"`+strings.Repeat("p", maxMessageBytes)+`"}`)
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Errorf("oversized request: %v, want ResourceExhausted", err)
+	if !errors.Is(err, steprpc.ErrProtocol) || !strings.Contains(err.Error(), "larger than max") {
+		t.Errorf("oversized request: %v, want the plugin's refusal of a message larger than max", err)
 	}
 
 	// A result over the limit becomes a typed failure.
@@ -188,8 +182,8 @@ func TestServeCancel(t *testing.T) {
 		t.Fatalf("step ended before it was cancelled: %v", err)
 	}
 	cancel()
-	if err := <-errc; status.Code(err) != codes.Canceled {
-		t.Errorf("cancelled step: %v, want Canceled", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled step: %v, want context.Canceled", err)
 	}
 	waitFor(t, "the executor to see the cancellation", func() bool {
 		_, err := os.Stat(marker)

@@ -20,38 +20,65 @@ type executorServer struct {
 	executorpb.UnimplementedExecutorServer
 
 	exec   Executor
-	conns  *hostConns
 	gate   *stepGate
 	logger hclog.Logger
 }
 
-func newExecutorServer(e Executor, dial dialFunc, gate *stepGate, logger hclog.Logger) *executorServer {
-	return &executorServer{exec: e, conns: newHostConns(dial), gate: gate, logger: logger}
+func newExecutorServer(e Executor, gate *stepGate, logger hclog.Logger) *executorServer {
+	return &executorServer{exec: e, gate: gate, logger: logger}
 }
 
 func (s *executorServer) Describe(context.Context, *executorpb.DescribeRequest) (*executorpb.DescribeResponse, error) {
 	return describeToPB(s.exec.Describe()), nil
 }
 
-// Step runs one step.
+// RunStep runs one step on its stream: the host's first message is the
+// step, the executor's host calls travel on the same stream, and the last
+// message is the result. The stream's context is the step's.
 //
 // A panic in the executor is deliberately not recovered: it crashes the
-// plugin process, the in-flight call fails with Unavailable, and the host
-// records an interrupted attempt (executor_crashed) with the panic lines
-// from stderr. Turning it into a Fail would let an executor in an unknown
-// state go on to the next step, and would hide a crash as an ordinary
-// failure.
-func (s *executorServer) Step(ctx context.Context, in *executorpb.StepRequest) (*executorpb.StepResponse, error) {
-	ctx, leave, err := s.gate.enter(ctx)
+// plugin process, the stream breaks, and the host records an interrupted
+// attempt (executor_crashed) with the panic lines from stderr. Turning it
+// into a Fail would let an executor in an unknown state go on to the next
+// step, and would hide a crash as an ordinary failure.
+func (s *executorServer) RunStep(stream executorpb.Executor_RunStepServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	in := first.GetStep()
+	if in == nil {
+		return status.Error(codes.InvalidArgument, "sdk: the first message of a step stream must be the step")
+	}
+	ctx, leave, err := s.gate.enter(stream.Context())
 	switch {
 	case errors.Is(err, errStepRunning):
-		return nil, status.Error(codes.FailedPrecondition, "sdk: "+err.Error())
+		return status.Error(codes.FailedPrecondition, "sdk: "+err.Error())
 	case err != nil:
-		return nil, status.Error(codes.Unavailable, "sdk: "+err.Error())
+		return status.Error(codes.Unavailable, "sdk: "+err.Error())
 	}
-	defer leave()
+	ctx, abort := context.WithCancel(ctx)
+	defer abort()
+	calls := newStreamCalls(stream)
+	go calls.receive(abort)
 
-	host := s.stepHost(in)
+	out, err := s.step(ctx, in, calls)
+	// The step is over once the executor returned: the gate admits the
+	// next one before the host can read this one's result and send it.
+	leave()
+	if perr := calls.protocolError(); perr != nil {
+		return status.Error(codes.Internal, "sdk: "+perr.Error())
+	}
+	if err != nil {
+		return err
+	}
+	return calls.send(&executorpb.PluginMessage{Msg: &executorpb.PluginMessage_Result{Result: out}})
+}
+
+// step runs one step with host calls made through client, and returns its
+// response or the status that ends the stream instead.
+func (s *executorServer) step(ctx context.Context, in *executorpb.StepRequest, client executorpb.HostServicesClient) (*executorpb.StepResponse, error) {
+	host := &stepHost{token: in.GetTurnToken(), client: client}
 	res, err := s.exec.Step(ctx, host, stepRequestFromPB(in))
 	host.end()
 
@@ -66,33 +93,13 @@ func (s *executorServer) Step(ctx context.Context, in *executorpb.StepRequest) (
 		return failResponse(reasonExecutorFailed, err.Error()), nil
 	}
 	out := stepResultToPB(res)
-	if n := proto.Size(out); n > maxMessageBytes {
-		// Sent as is, grpc would fail the call with ResourceExhausted and the
-		// host would see a transport error; a typed failure names the cause.
+	// The result travels wrapped in a PluginMessage: a few bytes more.
+	if n := proto.Size(&executorpb.PluginMessage{Msg: &executorpb.PluginMessage_Result{Result: out}}); n > maxMessageBytes {
+		// Sent as is, grpc would fail the stream with ResourceExhausted and
+		// the host would see a broken stream; a typed failure names the cause.
 		return oversizedResponse(res, n), nil
 	}
 	return out, nil
-}
-
-// stepHost builds the Host of one step. A host that announced no endpoint
-// (id 0) offers no services; one whose endpoint cannot be dialled is
-// unavailable. Either way the step runs: an executor that needs no host
-// call can still make progress, and one that does gets a typed error.
-func (s *executorServer) stepHost(in *executorpb.StepRequest) *stepHost {
-	h := &stepHost{token: in.GetTurnToken()}
-	id := in.GetHostServicesId()
-	if id == 0 {
-		h.unavailable = &HostError{Kind: ErrUnimplemented, Message: "the host offers no host services to this step"}
-		return h
-	}
-	client, err := s.conns.client(id)
-	if err != nil {
-		s.logger.Error("host services unavailable", "broker_id", id, "error", err)
-		h.unavailable = &HostError{Kind: ErrHostUnavailable, Message: err.Error()}
-		return h
-	}
-	h.client = client
-	return h
 }
 
 // oversizedResponse names the field that made a step's response too large to

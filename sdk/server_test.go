@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/taskhost/taskhost/internal/steprpc"
 	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
@@ -70,8 +71,8 @@ func TestStepOverGRPC(t *testing.T) {
 				got = req
 				return tt.result, tt.err
 			}}
-			_, client := startExecutorServer(t, e, nil)
-			resp, err := client.Step(context.Background(), tt.in)
+			_, client := startExecutorServer(t, e)
+			resp, err := driveStep(context.Background(), client, tt.in, nil)
 			if err != nil {
 				t.Fatalf("Step: %v", err)
 			}
@@ -86,7 +87,7 @@ func TestStepOverGRPC(t *testing.T) {
 }
 
 func TestDescribeOverGRPC(t *testing.T) {
-	_, client := startExecutorServer(t, funcExecutor{}, nil)
+	_, client := startExecutorServer(t, funcExecutor{})
 	got, err := client.Describe(context.Background(), &executorpb.DescribeRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -123,8 +124,8 @@ func TestStepCancelled(t *testing.T) {
 				<-ctx.Done()
 				return tt.result, tt.err
 			}}
-			es := newExecutorServer(e, nil, newStepGate(), hclog.NewNullLogger())
-			resp, err := es.Step(ctx, &executorpb.StepRequest{Attempt: 1})
+			es := newExecutorServer(e, newStepGate(), hclog.NewNullLogger())
+			resp, err := es.step(ctx, &executorpb.StepRequest{Attempt: 1}, nil)
 			cancel()
 			if got := status.Code(err); got != tt.want {
 				t.Fatalf("Step = (%v, %v), want code %v", resp, err, tt.want)
@@ -149,18 +150,18 @@ func TestStepCancelReachesExecutor(t *testing.T) {
 			return Continue("not cancelled", nil), nil
 		}
 	}}
-	_, client := startExecutorServer(t, e, nil)
+	_, client := startExecutorServer(t, e)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := client.Step(ctx, &executorpb.StepRequest{Attempt: 1})
+		_, err := driveStep(ctx, client, &executorpb.StepRequest{Attempt: 1}, nil)
 		errc <- err
 	}()
 	<-started
 	cancel()
-	if err := <-errc; status.Code(err) != codes.Canceled {
-		t.Errorf("Step error = %v, want Canceled", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("Step error = %v, want context.Canceled", err)
 	}
 	if err := <-sawCancel; !errors.Is(err, context.Canceled) {
 		t.Errorf("executor saw %v, want context.Canceled", err)
@@ -175,19 +176,19 @@ func TestStepConcurrentRefused(t *testing.T) {
 		<-release
 		return Continue("ok", nil), nil
 	}}
-	_, client := startExecutorServer(t, e, nil)
+	_, client := startExecutorServer(t, e)
 	ctx := context.Background()
 
 	first := make(chan error, 1)
 	go func() {
-		_, err := client.Step(ctx, &executorpb.StepRequest{Attempt: 1})
+		_, err := driveStep(ctx, client, &executorpb.StepRequest{Attempt: 1}, nil)
 		first <- err
 	}()
 	<-started
 	// Bounded: a server that queued the call instead would block here.
 	ctx2, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := client.Step(ctx2, &executorpb.StepRequest{Attempt: 2})
+	_, err := driveStep(ctx2, client, &executorpb.StepRequest{Attempt: 2}, nil)
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("concurrent Step error = %v, want FailedPrecondition", err)
 	}
@@ -196,7 +197,7 @@ func TestStepConcurrentRefused(t *testing.T) {
 		t.Fatalf("first Step: %v", err)
 	}
 	// The refusal must not leave the server stuck as busy.
-	if _, err := client.Step(ctx, &executorpb.StepRequest{Attempt: 3}); err != nil {
+	if _, err := driveStep(ctx, client, &executorpb.StepRequest{Attempt: 3}, nil); err != nil {
 		t.Fatalf("Step after the first finished: %v", err)
 	}
 }
@@ -220,8 +221,8 @@ func TestStepMessageLimits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := funcExecutor{step: func(context.Context, Host, StepRequest) (StepResult, error) { return tt.result, nil }}
-			_, client := startExecutorServer(t, e, nil)
-			resp, err := client.Step(context.Background(), &executorpb.StepRequest{Attempt: 1})
+			_, client := startExecutorServer(t, e)
+			resp, err := driveStep(context.Background(), client, &executorpb.StepRequest{Attempt: 1}, nil)
 			if err != nil {
 				t.Fatalf("Step: %v", err)
 			}
@@ -244,10 +245,10 @@ func TestStepMessageLimits(t *testing.T) {
 			called.Store(true)
 			return Continue("s", nil), nil
 		}}
-		_, client := startExecutorServer(t, e, nil)
-		_, err := client.Step(context.Background(), &executorpb.StepRequest{Spec: big})
-		if status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("Step error = %v, want ResourceExhausted", err)
+		_, client := startExecutorServer(t, e)
+		_, err := driveStep(context.Background(), client, &executorpb.StepRequest{Spec: big}, nil)
+		if !errors.Is(err, steprpc.ErrProtocol) || !strings.Contains(err.Error(), "larger than max") {
+			t.Fatalf("Step error = %v, want the plugin's refusal of a message larger than max", err)
 		}
 		if called.Load() {
 			t.Fatal("executor ran on an oversized request")
@@ -256,13 +257,12 @@ func TestStepMessageLimits(t *testing.T) {
 }
 
 func TestStepRefusedWhileStopping(t *testing.T) {
-	gate := newStepGate()
-	es := newExecutorServer(funcExecutor{step: func(context.Context, Host, StepRequest) (StepResult, error) {
+	es, client := startExecutorServer(t, funcExecutor{step: func(context.Context, Host, StepRequest) (StepResult, error) {
 		t.Error("executor ran in a stopping plugin")
 		return Continue("", nil), nil
-	}}, nil, gate, hclog.NewNullLogger())
-	gate.stop(0)
-	if _, err := es.Step(context.Background(), &executorpb.StepRequest{Attempt: 1}); status.Code(err) != codes.Unavailable {
+	}})
+	es.gate.stop(0)
+	if _, err := driveStep(context.Background(), client, &executorpb.StepRequest{Attempt: 1}, nil); status.Code(err) != codes.Unavailable {
 		t.Fatalf("Step while stopping = %v, want Unavailable", err)
 	}
 }

@@ -172,6 +172,10 @@ type Executor struct {
 	// ReadWrite are absolute paths the plugin may read and write besides its
 	// private dir: at most 8.
 	ReadWrite []string `toml:"read_write"`
+	// ReadOnly are absolute paths the plugin may read (and, for a
+	// directory, list and execute from) besides the system's: at most 8.
+	// An interpreter's libraries live here, say.
+	ReadOnly []string `toml:"read_only"`
 	// Subprocesses lets the plugin fork and exec; by default seccomp
 	// refuses both.
 	Subprocesses bool `toml:"subprocesses"`
@@ -330,8 +334,23 @@ func Parse(data []byte, baseDir string) (Config, error) {
 	return cfg, nil
 }
 
-// resolveExecutorPaths makes relative executor paths and read_write entries
-// absolute by joining them to baseDir.
+// resolveAll is paths with each relative one joined to baseDir (a copy;
+// paths itself may be shared with the caller's config).
+func resolveAll(baseDir string, paths []string) []string {
+	if len(paths) == 0 {
+		return paths
+	}
+	out := slices.Clone(paths)
+	for i, p := range out {
+		if p != "" && !filepath.IsAbs(p) {
+			out[i] = filepath.Join(baseDir, p)
+		}
+	}
+	return out
+}
+
+// resolveExecutorPaths makes relative executor paths and read_write and
+// read_only entries absolute by joining them to baseDir.
 func resolveExecutorPaths(cfg *Config, baseDir string, probs *problems) {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Executors)) {
 		ex := cfg.Executors[name]
@@ -348,16 +367,12 @@ func resolveExecutorPaths(cfg *Config, baseDir string, probs *problems) {
 		} else {
 			ex.Path = filepath.Join(baseDir, ex.Path)
 		}
-		// read_write entries too, so that every relative path of the
-		// config means the same whatever directory the daemon starts in.
-		if baseDir != "" && len(ex.ReadWrite) > 0 {
-			rw := slices.Clone(ex.ReadWrite)
-			for i, p := range rw {
-				if p != "" && !filepath.IsAbs(p) {
-					rw[i] = filepath.Join(baseDir, p)
-				}
-			}
-			ex.ReadWrite = rw
+		// read_write and read_only entries too, so that every relative
+		// path of the config means the same whatever directory the daemon
+		// starts in.
+		if baseDir != "" {
+			ex.ReadWrite = resolveAll(baseDir, ex.ReadWrite)
+			ex.ReadOnly = resolveAll(baseDir, ex.ReadOnly)
 		}
 		cfg.Executors[name] = ex
 	}

@@ -84,18 +84,24 @@ func validateExecutorConfinement(name string, ex Executor, ps *problems) {
 			ps.add(key, "%s = \"root\": a plugin never runs as root; leave the key out to run it as the daemon's user", key)
 		}
 	}
-	rwKey := executorKey(name, "read_write")
-	if len(ex.ReadWrite) > maxExecutorReadWrite {
-		ps.add(rwKey, "%s has %d paths: at most %d are allowed", rwKey, len(ex.ReadWrite), maxExecutorReadWrite)
+	checkPaths(ps, executorKey(name, "read_write"), ex.ReadWrite)
+	checkPaths(ps, executorKey(name, "read_only"), ex.ReadOnly)
+}
+
+// checkPaths checks a list of at most maxExecutorReadWrite absolute paths
+// of at most 4096 bytes each.
+func checkPaths(ps *problems, key string, paths []string) {
+	if len(paths) > maxExecutorReadWrite {
+		ps.add(key, "%s has %d paths: at most %d are allowed", key, len(paths), maxExecutorReadWrite)
 	}
-	for i, p := range ex.ReadWrite {
+	for i, p := range paths {
 		switch {
 		case len(p) > 4096:
-			ps.add(rwKey, "%s[%d] is %d bytes long: at most 4096 bytes are allowed", rwKey, i, len(p))
+			ps.add(key, "%s[%d] is %d bytes long: at most 4096 bytes are allowed", key, i, len(p))
 		case strings.ContainsRune(p, 0):
-			ps.add(rwKey, "%s[%d] contains a NUL byte", rwKey, i)
+			ps.add(key, "%s[%d] contains a NUL byte", key, i)
 		case !filepath.IsAbs(p):
-			ps.add(rwKey, "%s[%d] = %s: must be an absolute path", rwKey, i, quote(p))
+			ps.add(key, "%s[%d] = %s: must be an absolute path", key, i, quote(p))
 		}
 	}
 }

@@ -36,6 +36,11 @@ func TestExecutorConfinementKeys(t *testing.T) {
 		{"prestart negative", section("prestart = -1"), "executors.x.prestart"},
 		{"machinespirit prestart at its bound", "[machine_spirit]\nprestart = 16\n", ""},
 		{"machinespirit prestart past its bound", "[machine_spirit]\nprestart = 17\n", "machine_spirit.prestart"},
+		{"read_only 8 paths", section(`read_only = ["/a","/b","/c","/d","/e","/f","/g","/h"]`), ""},
+		{"read_only 9 paths", section(`read_only = ["/a","/b","/c","/d","/e","/f","/g","/h","/i"]`), "executors.x.read_only"},
+		{"read_only with a NUL", section(`read_only = ["/a\u0000b"]`), "executors.x.read_only"},
+		{"read_only path past 4096 bytes", section(fmt.Sprintf("read_only = [%q]", "/"+strings.Repeat("p", 4096))), "executors.x.read_only"},
+		{"read_only relative (resolved against the config file)", section(`read_only = ["lib"]`), ""},
 		{"confinement required", "[confinement]\nrequired = true\n", ""},
 		{"confinement string", "[confinement]\nrequired = \"yes\"\n", "confinement.required"},
 	}

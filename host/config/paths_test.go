@@ -19,6 +19,7 @@ script = "scripts/model.json"
 [executors.x]
 path = "bin/taskhost-executor-x"
 read_write = ["work", "/abs/elsewhere", "../shared"]
+read_only = ["lib", "/usr/share/x"]
 `
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -36,6 +37,8 @@ read_write = ["work", "/abs/elsewhere", "../shared"]
 		{"executors.x.read_write[0]", ex.ReadWrite[0], filepath.Join(dir, "work")},
 		{"executors.x.read_write[1]", ex.ReadWrite[1], "/abs/elsewhere"},
 		{"executors.x.read_write[2]", ex.ReadWrite[2], filepath.Join(filepath.Dir(dir), "shared")},
+		{"executors.x.read_only[0]", ex.ReadOnly[0], filepath.Join(dir, "lib")},
+		{"executors.x.read_only[1]", ex.ReadOnly[1], "/usr/share/x"},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %q, want %q", c.key, c.got, c.want)

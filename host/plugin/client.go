@@ -23,6 +23,7 @@ import (
 
 	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/internal/steprpc"
 	"github.com/taskhost/taskhost/internal/uids"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
@@ -174,7 +175,8 @@ func isScript(f *os.File) (bool, error) {
 const protocolVersion = pb.ProtocolVersion
 
 // grpcExecutorPlugin is the host half of go-plugin's GRPCPlugin: it hands the
-// connection and the broker to an executorClient.
+// connection to an executorClient. go-plugin's broker is not used: host
+// services are calls on each step's own stream.
 type grpcExecutorPlugin struct {
 	goplugin.NetRPCUnsupportedPlugin
 }
@@ -183,15 +185,15 @@ func (grpcExecutorPlugin) GRPCServer(*goplugin.GRPCBroker, *grpc.Server) error {
 	return errors.New("the host does not serve executors")
 }
 
-func (grpcExecutorPlugin) GRPCClient(_ context.Context, broker *goplugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return &executorClient{rpc: pb.NewExecutorClient(conn), broker: broker}, nil
+func (grpcExecutorPlugin) GRPCClient(_ context.Context, _ *goplugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return &executorClient{rpc: pb.NewExecutorClient(conn)}, nil
 }
 
 // executorClient is an Executor backed by one plugin process.
 type executorClient struct {
-	rpc        pb.ExecutorClient
-	broker     *goplugin.GRPCBroker
-	servicesID uint32
+	rpc      pb.ExecutorClient
+	services pb.HostServicesServer // answers the service calls of every step
+	limits   steprpc.Limits
 
 	client     *goplugin.Client
 	proc       *process
@@ -322,9 +324,11 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			return p, nil
 		},
 		SkipHostEnv: true,
-		// Host services reach the plugin over its own listener: the plugin
-		// never connects anywhere, so seccomp can refuse connect(2) to it.
-		GRPCBrokerMultiplex: true,
+		// Host services are calls on each step's stream, which the host
+		// opens on the plugin's own listener: the plugin never connects
+		// anywhere (seccomp refuses connect(2)), and no broker or yamux
+		// session sits on the data path.
+		GRPCBrokerMultiplex: false,
 		AllowedProtocols:    []goplugin.Protocol{goplugin.ProtocolGRPC},
 		StartTimeout:        opts.StartTimeout,
 		UnixSocketConfig:    &goplugin.UnixSocketConfig{TempDir: base},
@@ -353,6 +357,8 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		check := "handshake"
 		if strings.Contains(err.Error(), "timeout while waiting for plugin to start") {
 			check = "start_timeout"
+		} else if perr := protocolMismatch(err); perr != nil {
+			check, err = "protocol", perr
 		}
 		return unavailable(check, err)
 	}
@@ -368,12 +374,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	ec.client, ec.proc, ec.grace, ec.privateDir, ec.log = client, proc, opts.StopGrace, cleanup, plog
 	ec.releaseUID, ec.seed, launched = releaseUID, seed, true
 	ec.cleanups = &f.cleanups
-	ec.servicesID = ec.broker.NextId()
-	go ec.broker.AcceptAndServe(ec.servicesID, func(o []grpc.ServerOption) *grpc.Server {
-		s := grpc.NewServer(append(o, grpc.MaxRecvMsgSize(opts.MaxMessage), grpc.MaxSendMsgSize(opts.MaxMessage))...)
-		pb.RegisterHostServicesServer(s, services)
-		return s
-	})
+	ec.services, ec.limits = services, steprpc.Limits{MaxMessage: opts.MaxMessage}
 	return ec, nil
 }
 
@@ -392,10 +393,9 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 	preq := &pb.StepRequest{
 		TaskId: req.TaskID, RunId: uint64(req.RunID), Attempt: uint32(req.Attempt),
 		TurnToken: req.TurnToken, Spec: req.Spec,
-		Remaining:      toPBBudgets(req.Remaining),
-		Limits:         toPBBudgets(req.Limits),
-		HostServicesId: c.servicesID,
-		SummaryChars:   uint32(max(req.SummaryChars, 0)),
+		Remaining:    toPBBudgets(req.Remaining),
+		Limits:       toPBBudgets(req.Limits),
+		SummaryChars: uint32(max(req.SummaryChars, 0)),
 
 		ModelPromptTokens: uint32(min(max(req.ModelPromptTokens, 0), math.MaxUint32)),
 	}
@@ -415,7 +415,7 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 	if req.Checkpoint != nil {
 		preq.Checkpoint = &pb.Checkpoint{Schema: req.Checkpoint.Schema, Payload: req.Checkpoint.Payload}
 	}
-	r, err := c.rpc.Step(ctx, preq)
+	r, err := c.runStep(ctx, preq)
 	if err != nil {
 		return StepResult{}, err
 	}

@@ -11,7 +11,8 @@
 // crosses the seam. The gRPC conversion lives in two adapter files alone:
 // client.go (the Executor client) and services_grpc.go (the HostServices
 // server, where serviceStatus maps every refusal to a gRPC status and
-// ErrorInfo reason once). The package imports neither the host nor the
+// ErrorInfo reason once) with stream.go, which types a failed step for the
+// Runner. The package imports neither the host nor the
 // store: the host imports it, and turns its store's errors into these.
 //
 // # Registration and pins
@@ -47,8 +48,13 @@
 // the runtime never retires the thread a live plugin's death signal is tied
 // to. The handshake is go-plugin's over a unix socket under the socket dir
 // (swept at NewRegistry; its path is capped so the socket path fits 108
-// bytes) within StartTimeout; host services reach the plugin over the
-// multiplexed connection, so the plugin never connects anywhere itself.
+// bytes) within StartTimeout. A step is one RunStep stream on the
+// connection the host dialled (stream.go, internal/steprpc): the host sends
+// the step, answers the plugin's host-service calls on the same stream and
+// takes its result, so the plugin never connects anywhere itself and no
+// go-plugin broker or yamux session sits on the data path. A failed stream
+// reaches the Runner typed: ErrConnectionLost, ErrProtocol (a crash of the
+// plugin), a *StepCallError, or the context's error.
 //
 // # Pre-started processes
 //

@@ -106,3 +106,33 @@ func TestCheckHandshakeAddr(t *testing.T) {
 		}
 	}
 }
+
+// A plugin built against protocol 1 (the unary Step and go-plugin's
+// broker) names version 1 in its handshake line: the host refuses it at the
+// handshake, saying which versions met and what to do, instead of
+// go-plugin's "incompatible API version".
+func TestProtocolV1PluginRefused(t *testing.T) {
+	dir := testwait.ShortTempDir(t)
+	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	script := filepath.Join(dir, "v1")
+	line := "1|1|unix|" + filepath.Join(dir, "p", "nowhere") + "|grpc||true"
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho '"+line+"'\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := DefaultConfinement()
+	conf.Subprocesses = true // sleep
+	_, err = launch(context.Background(), reg.forker, PluginSpec{Kind: "old", Path: script, Confine: conf}, reg.opts, reg.support, NewServicesServer(NoServices{}))
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || ue.Check != "protocol" {
+		t.Fatalf("launch: %v, want unavailable (protocol)", err)
+	}
+	for _, want := range []string{"executor protocol 1", fmt.Sprintf("protocol %d", pb.ProtocolVersion), "rebuild the executor against this taskhost's sdk"} {
+		if !strings.Contains(ue.Detail, want) {
+			t.Errorf("refusal %q does not say %q", ue.Detail, want)
+		}
+	}
+}

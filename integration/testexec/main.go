@@ -105,7 +105,7 @@
 //	-startup=hang          never serve
 //	-startup=exit          exit with status 2 before serving
 //	-startup=badhandshake  print the malformed handshake line
-//	                       "1|1|tcp|nonsense|grpc" and hang ("badcookie" is
+//	                       "1|<protocol>|tcp|nonsense|grpc" and hang ("badcookie" is
 //	                       the same: the cookie itself is checked by
 //	                       go-plugin, not by the plugin's code)
 //
@@ -121,6 +121,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/sdk"
+	"github.com/taskhost/taskhost/shared/proto/executorpb"
 )
 
 func main() {
@@ -147,7 +148,7 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		fmt.Fprintln(stderr, "testexec: exiting before the handshake")
 		return 2
 	case "badhandshake", "badcookie":
-		fmt.Fprintln(stdout, "1|1|tcp|nonsense|grpc")
+		fmt.Fprintf(stdout, "1|%d|tcp|nonsense|grpc\n", executorpb.ProtocolVersion)
 		hang()
 	}
 	sdk.Serve(&executor{stderr: stderr})

@@ -8,8 +8,10 @@ const (
 	MagicCookieKey   = "TASKHOST_EXECUTOR_PLUGIN"
 	MagicCookieValue = "7f3c1b0e-taskhost-executor"
 
-	// ProtocolVersion is negotiated through go-plugin's VersionedPlugins.
-	ProtocolVersion = 1
+	// ProtocolVersion is the handshake line's second field and what
+	// Describe reports; a host and a plugin of different versions refuse
+	// each other at the handshake.
+	ProtocolVersion = 2
 
 	// PluginName is the key of the executor in go-plugin's plugin set.
 	PluginName = "executor"
