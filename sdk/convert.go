@@ -51,6 +51,8 @@ func budgetsFromPB(b *executorpb.Budgets) Budgets {
 		ModelCalls:  b.GetModelCalls(),
 		Depth:       b.GetDepth(),
 		WallSeconds: b.GetWallSeconds(),
+		ModelTokens: b.GetModelTokens(),
+		OutputBytes: b.GetOutputBytes(),
 	}
 }
 

@@ -184,6 +184,30 @@ var migrations = []migration{
 	}},
 	{version: 8, name: "queue", stmts: queueMigration("INTEGER")},
 	{version: 9, name: "model usage", stmts: []string{qCreateUsage}},
+	{version: 10, name: "token and output budgets", stmts: budgetColumns("INTEGER")},
+}
+
+// Limits a task created before the token and output budgets existed gets:
+// the configured caps' defaults (host/config), as it was never asked for
+// less.
+const (
+	UnbudgetedModelTokens = 100_000_000
+	UnbudgetedOutputBytes = 1 << 30
+)
+
+// budgetColumns are the token and output budgets' columns (budgets.go),
+// with the integer type of either engine. Unlike the call budgets, used may
+// pass limit: a call is charged as observed, in full, and the one that
+// crossed the limit fails the task (as wall time may overshoot).
+// model_tokens_estimated counts the calls whose tokens the host estimated.
+func budgetColumns(integer string) []string {
+	return []string{
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN model_tokens_limit %s NOT NULL DEFAULT %d CHECK (model_tokens_limit >= 0)`, integer, UnbudgetedModelTokens),
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN model_tokens_used %s NOT NULL DEFAULT 0 CHECK (model_tokens_used >= 0)`, integer),
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN model_tokens_estimated %s NOT NULL DEFAULT 0 CHECK (model_tokens_estimated >= 0)`, integer),
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN output_bytes_limit %s NOT NULL DEFAULT %d CHECK (output_bytes_limit >= 0)`, integer, UnbudgetedOutputBytes),
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN output_bytes_used %s NOT NULL DEFAULT 0 CHECK (output_bytes_used >= 0)`, integer),
+	}
 }
 
 // qCreateUsage is the model_usage table (usage.go), in the text of either

@@ -148,6 +148,8 @@ var pgMigrations = []migration{
 	{version: 5, name: "queue", stmts: queueMigration("BIGINT")},
 	// SQLite's v9: the model calls' usage by attempt (usage.go).
 	{version: 6, name: "model usage", stmts: []string{qCreateUsage}},
+	// SQLite's v10: the token and output budgets (budgets.go).
+	{version: 7, name: "token and output budgets", stmts: budgetColumns("BIGINT")},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

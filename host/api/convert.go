@@ -58,6 +58,7 @@ func taskPB(t store.Task, full bool) *apipb.Task {
 		Budgets: &apipb.Budgets{
 			Steps: meter(b.Steps), ToolCalls: meter(b.ToolCalls), ModelCalls: meter(b.ModelCalls),
 			Depth: meter(b.Depth), WallMs: meter(b.WallMillis),
+			ModelTokens: meter(b.ModelTokens), OutputBytes: meter(b.OutputBytes), ModelTokensEstimatedCalls: b.TokensEstimated,
 		},
 		CreatedUnixNano: nanos(t.CreatedAt), UpdatedUnixNano: nanos(t.UpdatedAt),
 	}

@@ -115,16 +115,27 @@ func (x *Meter) GetLimit() int64 {
 	return 0
 }
 
-// Budgets are a task's five budgets (DESIGN.md §3).
+// Budgets are a task's budgets (DESIGN.md §3, and the token and output
+// budgets of docs/reasons.md).
 type Budgets struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         *Meter                 `protobuf:"bytes,1,opt,name=steps,proto3" json:"steps,omitempty"`
-	ToolCalls     *Meter                 `protobuf:"bytes,2,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	ModelCalls    *Meter                 `protobuf:"bytes,3,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
-	Depth         *Meter                 `protobuf:"bytes,4,opt,name=depth,proto3" json:"depth,omitempty"`
-	WallMs        *Meter                 `protobuf:"bytes,5,opt,name=wall_ms,json=wallMs,proto3" json:"wall_ms,omitempty"` // active running time, milliseconds
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Steps      *Meter                 `protobuf:"bytes,1,opt,name=steps,proto3" json:"steps,omitempty"`
+	ToolCalls  *Meter                 `protobuf:"bytes,2,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ModelCalls *Meter                 `protobuf:"bytes,3,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	Depth      *Meter                 `protobuf:"bytes,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	WallMs     *Meter                 `protobuf:"bytes,5,opt,name=wall_ms,json=wallMs,proto3" json:"wall_ms,omitempty"` // active running time, milliseconds
+	// Prompt + completion tokens of the answered model calls; used may pass
+	// limit by the call that crossed it, which failed the task.
+	ModelTokens *Meter `protobuf:"bytes,30,opt,name=model_tokens,json=modelTokens,proto3" json:"model_tokens,omitempty"`
+	// Bytes the task's effects handed back to its executor: model replies
+	// (content and tool-call arguments) and tool outputs.
+	OutputBytes *Meter `protobuf:"bytes,31,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	// How many answered model calls reported no usage, so that their
+	// tokens are the host's estimate (4 bytes a token): model_tokens is
+	// then partly estimated.
+	ModelTokensEstimatedCalls int64 `protobuf:"varint,32,opt,name=model_tokens_estimated_calls,json=modelTokensEstimatedCalls,proto3" json:"model_tokens_estimated_calls,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *Budgets) Reset() {
@@ -190,6 +201,27 @@ func (x *Budgets) GetWallMs() *Meter {
 		return x.WallMs
 	}
 	return nil
+}
+
+func (x *Budgets) GetModelTokens() *Meter {
+	if x != nil {
+		return x.ModelTokens
+	}
+	return nil
+}
+
+func (x *Budgets) GetOutputBytes() *Meter {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return nil
+}
+
+func (x *Budgets) GetModelTokensEstimatedCalls() int64 {
+	if x != nil {
+		return x.ModelTokensEstimatedCalls
+	}
+	return 0
 }
 
 type Task struct {
@@ -670,6 +702,8 @@ type Limits struct {
 	MaxModelCalls  int64                  `protobuf:"varint,3,opt,name=max_model_calls,json=maxModelCalls,proto3" json:"max_model_calls,omitempty"`
 	MaxDepth       int64                  `protobuf:"varint,4,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
 	MaxWallSeconds int64                  `protobuf:"varint,5,opt,name=max_wall_seconds,json=maxWallSeconds,proto3" json:"max_wall_seconds,omitempty"`
+	MaxModelTokens int64                  `protobuf:"varint,30,opt,name=max_model_tokens,json=maxModelTokens,proto3" json:"max_model_tokens,omitempty"`
+	MaxOutputBytes int64                  `protobuf:"varint,31,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -735,6 +769,20 @@ func (x *Limits) GetMaxDepth() int64 {
 func (x *Limits) GetMaxWallSeconds() int64 {
 	if x != nil {
 		return x.MaxWallSeconds
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxModelTokens() int64 {
+	if x != nil {
+		return x.MaxModelTokens
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxOutputBytes() int64 {
+	if x != nil {
+		return x.MaxOutputBytes
 	}
 	return 0
 }
@@ -3405,7 +3453,7 @@ const file_api_proto_rawDesc = "" +
 	"\tapi.proto\x12\x0ftaskhost.api.v1\"1\n" +
 	"\x05Meter\x12\x12\n" +
 	"\x04used\x18\x01 \x01(\x03R\x04used\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\x86\x02\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\xbd\x03\n" +
 	"\aBudgets\x12,\n" +
 	"\x05steps\x18\x01 \x01(\v2\x16.taskhost.api.v1.MeterR\x05steps\x125\n" +
 	"\n" +
@@ -3413,7 +3461,10 @@ const file_api_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x03 \x01(\v2\x16.taskhost.api.v1.MeterR\n" +
 	"modelCalls\x12,\n" +
 	"\x05depth\x18\x04 \x01(\v2\x16.taskhost.api.v1.MeterR\x05depth\x12/\n" +
-	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\xed\x03\n" +
+	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\x129\n" +
+	"\fmodel_tokens\x18\x1e \x01(\v2\x16.taskhost.api.v1.MeterR\vmodelTokens\x129\n" +
+	"\foutput_bytes\x18\x1f \x01(\v2\x16.taskhost.api.v1.MeterR\voutputBytes\x12?\n" +
+	"\x1cmodel_tokens_estimated_calls\x18  \x01(\x03R\x19modelTokensEstimatedCalls\"\xed\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1a\n" +
@@ -3464,13 +3515,15 @@ const file_api_proto_rawDesc = "" +
 	"\x06run_id\x18\x03 \x01(\x03R\x05runId\x12\x12\n" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12$\n" +
 	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x12\x18\n" +
-	"\apayload\x18\x06 \x01(\fR\apayload\"\xba\x01\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\"\x8e\x02\n" +
 	"\x06Limits\x12\x1b\n" +
 	"\tmax_steps\x18\x01 \x01(\x03R\bmaxSteps\x12$\n" +
 	"\x0emax_tool_calls\x18\x02 \x01(\x03R\fmaxToolCalls\x12&\n" +
 	"\x0fmax_model_calls\x18\x03 \x01(\x03R\rmaxModelCalls\x12\x1b\n" +
 	"\tmax_depth\x18\x04 \x01(\x03R\bmaxDepth\x12(\n" +
-	"\x10max_wall_seconds\x18\x05 \x01(\x03R\x0emaxWallSeconds\"\xaa\x01\n" +
+	"\x10max_wall_seconds\x18\x05 \x01(\x03R\x0emaxWallSeconds\x12(\n" +
+	"\x10max_model_tokens\x18\x1e \x01(\x03R\x0emaxModelTokens\x12(\n" +
+	"\x10max_output_bytes\x18\x1f \x01(\x03R\x0emaxOutputBytes\"\xaa\x01\n" +
 	"\x11CreateTaskRequest\x12\x1a\n" +
 	"\bexecutor\x18\x01 \x01(\tR\bexecutor\x12\x12\n" +
 	"\x04spec\x18\x02 \x01(\fR\x04spec\x12/\n" +
@@ -3755,75 +3808,77 @@ var file_api_proto_depIdxs = []int32{
 	0,  // 2: taskhost.api.v1.Budgets.model_calls:type_name -> taskhost.api.v1.Meter
 	0,  // 3: taskhost.api.v1.Budgets.depth:type_name -> taskhost.api.v1.Meter
 	0,  // 4: taskhost.api.v1.Budgets.wall_ms:type_name -> taskhost.api.v1.Meter
-	1,  // 5: taskhost.api.v1.Task.budgets:type_name -> taskhost.api.v1.Budgets
-	3,  // 6: taskhost.api.v1.Task.model_usage:type_name -> taskhost.api.v1.ModelUsage
-	3,  // 7: taskhost.api.v1.Attempt.model_usage:type_name -> taskhost.api.v1.ModelUsage
-	6,  // 8: taskhost.api.v1.CreateTaskRequest.limits:type_name -> taskhost.api.v1.Limits
-	8,  // 9: taskhost.api.v1.CreateTaskRequest.files:type_name -> taskhost.api.v1.WorkspaceFile
-	2,  // 10: taskhost.api.v1.CreateTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 11: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
-	4,  // 12: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
-	47, // 13: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
-	2,  // 14: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
-	15, // 15: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
-	2,  // 16: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 17: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 18: taskhost.api.v1.PauseTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 19: taskhost.api.v1.ControlTasksResponse.tasks:type_name -> taskhost.api.v1.Task
-	28, // 20: taskhost.api.v1.ControlTasksResponse.failures:type_name -> taskhost.api.v1.ControlFailure
-	2,  // 21: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
-	5,  // 22: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
-	2,  // 23: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
-	32, // 24: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
-	32, // 25: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	50, // 26: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
-	40, // 27: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
-	42, // 28: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
-	46, // 29: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
-	47, // 30: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
-	7,  // 31: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
-	10, // 32: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
-	12, // 33: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
-	21, // 34: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
-	23, // 35: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
-	25, // 36: taskhost.api.v1.TaskService.PauseTask:input_type -> taskhost.api.v1.PauseTaskRequest
-	27, // 37: taskhost.api.v1.TaskService.ControlTasks:input_type -> taskhost.api.v1.ControlTasksRequest
-	30, // 38: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
-	14, // 39: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
-	17, // 40: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
-	19, // 41: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
-	48, // 42: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
-	33, // 43: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
-	35, // 44: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	35, // 45: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	37, // 46: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
-	39, // 47: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	43, // 48: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
-	44, // 49: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
-	9,  // 50: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	11, // 51: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	13, // 52: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	22, // 53: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	24, // 54: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	26, // 55: taskhost.api.v1.TaskService.PauseTask:output_type -> taskhost.api.v1.PauseTaskResponse
-	29, // 56: taskhost.api.v1.TaskService.ControlTasks:output_type -> taskhost.api.v1.ControlTasksResponse
-	31, // 57: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	16, // 58: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	18, // 59: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	20, // 60: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	49, // 61: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
-	34, // 62: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	36, // 63: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	36, // 64: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	38, // 65: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	41, // 66: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	41, // 67: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	45, // 68: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
-	50, // [50:69] is the sub-list for method output_type
-	31, // [31:50] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	0,  // 5: taskhost.api.v1.Budgets.model_tokens:type_name -> taskhost.api.v1.Meter
+	0,  // 6: taskhost.api.v1.Budgets.output_bytes:type_name -> taskhost.api.v1.Meter
+	1,  // 7: taskhost.api.v1.Task.budgets:type_name -> taskhost.api.v1.Budgets
+	3,  // 8: taskhost.api.v1.Task.model_usage:type_name -> taskhost.api.v1.ModelUsage
+	3,  // 9: taskhost.api.v1.Attempt.model_usage:type_name -> taskhost.api.v1.ModelUsage
+	6,  // 10: taskhost.api.v1.CreateTaskRequest.limits:type_name -> taskhost.api.v1.Limits
+	8,  // 11: taskhost.api.v1.CreateTaskRequest.files:type_name -> taskhost.api.v1.WorkspaceFile
+	2,  // 12: taskhost.api.v1.CreateTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 13: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
+	4,  // 14: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
+	47, // 15: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
+	2,  // 16: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	15, // 17: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
+	2,  // 18: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 19: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 20: taskhost.api.v1.PauseTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 21: taskhost.api.v1.ControlTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	28, // 22: taskhost.api.v1.ControlTasksResponse.failures:type_name -> taskhost.api.v1.ControlFailure
+	2,  // 23: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
+	5,  // 24: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
+	2,  // 25: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
+	32, // 26: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
+	32, // 27: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
+	50, // 28: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	40, // 29: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
+	42, // 30: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
+	46, // 31: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
+	47, // 32: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
+	7,  // 33: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
+	10, // 34: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
+	12, // 35: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
+	21, // 36: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
+	23, // 37: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
+	25, // 38: taskhost.api.v1.TaskService.PauseTask:input_type -> taskhost.api.v1.PauseTaskRequest
+	27, // 39: taskhost.api.v1.TaskService.ControlTasks:input_type -> taskhost.api.v1.ControlTasksRequest
+	30, // 40: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
+	14, // 41: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
+	17, // 42: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
+	19, // 43: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
+	48, // 44: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
+	33, // 45: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
+	35, // 46: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	35, // 47: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	37, // 48: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
+	39, // 49: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
+	43, // 50: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	44, // 51: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
+	9,  // 52: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	11, // 53: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	13, // 54: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	22, // 55: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	24, // 56: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	26, // 57: taskhost.api.v1.TaskService.PauseTask:output_type -> taskhost.api.v1.PauseTaskResponse
+	29, // 58: taskhost.api.v1.TaskService.ControlTasks:output_type -> taskhost.api.v1.ControlTasksResponse
+	31, // 59: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	16, // 60: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	18, // 61: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	20, // 62: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	49, // 63: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
+	34, // 64: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	36, // 65: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	36, // 66: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	38, // 67: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	41, // 68: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	41, // 69: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	45, // 70: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
+	52, // [52:71] is the sub-list for method output_type
+	33, // [33:52] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
