@@ -660,7 +660,14 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 				n, tools.MaxApprovalCommandBytes)}
 		}
 		gate = func(seq int64, rerun []store.Effect) (string, error) {
-			return s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(desc, rerun))
+			if len(rerun) == 0 {
+				// An allow-for-task approval may cover it; never the
+				// retry of a call that may already have run.
+				if id, ok, err := s.coveredByGrant(ctx, ts, name, desc, e.Fingerprint); err != nil || ok {
+					return id, err
+				}
+			}
+			return s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(desc, rerun), binding{fingerprint: e.Fingerprint, subject: desc})
 		}
 	}
 	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, store.Charge, error) {
@@ -708,7 +715,7 @@ func (s *taskServices) RequestApproval(ctx context.Context, tok, prompt string) 
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
 	var id string
 	gate := func(seq int64, _ []store.Effect) (got string, err error) {
-		id, err = s.r.awaitApproval(ctx, ts, seq, "", prompt)
+		id, err = s.r.awaitApproval(ctx, ts, seq, "", prompt, binding{})
 		return id, err
 	}
 	if _, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, store.Charge, error) {
@@ -750,7 +757,7 @@ func (s *taskServices) RequestInput(ctx context.Context, tok, question string) (
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("input"), []byte(question)), Summary: "input"}
 	var answer []byte
 	gate := func(seq int64, _ []store.Effect) (id string, err error) {
-		id, answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question)
+		id, answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question, binding{})
 		return id, err
 	}
 	out, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, store.Charge, error) {

@@ -22,11 +22,14 @@ const (
 	EventStepProgress        = "step.progress"
 	EventTaskWaitingApproval = "task.waiting_approval"
 	EventApprovalResolved    = "approval.resolved"
-	EventTaskCompleted       = "task.completed"
-	EventTaskFailed          = "task.failed"
-	EventTaskCancelled       = "task.cancelled"
-	EventTaskInterrupted     = "task.interrupted"
-	EventExecutorCrashed     = "executor.crashed"
+	// EventApprovalCovered: a gated tool call ran on an allow-for-task
+	// approval (its id is the note) without asking.
+	EventApprovalCovered = "approval.covered"
+	EventTaskCompleted   = "task.completed"
+	EventTaskFailed      = "task.failed"
+	EventTaskCancelled   = "task.cancelled"
+	EventTaskInterrupted = "task.interrupted"
+	EventExecutorCrashed = "executor.crashed"
 )
 
 // maxProgressNote bounds the executor's own words in a progress event.

@@ -216,6 +216,8 @@ type (
 		CreatedAt  string `json:"created_at"`
 		ExpiresAt  string `json:"expires_at"`
 		ResolvedAt string `json:"resolved_at"`
+		Scope      string `json:"scope"`
+		Pattern    string `json:"pattern"`
 	}
 	approvalsJSON struct {
 		Approvals []approvalJSON `json:"approvals"`

@@ -184,7 +184,7 @@ var migrations = []migration{
 	}},
 	{version: 8, name: "queue", stmts: queueMigration("INTEGER")},
 	{version: 9, name: "model usage", stmts: []string{qCreateUsage}},
-	{version: 10, name: "token and output budgets", stmts: budgetColumns("INTEGER")},
+	{version: 10, name: "token and output budgets, approval tiers", stmts: append(budgetColumns("INTEGER"), approvalTierColumns...)},
 }
 
 // Limits a task created before the token and output budgets existed gets:
@@ -194,6 +194,19 @@ const (
 	UnbudgetedModelTokens = 100_000_000
 	UnbudgetedOutputBytes = 1 << 30
 )
+
+// approvalTierColumns bind an approval to the effect it gates (its
+// fingerprint, and the subject an allow-for-task pattern matches: a
+// shell.run command, a tool's arguments as the approver saw them) and say
+// its tier: once, or for the rest of its task for the same tool and a
+// declared pattern (” = the same subject).
+var approvalTierColumns = []string{
+	`ALTER TABLE approvals ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '' CHECK (length(fingerprint) <= 128)`,
+	`ALTER TABLE approvals ADD COLUMN subject TEXT NOT NULL DEFAULT '' CHECK (length(subject) <= 2000)`,
+	`ALTER TABLE approvals ADD COLUMN scope TEXT NOT NULL DEFAULT 'once' CHECK (scope IN ('once','task'))`,
+	`ALTER TABLE approvals ADD COLUMN pattern TEXT NOT NULL DEFAULT '' CHECK (length(pattern) <= 256)`,
+	`CREATE INDEX approvals_grants ON approvals (task_id, tool) WHERE scope = 'task' AND status = 'approved'`,
+}
 
 // budgetColumns are the token and output budgets' columns (budgets.go),
 // with the integer type of either engine. Unlike the call budgets, used may

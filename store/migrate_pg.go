@@ -149,7 +149,7 @@ var pgMigrations = []migration{
 	// SQLite's v9: the model calls' usage by attempt (usage.go).
 	{version: 6, name: "model usage", stmts: []string{qCreateUsage}},
 	// SQLite's v10: the token and output budgets (budgets.go).
-	{version: 7, name: "token and output budgets", stmts: budgetColumns("BIGINT")},
+	{version: 7, name: "token and output budgets, approval tiers", stmts: append(budgetColumns("BIGINT"), approvalTierColumns...)},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
@@ -72,7 +73,7 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 }
 
 func approveCmd(ctx context.Context, e *env, args []string) int {
-	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.\nAn executor's question (kind input) is answered with --value JSON, one JSON\nvalue of at most 64 KiB (without it, the answer is null).")
+	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.\nAn executor's question (kind input) is answered with --value JSON, one JSON\nvalue of at most 64 KiB (without it, the answer is null). --for-task also\nallows, for the rest of the task, the same tool's calls with the same\ncommand/arguments, or with --pattern GLOB those they match ('*' any run of\ncharacters, '?' one; at most 256 bytes).")
 }
 
 func rejectCmd(ctx context.Context, e *env, args []string) int {
@@ -83,9 +84,12 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	var value *string
+	var value, pattern *string
+	var forTask *bool
 	if verb == "approve" {
 		value = fs.String("value", "", "the answer to a question (kind input): one JSON value, e.g. '{\"x\":1}'")
+		forTask = fs.Bool("for-task", false, "also allow the same tool's matching calls for the rest of the task (a tool call's approval only)")
+		pattern = fs.String("pattern", "", "with --for-task: the glob the calls' command/arguments must match ('*', '?'); default: the same as this call's")
 	}
 	fs.Usage = usageFunc(fs, "taskhost "+verb+" ID [flags]", description+"\nAn approval already resolved, or of a cancelled task, is a conflict (exit 4).")
 	pos, code, ok := parseArgs(e, fs, args, 1, 1)
@@ -102,7 +106,10 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 	defer cancel()
 	req := &apipb.ResolveApprovalRequest{ApprovalId: pos[0]}
 	if value != nil {
-		req.ValueJson = *value
+		req.ValueJson, req.ForTask, req.Pattern = *value, *forTask, *pattern
+		if req.Pattern != "" && !req.ForTask {
+			return cf.fail(e, usageError("approve: --pattern needs --for-task"))
+		}
 	}
 	var resp *apipb.ResolveApprovalResponse
 	if verb == "approve" {
@@ -117,6 +124,13 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 		newPrinter(e, true).emit(map[string]any{"approval": approvalJSON(resp.Approval)})
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "approval %s %s (task %s)\n", resp.Approval.Id, resp.Approval.Status, resp.Approval.TaskId)
+	scope := ""
+	if resp.Approval.Scope == "task" {
+		scope = " for the rest of the task"
+		if p := resp.Approval.Pattern; p != "" {
+			scope += ", calls of " + resp.Approval.Tool + " matching " + tools.Printable(p, 256)
+		}
+	}
+	fmt.Fprintf(e.stdout, "approval %s %s%s (task %s)\n", resp.Approval.Id, resp.Approval.Status, scope, resp.Approval.TaskId)
 	return exitOK
 }

@@ -78,6 +78,9 @@ type approvalView struct {
 	CreatedAt  string `json:"created_at"`
 	ExpiresAt  string `json:"expires_at"`
 	ResolvedAt string `json:"resolved_at,omitempty"`
+	// Scope (once | task) and Pattern: an approved approval's tier.
+	Scope   string `json:"scope,omitempty"`
+	Pattern string `json:"pattern,omitempty"`
 }
 
 func approvalJSON(a *apipb.Approval) approvalView {
@@ -85,6 +88,7 @@ func approvalJSON(a *apipb.Approval) approvalView {
 		ID: a.GetId(), TaskID: a.GetTaskId(), RunID: a.GetRunId(), Attempt: a.GetAttempt(), Kind: a.GetKind(), Tool: a.GetTool(),
 		Prompt: a.GetPrompt(), Status: a.GetStatus(), CreatedAt: rfc3339(a.GetCreatedUnixNano()),
 		ExpiresAt: rfc3339(a.GetExpiresUnixNano()), ResolvedAt: rfc3339(a.GetResolvedUnixNano()),
+		Scope: a.GetScope(), Pattern: a.GetPattern(),
 	}
 }
 

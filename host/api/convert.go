@@ -94,9 +94,13 @@ func approvalPB(a store.Approval) *apipb.Approval {
 	if kind != host.ApprovalKindTool {
 		tool = ""
 	}
-	return &apipb.Approval{
+	v := &apipb.Approval{
 		Id: a.ID, TaskId: a.TaskID, RunId: a.RunID, Attempt: a.Attempt, Tool: tool, Prompt: a.Prompt,
 		Status: string(a.Status), CreatedUnixNano: nanos(a.CreatedAt), ExpiresUnixNano: nanos(a.ExpiresAt),
-		ResolvedUnixNano: nanos(a.ResolvedAt), Kind: kind,
+		ResolvedUnixNano: nanos(a.ResolvedAt), Kind: kind, Fingerprint: a.Fingerprint,
 	}
+	if a.Status == store.ApprovalApproved {
+		v.Scope, v.Pattern = string(a.Scope), a.Pattern
+	}
+	return v
 }

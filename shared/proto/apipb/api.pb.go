@@ -2224,7 +2224,15 @@ type Approval struct {
 	ResolvedUnixNano int64  `protobuf:"varint,10,opt,name=resolved_unix_nano,json=resolvedUnixNano,proto3" json:"resolved_unix_nano,omitempty"` // 0 while pending
 	// tool (a gated tool call) | approval (an executor's yes/no question) |
 	// input (an executor's question answered with a JSON value)
-	Kind          string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	Kind string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The approval's tier: once (the call it gates), or task (also, for the
+	// rest of the task, the calls of the same tool whose subject matches
+	// pattern; "" = the same subject). Set once approved.
+	Scope   string `protobuf:"bytes,30,opt,name=scope,proto3" json:"scope,omitempty"`
+	Pattern string `protobuf:"bytes,31,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// The ledger fingerprint of the tool effect it gates ("" for an
+	// executor's question).
+	Fingerprint   string `protobuf:"bytes,32,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2336,6 +2344,27 @@ func (x *Approval) GetKind() string {
 	return ""
 }
 
+func (x *Approval) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *Approval) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *Approval) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 type ListApprovalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// pending | approved | rejected | expired | cancelled, or "" for all.
@@ -2438,7 +2467,15 @@ type ResolveApprovalRequest struct {
 	ApprovalId string                 `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
 	// Approve only, and only of an input approval: the answer, one JSON
 	// value of at most 64 KiB. Empty answers null.
-	ValueJson     string `protobuf:"bytes,2,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
+	ValueJson string `protobuf:"bytes,2,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
+	// Approve only, and only of a tool call's approval: also allow, for the
+	// rest of its task, the calls of the same tool whose subject (a shell.run
+	// command; a tool's arguments as the approval shows them) matches
+	// pattern, a glob of '*' (any run of characters) and '?' (one), at most
+	// 256 bytes; an empty pattern allows only calls with the same subject.
+	// A call that may already have run once is always asked again.
+	ForTask       bool   `protobuf:"varint,30,opt,name=for_task,json=forTask,proto3" json:"for_task,omitempty"`
+	Pattern       string `protobuf:"bytes,31,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2483,6 +2520,20 @@ func (x *ResolveApprovalRequest) GetApprovalId() string {
 func (x *ResolveApprovalRequest) GetValueJson() string {
 	if x != nil {
 		return x.ValueJson
+	}
+	return ""
+}
+
+func (x *ResolveApprovalRequest) GetForTask() bool {
+	if x != nil {
+		return x.ForTask
+	}
+	return false
+}
+
+func (x *ResolveApprovalRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
 	}
 	return ""
 }
@@ -3607,7 +3658,7 @@ const file_api_proto_rawDesc = "" +
 	"\bsnapshot\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskH\x00R\bsnapshot\x12.\n" +
 	"\x05event\x18\x02 \x01(\v2\x16.taskhost.api.v1.EventH\x00R\x05event\x12-\n" +
 	"\x05final\x18\x03 \x01(\v2\x15.taskhost.api.v1.TaskH\x00R\x05finalB\x06\n" +
-	"\x04item\"\xc2\x02\n" +
+	"\x04item\"\x94\x03\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x15\n" +
@@ -3620,17 +3671,22 @@ const file_api_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\t \x01(\x03R\x0fexpiresUnixNano\x12,\n" +
 	"\x12resolved_unix_nano\x18\n" +
 	" \x01(\x03R\x10resolvedUnixNano\x12\x12\n" +
-	"\x04kind\x18\v \x01(\tR\x04kind\".\n" +
+	"\x04kind\x18\v \x01(\tR\x04kind\x12\x14\n" +
+	"\x05scope\x18\x1e \x01(\tR\x05scope\x12\x18\n" +
+	"\apattern\x18\x1f \x01(\tR\apattern\x12 \n" +
+	"\vfingerprint\x18  \x01(\tR\vfingerprint\".\n" +
 	"\x14ListApprovalsRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\"n\n" +
 	"\x15ListApprovalsResponse\x127\n" +
 	"\tapprovals\x18\x01 \x03(\v2\x19.taskhost.api.v1.ApprovalR\tapprovals\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"X\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x8d\x01\n" +
 	"\x16ResolveApprovalRequest\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
 	"approvalId\x12\x1d\n" +
 	"\n" +
-	"value_json\x18\x02 \x01(\tR\tvalueJson\"P\n" +
+	"value_json\x18\x02 \x01(\tR\tvalueJson\x12\x19\n" +
+	"\bfor_task\x18\x1e \x01(\bR\aforTask\x12\x18\n" +
+	"\apattern\x18\x1f \x01(\tR\apattern\"P\n" +
 	"\x17ResolveApprovalResponse\x125\n" +
 	"\bapproval\x18\x01 \x01(\v2\x19.taskhost.api.v1.ApprovalR\bapproval\"\x10\n" +
 	"\x0eGetInfoRequest\"\x95\x01\n" +
