@@ -667,7 +667,21 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 					return id, err
 				}
 			}
-			return s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(desc, rerun), binding{fingerprint: e.Fingerprint, subject: desc})
+			shown := desc
+			d, isDiff := writeDiff{}, false
+			if name == tools.ToolWorkspaceWrite {
+				// Approve a diff: the approver sees the change to the
+				// file, and the write is refused if the file changed
+				// after they saw it.
+				if d, isDiff = diffForApproval(ctx, reg, env, args); isDiff {
+					shown = d.prompt
+				}
+			}
+			id, err := s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(shown, rerun), binding{fingerprint: e.Fingerprint, subject: desc})
+			if err == nil && isDiff {
+				err = checkBase(ctx, reg, env, d)
+			}
+			return id, err
 		}
 	}
 	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, store.Charge, error) {

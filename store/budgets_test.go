@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTokenAndOutputBudgets: a model call is admitted while its prompt's
@@ -133,5 +134,66 @@ func TestCreateTaskNegativeBudget(t *testing.T) {
 	_, err := s.CreateTask(context.Background(), NewTask{ID: "t", PrincipalID: "p", Executor: "legacy", Spec: []byte(`{}`), Limits: b})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(fmt.Sprint(err), "output_bytes limit is -1") {
 		t.Fatalf("negative output budget: %v", err)
+	}
+}
+
+// BenchmarkObserveCharged compares recording an answered model call as the
+// host does now — ObserveEffect: the mark, the budgets' charge and the
+// model usage in one transaction — against the path before the token
+// budget, measured alternately in the same run: MarkEffect, then
+// AddModelUsage, two transactions. "ratio" is the first's time over the
+// second's.
+func BenchmarkObserveCharged(b *testing.B) {
+	for _, st := range benchStores()[:2] {
+		b.Run(st.name, func(b *testing.B) {
+			ctx := context.Background()
+			s := st.open(b)
+			budgets := defaultBudgets()
+			budgets.ModelCalls.Limit = int64(b.N) + 1
+			budgets.ModelTokens.Limit = 1 << 50
+			budgets.OutputBytes.Limit = 1 << 50
+			if _, err := s.CreateTask(ctx, NewTask{ID: "t", PrincipalID: "p", Executor: "legacy", Spec: []byte(`{}`), Limits: budgets}); err != nil {
+				b.Fatal(err)
+			}
+			task, err := s.StartRun(ctx, "p", "t", StatusPending)
+			if err != nil {
+				b.Fatal(err)
+			}
+			a, task, err := s.ClaimAttempt(ctx, "p", "t", task.RunID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			u := ModelUsage{Calls: 1, PromptTokens: 900, CompletionTokens: 100, Millis: 5}
+			var charged, baseline time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				seq := int64(i + 1)
+				if _, _, err := s.AdmitEffect(ctx, NewEffect{PrincipalID: "p", TaskID: "t", RunID: task.RunID, Attempt: a.Number, Seq: seq,
+					Kind: EffectModel, Fingerprint: fmt.Sprint("f", seq), Tokens: 1}); err != nil {
+					b.Fatal(err)
+				}
+				m := MarkEffect{PrincipalID: "p", TaskID: "t", Attempt: a.Number, Seq: seq, From: EffectAdmitted, To: EffectDispatching}
+				if _, err := s.MarkEffect(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+				m.From, m.To, m.Result = EffectDispatching, EffectObserved, []byte(`{"content":"ok"}`)
+				began := time.Now()
+				if i%2 == 0 {
+					_, _, err = s.ObserveEffect(ctx, m, Charge{Tokens: 1000, OutputBytes: 2, Usage: u})
+					charged += time.Since(began)
+				} else {
+					if _, err = s.MarkEffect(ctx, m); err == nil {
+						err = s.AddModelUsage(ctx, "p", "t", a.Number, u)
+					}
+					baseline += time.Since(began)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			if baseline > 0 {
+				b.ReportMetric(float64(charged)/float64(baseline), "ratio")
+			}
+		})
 	}
 }
