@@ -163,7 +163,7 @@ func (r *Runner) Approve(ctx context.Context, principal, id string) (store.Appro
 // task the calls of the same tool whose subject (a shell.run command, a
 // tool's arguments as the approver was shown them) matches pattern, a glob
 // of '*' and '?' of at most store.MaxGrantPattern bytes; "" allows only
-// calls with the same subject. A covered call runs without asking, its
+// the same call again (by its fingerprint). A covered call runs without asking, its
 // cover recorded in the ledger and the task's events; a call that may
 // already have run once (an unsettled effect) is always asked again.
 func (r *Runner) ApproveForTask(ctx context.Context, principal, id, pattern string) (store.Approval, error) {
@@ -286,13 +286,17 @@ func (r *Runner) workspace(taskID string) string {
 }
 
 // covers reports whether grant, an allow-for-task approval, covers a call
-// whose approval subject is subject: the same subject when the approver
-// declared no pattern, else one the pattern matches whole.
-func covers(grant store.Approval, subject string) bool {
+// of tool with fingerprint fp whose approval subject is subject: the same
+// call (its fingerprint: every argument, not only what a subject shows)
+// when the approver declared no pattern, else one whose subject the
+// pattern matches whole — and only a subject shown whole: a tool's
+// arguments cut to tools.MaxDescribeBytes could hide what follows.
+func covers(grant store.Approval, tool, subject, fp string) bool {
 	if grant.Pattern == "" {
-		return subject == grant.Subject
+		return grant.Fingerprint == fp
 	}
-	return globMatch(grant.Pattern, subject)
+	whole := tool == tools.ToolShellRun || len(subject) <= tools.MaxDescribeBytes
+	return whole && globMatch(grant.Pattern, subject)
 }
 
 // globMatch matches s whole against pattern, in which '*' stands for any
@@ -336,7 +340,7 @@ func (s *taskServices) coveredByGrant(ctx context.Context, ts *turnState, tool, 
 		return "", false, effectError(ts, err)
 	}
 	for _, g := range grants {
-		if !covers(g, subject) {
+		if !covers(g, tool, subject, fp) {
 			continue
 		}
 		e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("grant"), []byte(g.ID), []byte(fp)),

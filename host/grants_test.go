@@ -6,8 +6,35 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/store"
 )
+
+// An allow-for-task approval without a pattern covers the same call only
+// (its fingerprint, not the subject a long argument is cut to); with one,
+// only a subject shown whole.
+func TestCovers(t *testing.T) {
+	long := `{"content":"` + strings.Repeat("a", tools.MaxDescribeBytes) + `","path":"x"}`
+	cut := tools.Describe(tools.ToolWorkspaceWrite, []byte(long))
+	exact := store.Approval{Fingerprint: "fp1", Subject: cut}
+	for _, c := range []struct {
+		name      string
+		grant     store.Approval
+		tool, sub string
+		fp        string
+		want      bool
+	}{
+		{"same call", exact, tools.ToolWorkspaceWrite, cut, "fp1", true},
+		{"same cut subject, other arguments", exact, tools.ToolWorkspaceWrite, cut, "fp2", false},
+		{"pattern, whole subject", store.Approval{Pattern: `{"content":"*","path":"x"}`}, tools.ToolWorkspaceWrite, `{"content":"hi","path":"x"}`, "f", true},
+		{"pattern, cut subject", store.Approval{Pattern: "*"}, tools.ToolWorkspaceWrite, cut, "f", false},
+		{"pattern, a command", store.Approval{Pattern: "echo *"}, tools.ToolShellRun, "echo " + strings.Repeat("a", 1000), "f", true},
+	} {
+		if got := covers(c.grant, c.tool, c.sub, c.fp); got != c.want {
+			t.Errorf("%s: covers = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
 
 func TestGlobMatch(t *testing.T) {
 	for _, c := range []struct {

@@ -73,7 +73,7 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 }
 
 func approveCmd(ctx context.Context, e *env, args []string) int {
-	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.\nAn executor's question (kind input) is answered with --value JSON, one JSON\nvalue of at most 64 KiB (without it, the answer is null). --for-task also\nallows, for the rest of the task, the same tool's calls with the same\ncommand/arguments, or with --pattern GLOB those they match ('*' any run of\ncharacters, '?' one; at most 256 bytes).")
+	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.\nAn executor's question (kind input) is answered with --value JSON, one JSON\nvalue of at most 64 KiB (without it, the answer is null). --for-task also\nallows, for the rest of the task, the same call again (same tool and\narguments), or with --pattern GLOB the same tool's calls whose\ncommand/arguments match it ('*' any run of\ncharacters, '?' one; at most 256 bytes).")
 }
 
 func rejectCmd(ctx context.Context, e *env, args []string) int {

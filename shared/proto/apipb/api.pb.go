@@ -2472,7 +2472,8 @@ type ResolveApprovalRequest struct {
 	// rest of its task, the calls of the same tool whose subject (a shell.run
 	// command; a tool's arguments as the approval shows them) matches
 	// pattern, a glob of '*' (any run of characters) and '?' (one), at most
-	// 256 bytes; an empty pattern allows only calls with the same subject.
+	// 256 bytes; an empty pattern allows only the same call again (same
+	// arguments: its fingerprint).
 	// A call that may already have run once is always asked again.
 	ForTask       bool   `protobuf:"varint,30,opt,name=for_task,json=forTask,proto3" json:"for_task,omitempty"`
 	Pattern       string `protobuf:"bytes,31,opt,name=pattern,proto3" json:"pattern,omitempty"`
