@@ -53,7 +53,7 @@ func TestEffectErrorReachesTheExecutor(t *testing.T) {
 			if got := ts.storeError() != nil; got != tt.storeFailed {
 				t.Errorf("store failure noted = %v, want %v", got, tt.storeFailed)
 			}
-			if got := ts.exhaustedReason(); got != tt.exhausted {
+			if got, _ := ts.exhaustedReason(); got != tt.exhausted {
 				t.Errorf("exhausted = %q, want %q", got, tt.exhausted)
 			}
 			var be *plugin.BudgetError

@@ -52,6 +52,9 @@ type turnState struct {
 	approvalSeq int64
 	calls       map[string]int64 // call token → depth
 	exhausted   store.Reason
+	// exhaustedMsg is the refusal that exhausted it, for the task's
+	// message.
+	exhaustedMsg string
 	// storeErr is the first effect write the store refused: the attempt's
 	// ledger is incomplete and the attempt ends interrupted (store_error).
 	storeErr error
@@ -99,7 +102,12 @@ func (ts *turnState) stepUsage() (model.Usage, int64) {
 func (ts *turnState) noteCharge(b store.Budgets) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.charged == nil || b.ToolCalls.Used+b.ModelCalls.Used >= ts.charged.ToolCalls.Used+ts.charged.ModelCalls.Used {
+	// Every counter only grows during a run: the larger sum is the later
+	// reading, whatever order concurrent calls answered in.
+	sum := func(b store.Budgets) int64 {
+		return b.ToolCalls.Used + b.ModelCalls.Used + b.ModelTokens.Used + b.OutputBytes.Used
+	}
+	if ts.charged == nil || sum(b) >= sum(*ts.charged) {
 		ts.charged = &b
 	}
 }
@@ -146,11 +154,11 @@ func (ts *turnState) nextSeq(kind store.EffectKind) int64 {
 	return ts.seq
 }
 
-func (ts *turnState) exhaust(r store.Reason) {
+func (ts *turnState) exhaust(r store.Reason, msg string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.exhausted == "" {
-		ts.exhausted = r
+		ts.exhausted, ts.exhaustedMsg = r, msg
 	}
 }
 
@@ -309,10 +317,10 @@ func (ts *turnState) storeError() error {
 	return ts.storeErr
 }
 
-func (ts *turnState) exhaustedReason() store.Reason {
+func (ts *turnState) exhaustedReason() (store.Reason, string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	return ts.exhausted
+	return ts.exhausted, ts.exhaustedMsg
 }
 
 // depthOf resolves a parent call token of this turn: the root call has depth
@@ -353,7 +361,7 @@ func effectError(ts *turnState, err error) error {
 	switch {
 	case errors.As(err, &be):
 		r := be.Budget.Reason()
-		ts.exhaust(r)
+		ts.exhaust(r, be.Error())
 		return &plugin.BudgetError{Reason: string(r), Err: err}
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %w", plugin.ErrStepEnded, err)
@@ -384,12 +392,19 @@ func fingerprint(parts ...[]byte) string {
 // bound to them).
 type gateFunc func(seq int64, rerun []store.Effect) (approvalID string, err error)
 
+// runFunc runs an admitted effect and says what it cost of the token and
+// output budgets.
+type runFunc func(ctx context.Context) ([]byte, store.Charge, error)
+
 // ledgered runs one effect through the ledger: replay from an earlier
 // attempt of the same step if (seq, fingerprint) was observed there, else
 // pass the unsettled-effect gate (rerunGate), admit (charging its budget),
 // wait for an approval when gate says so, mark dispatching, run, and record
-// observed or failed with the bounded result.
-func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.NewEffect, gate gateFunc, rerunSafe bool, run func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+// observed, with the bounded result and its charge, or failed. An effect
+// whose charge takes the task past its token or output budget is refused
+// to the executor after it ran (overBudget); so is a replay in a task that
+// is past one already.
+func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.NewEffect, gate gateFunc, rerunSafe bool, run runFunc) ([]byte, bool, error) {
 	ts.inflight.Add(1)
 	defer ts.inflight.Done()
 	// The effect's context derives from the step's, not from the
@@ -409,8 +424,12 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 		return nil, false, effectError(ts, err)
 	} else if ok {
 		e.Replay, e.Result = true, prev.Result
-		if _, _, err := st.AdmitEffect(ctx, e); err != nil {
+		_, t, err := st.AdmitEffect(ctx, e)
+		if err != nil {
 			return nil, false, effectError(ts, err)
+		}
+		if err := overBudget(ts, t.Budgets); err != nil {
+			return nil, false, err
 		}
 		return prev.Result, true, nil
 	}
@@ -455,7 +474,7 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 	if _, err := st.MarkEffect(ctx, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectAdmitted, To: store.EffectDispatching}); err != nil {
 		return fail(effectError(ts, err))
 	}
-	out, err := run(ctx)
+	out, charge, err := run(ctx)
 	bg := context.WithoutCancel(ctx)
 	if err != nil {
 		// An effect cut off by a cancel may have done part of its work: it
@@ -477,8 +496,13 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 		// run it again only with an approval.
 		kept = nil
 	}
-	if _, err := st.MarkEffect(bg, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectDispatching, To: store.EffectObserved, Result: kept}); err != nil {
+	_, t, err := st.ObserveEffect(bg, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectDispatching, To: store.EffectObserved, Result: kept}, charge)
+	if err != nil {
 		return nil, false, effectError(ts, err)
+	}
+	ts.noteCharge(t.Budgets)
+	if err := overBudget(ts, t.Budgets); err != nil {
+		return nil, false, err
 	}
 	return out, false, nil
 }
@@ -509,30 +533,28 @@ func (s *taskServices) CallModel(ctx context.Context, call plugin.ModelCall) (pl
 	mreq.Progress = func(p model.Progress) { s.modelProgress(ts, p) }
 	canon, _ := json.Marshal(mreq.Messages)
 	toolsJSON, _ := json.Marshal(mreq.Tools)
-	e := store.NewEffect{Kind: store.EffectModel, Depth: depth,
+	// The prompt is known before the call: one that would not fit what is
+	// left of the token budget is refused before it is sent.
+	promptTokens := estimateTokens(promptBytes(mreq))
+	e := store.NewEffect{Kind: store.EffectModel, Depth: depth, Tokens: promptTokens,
 		Fingerprint: fingerprint([]byte("model"), canon, toolsJSON),
 		Summary:     fmt.Sprintf("model{messages:%d,tools:%d,depth:%d}", len(mreq.Messages), len(mreq.Tools), depth)}
-	out, replayed, err := s.ledgered(ctx, ts, e, nil, true, func(ctx context.Context) ([]byte, error) {
+	out, replayed, err := s.ledgered(ctx, ts, e, nil, true, func(ctx context.Context) ([]byte, store.Charge, error) {
 		resp, err := s.r.svc.Model.Complete(ctx, mreq)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, store.Charge{}, ctx.Err()
 			}
-			return nil, s.modelError(ts, err)
+			return nil, store.Charge{}, s.modelError(ts, err)
 		}
 		ts.addUsage(resp.Usage)
 		ts.noteRefusal("", "")
-		u := store.ModelUsage{Calls: 1, PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, Millis: resp.Usage.Duration.Milliseconds()}
-		if err := s.r.store.AddModelUsage(context.WithoutCancel(ctx), ts.principal, ts.taskID, ts.attempt, u); err != nil {
-			// Usage is an account, not a budget yet: a lost row costs
-			// the figures, not the reply.
-			s.r.log.Warn("model usage not recorded", "task", ts.taskID, "attempt", ts.attempt, "error", err)
-		}
 		s.r.set.Observer.ModelCalled(resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Usage.Duration)
 		s.r.log.Info("model call", "task", ts.taskID, "attempt", ts.attempt, "depth", depth,
 			"prompt_tokens", resp.Usage.PromptTokens, "completion_tokens", resp.Usage.CompletionTokens,
 			"duration_ms", resp.Usage.Duration.Milliseconds(), "finish", resp.FinishReason, "tool_calls", len(resp.Message.ToolCalls))
-		return json.Marshal(modelResult{Message: resp.Message, FinishReason: resp.FinishReason, Usage: resp.Usage})
+		out, err := json.Marshal(modelResult{Message: resp.Message, FinishReason: resp.FinishReason, Usage: resp.Usage})
+		return out, modelCharge(promptTokens, resp), err
 	})
 	if err != nil {
 		return plugin.ModelAnswer{}, err
@@ -638,30 +660,53 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 				n, tools.MaxApprovalCommandBytes)}
 		}
 		gate = func(seq int64, rerun []store.Effect) (string, error) {
-			return s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(desc, rerun))
+			if len(rerun) == 0 {
+				// An allow-for-task approval may cover it; never the
+				// retry of a call that may already have run.
+				if id, ok, err := s.coveredByGrant(ctx, ts, name, desc, e.Fingerprint); err != nil || ok {
+					return id, err
+				}
+			}
+			shown := desc
+			d, isDiff := writeDiff{}, false
+			if name == tools.ToolWorkspaceWrite {
+				// Approve a diff: the approver sees the change to the
+				// file, and the write is refused if the file changed
+				// after they saw it.
+				if d, isDiff = diffForApproval(ctx, reg, env, args); isDiff {
+					shown = d.prompt
+				}
+			}
+			id, err := s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(shown, rerun), binding{fingerprint: e.Fingerprint, subject: desc})
+			if err == nil && isDiff {
+				err = checkBase(ctx, reg, env, d)
+			}
+			return id, err
 		}
 	}
-	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, error) {
+	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, store.Charge, error) {
 		if tools.IsTaskTool(name) {
 			// The host owns the tasks: its task tools are served here.
 			res, err := s.r.taskTool(ctx, ts.turn, name, args)
 			if err != nil {
-				return nil, &plugin.ToolError{Err: err}
+				return nil, store.Charge{}, &plugin.ToolError{Err: err}
 			}
-			return json.Marshal(res)
+			out, err := json.Marshal(res)
+			return out, store.Charge{OutputBytes: int64(len(out))}, err
 		}
 		res, err := reg.Call(ctx, env, name, args)
 		if err != nil {
 			var ae *tools.ArgError
 			switch {
 			case ctx.Err() != nil:
-				return nil, ctx.Err()
+				return nil, store.Charge{}, ctx.Err()
 			case errors.As(err, &ae):
-				return nil, err
+				return nil, store.Charge{}, err
 			}
-			return nil, &plugin.ToolError{Err: err}
+			return nil, store.Charge{}, &plugin.ToolError{Err: err}
 		}
-		return json.Marshal(res)
+		out, err := json.Marshal(res)
+		return out, store.Charge{OutputBytes: int64(len(res.Output))}, err
 	})
 	if err != nil {
 		return plugin.ToolAnswer{}, err
@@ -693,10 +738,12 @@ func (s *taskServices) RequestApproval(ctx context.Context, tok, prompt string) 
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("approval"), []byte(prompt)), Summary: "approval"}
 	var id string
 	gate := func(seq int64, _ []store.Effect) (got string, err error) {
-		id, err = s.r.awaitApproval(ctx, ts, seq, "", prompt)
+		id, err = s.r.awaitApproval(ctx, ts, seq, "", prompt, binding{})
 		return id, err
 	}
-	if _, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return []byte(`"approved"`), nil }); err != nil {
+	if _, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, store.Charge, error) {
+		return []byte(`"approved"`), store.Charge{}, nil
+	}); err != nil {
 		return err
 	}
 	if id == "" {
@@ -733,10 +780,12 @@ func (s *taskServices) RequestInput(ctx context.Context, tok, question string) (
 	e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("input"), []byte(question)), Summary: "input"}
 	var answer []byte
 	gate := func(seq int64, _ []store.Effect) (id string, err error) {
-		id, answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question)
+		id, answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question, binding{})
 		return id, err
 	}
-	out, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, error) { return answer, nil })
+	out, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, store.Charge, error) {
+		return answer, store.Charge{}, nil
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -22,11 +22,14 @@ const (
 	EventStepProgress        = "step.progress"
 	EventTaskWaitingApproval = "task.waiting_approval"
 	EventApprovalResolved    = "approval.resolved"
-	EventTaskCompleted       = "task.completed"
-	EventTaskFailed          = "task.failed"
-	EventTaskCancelled       = "task.cancelled"
-	EventTaskInterrupted     = "task.interrupted"
-	EventExecutorCrashed     = "executor.crashed"
+	// EventApprovalCovered: a gated tool call ran on an allow-for-task
+	// approval (its id is the note) without asking.
+	EventApprovalCovered = "approval.covered"
+	EventTaskCompleted   = "task.completed"
+	EventTaskFailed      = "task.failed"
+	EventTaskCancelled   = "task.cancelled"
+	EventTaskInterrupted = "task.interrupted"
+	EventExecutorCrashed = "executor.crashed"
 )
 
 // maxProgressNote bounds the executor's own words in a progress event.
@@ -53,6 +56,11 @@ type EventPayload struct {
 	Tools    string `json:"tools,omitempty"`
 	Models   string `json:"models,omitempty"`
 	WallSecs string `json:"wall_s,omitempty"`
+	// Tokens and Output are the token and output budgets, "used/limit";
+	// TokensEstimated counts the calls whose tokens the host estimated.
+	Tokens          string `json:"tokens,omitempty"`
+	TokensEstimated int64  `json:"tokens_estimated,omitempty"`
+	Output          string `json:"output_bytes,omitempty"`
 	// By is the admin principal who acted on another principal's task.
 	By string `json:"by,omitempty"`
 	// What a step's model calls cost (step.completed, step.interrupted):
@@ -74,6 +82,7 @@ func newEvent(typ string, t store.Task, p EventPayload) store.NewEvent {
 	b := t.Budgets
 	p.Steps, p.Tools, p.Models = meter(b.Steps), meter(b.ToolCalls), meter(b.ModelCalls)
 	p.WallSecs = fmt.Sprintf("%d/%d", b.WallMillis.Used/1000, b.WallMillis.Limit/1000)
+	p.Tokens, p.TokensEstimated, p.Output = meter(b.ModelTokens), b.TokensEstimated, meter(b.OutputBytes)
 	p.Note = text.Truncate(p.Note, maxProgressNote)
 	data, _ := json.Marshal(p) // strings and ints only
 	return store.NewEvent{Type: typ, Payload: data}

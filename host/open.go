@@ -429,8 +429,10 @@ func settingsFrom(c config.Config) Settings {
 	s.MaxQueued = t.MaxQueued
 	s.MaxSubagents, s.MaxTreeDepth = t.MaxSubagents, t.MaxTreeDepth
 	s.DefaultExecutor = t.Executor
-	s.Defaults = Limits{Steps: int64(t.MaxSteps), ToolCalls: int64(t.MaxToolCalls), ModelCalls: int64(t.MaxModelCalls), Depth: int64(t.MaxDepth), WallSeconds: int64(t.MaxWallSeconds)}
-	s.Caps = Limits{Steps: int64(t.MaxStepsCap), ToolCalls: int64(t.MaxToolCallsCap), ModelCalls: int64(t.MaxModelCallsCap), Depth: int64(t.MaxDepthCap), WallSeconds: int64(t.MaxWallSecondsCap)}
+	s.Defaults = Limits{Steps: int64(t.MaxSteps), ToolCalls: int64(t.MaxToolCalls), ModelCalls: int64(t.MaxModelCalls), Depth: int64(t.MaxDepth), WallSeconds: int64(t.MaxWallSeconds),
+		ModelTokens: int64(t.MaxModelTokens), OutputBytes: int64(t.MaxOutputBytes)}
+	s.Caps = Limits{Steps: int64(t.MaxStepsCap), ToolCalls: int64(t.MaxToolCallsCap), ModelCalls: int64(t.MaxModelCallsCap), Depth: int64(t.MaxDepthCap), WallSeconds: int64(t.MaxWallSecondsCap),
+		ModelTokens: int64(t.MaxModelTokensCap), OutputBytes: int64(t.MaxOutputBytesCap)}
 	s.CheckpointMaxBytes = t.CheckpointMaxBytes
 	s.GoalChars = c.Limits.GoalChars
 	s.SummaryChars = c.Limits.SummaryChars

@@ -141,14 +141,19 @@ func TestV2StoreTaskResumesAfterMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Back to exactly v2: v10's indexes and columns (its wider status
-	// CHECK stays: the migration leaves a wide one be), v9's table, v8's index and columns, v7's index and columns, v6's column, v5's table,
+	// Back to exactly v2: v11's index and columns, v10's indexes and columns
+	// (its wider status CHECK stays: the migration leaves a wide one be),
+	// v9's table, v8's index and columns, v7's index and columns, v6's column, v5's table,
 	// index and column, v4's index and v3's column go, the version says 2.
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, StoreFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{`DROP INDEX tasks_parent`, `DROP INDEX tasks_root`, `ALTER TABLE tasks DROP COLUMN tree_depth`,
+	for _, q := range []string{`DROP INDEX approvals_grants`, `ALTER TABLE approvals DROP COLUMN fingerprint`, `ALTER TABLE approvals DROP COLUMN subject`,
+		`ALTER TABLE approvals DROP COLUMN scope`, `ALTER TABLE approvals DROP COLUMN pattern`, `ALTER TABLE tasks DROP COLUMN model_tokens_limit`,
+		`ALTER TABLE tasks DROP COLUMN model_tokens_used`, `ALTER TABLE tasks DROP COLUMN model_tokens_estimated`,
+		`ALTER TABLE tasks DROP COLUMN output_bytes_limit`, `ALTER TABLE tasks DROP COLUMN output_bytes_used`,
+		`DROP INDEX tasks_parent`, `DROP INDEX tasks_root`, `ALTER TABLE tasks DROP COLUMN tree_depth`,
 		`ALTER TABLE tasks DROP COLUMN root_task_id`, `ALTER TABLE tasks DROP COLUMN parent_task_id`, `DROP TABLE model_usage`, `DROP INDEX tasks_queue`, `ALTER TABLE tasks DROP COLUMN queue_host`, `ALTER TABLE tasks DROP COLUMN queued_ns`, `DROP INDEX effects_unresolved`, `ALTER TABLE effects DROP COLUMN resolved_ns`, `ALTER TABLE effects DROP COLUMN resolved_by`,
 		`ALTER TABLE effects DROP COLUMN resolution`, `ALTER TABLE tasks DROP COLUMN events_stored`, `DROP TABLE hosts`, `DROP INDEX tasks_lease`, `ALTER TABLE tasks DROP COLUMN lease_host`, `DROP INDEX tasks_finished`, `ALTER TABLE tasks DROP COLUMN checkpoint_attempt`, `PRAGMA user_version = 2`} {
 		if _, err := db.Exec(q); err != nil {

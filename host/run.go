@@ -307,6 +307,13 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	if ru.wall.remaining() <= 0 {
 		return ru.finish(verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonWallClockExceeded, message: "the task used all of its wall-clock budget"}, att)
 	}
+	if k, over := ru.task.Budgets.Over(); over {
+		// A call took the task past a budget and the run ended before its
+		// step did (a crash): the resumed task fails, it does not start
+		// afresh.
+		return ru.finish(verdict{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: k.Reason(),
+			message: fmt.Sprintf("the task is past its %s budget", k)}, att)
+	}
 	if ru.rereadEffects {
 		var effs []store.Effect
 		err := ru.retryWrite(func() (err error) {
@@ -350,14 +357,15 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	ts.end()
 	if b, ok := ts.chargedBudgets(); ok {
 		ru.task.Budgets.ToolCalls, ru.task.Budgets.ModelCalls, ru.task.Budgets.Depth = b.ToolCalls, b.ModelCalls, b.Depth
+		ru.task.Budgets.ModelTokens, ru.task.Budgets.OutputBytes, ru.task.Budgets.TokensEstimated = b.ModelTokens, b.OutputBytes, b.TokensEstimated
 	}
 
 	v := ru.classify(res, stepErr, cause)
-	if reason := ts.exhaustedReason(); reason != "" && (v.attempt == store.AttemptCompleted || v.outcome == plugin.OutcomeFail) {
+	if reason, msg := ts.exhaustedReason(); reason != "" && (v.attempt == store.AttemptCompleted || v.outcome == plugin.OutcomeFail) {
 		// An effect was refused for a spent budget: whatever the executor
 		// made of it, the task fails with that budget's reason.
 		v = verdict{attempt: store.AttemptFailed, outcome: v.outcome, taskTo: store.StatusFailed, reason: reason,
-			message: "an effect was refused: " + string(reason)}
+			message: text.Truncate("an effect was refused: "+string(reason)+": "+msg, 2000)}
 	}
 	if msg := ts.modelOutage(); msg != "" && v.outcome == plugin.OutcomeFail && v.reason == store.ReasonExecutorFailed {
 		// The executor gave up after the model provider failed it: the
@@ -439,11 +447,13 @@ func (ru *run) request(att store.Attempt) plugin.StepRequest {
 			Steps: t.Budgets.Steps.Remaining(), ToolCalls: t.Budgets.ToolCalls.Remaining(),
 			ModelCalls: t.Budgets.ModelCalls.Remaining(), Depth: t.Budgets.Depth.Remaining(),
 			WallSeconds: int64(ru.wall.remaining().Seconds()),
+			ModelTokens: t.Budgets.ModelTokens.Remaining(), OutputBytes: t.Budgets.OutputBytes.Remaining(),
 		},
 		Limits: plugin.Budgets{
 			Steps: t.Budgets.Steps.Limit, ToolCalls: t.Budgets.ToolCalls.Limit,
 			ModelCalls: t.Budgets.ModelCalls.Limit, Depth: t.Budgets.Depth.Limit,
 			WallSeconds: t.Budgets.WallMillis.Limit / 1000,
+			ModelTokens: t.Budgets.ModelTokens.Limit, OutputBytes: t.Budgets.OutputBytes.Limit,
 		},
 	}
 }

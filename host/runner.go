@@ -73,6 +73,7 @@ type Settings struct {
 type Limits struct {
 	Steps, ToolCalls, ModelCalls, Depth int64
 	WallSeconds                         int64
+	ModelTokens, OutputBytes            int64
 }
 
 // DefaultSettings mirrors DESIGN §8 and §9.
@@ -83,8 +84,8 @@ func DefaultSettings() Settings {
 		MaxSubagents:       8,
 		MaxTreeDepth:       2,
 		DefaultExecutor:    "legacy",
-		Defaults:           Limits{Steps: 20, ToolCalls: 50, ModelCalls: 100, Depth: 1, WallSeconds: 1800},
-		Caps:               Limits{Steps: 200, ToolCalls: 1000, ModelCalls: 2000, Depth: 4, WallSeconds: 86400},
+		Defaults:           Limits{Steps: 20, ToolCalls: 50, ModelCalls: 100, Depth: 1, WallSeconds: 1800, ModelTokens: 1_000_000, OutputBytes: 64 << 20},
+		Caps:               Limits{Steps: 200, ToolCalls: 1000, ModelCalls: 2000, Depth: 4, WallSeconds: 86400, ModelTokens: store.UnbudgetedModelTokens, OutputBytes: store.UnbudgetedOutputBytes},
 		GoalChars:          2000,
 		SpecBytes:          16384,
 		SummaryChars:       2000,
@@ -644,6 +645,12 @@ func (r *Runner) limits(req Limits) (store.Budgets, error) {
 		return b, err
 	}
 	if b.Depth.Limit, err = pick("max_depth", req.Depth, d.Depth, c.Depth, 0); err != nil {
+		return b, err
+	}
+	if b.ModelTokens.Limit, err = pick("max_model_tokens", req.ModelTokens, d.ModelTokens, c.ModelTokens, 0); err != nil {
+		return b, err
+	}
+	if b.OutputBytes.Limit, err = pick("max_output_bytes", req.OutputBytes, d.OutputBytes, c.OutputBytes, 0); err != nil {
 		return b, err
 	}
 	var wall int64

@@ -25,7 +25,7 @@ func TestDaemonCreateWatchComplete(t *testing.T) {
 		t.Fatalf("first watch line: %+v", first)
 	}
 	final, code := w.result(t)
-	if code != 0 || final.Status != "completed" || final.Budgets["steps"] != (meterJSON{3, 5}) {
+	if code != 0 || final.Status != "completed" || final.Budgets["steps"] != (meterJSON{Used: 3, Limit: 5}) {
 		t.Fatalf("watch ended with exit %d, task %+v", code, final)
 	}
 	var types []string
@@ -136,7 +136,7 @@ func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
 		st.Attempts[1].Status != "interrupted" || st.Attempts[1].Reason != "host_restart" {
 		t.Fatalf("after resume: %+v", st)
 	}
-	if s := st.Task.Budgets["steps"]; s != (meterJSON{3, 6}) {
+	if s := st.Task.Budgets["steps"]; s != (meterJSON{Used: 3, Limit: 6}) {
 		t.Errorf("steps %+v: the killed attempt costs a step, the limit stays", s)
 	}
 }

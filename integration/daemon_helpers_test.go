@@ -138,6 +138,8 @@ type (
 	meterJSON struct {
 		Used  int64 `json:"used"`
 		Limit int64 `json:"limit"`
+		// EstimatedCalls: of model_tokens, the calls the host estimated.
+		EstimatedCalls int64 `json:"estimated_calls"`
 	}
 	taskJSON struct {
 		ID        string               `json:"id"`
@@ -214,6 +216,8 @@ type (
 		CreatedAt  string `json:"created_at"`
 		ExpiresAt  string `json:"expires_at"`
 		ResolvedAt string `json:"resolved_at"`
+		Scope      string `json:"scope"`
+		Pattern    string `json:"pattern"`
 	}
 	approvalsJSON struct {
 		Approvals []approvalJSON `json:"approvals"`

@@ -35,7 +35,7 @@ func TestDaemonOnPostgres(t *testing.T) {
 
 	id := createTask(t, d, work, map[string]any{"goal": "count to three", "testexec": map[string]any{"steps": 3, "sleep_ms": 20}}, "--max-steps", "5")
 	final, code := startWatch(t, d, id).result(t)
-	if code != 0 || final.Status != "completed" || final.Budgets["steps"] != (meterJSON{3, 5}) {
+	if code != 0 || final.Status != "completed" || final.Budgets["steps"] != (meterJSON{Used: 3, Limit: 5}) {
 		t.Fatalf("watch ended with exit %d, task %+v", code, final)
 	}
 
@@ -64,7 +64,7 @@ func TestDaemonOnPostgres(t *testing.T) {
 		st.Attempts[1].Status != "interrupted" || st.Attempts[1].Reason != "host_restart" {
 		t.Fatalf("after resume: %+v", st)
 	}
-	if s := st.Task.Budgets["steps"]; s != (meterJSON{3, 6}) {
+	if s := st.Task.Budgets["steps"]; s != (meterJSON{Used: 3, Limit: 6}) {
 		t.Errorf("steps %+v: the killed attempt costs a step, the limit stays", s)
 	}
 	if _, err := os.Lstat(filepath.Join(data, "taskhost.db")); !os.IsNotExist(err) {

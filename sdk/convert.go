@@ -54,6 +54,8 @@ func budgetsFromPB(b *executorpb.Budgets) Budgets {
 		ModelCalls:  b.GetModelCalls(),
 		Depth:       b.GetDepth(),
 		WallSeconds: b.GetWallSeconds(),
+		ModelTokens: b.GetModelTokens(),
+		OutputBytes: b.GetOutputBytes(),
 	}
 }
 

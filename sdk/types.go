@@ -47,6 +47,12 @@ type Budgets struct {
 	ModelCalls  int64
 	Depth       int64
 	WallSeconds int64
+	// ModelTokens are prompt + completion tokens of answered model calls
+	// (the host estimates 4 bytes a token when the provider reports none).
+	ModelTokens int64
+	// OutputBytes are the bytes the host hands back from effects: model
+	// replies (content and tool-call arguments) and tool outputs.
+	OutputBytes int64
 }
 
 // Summary is the summary of one completed step.

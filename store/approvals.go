@@ -28,9 +28,34 @@ type Approval struct {
 	Status                  ApprovalStatus
 	CreatedAt, ExpiresAt    time.Time
 	ResolvedAt              time.Time // zero while pending
+	// Fingerprint is the gated effect's ledger fingerprint ("" for an
+	// executor's question); Subject what of it an allow-for-task pattern
+	// matches.
+	Fingerprint, Subject string
+	// Scope is ScopeOnce, or ScopeTask for an approval that also allows,
+	// for the rest of its task, the calls of the same tool whose subject
+	// matches Pattern ("" = the same subject).
+	Scope   ApprovalScope
+	Pattern string
 }
 
-const maxApprovalPrompt = 2000
+// ApprovalScope is an approval's tier: what its yes allows.
+type ApprovalScope string
+
+const (
+	ScopeOnce ApprovalScope = "once"
+	ScopeTask ApprovalScope = "task"
+)
+
+// Approval bounds.
+const (
+	maxApprovalPrompt = 2000
+	// MaxGrantPattern bounds an allow-for-task pattern.
+	MaxGrantPattern = 256
+	// MaxTaskGrants bounds a task's allow-for-task approvals: each call of
+	// a gated tool is matched against all of them.
+	MaxTaskGrants = 32
+)
 
 // NewApproval is an approval to request.
 type NewApproval struct {
@@ -38,16 +63,19 @@ type NewApproval struct {
 	RunID, Attempt, Seq     int64
 	Tool, Prompt            string
 	ExpiresAt               time.Time
+	// Fingerprint and Subject bind a tool approval to its effect.
+	Fingerprint, Subject string
 }
 
-const approvalCols = `id, task_id, principal_id, run_id, attempt, seq, tool, prompt, status, created_ns, expires_ns, resolved_ns`
+const approvalCols = `id, task_id, principal_id, run_id, attempt, seq, tool, prompt, status, created_ns, expires_ns, resolved_ns,
+	fingerprint, subject, scope, pattern`
 
 func scanApproval(sc scanner) (Approval, error) {
 	var a Approval
 	var created, expires int64
 	var resolved sql.NullInt64
 	err := sc.Scan(&a.ID, &a.TaskID, &a.PrincipalID, &a.RunID, &a.Attempt, &a.Seq, &a.Tool, &a.Prompt, &a.Status,
-		&created, &expires, &resolved)
+		&created, &expires, &resolved, &a.Fingerprint, &a.Subject, &a.Scope, &a.Pattern)
 	a.CreatedAt, a.ExpiresAt = fromNanos(created), fromNanos(expires)
 	if resolved.Valid {
 		a.ResolvedAt = fromNanos(resolved.Int64)
@@ -56,10 +84,14 @@ func scanApproval(sc scanner) (Approval, error) {
 }
 
 const (
-	qInsertApproval = `INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL)
+	qInsertApproval = `INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL, ?, ?, 'once', '')
 		RETURNING ` + approvalCols
-	qResolveApproval = `UPDATE approvals SET status = ?, resolved_ns = ?
+	qResolveApproval = `UPDATE approvals SET status = ?, resolved_ns = ?, scope = ?, pattern = ?
 		WHERE id = ? AND principal_id = ? AND status = 'pending' RETURNING ` + approvalCols
+	qCountGrants = `SELECT count(*) FROM approvals WHERE task_id = ? AND scope = 'task' AND status = 'approved'`
+	qTaskGrants  = `SELECT ` + approvalCols + ` FROM approvals
+		WHERE task_id = ? AND principal_id = ? AND tool = ? AND scope = 'task' AND status = 'approved'
+		ORDER BY created_ns, id LIMIT ` + maxTaskGrantsSQL
 	qApprovalByID    = `SELECT ` + approvalCols + ` FROM approvals WHERE id = ? AND principal_id = ?`
 	qApprovalTask    = `SELECT task_id FROM approvals WHERE id = ? AND principal_id = ?`
 	qCancelApprovals = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE task_id = ? AND status = 'pending'`
@@ -69,6 +101,9 @@ const (
 	qListApprovals     = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? ORDER BY created_ns, id LIMIT 1000`
 	qListApprovalsStat = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? AND status = ? ORDER BY created_ns, id LIMIT 1000`
 )
+
+// maxTaskGrantsSQL is MaxTaskGrants in a query's text.
+const maxTaskGrantsSQL = "32"
 
 func approvalQueries() []string {
 	return []string{qInsertApproval, qResolveApproval, qApprovalByID, qApprovalTask, qCancelApprovals, qCancelHostPending}
@@ -82,6 +117,11 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 		return Approval{}, Task{}, invalidf("approval id must be 1..64 bytes")
 	case len(a.Tool) > 64:
 		return Approval{}, Task{}, invalidf("approval tool must be at most 64 bytes")
+	case len(a.Fingerprint) > maxFingerprint:
+		return Approval{}, Task{}, invalidf("approval fingerprint must be at most %d bytes", maxFingerprint)
+	}
+	if err := checkSize("approval subject", len(a.Subject), maxApprovalPrompt); err != nil {
+		return Approval{}, Task{}, err
 	}
 	if err := checkSize("approval prompt", len(a.Prompt), maxApprovalPrompt); err != nil {
 		return Approval{}, Task{}, err
@@ -109,7 +149,7 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 		}
 		now := nanos(s.now())
 		out, err = scanApproval(tx.QueryRowContext(ctx, qInsertApproval, a.ID, a.TaskID, a.PrincipalID, a.RunID,
-			a.Attempt, a.Seq, a.Tool, a.Prompt, now, nanos(a.ExpiresAt)))
+			a.Attempt, a.Seq, a.Tool, a.Prompt, now, nanos(a.ExpiresAt), a.Fingerprint, a.Subject))
 		if err != nil {
 			return err
 		}
@@ -129,6 +169,49 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 // first) nothing is written and a *TransitionError is returned; an approval
 // already resolved gives an *ApprovalResolvedError. Both match ErrConflict.
 func (s *Store) ResolveApproval(ctx context.Context, principal, id string, to ApprovalStatus, events ...NewEvent) (Approval, Task, error) {
+	return s.resolveApproval(ctx, principal, id, to, nil, events)
+}
+
+// GrantApproval approves a pending tool approval as ResolveApproval does,
+// and for the rest of its task: a later call of the same tool whose
+// subject matches pattern ("" = the same subject) needs no approval of its
+// own (TaskGrants). An approval that gates no tool effect, a pattern over
+// MaxGrantPattern bytes, or a task with MaxTaskGrants of them already, is
+// refused and nothing is written.
+func (s *Store) GrantApproval(ctx context.Context, principal, id, pattern string, events ...NewEvent) (Approval, Task, error) {
+	if err := checkSize("approval pattern", len(pattern), MaxGrantPattern); err != nil {
+		return Approval{}, Task{}, err
+	}
+	return s.resolveApproval(ctx, principal, id, ApprovalApproved, &pattern, events)
+}
+
+// TaskGrants lists the allow-for-task approvals of principal's task for
+// tool, oldest first (at most MaxTaskGrants).
+func (s *Store) TaskGrants(ctx context.Context, principal, taskID, tool string) ([]Approval, error) {
+	rows, err := s.readRows(ctx, qTaskGrants, taskID, principal, tool)
+	if err != nil {
+		return nil, err
+	}
+	return scanApprovals(rows)
+}
+
+// scanApprovals reads and closes rows of approvalCols.
+func scanApprovals(rows visibleRows) ([]Approval, error) {
+	defer rows.Close()
+	var out []Approval
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// resolveApproval is ResolveApproval, and GrantApproval when pattern is
+// set.
+func (s *Store) resolveApproval(ctx context.Context, principal, id string, to ApprovalStatus, pattern *string, events []NewEvent) (Approval, Task, error) {
 	var taskTo Status
 	var reason Reason
 	switch to {
@@ -150,8 +233,15 @@ func (s *Store) ResolveApproval(ctx context.Context, principal, id string, to Ap
 		if err := s.lockApprovalTask(ctx, tx, principal, id); err != nil {
 			return err
 		}
+		scope, pat := ScopeOnce, ""
+		if pattern != nil {
+			scope, pat = ScopeTask, *pattern
+			if err := s.checkGrant(ctx, tx, principal, id); err != nil {
+				return err
+			}
+		}
 		var err error
-		a, err = scanApproval(tx.QueryRowContext(ctx, qResolveApproval, string(to), nanos(s.now()), id, principal))
+		a, err = scanApproval(tx.QueryRowContext(ctx, qResolveApproval, string(to), nanos(s.now()), string(scope), pat, id, principal))
 		if errors.Is(err, sql.ErrNoRows) {
 			cur, err := scanApproval(tx.QueryRowContext(ctx, qApprovalByID, id, principal))
 			if errors.Is(err, sql.ErrNoRows) {
@@ -179,6 +269,28 @@ func (s *Store) ResolveApproval(ctx context.Context, principal, id string, to Ap
 	return a, t, nil
 }
 
+// checkGrant refuses to make approval id an allow-for-task one when it
+// gates no tool effect, or its task has MaxTaskGrants already.
+func (s *Store) checkGrant(ctx context.Context, tx *txn, principal, id string) error {
+	cur, err := scanApproval(tx.QueryRowContext(ctx, qApprovalByID, id, principal))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("approval %s: %w", id, ErrNotFound)
+	case err != nil:
+		return err
+	case cur.Fingerprint == "" || cur.Tool == "":
+		return invalidf("approval %s gates no tool call: only a tool's approval can allow the rest of its task", id)
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, qCountGrants, cur.TaskID).Scan(&n); err != nil {
+		return err
+	}
+	if n >= MaxTaskGrants {
+		return fmt.Errorf("task %s has %d allow-for-task approvals, the most it may have (%d): approve this one once: %w", cur.TaskID, n, MaxTaskGrants, ErrInvalid)
+	}
+	return nil
+}
+
 // GetApproval returns one of principal's approvals.
 func (s *Store) GetApproval(ctx context.Context, principal, id string) (Approval, error) {
 	a, err := scanApproval(s.readRow(ctx, qApprovalByID, id, principal))
@@ -201,16 +313,7 @@ func (s *Store) ListApprovals(ctx context.Context, principal string, status Appr
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []Approval
-	for rows.Next() {
-		a, err := scanApproval(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return scanApprovals(rows)
 }
 
 // lockApprovalTask takes, where the engine locks rows (PostgreSQL), the row

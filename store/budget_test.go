@@ -182,8 +182,10 @@ func TestBudgetKind(t *testing.T) {
 		{BudgetModelCalls, "model_calls", ReasonModelBudgetExhausted},
 		{BudgetDepth, "depth", ReasonDepthBudgetExhausted},
 		{BudgetWall, "wall", ReasonWallClockExceeded},
+		{BudgetModelTokens, "model_tokens", ReasonTokenBudgetExhausted},
+		{BudgetOutputBytes, "output_bytes", ReasonOutputBudgetExhausted},
 		{0, "BudgetKind(0)", ReasonNone},
-		{BudgetWall + 1, "BudgetKind(6)", ReasonNone},
+		{BudgetOutputBytes + 1, "BudgetKind(8)", ReasonNone},
 		{-1, "BudgetKind(-1)", ReasonNone},
 	}
 	for _, tt := range tests {
@@ -200,8 +202,8 @@ func TestBudgetKind(t *testing.T) {
 			}
 		})
 	}
-	if len(BudgetKinds()) != 5 {
-		t.Errorf("BudgetKinds() = %v, want the five budgets", BudgetKinds())
+	if len(BudgetKinds()) != 7 {
+		t.Errorf("BudgetKinds() = %v, want the seven budgets", BudgetKinds())
 	}
 	for _, r := range []Reason{ReasonExecutorFailed, ReasonUserCancelled, "steps"} {
 		if k, ok := BudgetOf(r); ok {

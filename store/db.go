@@ -129,6 +129,7 @@ func writeQueries() []string {
 	qs = append(qs, approvalQueries()...)
 	qs = append(qs, deleteQueries()...)
 	qs = append(qs, usageQueries()...)
+	qs = append(qs, chargeQueries()...)
 	qs = append(qs, hostQueries()...)
 	// The status lists of a compare-and-set are deduplicated and every
 	// status in them is a legal predecessor, so these are all the shapes.
@@ -284,14 +285,16 @@ type scanner interface{ Scan(dest ...any) error }
 const taskCols = `seq, id, principal_id, executor, spec, status, reason, message, run_id,
 	steps_limit, steps_used, tool_calls_limit, tool_calls_used, model_calls_limit, model_calls_used,
 	depth_limit, depth_used, wall_ms_limit, wall_ms_used, checkpoint, checkpoint_attempt, result, created_ns, updated_ns,
-	parent_task_id, root_task_id, tree_depth`
+	parent_task_id, root_task_id, tree_depth,
+	model_tokens_limit, model_tokens_used, model_tokens_estimated, output_bytes_limit, output_bytes_used`
 
 // taskListCols is taskCols without the checkpoint, which listings leave out:
 // it can be hundreds of KiB per task.
 const taskListCols = `seq, id, principal_id, executor, spec, status, reason, message, run_id,
 	steps_limit, steps_used, tool_calls_limit, tool_calls_used, model_calls_limit, model_calls_used,
 	depth_limit, depth_used, wall_ms_limit, wall_ms_used, NULL, checkpoint_attempt, result, created_ns, updated_ns,
-	parent_task_id, root_task_id, tree_depth`
+	parent_task_id, root_task_id, tree_depth,
+	model_tokens_limit, model_tokens_used, model_tokens_estimated, output_bytes_limit, output_bytes_used`
 
 // scanTask scans taskCols, then any extra columns into extra.
 func scanTask(sc scanner, extra ...any) (Task, error) {
@@ -301,7 +304,8 @@ func scanTask(sc scanner, extra ...any) (Task, error) {
 	err := sc.Scan(append([]any{&t.Seq, &t.ID, &t.PrincipalID, &t.Executor, &t.Spec, &t.Status, &t.Reason, &t.Message, &t.RunID,
 		&b.Steps.Limit, &b.Steps.Used, &b.ToolCalls.Limit, &b.ToolCalls.Used, &b.ModelCalls.Limit, &b.ModelCalls.Used,
 		&b.Depth.Limit, &b.Depth.Used, &b.WallMillis.Limit, &b.WallMillis.Used, &t.Checkpoint, &t.CheckpointAttempt, &t.Result,
-		&created, &updated, &t.ParentID, &t.RootID, &t.TreeDepth}, extra...)...)
+		&created, &updated, &t.ParentID, &t.RootID, &t.TreeDepth, &b.ModelTokens.Limit, &b.ModelTokens.Used, &b.TokensEstimated,
+		&b.OutputBytes.Limit, &b.OutputBytes.Used}, extra...)...)
 	t.CreatedAt, t.UpdatedAt = fromNanos(created), fromNanos(updated)
 	return t, err
 }

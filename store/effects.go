@@ -108,6 +108,12 @@ type NewEffect struct {
 	Summary             string
 	// Depth is the depth of a model call; its budget is the deepest call.
 	Depth int64
+	// Tokens is what a model call is known to need of the token budget
+	// before it runs (its prompt's estimate): it is admitted only when the
+	// tokens used so far and these fit max_model_tokens. Nothing is
+	// charged here; the call's tokens are charged as it is observed
+	// (ObserveEffect).
+	Tokens int64
 	// Replay records an effect served from an earlier attempt's observed
 	// result: it is stored observed with Result and charges nothing, since
 	// the original was charged.
@@ -136,12 +142,16 @@ func scanEffect(sc scanner) (Effect, error) {
 }
 
 const (
+	// An effect is admitted only while output is left: what it hands
+	// back is known only once it ran.
 	qChargeTool = `UPDATE tasks SET tool_calls_used = tool_calls_used + 1
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND tool_calls_used < tool_calls_limit
+			AND output_bytes_used < output_bytes_limit
 		RETURNING ` + taskCols
 	qChargeModel = `UPDATE tasks SET model_calls_used = model_calls_used + 1, depth_used = max(depth_used, ?1)
 		WHERE id = ?2 AND principal_id = ?3 AND run_id = ?4 AND status = 'running'
 			AND model_calls_used < model_calls_limit AND ?1 <= depth_limit
+			AND model_tokens_used + ?5 <= model_tokens_limit AND output_bytes_used < output_bytes_limit
 		RETURNING ` + taskCols
 	qLiveTask = `SELECT ` + taskCols + ` FROM tasks
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status IN ('running','waiting_approval')`
@@ -213,8 +223,8 @@ func (s *Store) checkEffect(e NewEffect) error {
 		return invalidf("unknown effect kind %q", e.Kind)
 	case e.Fingerprint == "" || len(e.Fingerprint) > maxFingerprint:
 		return invalidf("effect fingerprint must be 1..%d bytes", maxFingerprint)
-	case e.Attempt < 1 || e.Seq < 1 || e.Depth < 0:
-		return invalidf("effect attempt and seq must be positive, depth not negative")
+	case e.Attempt < 1 || e.Seq < 1 || e.Depth < 0 || e.Tokens < 0:
+		return invalidf("effect attempt and seq must be positive, depth and tokens not negative")
 	case e.Replay && e.Result == nil:
 		return invalidf("a replayed effect needs its result")
 	}
@@ -263,7 +273,7 @@ func (s *Store) AdmitEffect(ctx context.Context, e NewEffect, events ...NewEvent
 		case e.Kind == EffectTool:
 			t, err = scanTask(tx.QueryRowContext(ctx, qChargeTool, e.TaskID, e.PrincipalID, e.RunID))
 		default:
-			t, err = scanTask(tx.QueryRowContext(ctx, qChargeModel, e.Depth, e.TaskID, e.PrincipalID, e.RunID))
+			t, err = scanTask(tx.QueryRowContext(ctx, qChargeModel, e.Depth, e.TaskID, e.PrincipalID, e.RunID, modelNeed(e)))
 		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return s.chargeRefused(ctx, tx, e)
@@ -303,14 +313,26 @@ func (s *Store) chargeRefused(ctx context.Context, tx *txn, e NewEffect) error {
 		return err
 	case t.Status != StatusRunning || t.RunID != e.RunID:
 		return &TransitionError{TaskID: e.TaskID, Current: t.Status, RunID: t.RunID, WantRunID: e.RunID}
-	case e.Kind == EffectTool:
-		return &BudgetError{Budget: BudgetToolCalls, Limit: t.Budgets.ToolCalls.Limit, Used: t.Budgets.ToolCalls.Used}
-	case e.Depth > t.Budgets.Depth.Limit:
-		return &BudgetError{Budget: BudgetDepth, Limit: t.Budgets.Depth.Limit, Used: e.Depth}
+	}
+	b := t.Budgets
+	switch {
+	case e.Kind == EffectTool && b.ToolCalls.Used >= b.ToolCalls.Limit:
+		return &BudgetError{Budget: BudgetToolCalls, Limit: b.ToolCalls.Limit, Used: b.ToolCalls.Used}
+	case e.Kind == EffectModel && e.Depth > b.Depth.Limit:
+		return &BudgetError{Budget: BudgetDepth, Limit: b.Depth.Limit, Used: e.Depth}
+	case e.Kind == EffectModel && b.ModelCalls.Used >= b.ModelCalls.Limit:
+		return &BudgetError{Budget: BudgetModelCalls, Limit: b.ModelCalls.Limit, Used: b.ModelCalls.Used}
+	case e.Kind == EffectModel && b.ModelTokens.Used+modelNeed(e) > b.ModelTokens.Limit:
+		return &BudgetError{Budget: BudgetModelTokens, Limit: b.ModelTokens.Limit, Used: b.ModelTokens.Used, Need: modelNeed(e)}
 	default:
-		return &BudgetError{Budget: BudgetModelCalls, Limit: t.Budgets.ModelCalls.Limit, Used: t.Budgets.ModelCalls.Used}
+		return &BudgetError{Budget: BudgetOutputBytes, Limit: b.OutputBytes.Limit, Used: b.OutputBytes.Used}
 	}
 }
+
+// modelNeed is what a model call must find left of the token budget: its
+// prompt's estimate, and at least one token, so that a spent budget
+// refuses every call.
+func modelNeed(e NewEffect) int64 { return max(e.Tokens, 1) }
 
 // MarkEffect is an effect's status change, by its (task, attempt, seq) key.
 type MarkEffect struct {
@@ -334,19 +356,24 @@ func (s *Store) MarkEffect(ctx context.Context, m MarkEffect) (Effect, error) {
 		return Effect{}, err
 	}
 	var out Effect
-	err := s.write(ctx, func(tx *txn) error {
-		var err error
-		noResult := 0
-		if result == nil {
-			noResult = 1
-		}
-		out, err = scanEffect(tx.QueryRowContext(ctx, qMarkEffect, string(to), result, nanos(s.now()),
-			taskID, attempt, seq, string(from), principal, noResult))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("task %s attempt %d effect %d is not %s: %w", taskID, attempt, seq, from, ErrConflict)
-		}
+	err := s.write(ctx, func(tx *txn) (err error) {
+		out, err = s.markEffect(ctx, tx, principal, taskID, attempt, seq, from, to, result)
 		return err
 	})
+	return out, err
+}
+
+// markEffect is MarkEffect's compare-and-set inside tx.
+func (s *Store) markEffect(ctx context.Context, tx *txn, principal, taskID string, attempt, seq int64, from, to EffectStatus, result []byte) (Effect, error) {
+	noResult := 0
+	if result == nil {
+		noResult = 1
+	}
+	out, err := scanEffect(tx.QueryRowContext(ctx, qMarkEffect, string(to), result, nanos(s.now()),
+		taskID, attempt, seq, string(from), principal, noResult))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Effect{}, fmt.Errorf("task %s attempt %d effect %d is not %s: %w", taskID, attempt, seq, from, ErrConflict)
+	}
 	return out, err
 }
 

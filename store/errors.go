@@ -114,9 +114,15 @@ type BudgetError struct {
 	Budget BudgetKind
 	Limit  int64
 	Used   int64
+	// Need is what the refused effect was known to need of the budget in
+	// advance (a model call's estimated prompt tokens); 0 when nothing.
+	Need int64
 }
 
 func (e *BudgetError) Error() string {
+	if e.Need > 0 {
+		return fmt.Sprintf("%s budget exhausted (%d/%d; the call needs about %d more)", e.Budget, e.Used, e.Limit, e.Need)
+	}
 	return fmt.Sprintf("%s budget exhausted (%d/%d)", e.Budget, e.Used, e.Limit)
 }
 

@@ -51,11 +51,13 @@ func openTest(t testing.TB, mods ...func(*Options)) *Store {
 
 func defaultBudgets() Budgets {
 	return Budgets{
-		Steps:      Budget{Limit: 20},
-		ToolCalls:  Budget{Limit: 50},
-		ModelCalls: Budget{Limit: 50},
-		Depth:      Budget{Limit: 1},
-		WallMillis: Budget{Limit: 1_800_000},
+		Steps:       Budget{Limit: 20},
+		ToolCalls:   Budget{Limit: 50},
+		ModelCalls:  Budget{Limit: 50},
+		Depth:       Budget{Limit: 1},
+		WallMillis:  Budget{Limit: 1_800_000},
+		ModelTokens: Budget{Limit: 1_000_000},
+		OutputBytes: Budget{Limit: 1 << 20},
 	}
 }
 

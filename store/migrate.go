@@ -191,6 +191,43 @@ var migrations = []migration{
 	{version: 8, name: "queue", stmts: queueMigration("INTEGER")},
 	{version: 9, name: "model usage", stmts: []string{qCreateUsage}},
 	{version: 10, name: "task trees", stmts: treeMigration("INTEGER"), fill: rebuildTasksStatus, rebuildsTables: true},
+	{version: 11, name: "token and output budgets, approval tiers", stmts: append(budgetColumns("INTEGER"), approvalTierColumns...)},
+}
+
+// Limits a task created before the token and output budgets existed gets:
+// the configured caps' defaults (host/config), as it was never asked for
+// less.
+const (
+	UnbudgetedModelTokens = 100_000_000
+	UnbudgetedOutputBytes = 1 << 30
+)
+
+// approvalTierColumns bind an approval to the effect it gates (its
+// fingerprint, and the subject an allow-for-task pattern matches: a
+// shell.run command, a tool's arguments as the approver saw them) and say
+// its tier: once, or for the rest of its task for the same tool and a
+// declared pattern (” = the same subject).
+var approvalTierColumns = []string{
+	`ALTER TABLE approvals ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '' CHECK (length(fingerprint) <= 128)`,
+	`ALTER TABLE approvals ADD COLUMN subject TEXT NOT NULL DEFAULT '' CHECK (length(subject) <= 2000)`,
+	`ALTER TABLE approvals ADD COLUMN scope TEXT NOT NULL DEFAULT 'once' CHECK (scope IN ('once','task'))`,
+	`ALTER TABLE approvals ADD COLUMN pattern TEXT NOT NULL DEFAULT '' CHECK (length(pattern) <= 256)`,
+	`CREATE INDEX approvals_grants ON approvals (task_id, tool) WHERE scope = 'task' AND status = 'approved'`,
+}
+
+// budgetColumns are the token and output budgets' columns (budgets.go),
+// with the integer type of either engine. Unlike the call budgets, used may
+// pass limit: a call is charged as observed, in full, and the one that
+// crossed the limit fails the task (as wall time may overshoot).
+// model_tokens_estimated counts the calls whose tokens the host estimated.
+func budgetColumns(integer string) []string {
+	return []string{
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN model_tokens_limit %s NOT NULL DEFAULT %d CHECK (model_tokens_limit >= 0)`, integer, UnbudgetedModelTokens),
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN model_tokens_used %s NOT NULL DEFAULT 0 CHECK (model_tokens_used >= 0)`, integer),
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN model_tokens_estimated %s NOT NULL DEFAULT 0 CHECK (model_tokens_estimated >= 0)`, integer),
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN output_bytes_limit %s NOT NULL DEFAULT %d CHECK (output_bytes_limit >= 0)`, integer, UnbudgetedOutputBytes),
+		fmt.Sprintf(`ALTER TABLE tasks ADD COLUMN output_bytes_used %s NOT NULL DEFAULT 0 CHECK (output_bytes_used >= 0)`, integer),
+	}
 }
 
 // qCreateUsage is the model_usage table (usage.go), in the text of either

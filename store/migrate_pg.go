@@ -152,6 +152,8 @@ var pgMigrations = []migration{
 		`ALTER TABLE tasks DROP CONSTRAINT tasks_status_check`,
 		`ALTER TABLE tasks ADD CONSTRAINT tasks_status_check CHECK (status IN (` + taskStatusList + `))`,
 	}, treeMigration("BIGINT")...)},
+	// SQLite's v11: the token and output budgets (budgets.go).
+	{version: 8, name: "token and output budgets, approval tiers", stmts: append(budgetColumns("BIGINT"), approvalTierColumns...)},
 }
 
 // pgSchemaVersion is the PostgreSQL schema version this binary writes and

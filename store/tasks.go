@@ -20,8 +20,9 @@ type NewTask struct {
 }
 
 const qInsertTask = `INSERT INTO tasks (id, principal_id, executor, spec, status,
-		steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns, events_stored)
-	VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ` + taskCols
+		steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns, events_stored,
+		model_tokens_limit, output_bytes_limit)
+	VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ` + taskCols
 
 // CreateTask stores a new pending task (RunID 0, nothing used) and its
 // events in one transaction.
@@ -45,7 +46,8 @@ func (s *Store) CreateTask(ctx context.Context, nt NewTask, events ...NewEvent) 
 func (s *Store) insertTask(ctx context.Context, tx *txn, nt NewTask, now int64, events []NewEvent) (Task, error) {
 	l := nt.Limits
 	t, err := scanTask(tx.QueryRowContext(ctx, qInsertTask, nt.ID, nt.PrincipalID, nt.Executor, nt.Spec,
-		l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now, len(events)))
+		l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now, len(events),
+		l.ModelTokens.Limit, l.OutputBytes.Limit))
 	if s.d.constraint(err) {
 		return Task{}, fmt.Errorf("task %s already exists: %w (%w)", nt.ID, ErrConflict, err)
 	}
@@ -74,9 +76,9 @@ func (s *Store) checkNewTask(nt NewTask, events []NewEvent) error {
 		return invalidf("spec is not valid JSON")
 	}
 	l := nt.Limits
-	for _, b := range []Budget{l.Steps, l.ToolCalls, l.ModelCalls, l.Depth, l.WallMillis} {
+	for i, b := range l.limits() {
 		if b.Limit < 0 {
-			return invalidf("budget limits must not be negative")
+			return invalidf("budget %s limit is %d: must not be negative", BudgetKinds()[i], b.Limit)
 		}
 	}
 	return s.checkEvents(events)

@@ -119,6 +119,12 @@ const (
 	// ReasonParentEnded: the task's parent ended (failed, was cancelled,
 	// or completed) while the task was live: the task is cancelled.
 	ReasonParentEnded Reason = "parent_ended"
+	// ReasonTokenBudgetExhausted: the task's model calls used
+	// max_model_tokens (prompt + completion, as reported or estimated).
+	ReasonTokenBudgetExhausted Reason = "token_budget_exhausted"
+	// ReasonOutputBudgetExhausted: the bytes the task's effects handed
+	// back to its executor reached max_output_bytes.
+	ReasonOutputBudgetExhausted Reason = "output_budget_exhausted"
 )
 
 var reasons = map[Reason]bool{
@@ -132,6 +138,7 @@ var reasons = map[Reason]bool{
 	ReasonHostLost: true, ReasonRunLost: true, ReasonUserPause: true, ReasonUserStopAll: true,
 	ReasonModelBadReply: true, ReasonModelContextExceeded: true,
 	ReasonWaitingChildren: true, ReasonChildFailed: true, ReasonParentEnded: true,
+	ReasonTokenBudgetExhausted: true, ReasonOutputBudgetExhausted: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.
@@ -146,7 +153,7 @@ type Budget struct {
 // Remaining is Limit − Used, never below zero.
 func (b Budget) Remaining() int64 { return max(b.Limit-b.Used, 0) }
 
-// BudgetKind names one of a task's five budgets. Its String is the budget's
+// BudgetKind names one of a task's seven budgets. Its String is the budget's
 // label in errors, metrics and the CLI ("steps", "tool_calls", ...); its
 // Reason is the reason a task ends with when that budget runs out. The zero
 // value names no budget.
@@ -158,20 +165,29 @@ const (
 	BudgetModelCalls
 	BudgetDepth
 	BudgetWall
+	// BudgetModelTokens counts the prompt and completion tokens of the
+	// task's answered model calls.
+	BudgetModelTokens
+	// BudgetOutputBytes counts the bytes the task's effects handed back
+	// to its executor: model replies and tool outputs.
+	BudgetOutputBytes
 )
 
-// BudgetKinds are the five budgets in the order DESIGN §3 lists them.
+// BudgetKinds are the seven budgets: DESIGN §3's five in its order, then
+// the token and output budgets.
 func BudgetKinds() []BudgetKind {
-	return []BudgetKind{BudgetSteps, BudgetToolCalls, BudgetModelCalls, BudgetDepth, BudgetWall}
+	return []BudgetKind{BudgetSteps, BudgetToolCalls, BudgetModelCalls, BudgetDepth, BudgetWall, BudgetModelTokens, BudgetOutputBytes}
 }
 
 var budgetNames = [...]string{BudgetSteps: "steps", BudgetToolCalls: "tool_calls",
-	BudgetModelCalls: "model_calls", BudgetDepth: "depth", BudgetWall: "wall"}
+	BudgetModelCalls: "model_calls", BudgetDepth: "depth", BudgetWall: "wall",
+	BudgetModelTokens: "model_tokens", BudgetOutputBytes: "output_bytes"}
 
 var budgetReasons = [...]Reason{BudgetSteps: ReasonStepBudgetExhausted, BudgetToolCalls: ReasonToolBudgetExhausted,
-	BudgetModelCalls: ReasonModelBudgetExhausted, BudgetDepth: ReasonDepthBudgetExhausted, BudgetWall: ReasonWallClockExceeded}
+	BudgetModelCalls: ReasonModelBudgetExhausted, BudgetDepth: ReasonDepthBudgetExhausted, BudgetWall: ReasonWallClockExceeded,
+	BudgetModelTokens: ReasonTokenBudgetExhausted, BudgetOutputBytes: ReasonOutputBudgetExhausted}
 
-func (k BudgetKind) valid() bool { return k >= BudgetSteps && k <= BudgetWall }
+func (k BudgetKind) valid() bool { return k >= BudgetSteps && k <= BudgetOutputBytes }
 
 // String is the budget's label, or "BudgetKind(n)" for a value outside the set.
 func (k BudgetKind) String() string {
@@ -201,14 +217,28 @@ func BudgetOf(r Reason) (BudgetKind, bool) {
 	return 0, false
 }
 
-// Budgets are a task's five budgets (DESIGN §3). Depth.Used is the deepest
-// call admitted so far; WallMillis counts active running time.
+// Budgets are a task's budgets (DESIGN §3, and the token and output
+// budgets). Depth.Used is the deepest call admitted so far; WallMillis
+// counts active running time. ModelTokens and OutputBytes are charged as
+// an effect is observed, in full, so their Used may pass Limit by the one
+// call that crossed it (which then fails the task).
 type Budgets struct {
-	Steps      Budget
-	ToolCalls  Budget
-	ModelCalls Budget
-	Depth      Budget
-	WallMillis Budget
+	Steps       Budget
+	ToolCalls   Budget
+	ModelCalls  Budget
+	Depth       Budget
+	WallMillis  Budget
+	ModelTokens Budget
+	OutputBytes Budget
+	// TokensEstimated counts the answered model calls whose tokens the
+	// provider did not report, so the host estimated them:
+	// ModelTokens.Used is then partly an estimate.
+	TokensEstimated int64
+}
+
+// limits are the budgets in BudgetKinds order.
+func (b Budgets) limits() []Budget {
+	return []Budget{b.Steps, b.ToolCalls, b.ModelCalls, b.Depth, b.WallMillis, b.ModelTokens, b.OutputBytes}
 }
 
 // Task is one row of the tasks table.

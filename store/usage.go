@@ -46,6 +46,14 @@ func usageQueries() []string { return []string{qAddUsage, qDeleteUsage} }
 // or out-of-range count is an error naming it, and nothing is written; a
 // task of another principal is ErrNotFound.
 func (s *Store) AddModelUsage(ctx context.Context, principal, id string, attempt int64, u ModelUsage) error {
+	if err := checkUsage(attempt, u); err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error { return addUsage(ctx, tx, principal, id, attempt, u) })
+}
+
+// checkUsage refuses a usage AddModelUsage would not store.
+func checkUsage(attempt int64, u ModelUsage) error {
 	for _, f := range []struct {
 		name string
 		v    int64
@@ -57,16 +65,19 @@ func (s *Store) AddModelUsage(ctx context.Context, principal, id string, attempt
 	if attempt < 1 {
 		return fmt.Errorf("model usage attempt = %d: must be at least 1: %w", attempt, ErrInvalid)
 	}
-	return s.write(ctx, func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, qAddUsage, attempt, u.Calls, u.PromptTokens, u.CompletionTokens, u.Millis, id, principal)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err == nil && n == 0 {
-			return notFound(id)
-		}
+	return nil
+}
+
+// addUsage is AddModelUsage's write inside tx.
+func addUsage(ctx context.Context, tx *txn, principal, id string, attempt int64, u ModelUsage) error {
+	res, err := tx.ExecContext(ctx, qAddUsage, attempt, u.Calls, u.PromptTokens, u.CompletionTokens, u.Millis, id, principal)
+	if err != nil {
 		return err
-	})
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return notFound(id)
+	}
+	return err
 }
 
 // TaskModelUsage returns the usage of principal's task, in all and by

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
@@ -68,7 +69,7 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 }
 
 func approveCmd(ctx context.Context, e *env, args []string) int {
-	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.\nAn executor's question (kind input) is answered with --value JSON, one JSON\nvalue of at most 64 KiB (without it, the answer is null).")
+	return resolveCmd(ctx, e, args, "approve", "Approves a pending approval: the task runs on and the gated effect proceeds.\nAn executor's question (kind input) is answered with --value JSON, one JSON\nvalue of at most 64 KiB (without it, the answer is null). --for-task also\nallows, for the rest of the task, the same call again (same tool and\narguments), or with --pattern GLOB the same tool's calls whose\ncommand/arguments match it ('*' any run of\ncharacters, '?' one; at most 256 bytes).")
 }
 
 func rejectCmd(ctx context.Context, e *env, args []string) int {
@@ -79,9 +80,12 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	var value *string
+	var value, pattern *string
+	var forTask *bool
 	if verb == "approve" {
 		value = fs.String("value", "", "the answer to a question (kind input): one JSON value, e.g. '{\"x\":1}'")
+		forTask = fs.Bool("for-task", false, "also allow the same tool's matching calls for the rest of the task (a tool call's approval only)")
+		pattern = fs.String("pattern", "", "with --for-task: the glob the calls' command/arguments must match ('*', '?'); default: the same as this call's")
 	}
 	fs.Usage = usageFunc(fs, "taskhost "+verb+" ID [flags]", description+"\nAn approval already resolved, or of a cancelled task, is a conflict (exit 4).")
 	pos, code, ok := parseArgs(e, fs, args, 1, 1)
@@ -93,11 +97,14 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 		return cf.fail(e, err)
 	}
 	defer conn.Close()
-	valueJSON := ""
+	req := &apipb.ResolveApprovalRequest{ApprovalId: pos[0]}
 	if value != nil {
-		valueJSON = *value
+		req.ValueJson, req.ForTask, req.Pattern = *value, *forTask, *pattern
+		if req.Pattern != "" && !req.ForTask {
+			return cf.fail(e, usageError("approve: --pattern needs --for-task"))
+		}
 	}
-	a, err := resolveApproval(ctx, apipb.NewApprovalServiceClient(conn), verb == "approve", pos[0], valueJSON)
+	a, err := resolveApproval(ctx, apipb.NewApprovalServiceClient(conn), verb == "approve", req)
 	if err != nil {
 		return cf.fail(e, err)
 	}
@@ -105,16 +112,22 @@ func resolveCmd(ctx context.Context, e *env, args []string, verb, description st
 		newPrinter(e, true).emit(map[string]any{"approval": approvalJSON(a)})
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "approval %s %s (task %s)\n", a.Id, a.Status, a.TaskId)
+	scope := ""
+	if a.Scope == "task" {
+		scope = " for the rest of the task"
+		if p := a.Pattern; p != "" {
+			scope += ", calls of " + a.Tool + " matching " + tools.Printable(p, 256)
+		}
+	}
+	fmt.Fprintf(e.stdout, "approval %s %s%s (task %s)\n", a.Id, a.Status, scope, a.TaskId)
 	return exitOK
 }
 
-// resolveApproval approves (with valueJSON, the answer to a question) or
-// rejects approval id.
-func resolveApproval(ctx context.Context, ac apipb.ApprovalServiceClient, approve bool, id, valueJSON string) (*apipb.Approval, error) {
+// resolveApproval approves (with req's value, the answer to a question,
+// and its tier) or rejects req's approval.
+func resolveApproval(ctx context.Context, ac apipb.ApprovalServiceClient, approve bool, req *apipb.ResolveApprovalRequest) (*apipb.Approval, error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	req := &apipb.ResolveApprovalRequest{ApprovalId: id, ValueJson: valueJSON}
 	var resp *apipb.ResolveApprovalResponse
 	var err error
 	if approve {

@@ -318,7 +318,7 @@ func (m *mcpServer) approvalsList(ctx context.Context, a mcpArgs) (any, error) {
 
 func (m *mcpServer) resolver(approve bool) func(context.Context, mcpArgs) (any, error) {
 	return func(ctx context.Context, a mcpArgs) (any, error) {
-		ap, err := resolveApproval(ctx, m.approvals, approve, a.str("approval_id"), string(a["value"]))
+		ap, err := resolveApproval(ctx, m.approvals, approve, &apipb.ResolveApprovalRequest{ApprovalId: a.str("approval_id"), ValueJson: string(a["value"])})
 		if err != nil {
 			return nil, err
 		}

@@ -39,7 +39,7 @@ func (p *printer) event(ev store.Event) {
 	var f map[string]any
 	_ = json.Unmarshal(ev.Payload, &f)
 	var parts []string
-	for _, k := range []string{"attempt", "outcome", "reason", "exit", "limit", "note", "steps", "tools", "models", "wall_s", "prompt_tokens", "completion_tokens", "model_ms"} {
+	for _, k := range []string{"attempt", "outcome", "reason", "exit", "limit", "note", "steps", "tools", "models", "wall_s", "tokens", "tokens_estimated", "output_bytes", "prompt_tokens", "completion_tokens", "model_ms"} {
 		if v, ok := f[k]; ok {
 			parts = append(parts, inert(fmt.Sprintf("%s=%v", k, v)))
 		}
@@ -102,6 +102,9 @@ type taskView struct {
 type meterV struct {
 	Used  int64 `json:"used"`
 	Limit int64 `json:"limit"`
+	// EstimatedCalls, of model_tokens: the answered calls whose tokens
+	// the host estimated (the provider reported none).
+	EstimatedCalls int64 `json:"estimated_calls,omitempty"`
 }
 
 func taskJSON(t store.Task) taskView {
@@ -110,9 +113,11 @@ func taskJSON(t store.Task) taskView {
 		ID: t.ID, Principal: t.PrincipalID, Executor: t.Executor, Status: string(t.Status),
 		Reason: string(t.Reason), Message: t.Message, RunID: t.RunID,
 		Budgets: map[string]meterV{
-			"steps": {b.Steps.Used, b.Steps.Limit}, "tool_calls": {b.ToolCalls.Used, b.ToolCalls.Limit},
-			"model_calls": {b.ModelCalls.Used, b.ModelCalls.Limit}, "depth": {b.Depth.Used, b.Depth.Limit},
-			"wall_ms": {b.WallMillis.Used, b.WallMillis.Limit},
+			"steps": {b.Steps.Used, b.Steps.Limit, 0}, "tool_calls": {b.ToolCalls.Used, b.ToolCalls.Limit, 0},
+			"model_calls": {b.ModelCalls.Used, b.ModelCalls.Limit, 0}, "depth": {b.Depth.Used, b.Depth.Limit, 0},
+			"wall_ms":      {b.WallMillis.Used, b.WallMillis.Limit, 0},
+			"model_tokens": {b.ModelTokens.Used, b.ModelTokens.Limit, b.TokensEstimated},
+			"output_bytes": {b.OutputBytes.Used, b.OutputBytes.Limit, 0},
 		},
 		Created: t.CreatedAt.UTC().Format(time.RFC3339Nano), Updated: t.UpdatedAt.UTC().Format(time.RFC3339Nano),
 		ParentID: t.ParentID, RootID: t.RootID, TreeDepth: t.TreeDepth,

@@ -23,6 +23,8 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	var files fileFlags
 	fs.Var(&files, "file", "copy a file into the task's workspace before its first step: PATH or PATH=NAME (repeatable)")
 	maxWall := fs.Int64("max-wall-seconds", 0, "active wall-clock budget in seconds (default: the config's tasks.max_wall_seconds)")
+	maxTokens := fs.Int64("max-model-tokens", 0, "model-token budget, prompt + completion (default: the config's tasks.max_model_tokens)")
+	maxOutput := fs.Int64("max-output-bytes", 0, "budget of bytes handed back by model and tool calls (default: the config's tasks.max_output_bytes)")
 	resume := fs.String("resume", "", "resume the interrupted task with this id instead of creating one")
 	jsonOut := fs.Bool("json", false, "print events and the final task as JSON lines")
 	approveAll := fs.Bool("approve-all", false, "approve every approval the task asks for (a notice is printed for each)")
@@ -80,7 +82,7 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 		t, err = h.Runner.Resume(ctx, principal, *resume)
 	} else {
 		t, err = h.Runner.Create(ctx, principal, host.CreateRequest{
-			Executor: *executor, Spec: spec, Limits: host.Limits{Steps: *maxSteps, WallSeconds: *maxWall},
+			Executor: *executor, Spec: spec, Limits: host.Limits{Steps: *maxSteps, WallSeconds: *maxWall, ModelTokens: *maxTokens, OutputBytes: *maxOutput},
 			Files: files.files,
 		})
 	}

@@ -54,6 +54,8 @@ func taskCreateCmd(ctx context.Context, e *env, args []string) int {
 	fs.Int64Var(&lim.MaxModelCalls, "max-model-calls", 0, "model-call budget (default: tasks.max_model_calls)")
 	fs.Int64Var(&lim.MaxDepth, "max-depth", 0, "recursion depth budget (default: tasks.max_depth)")
 	fs.Int64Var(&lim.MaxWallSeconds, "max-wall-seconds", 0, "active wall-clock budget in seconds (default: tasks.max_wall_seconds)")
+	fs.Int64Var(&lim.MaxModelTokens, "max-model-tokens", 0, "model-token budget, prompt + completion (default: tasks.max_model_tokens)")
+	fs.Int64Var(&lim.MaxOutputBytes, "max-output-bytes", 0, "budget of bytes handed back by model and tool calls (default: tasks.max_output_bytes)")
 	watch := fs.Bool("watch", false, "then watch it until it stops running (as 'task watch')")
 	noProgress := fs.Bool("no-progress", false, "with --watch: no live progress line, even on a terminal")
 	var files fileFlags
@@ -71,7 +73,8 @@ func taskCreateCmd(ctx context.Context, e *env, args []string) int {
 	for _, v := range []struct {
 		name string
 		v    int64
-	}{{"max-steps", lim.MaxSteps}, {"max-tool-calls", lim.MaxToolCalls}, {"max-model-calls", lim.MaxModelCalls}, {"max-depth", lim.MaxDepth}, {"max-wall-seconds", lim.MaxWallSeconds}} {
+	}{{"max-steps", lim.MaxSteps}, {"max-tool-calls", lim.MaxToolCalls}, {"max-model-calls", lim.MaxModelCalls}, {"max-depth", lim.MaxDepth}, {"max-wall-seconds", lim.MaxWallSeconds},
+		{"max-model-tokens", lim.MaxModelTokens}, {"max-output-bytes", lim.MaxOutputBytes}} {
 		if v.v < 0 {
 			return cf.fail(e, usageError(fmt.Sprintf("task create: --%s must not be negative", v.name)))
 		}

@@ -39,6 +39,8 @@ func taskFromPB(t *apipb.Task) store.Task {
 		Budgets: store.Budgets{
 			Steps: budgetFromPB(b.GetSteps()), ToolCalls: budgetFromPB(b.GetToolCalls()), ModelCalls: budgetFromPB(b.GetModelCalls()),
 			Depth: budgetFromPB(b.GetDepth()), WallMillis: budgetFromPB(b.GetWallMs()),
+			ModelTokens: budgetFromPB(b.GetModelTokens()), OutputBytes: budgetFromPB(b.GetOutputBytes()),
+			TokensEstimated: b.GetModelTokensEstimatedCalls(),
 		},
 		Result: t.GetResult(), CreatedAt: fromNanos(t.GetCreatedUnixNano()), UpdatedAt: fromNanos(t.GetUpdatedUnixNano()),
 		ParentID: t.GetParentTaskId(), RootID: t.GetRootTaskId(), TreeDepth: t.GetTreeDepth(),
@@ -79,6 +81,9 @@ type approvalView struct {
 	CreatedAt  string `json:"created_at"`
 	ExpiresAt  string `json:"expires_at"`
 	ResolvedAt string `json:"resolved_at,omitempty"`
+	// Scope (once | task) and Pattern: an approved approval's tier.
+	Scope   string `json:"scope,omitempty"`
+	Pattern string `json:"pattern,omitempty"`
 }
 
 func approvalJSON(a *apipb.Approval) approvalView {
@@ -86,6 +91,7 @@ func approvalJSON(a *apipb.Approval) approvalView {
 		ID: a.GetId(), TaskID: a.GetTaskId(), RunID: a.GetRunId(), Attempt: a.GetAttempt(), Kind: a.GetKind(), Tool: a.GetTool(),
 		Prompt: a.GetPrompt(), Status: a.GetStatus(), CreatedAt: rfc3339(a.GetCreatedUnixNano()),
 		ExpiresAt: rfc3339(a.GetExpiresUnixNano()), ResolvedAt: rfc3339(a.GetResolvedUnixNano()),
+		Scope: a.GetScope(), Pattern: a.GetPattern(),
 	}
 }
 
@@ -147,9 +153,20 @@ func nonNil(s []string) []string {
 
 // meters renders a task's budgets as used/limit meters.
 func meters(b store.Budgets) string {
-	return fmt.Sprintf("steps %d/%d  tools %d/%d  models %d/%d  depth %d/%d  wall %.1fs/%ds",
+	return fmt.Sprintf("steps %d/%d  tools %d/%d  models %d/%d  depth %d/%d  wall %.1fs/%ds  %s  output %d/%dB",
 		b.Steps.Used, b.Steps.Limit, b.ToolCalls.Used, b.ToolCalls.Limit, b.ModelCalls.Used, b.ModelCalls.Limit,
-		b.Depth.Used, b.Depth.Limit, float64(b.WallMillis.Used)/1000, b.WallMillis.Limit/1000)
+		b.Depth.Used, b.Depth.Limit, float64(b.WallMillis.Used)/1000, b.WallMillis.Limit/1000, tokenMeter(b),
+		b.OutputBytes.Used, b.OutputBytes.Limit)
+}
+
+// tokenMeter is the token budget as used/limit, marked when some of it is
+// the host's estimate.
+func tokenMeter(b store.Budgets) string {
+	s := fmt.Sprintf("tokens %d/%d", b.ModelTokens.Used, b.ModelTokens.Limit)
+	if b.TokensEstimated > 0 {
+		s += fmt.Sprintf(" (estimated for %d calls)", b.TokensEstimated)
+	}
+	return s
 }
 
 // writeTaskDetail prints one task with its budgets and attempt log; host,

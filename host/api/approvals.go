@@ -41,6 +41,18 @@ func (as *approvalService) ListApprovals(ctx context.Context, req *apipb.ListApp
 }
 
 func (as *approvalService) Approve(ctx context.Context, req *apipb.ResolveApprovalRequest) (*apipb.ResolveApprovalResponse, error) {
+	if req.Pattern != "" && !req.ForTask {
+		return nil, invalid("pattern", "is only for an approval for the rest of the task (for_task)")
+	}
+	if req.ForTask {
+		if req.ValueJson != "" {
+			return nil, invalid("value_json", "an answer to a question cannot be given for the rest of the task")
+		}
+		grant := func(ctx context.Context, principal, id string) (store.Approval, error) {
+			return as.s.opts.Tasks.ApproveForTask(ctx, principal, id, req.Pattern)
+		}
+		return as.resolve(ctx, req, grant, "approved for the task")
+	}
 	if req.ValueJson != "" {
 		// The runner checks the value's size and syntax, then, on the
 		// caller's own approval only, that it is a question.

@@ -58,6 +58,7 @@ func taskPB(t store.Task, full bool) *apipb.Task {
 		Budgets: &apipb.Budgets{
 			Steps: meter(b.Steps), ToolCalls: meter(b.ToolCalls), ModelCalls: meter(b.ModelCalls),
 			Depth: meter(b.Depth), WallMs: meter(b.WallMillis),
+			ModelTokens: meter(b.ModelTokens), OutputBytes: meter(b.OutputBytes), ModelTokensEstimatedCalls: b.TokensEstimated,
 		},
 		CreatedUnixNano: nanos(t.CreatedAt), UpdatedUnixNano: nanos(t.UpdatedAt),
 		ParentTaskId: t.ParentID, RootTaskId: t.RootID, TreeDepth: t.TreeDepth,
@@ -99,9 +100,13 @@ func approvalPB(a store.Approval) *apipb.Approval {
 	if kind != host.ApprovalKindTool {
 		tool = ""
 	}
-	return &apipb.Approval{
+	v := &apipb.Approval{
 		Id: a.ID, TaskId: a.TaskID, RunId: a.RunID, Attempt: a.Attempt, Tool: tool, Prompt: a.Prompt,
 		Status: string(a.Status), CreatedUnixNano: nanos(a.CreatedAt), ExpiresUnixNano: nanos(a.ExpiresAt),
-		ResolvedUnixNano: nanos(a.ResolvedAt), Kind: kind,
+		ResolvedUnixNano: nanos(a.ResolvedAt), Kind: kind, Fingerprint: a.Fingerprint,
 	}
+	if a.Status == store.ApprovalApproved {
+		v.Scope, v.Pattern = string(a.Scope), a.Pattern
+	}
+	return v
 }

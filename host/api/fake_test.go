@@ -191,6 +191,10 @@ func (f *fakeTasks) Approve(_ context.Context, principal, id string) (store.Appr
 	return store.Approval{}, fmt.Errorf("approval %s: %w", id, store.ErrNotFound)
 }
 
+func (f *fakeTasks) ApproveForTask(_ context.Context, principal, id, _ string) (store.Approval, error) {
+	return store.Approval{}, fmt.Errorf("approval %s: %w", id, store.ErrNotFound)
+}
+
 func (f *fakeTasks) Answer(_ context.Context, principal, id string, _ []byte) (store.Approval, error) {
 	return store.Approval{}, fmt.Errorf("approval %s: %w", id, store.ErrNotFound)
 }

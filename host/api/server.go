@@ -64,6 +64,7 @@ type Tasks interface {
 	Events(ctx context.Context, principal, id string, after int64) ([]store.Event, error)
 	Approvals(ctx context.Context, principal string, st store.ApprovalStatus) ([]store.Approval, error)
 	Approve(ctx context.Context, principal, id string) (store.Approval, error)
+	ApproveForTask(ctx context.Context, principal, id, pattern string) (store.Approval, error)
 	// Answer approves an input approval with a JSON value.
 	Answer(ctx context.Context, principal, id string, value []byte) (store.Approval, error)
 	Reject(ctx context.Context, principal, id string) (store.Approval, error)

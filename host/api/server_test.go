@@ -341,6 +341,14 @@ func TestRequestValidation(t *testing.T) {
 			_, err := ac.Reject(ctx, &apipb.ResolveApprovalRequest{ApprovalId: "a_1", ValueJson: "1"})
 			return err
 		}},
+		{"pattern without for_task", "pattern", func() error {
+			_, err := ac.Approve(ctx, &apipb.ResolveApprovalRequest{ApprovalId: "a_1", Pattern: "echo *"})
+			return err
+		}},
+		{"value for the task", "value_json", func() error {
+			_, err := ac.Approve(ctx, &apipb.ResolveApprovalRequest{ApprovalId: "a_1", ValueJson: "1", ForTask: true})
+			return err
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -33,7 +33,8 @@ func (ts *taskService) CreateTask(ctx context.Context, req *apipb.CreateTaskRequ
 	}
 	var lim host.Limits
 	if l := req.Limits; l != nil {
-		lim = host.Limits{Steps: l.MaxSteps, ToolCalls: l.MaxToolCalls, ModelCalls: l.MaxModelCalls, Depth: l.MaxDepth, WallSeconds: l.MaxWallSeconds}
+		lim = host.Limits{Steps: l.MaxSteps, ToolCalls: l.MaxToolCalls, ModelCalls: l.MaxModelCalls, Depth: l.MaxDepth, WallSeconds: l.MaxWallSeconds,
+			ModelTokens: l.MaxModelTokens, OutputBytes: l.MaxOutputBytes}
 	}
 	var files []host.File
 	for _, f := range req.GetFiles() {

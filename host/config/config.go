@@ -53,6 +53,13 @@ const MaxConcurrentCap = 1000
 // MaxPrestart).
 const MaxPrestart = 16
 
+// The most tasks.max_model_tokens_cap and tasks.max_output_bytes_cap may
+// be: far above any task, below any sum's overflow.
+const (
+	MaxModelTokensCap = 10_000_000_000
+	MaxOutputBytesCap = 1 << 40
+)
+
 // Built-in executor names. They are always known to the host and cannot be
 // redefined under [executors].
 const (
@@ -113,6 +120,18 @@ type Tasks struct {
 
 	MaxWallSeconds    int `toml:"max_wall_seconds"`     // 1..MaxWallSecondsCap, default 1800
 	MaxWallSecondsCap int `toml:"max_wall_seconds_cap"` // 1..604800 (7 days), default 86400
+
+	// MaxModelTokens bounds a task's model tokens: prompt + completion
+	// of every answered call, as the provider reports them (estimated at
+	// 4 bytes a token when it does not).
+	MaxModelTokens    int `toml:"max_model_tokens"`     // 0..MaxModelTokensCap, default 1000000
+	MaxModelTokensCap int `toml:"max_model_tokens_cap"` // 0..10000000000, default 100000000
+
+	// MaxOutputBytes bounds the bytes a task's effects hand back to its
+	// executor: model replies (content and tool-call arguments) and tool
+	// outputs.
+	MaxOutputBytes    int `toml:"max_output_bytes"`     // 0..MaxOutputBytesCap, default 67108864 (64 MiB)
+	MaxOutputBytesCap int `toml:"max_output_bytes_cap"` // 0..1099511627776 (1 TiB), default 1073741824 (1 GiB)
 
 	CheckpointMaxBytes int `toml:"checkpoint_max_bytes"` // 1024..3145728, default 262144
 
@@ -213,6 +232,10 @@ func Default() Config {
 			MaxToolCallsCap:    1000,
 			MaxModelCalls:      100,
 			MaxModelCallsCap:   2000,
+			MaxModelTokens:     1_000_000,
+			MaxModelTokensCap:  100_000_000,
+			MaxOutputBytes:     64 << 20,
+			MaxOutputBytesCap:  1 << 30,
 			MaxDepth:           1,
 			MaxDepthCap:        4,
 			MaxWallSeconds:     1800,

@@ -75,6 +75,8 @@ func (t Tasks) validate(ps *problems) {
 	ps.capped("tasks.max_model_calls", t.MaxModelCalls, 0, "tasks.max_model_calls_cap", t.MaxModelCallsCap, 0, 100000)
 	ps.capped("tasks.max_depth", t.MaxDepth, 0, "tasks.max_depth_cap", t.MaxDepthCap, 0, 16)
 	ps.capped("tasks.max_wall_seconds", t.MaxWallSeconds, 1, "tasks.max_wall_seconds_cap", t.MaxWallSecondsCap, 1, 7*24*3600)
+	ps.capped("tasks.max_model_tokens", t.MaxModelTokens, 0, "tasks.max_model_tokens_cap", t.MaxModelTokensCap, 0, MaxModelTokensCap)
+	ps.capped("tasks.max_output_bytes", t.MaxOutputBytes, 0, "tasks.max_output_bytes_cap", t.MaxOutputBytesCap, 0, MaxOutputBytesCap)
 	ps.intRange("tasks.checkpoint_max_bytes", t.CheckpointMaxBytes, 1<<10, 3<<20)
 	ps.intRange("tasks.retention_days", t.RetentionDays, 0, MaxRetentionDays)
 }

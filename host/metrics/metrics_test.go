@@ -167,7 +167,7 @@ func TestMetricsCountTheStore(t *testing.T) {
 		}
 	}
 	// 4 finished statuses × 4 outcomes, 7 task statuses, 3 effect kinds ×
-	// 5 statuses, 5 budgets, 8 single series, 4 of the connection pool,
+	// 5 statuses, 7 budgets, 8 single series, 4 of the connection pool,
 	// 5 of the fleet counted as they happen (fenced writes, sweeps,
 	// self-fencings, LISTEN reconnects, this host's heartbeat age): the
 	// size of the store's part does not grow with the number of tasks.
@@ -178,8 +178,8 @@ func TestMetricsCountTheStore(t *testing.T) {
 			n++
 		}
 	}
-	if n != 16+7+15+5+8+4+5 {
-		t.Errorf("%d taskhost_ series, want %d:\n%s", n, 16+7+15+5+8+4+5, body)
+	if n != 16+7+15+7+8+4+5 {
+		t.Errorf("%d taskhost_ series, want %d:\n%s", n, 16+7+15+7+8+4+5, body)
 	}
 
 	// A task resumed and running: one plugin, one step running.

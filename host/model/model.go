@@ -131,9 +131,13 @@ type Usage struct {
 	PromptTokens     int64
 	CompletionTokens int64
 	Duration         time.Duration
+	// Reported says the server reported the tokens (a usage object); when
+	// it did not, the host estimates them for the task's token budget.
+	Reported bool `json:",omitempty"`
 }
 
-// Add returns the sum of u and v.
+// Add returns the sum of u's and v's counts (a sum is not Reported: it
+// says nothing of each call).
 func (u Usage) Add(v Usage) Usage {
 	return Usage{PromptTokens: u.PromptTokens + v.PromptTokens, CompletionTokens: u.CompletionTokens + v.CompletionTokens, Duration: u.Duration + v.Duration}
 }

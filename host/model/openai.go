@@ -688,7 +688,7 @@ func (p *openAI) reply(content string, calls []ToolCall, finish string, usage *w
 	}
 	resp := Response{Message: msg, FinishReason: excerpt(finish, 32)}
 	if usage != nil {
-		resp.Usage = Usage{PromptTokens: max(usage.PromptTokens, 0), CompletionTokens: max(usage.CompletionTokens, 0)}
+		resp.Usage = Usage{PromptTokens: max(usage.PromptTokens, 0), CompletionTokens: max(usage.CompletionTokens, 0), Reported: true}
 	}
 	return resp, nil
 }

@@ -213,7 +213,7 @@ func compileRule(index int, sr scriptRule) (rule, error) {
 		if u.PromptTokens < 0 || u.CompletionTokens < 0 {
 			return rule{}, errors.New("reply.usage: token counts must not be negative")
 		}
-		r.usage = Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+		r.usage = Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Reported: true}
 	}
 	for i, tc := range rp.ToolCalls {
 		field := fmt.Sprintf("reply.tool_calls[%d]", i)

@@ -432,7 +432,8 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 }
 
 func toPBBudgets(b Budgets) *pb.Budgets {
-	return &pb.Budgets{Steps: b.Steps, ToolCalls: b.ToolCalls, ModelCalls: b.ModelCalls, Depth: b.Depth, WallSeconds: b.WallSeconds}
+	return &pb.Budgets{Steps: b.Steps, ToolCalls: b.ToolCalls, ModelCalls: b.ModelCalls, Depth: b.Depth, WallSeconds: b.WallSeconds,
+		ModelTokens: b.ModelTokens, OutputBytes: b.OutputBytes}
 }
 
 func fromPBCheckpoint(c *pb.Checkpoint) *Checkpoint {

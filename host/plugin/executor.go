@@ -30,6 +30,7 @@ func (d Description) Accepts(schema string) bool {
 // Budgets is the coarse budget view sent to an executor.
 type Budgets struct {
 	Steps, ToolCalls, ModelCalls, Depth, WallSeconds int64
+	ModelTokens, OutputBytes                         int64
 }
 
 // StepSummary is one completed step's summary.

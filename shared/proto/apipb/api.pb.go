@@ -115,16 +115,27 @@ func (x *Meter) GetLimit() int64 {
 	return 0
 }
 
-// Budgets are a task's five budgets (DESIGN.md §3).
+// Budgets are a task's budgets (DESIGN.md §3, and the token and output
+// budgets of docs/reasons.md).
 type Budgets struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         *Meter                 `protobuf:"bytes,1,opt,name=steps,proto3" json:"steps,omitempty"`
-	ToolCalls     *Meter                 `protobuf:"bytes,2,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	ModelCalls    *Meter                 `protobuf:"bytes,3,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
-	Depth         *Meter                 `protobuf:"bytes,4,opt,name=depth,proto3" json:"depth,omitempty"`
-	WallMs        *Meter                 `protobuf:"bytes,5,opt,name=wall_ms,json=wallMs,proto3" json:"wall_ms,omitempty"` // active running time, milliseconds
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Steps      *Meter                 `protobuf:"bytes,1,opt,name=steps,proto3" json:"steps,omitempty"`
+	ToolCalls  *Meter                 `protobuf:"bytes,2,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ModelCalls *Meter                 `protobuf:"bytes,3,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	Depth      *Meter                 `protobuf:"bytes,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	WallMs     *Meter                 `protobuf:"bytes,5,opt,name=wall_ms,json=wallMs,proto3" json:"wall_ms,omitempty"` // active running time, milliseconds
+	// Prompt + completion tokens of the answered model calls; used may pass
+	// limit by the call that crossed it, which failed the task.
+	ModelTokens *Meter `protobuf:"bytes,30,opt,name=model_tokens,json=modelTokens,proto3" json:"model_tokens,omitempty"`
+	// Bytes the task's effects handed back to its executor: model replies
+	// (content and tool-call arguments) and tool outputs.
+	OutputBytes *Meter `protobuf:"bytes,31,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	// How many answered model calls reported no usage, so that their
+	// tokens are the host's estimate (4 bytes a token): model_tokens is
+	// then partly estimated.
+	ModelTokensEstimatedCalls int64 `protobuf:"varint,32,opt,name=model_tokens_estimated_calls,json=modelTokensEstimatedCalls,proto3" json:"model_tokens_estimated_calls,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *Budgets) Reset() {
@@ -190,6 +201,27 @@ func (x *Budgets) GetWallMs() *Meter {
 		return x.WallMs
 	}
 	return nil
+}
+
+func (x *Budgets) GetModelTokens() *Meter {
+	if x != nil {
+		return x.ModelTokens
+	}
+	return nil
+}
+
+func (x *Budgets) GetOutputBytes() *Meter {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return nil
+}
+
+func (x *Budgets) GetModelTokensEstimatedCalls() int64 {
+	if x != nil {
+		return x.ModelTokensEstimatedCalls
+	}
+	return 0
 }
 
 type Task struct {
@@ -696,6 +728,8 @@ type Limits struct {
 	MaxModelCalls  int64                  `protobuf:"varint,3,opt,name=max_model_calls,json=maxModelCalls,proto3" json:"max_model_calls,omitempty"`
 	MaxDepth       int64                  `protobuf:"varint,4,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
 	MaxWallSeconds int64                  `protobuf:"varint,5,opt,name=max_wall_seconds,json=maxWallSeconds,proto3" json:"max_wall_seconds,omitempty"`
+	MaxModelTokens int64                  `protobuf:"varint,30,opt,name=max_model_tokens,json=maxModelTokens,proto3" json:"max_model_tokens,omitempty"`
+	MaxOutputBytes int64                  `protobuf:"varint,31,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -761,6 +795,20 @@ func (x *Limits) GetMaxDepth() int64 {
 func (x *Limits) GetMaxWallSeconds() int64 {
 	if x != nil {
 		return x.MaxWallSeconds
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxModelTokens() int64 {
+	if x != nil {
+		return x.MaxModelTokens
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxOutputBytes() int64 {
+	if x != nil {
+		return x.MaxOutputBytes
 	}
 	return 0
 }
@@ -2213,7 +2261,15 @@ type Approval struct {
 	ResolvedUnixNano int64  `protobuf:"varint,10,opt,name=resolved_unix_nano,json=resolvedUnixNano,proto3" json:"resolved_unix_nano,omitempty"` // 0 while pending
 	// tool (a gated tool call) | approval (an executor's yes/no question) |
 	// input (an executor's question answered with a JSON value)
-	Kind          string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	Kind string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The approval's tier: once (the call it gates), or task (also, for the
+	// rest of the task, the calls of the same tool whose subject matches
+	// pattern; "" = the same subject). Set once approved.
+	Scope   string `protobuf:"bytes,30,opt,name=scope,proto3" json:"scope,omitempty"`
+	Pattern string `protobuf:"bytes,31,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// The ledger fingerprint of the tool effect it gates ("" for an
+	// executor's question).
+	Fingerprint   string `protobuf:"bytes,32,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2325,6 +2381,27 @@ func (x *Approval) GetKind() string {
 	return ""
 }
 
+func (x *Approval) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *Approval) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *Approval) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 type ListApprovalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// pending | approved | rejected | expired | cancelled, or "" for all.
@@ -2427,7 +2504,16 @@ type ResolveApprovalRequest struct {
 	ApprovalId string                 `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
 	// Approve only, and only of an input approval: the answer, one JSON
 	// value of at most 64 KiB. Empty answers null.
-	ValueJson     string `protobuf:"bytes,2,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
+	ValueJson string `protobuf:"bytes,2,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
+	// Approve only, and only of a tool call's approval: also allow, for the
+	// rest of its task, the calls of the same tool whose subject (a shell.run
+	// command; a tool's arguments as the approval shows them) matches
+	// pattern, a glob of '*' (any run of characters) and '?' (one), at most
+	// 256 bytes; an empty pattern allows only the same call again (same
+	// arguments: its fingerprint).
+	// A call that may already have run once is always asked again.
+	ForTask       bool   `protobuf:"varint,30,opt,name=for_task,json=forTask,proto3" json:"for_task,omitempty"`
+	Pattern       string `protobuf:"bytes,31,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2472,6 +2558,20 @@ func (x *ResolveApprovalRequest) GetApprovalId() string {
 func (x *ResolveApprovalRequest) GetValueJson() string {
 	if x != nil {
 		return x.ValueJson
+	}
+	return ""
+}
+
+func (x *ResolveApprovalRequest) GetForTask() bool {
+	if x != nil {
+		return x.ForTask
+	}
+	return false
+}
+
+func (x *ResolveApprovalRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
 	}
 	return ""
 }
@@ -3442,7 +3542,7 @@ const file_api_proto_rawDesc = "" +
 	"\tapi.proto\x12\x0ftaskhost.api.v1\"1\n" +
 	"\x05Meter\x12\x12\n" +
 	"\x04used\x18\x01 \x01(\x03R\x04used\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\x86\x02\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\xbd\x03\n" +
 	"\aBudgets\x12,\n" +
 	"\x05steps\x18\x01 \x01(\v2\x16.taskhost.api.v1.MeterR\x05steps\x125\n" +
 	"\n" +
@@ -3450,7 +3550,10 @@ const file_api_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x03 \x01(\v2\x16.taskhost.api.v1.MeterR\n" +
 	"modelCalls\x12,\n" +
 	"\x05depth\x18\x04 \x01(\v2\x16.taskhost.api.v1.MeterR\x05depth\x12/\n" +
-	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\"\xd4\x04\n" +
+	"\awall_ms\x18\x05 \x01(\v2\x16.taskhost.api.v1.MeterR\x06wallMs\x129\n" +
+	"\fmodel_tokens\x18\x1e \x01(\v2\x16.taskhost.api.v1.MeterR\vmodelTokens\x129\n" +
+	"\foutput_bytes\x18\x1f \x01(\v2\x16.taskhost.api.v1.MeterR\voutputBytes\x12?\n" +
+	"\x1cmodel_tokens_estimated_calls\x18  \x01(\x03R\x19modelTokensEstimatedCalls\"\xd4\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1a\n" +
@@ -3506,13 +3609,15 @@ const file_api_proto_rawDesc = "" +
 	"\x06run_id\x18\x03 \x01(\x03R\x05runId\x12\x12\n" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12$\n" +
 	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x12\x18\n" +
-	"\apayload\x18\x06 \x01(\fR\apayload\"\xba\x01\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\"\x8e\x02\n" +
 	"\x06Limits\x12\x1b\n" +
 	"\tmax_steps\x18\x01 \x01(\x03R\bmaxSteps\x12$\n" +
 	"\x0emax_tool_calls\x18\x02 \x01(\x03R\fmaxToolCalls\x12&\n" +
 	"\x0fmax_model_calls\x18\x03 \x01(\x03R\rmaxModelCalls\x12\x1b\n" +
 	"\tmax_depth\x18\x04 \x01(\x03R\bmaxDepth\x12(\n" +
-	"\x10max_wall_seconds\x18\x05 \x01(\x03R\x0emaxWallSeconds\"\xaa\x01\n" +
+	"\x10max_wall_seconds\x18\x05 \x01(\x03R\x0emaxWallSeconds\x12(\n" +
+	"\x10max_model_tokens\x18\x1e \x01(\x03R\x0emaxModelTokens\x12(\n" +
+	"\x10max_output_bytes\x18\x1f \x01(\x03R\x0emaxOutputBytes\"\xaa\x01\n" +
 	"\x11CreateTaskRequest\x12\x1a\n" +
 	"\bexecutor\x18\x01 \x01(\tR\bexecutor\x12\x12\n" +
 	"\x04spec\x18\x02 \x01(\fR\x04spec\x12/\n" +
@@ -3597,7 +3702,7 @@ const file_api_proto_rawDesc = "" +
 	"\bsnapshot\x18\x01 \x01(\v2\x15.taskhost.api.v1.TaskH\x00R\bsnapshot\x12.\n" +
 	"\x05event\x18\x02 \x01(\v2\x16.taskhost.api.v1.EventH\x00R\x05event\x12-\n" +
 	"\x05final\x18\x03 \x01(\v2\x15.taskhost.api.v1.TaskH\x00R\x05finalB\x06\n" +
-	"\x04item\"\xc2\x02\n" +
+	"\x04item\"\x94\x03\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x15\n" +
@@ -3610,17 +3715,22 @@ const file_api_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\t \x01(\x03R\x0fexpiresUnixNano\x12,\n" +
 	"\x12resolved_unix_nano\x18\n" +
 	" \x01(\x03R\x10resolvedUnixNano\x12\x12\n" +
-	"\x04kind\x18\v \x01(\tR\x04kind\".\n" +
+	"\x04kind\x18\v \x01(\tR\x04kind\x12\x14\n" +
+	"\x05scope\x18\x1e \x01(\tR\x05scope\x12\x18\n" +
+	"\apattern\x18\x1f \x01(\tR\apattern\x12 \n" +
+	"\vfingerprint\x18  \x01(\tR\vfingerprint\".\n" +
 	"\x14ListApprovalsRequest\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\"n\n" +
 	"\x15ListApprovalsResponse\x127\n" +
 	"\tapprovals\x18\x01 \x03(\v2\x19.taskhost.api.v1.ApprovalR\tapprovals\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"X\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x8d\x01\n" +
 	"\x16ResolveApprovalRequest\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
 	"approvalId\x12\x1d\n" +
 	"\n" +
-	"value_json\x18\x02 \x01(\tR\tvalueJson\"P\n" +
+	"value_json\x18\x02 \x01(\tR\tvalueJson\x12\x19\n" +
+	"\bfor_task\x18\x1e \x01(\bR\aforTask\x12\x18\n" +
+	"\apattern\x18\x1f \x01(\tR\apattern\"P\n" +
 	"\x17ResolveApprovalResponse\x125\n" +
 	"\bapproval\x18\x01 \x01(\v2\x19.taskhost.api.v1.ApprovalR\bapproval\"\x10\n" +
 	"\x0eGetInfoRequest\"\x95\x01\n" +
@@ -3798,76 +3908,78 @@ var file_api_proto_depIdxs = []int32{
 	0,  // 2: taskhost.api.v1.Budgets.model_calls:type_name -> taskhost.api.v1.Meter
 	0,  // 3: taskhost.api.v1.Budgets.depth:type_name -> taskhost.api.v1.Meter
 	0,  // 4: taskhost.api.v1.Budgets.wall_ms:type_name -> taskhost.api.v1.Meter
-	1,  // 5: taskhost.api.v1.Task.budgets:type_name -> taskhost.api.v1.Budgets
-	3,  // 6: taskhost.api.v1.Task.model_usage:type_name -> taskhost.api.v1.ModelUsage
-	3,  // 7: taskhost.api.v1.Attempt.model_usage:type_name -> taskhost.api.v1.ModelUsage
-	6,  // 8: taskhost.api.v1.CreateTaskRequest.limits:type_name -> taskhost.api.v1.Limits
-	8,  // 9: taskhost.api.v1.CreateTaskRequest.files:type_name -> taskhost.api.v1.WorkspaceFile
-	2,  // 10: taskhost.api.v1.CreateTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 11: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
-	4,  // 12: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
-	47, // 13: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
-	2,  // 14: taskhost.api.v1.GetTaskResponse.tree:type_name -> taskhost.api.v1.Task
-	2,  // 15: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
-	15, // 16: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
-	2,  // 17: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 18: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 19: taskhost.api.v1.PauseTaskResponse.task:type_name -> taskhost.api.v1.Task
-	2,  // 20: taskhost.api.v1.ControlTasksResponse.tasks:type_name -> taskhost.api.v1.Task
-	28, // 21: taskhost.api.v1.ControlTasksResponse.failures:type_name -> taskhost.api.v1.ControlFailure
-	2,  // 22: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
-	5,  // 23: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
-	2,  // 24: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
-	32, // 25: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
-	32, // 26: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
-	50, // 27: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
-	40, // 28: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
-	42, // 29: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
-	46, // 30: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
-	47, // 31: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
-	7,  // 32: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
-	10, // 33: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
-	12, // 34: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
-	21, // 35: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
-	23, // 36: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
-	25, // 37: taskhost.api.v1.TaskService.PauseTask:input_type -> taskhost.api.v1.PauseTaskRequest
-	27, // 38: taskhost.api.v1.TaskService.ControlTasks:input_type -> taskhost.api.v1.ControlTasksRequest
-	30, // 39: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
-	14, // 40: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
-	17, // 41: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
-	19, // 42: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
-	48, // 43: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
-	33, // 44: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
-	35, // 45: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	35, // 46: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
-	37, // 47: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
-	39, // 48: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
-	43, // 49: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
-	44, // 50: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
-	9,  // 51: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
-	11, // 52: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
-	13, // 53: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
-	22, // 54: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
-	24, // 55: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
-	26, // 56: taskhost.api.v1.TaskService.PauseTask:output_type -> taskhost.api.v1.PauseTaskResponse
-	29, // 57: taskhost.api.v1.TaskService.ControlTasks:output_type -> taskhost.api.v1.ControlTasksResponse
-	31, // 58: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
-	16, // 59: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
-	18, // 60: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
-	20, // 61: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
-	49, // 62: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
-	34, // 63: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
-	36, // 64: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	36, // 65: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
-	38, // 66: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
-	41, // 67: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	41, // 68: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
-	45, // 69: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
-	51, // [51:70] is the sub-list for method output_type
-	32, // [32:51] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	0,  // 5: taskhost.api.v1.Budgets.model_tokens:type_name -> taskhost.api.v1.Meter
+	0,  // 6: taskhost.api.v1.Budgets.output_bytes:type_name -> taskhost.api.v1.Meter
+	1,  // 7: taskhost.api.v1.Task.budgets:type_name -> taskhost.api.v1.Budgets
+	3,  // 8: taskhost.api.v1.Task.model_usage:type_name -> taskhost.api.v1.ModelUsage
+	3,  // 9: taskhost.api.v1.Attempt.model_usage:type_name -> taskhost.api.v1.ModelUsage
+	6,  // 10: taskhost.api.v1.CreateTaskRequest.limits:type_name -> taskhost.api.v1.Limits
+	8,  // 11: taskhost.api.v1.CreateTaskRequest.files:type_name -> taskhost.api.v1.WorkspaceFile
+	2,  // 12: taskhost.api.v1.CreateTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 13: taskhost.api.v1.GetTaskResponse.task:type_name -> taskhost.api.v1.Task
+	4,  // 14: taskhost.api.v1.GetTaskResponse.attempts:type_name -> taskhost.api.v1.Attempt
+	47, // 15: taskhost.api.v1.GetTaskResponse.unsettled_effects:type_name -> taskhost.api.v1.UnsettledEffect
+	2,  // 16: taskhost.api.v1.GetTaskResponse.tree:type_name -> taskhost.api.v1.Task
+	2,  // 17: taskhost.api.v1.ListTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	15, // 18: taskhost.api.v1.ListTaskFilesResponse.files:type_name -> taskhost.api.v1.TaskFile
+	2,  // 19: taskhost.api.v1.CancelTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 20: taskhost.api.v1.ResumeTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 21: taskhost.api.v1.PauseTaskResponse.task:type_name -> taskhost.api.v1.Task
+	2,  // 22: taskhost.api.v1.ControlTasksResponse.tasks:type_name -> taskhost.api.v1.Task
+	28, // 23: taskhost.api.v1.ControlTasksResponse.failures:type_name -> taskhost.api.v1.ControlFailure
+	2,  // 24: taskhost.api.v1.WatchTaskResponse.snapshot:type_name -> taskhost.api.v1.Task
+	5,  // 25: taskhost.api.v1.WatchTaskResponse.event:type_name -> taskhost.api.v1.Event
+	2,  // 26: taskhost.api.v1.WatchTaskResponse.final:type_name -> taskhost.api.v1.Task
+	32, // 27: taskhost.api.v1.ListApprovalsResponse.approvals:type_name -> taskhost.api.v1.Approval
+	32, // 28: taskhost.api.v1.ResolveApprovalResponse.approval:type_name -> taskhost.api.v1.Approval
+	50, // 29: taskhost.api.v1.Executor.runtime:type_name -> taskhost.api.v1.Executor.RuntimeEntry
+	40, // 30: taskhost.api.v1.ListExecutorsResponse.executors:type_name -> taskhost.api.v1.Executor
+	42, // 31: taskhost.api.v1.ListExecutorsResponse.model:type_name -> taskhost.api.v1.ModelStatus
+	46, // 32: taskhost.api.v1.ListHostsResponse.hosts:type_name -> taskhost.api.v1.FleetHost
+	47, // 33: taskhost.api.v1.ResolveEffectResponse.effect:type_name -> taskhost.api.v1.UnsettledEffect
+	7,  // 34: taskhost.api.v1.TaskService.CreateTask:input_type -> taskhost.api.v1.CreateTaskRequest
+	10, // 35: taskhost.api.v1.TaskService.GetTask:input_type -> taskhost.api.v1.GetTaskRequest
+	12, // 36: taskhost.api.v1.TaskService.ListTasks:input_type -> taskhost.api.v1.ListTasksRequest
+	21, // 37: taskhost.api.v1.TaskService.CancelTask:input_type -> taskhost.api.v1.CancelTaskRequest
+	23, // 38: taskhost.api.v1.TaskService.ResumeTask:input_type -> taskhost.api.v1.ResumeTaskRequest
+	25, // 39: taskhost.api.v1.TaskService.PauseTask:input_type -> taskhost.api.v1.PauseTaskRequest
+	27, // 40: taskhost.api.v1.TaskService.ControlTasks:input_type -> taskhost.api.v1.ControlTasksRequest
+	30, // 41: taskhost.api.v1.TaskService.WatchTask:input_type -> taskhost.api.v1.WatchTaskRequest
+	14, // 42: taskhost.api.v1.TaskService.ListTaskFiles:input_type -> taskhost.api.v1.ListTaskFilesRequest
+	17, // 43: taskhost.api.v1.TaskService.ReadTaskFile:input_type -> taskhost.api.v1.ReadTaskFileRequest
+	19, // 44: taskhost.api.v1.TaskService.DeleteTask:input_type -> taskhost.api.v1.DeleteTaskRequest
+	48, // 45: taskhost.api.v1.TaskService.ResolveEffect:input_type -> taskhost.api.v1.ResolveEffectRequest
+	33, // 46: taskhost.api.v1.ApprovalService.ListApprovals:input_type -> taskhost.api.v1.ListApprovalsRequest
+	35, // 47: taskhost.api.v1.ApprovalService.Approve:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	35, // 48: taskhost.api.v1.ApprovalService.Reject:input_type -> taskhost.api.v1.ResolveApprovalRequest
+	37, // 49: taskhost.api.v1.HostService.GetInfo:input_type -> taskhost.api.v1.GetInfoRequest
+	39, // 50: taskhost.api.v1.HostService.ListExecutors:input_type -> taskhost.api.v1.ListExecutorsRequest
+	43, // 51: taskhost.api.v1.HostService.ReloadExecutors:input_type -> taskhost.api.v1.ReloadExecutorsRequest
+	44, // 52: taskhost.api.v1.HostService.ListHosts:input_type -> taskhost.api.v1.ListHostsRequest
+	9,  // 53: taskhost.api.v1.TaskService.CreateTask:output_type -> taskhost.api.v1.CreateTaskResponse
+	11, // 54: taskhost.api.v1.TaskService.GetTask:output_type -> taskhost.api.v1.GetTaskResponse
+	13, // 55: taskhost.api.v1.TaskService.ListTasks:output_type -> taskhost.api.v1.ListTasksResponse
+	22, // 56: taskhost.api.v1.TaskService.CancelTask:output_type -> taskhost.api.v1.CancelTaskResponse
+	24, // 57: taskhost.api.v1.TaskService.ResumeTask:output_type -> taskhost.api.v1.ResumeTaskResponse
+	26, // 58: taskhost.api.v1.TaskService.PauseTask:output_type -> taskhost.api.v1.PauseTaskResponse
+	29, // 59: taskhost.api.v1.TaskService.ControlTasks:output_type -> taskhost.api.v1.ControlTasksResponse
+	31, // 60: taskhost.api.v1.TaskService.WatchTask:output_type -> taskhost.api.v1.WatchTaskResponse
+	16, // 61: taskhost.api.v1.TaskService.ListTaskFiles:output_type -> taskhost.api.v1.ListTaskFilesResponse
+	18, // 62: taskhost.api.v1.TaskService.ReadTaskFile:output_type -> taskhost.api.v1.ReadTaskFileResponse
+	20, // 63: taskhost.api.v1.TaskService.DeleteTask:output_type -> taskhost.api.v1.DeleteTaskResponse
+	49, // 64: taskhost.api.v1.TaskService.ResolveEffect:output_type -> taskhost.api.v1.ResolveEffectResponse
+	34, // 65: taskhost.api.v1.ApprovalService.ListApprovals:output_type -> taskhost.api.v1.ListApprovalsResponse
+	36, // 66: taskhost.api.v1.ApprovalService.Approve:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	36, // 67: taskhost.api.v1.ApprovalService.Reject:output_type -> taskhost.api.v1.ResolveApprovalResponse
+	38, // 68: taskhost.api.v1.HostService.GetInfo:output_type -> taskhost.api.v1.GetInfoResponse
+	41, // 69: taskhost.api.v1.HostService.ListExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	41, // 70: taskhost.api.v1.HostService.ReloadExecutors:output_type -> taskhost.api.v1.ListExecutorsResponse
+	45, // 71: taskhost.api.v1.HostService.ListHosts:output_type -> taskhost.api.v1.ListHostsResponse
+	53, // [53:72] is the sub-list for method output_type
+	34, // [34:53] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }

@@ -157,12 +157,18 @@ func (x *DescribeResponse) GetRuntime() map[string]string {
 
 // Budgets is a set of coarse counters: limits or what remains of them.
 type Budgets struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         int64                  `protobuf:"varint,1,opt,name=steps,proto3" json:"steps,omitempty"`
-	ToolCalls     int64                  `protobuf:"varint,2,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	ModelCalls    int64                  `protobuf:"varint,3,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
-	Depth         int64                  `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
-	WallSeconds   int64                  `protobuf:"varint,5,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Steps       int64                  `protobuf:"varint,1,opt,name=steps,proto3" json:"steps,omitempty"`
+	ToolCalls   int64                  `protobuf:"varint,2,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ModelCalls  int64                  `protobuf:"varint,3,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	Depth       int64                  `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	WallSeconds int64                  `protobuf:"varint,5,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"`
+	// Prompt + completion tokens of the task's answered model calls
+	// (estimated at 4 bytes a token when the provider reports none).
+	ModelTokens int64 `protobuf:"varint,30,opt,name=model_tokens,json=modelTokens,proto3" json:"model_tokens,omitempty"`
+	// Bytes the task's effects hand back to the executor: model replies
+	// (content and tool-call arguments) and tool outputs.
+	OutputBytes   int64 `protobuf:"varint,31,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +234,20 @@ func (x *Budgets) GetDepth() int64 {
 func (x *Budgets) GetWallSeconds() int64 {
 	if x != nil {
 		return x.WallSeconds
+	}
+	return 0
+}
+
+func (x *Budgets) GetModelTokens() int64 {
+	if x != nil {
+		return x.ModelTokens
+	}
+	return 0
+}
+
+func (x *Budgets) GetOutputBytes() int64 {
+	if x != nil {
+		return x.OutputBytes
 	}
 	return 0
 }
@@ -2585,7 +2605,7 @@ const file_executor_proto_rawDesc = "" +
 	"\aruntime\x18\x06 \x03(\v23.taskhost.executor.v1.DescribeResponse.RuntimeEntryR\aruntime\x1a:\n" +
 	"\fRuntimeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x98\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x01\n" +
 	"\aBudgets\x12\x14\n" +
 	"\x05steps\x18\x01 \x01(\x03R\x05steps\x12\x1d\n" +
 	"\n" +
@@ -2593,7 +2613,9 @@ const file_executor_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x03 \x01(\x03R\n" +
 	"modelCalls\x12\x14\n" +
 	"\x05depth\x18\x04 \x01(\x03R\x05depth\x12!\n" +
-	"\fwall_seconds\x18\x05 \x01(\x03R\vwallSeconds\";\n" +
+	"\fwall_seconds\x18\x05 \x01(\x03R\vwallSeconds\x12!\n" +
+	"\fmodel_tokens\x18\x1e \x01(\x03R\vmodelTokens\x12!\n" +
+	"\foutput_bytes\x18\x1f \x01(\x03R\voutputBytes\";\n" +
 	"\vStepSummary\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\">\n" +
