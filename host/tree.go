@@ -85,7 +85,14 @@ func splitBudgets(parent store.Budgets, req, def Limits) (child, charge store.Bu
 		return
 	}
 	child.WallMillis.Limit = wall * 1000
+	if child.ModelTokens.Limit, err = share("max_model_tokens", req.ModelTokens, def.ModelTokens, parent.ModelTokens.Remaining(), 0); err != nil {
+		return
+	}
+	if child.OutputBytes.Limit, err = share("max_output_bytes", req.OutputBytes, def.OutputBytes, parent.OutputBytes.Remaining(), 0); err != nil {
+		return
+	}
 	charge.Steps.Used, charge.ToolCalls.Used, charge.ModelCalls.Used = child.Steps.Limit, child.ToolCalls.Limit, child.ModelCalls.Limit
+	charge.ModelTokens.Used, charge.OutputBytes.Used = child.ModelTokens.Limit, child.OutputBytes.Limit
 	return child, charge, nil
 }
 
@@ -99,6 +106,8 @@ type delegateArgs struct {
 	MaxModelCalls  int64           `json:"max_model_calls"`
 	MaxDepth       int64           `json:"max_depth"`
 	MaxWallSeconds int64           `json:"max_wall_seconds"`
+	MaxModelTokens int64           `json:"max_model_tokens"`
+	MaxOutputBytes int64           `json:"max_output_bytes"`
 }
 
 // delegate creates a child of the task of tr, running in tr's run.
@@ -129,7 +138,8 @@ func (r *Runner) delegate(ctx context.Context, tr turn, a delegateArgs) (store.T
 	if _, err := r.preflight(ctx, kind); err != nil {
 		return store.Task{}, err
 	}
-	limits, charge, err := splitBudgets(parent.Budgets, Limits{Steps: a.MaxSteps, ToolCalls: a.MaxToolCalls, ModelCalls: a.MaxModelCalls, Depth: a.MaxDepth, WallSeconds: a.MaxWallSeconds}, r.set.Defaults)
+	limits, charge, err := splitBudgets(parent.Budgets, Limits{Steps: a.MaxSteps, ToolCalls: a.MaxToolCalls, ModelCalls: a.MaxModelCalls, Depth: a.MaxDepth, WallSeconds: a.MaxWallSeconds,
+		ModelTokens: a.MaxModelTokens, OutputBytes: a.MaxOutputBytes}, r.set.Defaults)
 	if err != nil {
 		return store.Task{}, err
 	}

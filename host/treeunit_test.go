@@ -21,8 +21,9 @@ func TestSplitBudgets(t *testing.T) {
 	parent := store.Budgets{
 		Steps: store.Budget{Limit: 20, Used: 1}, ToolCalls: store.Budget{Limit: 50, Used: 10},
 		ModelCalls: store.Budget{Limit: 100}, Depth: store.Budget{Limit: 2}, WallMillis: store.Budget{Limit: 100_000, Used: 40_000},
+		ModelTokens: store.Budget{Limit: 10_000, Used: 2_000}, OutputBytes: store.Budget{Limit: 1_000},
 	}
-	def := Limits{Steps: 20, ToolCalls: 50, ModelCalls: 100, Depth: 1, WallSeconds: 1800}
+	def := Limits{Steps: 20, ToolCalls: 50, ModelCalls: 100, Depth: 1, WallSeconds: 1800, ModelTokens: 1_000_000, OutputBytes: 64 << 20}
 	cases := []struct {
 		name      string
 		req       Limits
@@ -30,9 +31,13 @@ func TestSplitBudgets(t *testing.T) {
 		wantField string        // a refusal naming this field
 	}{
 		{name: "defaults: half of what is left", req: Limits{},
-			want: store.Budgets{Steps: store.Budget{Limit: 9}, ToolCalls: store.Budget{Limit: 20}, ModelCalls: store.Budget{Limit: 50}, Depth: store.Budget{Limit: 2}, WallMillis: store.Budget{Limit: 30_000}}},
-		{name: "all that is left", req: Limits{Steps: 19, ToolCalls: 40, ModelCalls: 100, Depth: 1, WallSeconds: 60},
-			want: store.Budgets{Steps: store.Budget{Limit: 19}, ToolCalls: store.Budget{Limit: 40}, ModelCalls: store.Budget{Limit: 100}, Depth: store.Budget{Limit: 1}, WallMillis: store.Budget{Limit: 60_000}}},
+			want: store.Budgets{Steps: store.Budget{Limit: 9}, ToolCalls: store.Budget{Limit: 20}, ModelCalls: store.Budget{Limit: 50}, Depth: store.Budget{Limit: 2}, WallMillis: store.Budget{Limit: 30_000},
+				ModelTokens: store.Budget{Limit: 4_000}, OutputBytes: store.Budget{Limit: 500}}},
+		{name: "all that is left", req: Limits{Steps: 19, ToolCalls: 40, ModelCalls: 100, Depth: 1, WallSeconds: 60, ModelTokens: 8_000, OutputBytes: 1_000},
+			want: store.Budgets{Steps: store.Budget{Limit: 19}, ToolCalls: store.Budget{Limit: 40}, ModelCalls: store.Budget{Limit: 100}, Depth: store.Budget{Limit: 1}, WallMillis: store.Budget{Limit: 60_000},
+				ModelTokens: store.Budget{Limit: 8_000}, OutputBytes: store.Budget{Limit: 1_000}}},
+		{name: "one token past", req: Limits{ModelTokens: 8_001}, wantField: "max_model_tokens"},
+		{name: "one output byte past", req: Limits{OutputBytes: 1_001}, wantField: "max_output_bytes"},
 		{name: "one step past", req: Limits{Steps: 20}, wantField: "max_steps"},
 		{name: "one tool call past", req: Limits{ToolCalls: 41}, wantField: "max_tool_calls"},
 		{name: "one wall second past", req: Limits{WallSeconds: 61}, wantField: "max_wall_seconds"},
@@ -55,7 +60,8 @@ func TestSplitBudgets(t *testing.T) {
 				t.Fatalf("child %+v, want %+v", child, tc.want)
 			}
 			if charge.Steps.Used != child.Steps.Limit || charge.ToolCalls.Used != child.ToolCalls.Limit ||
-				charge.ModelCalls.Used != child.ModelCalls.Limit || charge.Depth != (store.Budget{}) || charge.WallMillis != (store.Budget{}) {
+				charge.ModelCalls.Used != child.ModelCalls.Limit || charge.ModelTokens.Used != child.ModelTokens.Limit ||
+				charge.OutputBytes.Used != child.OutputBytes.Limit || charge.Depth != (store.Budget{}) || charge.WallMillis != (store.Budget{}) {
 				t.Fatalf("charge %+v for child %+v", charge, child)
 			}
 		})

@@ -381,6 +381,7 @@ type DelegateRequest struct {
 	Options                                         json.RawMessage
 	MaxSteps, MaxToolCalls, MaxModelCalls, MaxDepth int64
 	MaxWallSeconds                                  int64
+	MaxModelTokens, MaxOutputBytes                  int64
 }
 
 // DelegateError is a delegation the host refused (outside the tree's
@@ -414,7 +415,8 @@ func DelegateVia(ctx context.Context, h ToolCaller, req DelegateRequest) (string
 		args["options"] = req.Options
 	}
 	for k, v := range map[string]int64{"max_steps": req.MaxSteps, "max_tool_calls": req.MaxToolCalls,
-		"max_model_calls": req.MaxModelCalls, "max_depth": req.MaxDepth, "max_wall_seconds": req.MaxWallSeconds} {
+		"max_model_calls": req.MaxModelCalls, "max_depth": req.MaxDepth, "max_wall_seconds": req.MaxWallSeconds,
+		"max_model_tokens": req.MaxModelTokens, "max_output_bytes": req.MaxOutputBytes} {
 		if v != 0 {
 			args[k] = v
 		}

@@ -191,9 +191,11 @@ type NewChild struct {
 const (
 	qTreeSize     = `SELECT count(*) FROM tasks WHERE root_task_id = ?`
 	qChargeParent = `UPDATE tasks SET steps_used = steps_used + ?1, tool_calls_used = tool_calls_used + ?2,
-			model_calls_used = model_calls_used + ?3, updated_ns = ?4
-		WHERE id = ?5 AND steps_used + ?1 <= steps_limit AND tool_calls_used + ?2 <= tool_calls_limit
-			AND model_calls_used + ?3 <= model_calls_limit`
+			model_calls_used = model_calls_used + ?3, model_tokens_used = model_tokens_used + ?4,
+			output_bytes_used = output_bytes_used + ?5, updated_ns = ?6
+		WHERE id = ?7 AND steps_used + ?1 <= steps_limit AND tool_calls_used + ?2 <= tool_calls_limit
+			AND model_calls_used + ?3 <= model_calls_limit AND model_tokens_used + ?4 <= model_tokens_limit
+			AND output_bytes_used + ?5 <= output_bytes_limit`
 	qMarkChild = `UPDATE tasks SET parent_task_id = ?, root_task_id = ?, tree_depth = ? WHERE id = ?`
 )
 
@@ -211,7 +213,7 @@ func (s *Store) CreateChild(ctx context.Context, c NewChild, events ...NewEvent)
 		return Task{}, invalidf("tree bounds max_subagents %d (1..%d), max_depth %d (1..%d)", c.MaxSubagents, MaxSubagentsLimit, c.MaxDepth, MaxTreeDepthLimit)
 	}
 	ch := c.Charge
-	if ch.Steps.Used < 0 || ch.ToolCalls.Used < 0 || ch.ModelCalls.Used < 0 {
+	if ch.Steps.Used < 0 || ch.ToolCalls.Used < 0 || ch.ModelCalls.Used < 0 || ch.ModelTokens.Used < 0 || ch.OutputBytes.Used < 0 {
 		return Task{}, invalidf("a delegation's charge must not be negative")
 	}
 	if err := s.checkNewTask(c.Task, events); err != nil {
@@ -251,13 +253,16 @@ func (s *Store) CreateChild(ctx context.Context, c NewChild, events ...NewEvent)
 			{"max_steps", ch.Steps.Used, p.Budgets.Steps.Remaining()},
 			{"max_tool_calls", ch.ToolCalls.Used, p.Budgets.ToolCalls.Remaining()},
 			{"max_model_calls", ch.ModelCalls.Used, p.Budgets.ModelCalls.Remaining()},
+			{"max_model_tokens", ch.ModelTokens.Used, p.Budgets.ModelTokens.Remaining()},
+			{"max_output_bytes", ch.OutputBytes.Used, p.Budgets.OutputBytes.Remaining()},
 		} {
 			if b.want > b.left {
 				return &TreeLimitError{Bound: b.name, Limit: b.left, Value: b.want, Root: root}
 			}
 		}
 		now := nanos(s.now())
-		res, err := tx.exec(ctx, qChargeParent, ch.Steps.Used, ch.ToolCalls.Used, ch.ModelCalls.Used, now, p.ID)
+		res, err := tx.exec(ctx, qChargeParent, ch.Steps.Used, ch.ToolCalls.Used, ch.ModelCalls.Used,
+			ch.ModelTokens.Used, ch.OutputBytes.Used, now, p.ID)
 		if err != nil {
 			return err
 		}

@@ -55,9 +55,10 @@ const childArgs = `"goal":{"type":"string","maxLength":2000,"description":"what 
 	`"options":{"type":"object","description":"the child's executor options, as in a task spec"},` +
 	`"max_steps":{"type":"integer","minimum":1,"description":"the child's step budget (default: half of what this task has left, at most the host's default)"},` +
 	`"max_tool_calls":{"type":"integer","minimum":0},"max_model_calls":{"type":"integer","minimum":0},` +
-	`"max_depth":{"type":"integer","minimum":0},"max_wall_seconds":{"type":"integer","minimum":1}`
+	`"max_depth":{"type":"integer","minimum":0},"max_wall_seconds":{"type":"integer","minimum":1},` +
+	`"max_model_tokens":{"type":"integer","minimum":0},"max_output_bytes":{"type":"integer","minimum":0}`
 
-var childFields = []string{"executor", "goal", "max_depth", "max_model_calls", "max_steps", "max_tool_calls", "max_wall_seconds", "options"}
+var childFields = []string{"executor", "goal", "max_depth", "max_model_calls", "max_model_tokens", "max_output_bytes", "max_steps", "max_tool_calls", "max_wall_seconds", "options"}
 
 const idArg = `{"type":"object","properties":{"task_id":{"type":"string","maxLength":128,"description":"a task of this task's subtree"}},"required":["task_id"],"additionalProperties":false}`
 
