@@ -18,12 +18,13 @@ import (
 func TestPauseRunning(t *testing.T) {
 	h := openHost(t, "", nil)
 	ctx := context.Background()
-	marker := testwait.PluginDir(t) + "/cancelled"
-	task := create(t, h, alice, map[string]any{"sleep_at_attempt": 1, "long_sleep_ms": 60000, "sleep_ms": 1, "cancel_marker": marker}, Limits{})
-	testwait.Until(t, 10*time.Second, "the first attempt runs", func() bool {
-		as, err := h.Runner.Attempts(ctx, alice, task.ID)
-		return err == nil && len(as) == 1
-	})
+	dir := testwait.PluginDir(t)
+	marker, pidFile := dir+"/cancelled", dir+"/pid"
+	task := create(t, h, alice, map[string]any{"sleep_at_attempt": 1, "long_sleep_ms": 60000, "sleep_ms": 1, "cancel_marker": marker, "pid_file": pidFile}, Limits{})
+	// The plugin has begun the step (it writes its pid first): a pause
+	// before that would stop a step the plugin never saw, and leave no
+	// marker.
+	testwait.File(t, pidFile)
 	paused, err := h.Runner.Pause(ctx, alice, task.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -14,25 +14,28 @@ import (
 )
 
 // A token budget exhausted across a resume: the legacy executor, the
-// scripted model reporting 1000 tokens a call, max_model_tokens 3500.
-// Step 1 costs 1000; step 2's first call 1000 more, then its shell.run is
+// scripted model reporting 10,000 tokens a call, max_model_tokens 35,000.
+// Step 1 costs 10,000; step 2's first call 10,000 more, then its shell.run is
 // SIGKILLed with the plugin. The resumed step replays its first call (not
 // charged again), runs the command again (approved), and its next call
-// reports 2600 tokens: 4600/3500, failed, token_budget_exhausted. Had the
-// resume reset the budget, that call would have left 2600 and step 3 (15
-// tokens) would have completed the task.
+// reports 26,000 tokens: 46,000/35,000, failed, token_budget_exhausted.
+// Had the resume reset the budget, that call would have left 9,000 and
+// step 3 (15 tokens) would have completed the task. (The figures are large
+// enough that the host's estimate of each prompt — messages and the tools'
+// specs, 4 bytes a token — fits what is left, so no call is refused before
+// it runs.)
 func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	usage := func(p, c int) map[string]any { return map[string]any{"prompt_tokens": p, "completion_tokens": c} }
 	script := map[string]any{"version": 1, "rules": []any{
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 1/"},
-			"reply": map[string]any{"content": "read the goal", "usage": usage(900, 100)}},
+			"reply": map[string]any{"content": "read the goal", "usage": usage(9000, 1000)}},
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 2/"},
-			"reply": map[string]any{"usage": usage(900, 100), "tool_calls": []any{map[string]any{"name": "shell.run", "arguments": map[string]any{
+			"reply": map[string]any{"usage": usage(9000, 1000), "tool_calls": []any{map[string]any{"name": "shell.run", "arguments": map[string]any{
 				// Blocks the first time (until the plugin is killed), returns
 				// at once when the resumed step runs it again.
 				"command": "test -f tool.pid && exit 0; echo $$ > tool.pid; sleep 300"}}}}},
-		map[string]any{"when": map[string]any{"last_role": "tool"}, "reply": map[string]any{"content": "ran it", "usage": usage(900, 1700)}},
+		map[string]any{"when": map[string]any{"last_role": "tool"}, "reply": map[string]any{"content": "ran it", "usage": usage(9000, 17000)}},
 		map[string]any{"when": map[string]any{}, "reply": map[string]any{"content": "TASK_COMPLETE: done", "usage": usage(10, 5)}},
 	}}
 	raw, _ := json.Marshal(script)
@@ -41,7 +44,7 @@ func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
 	cfg := filepath.Join(work, "c.toml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("[model]\nscript = %q\n[tools.\"shell.run\"]\napproval = \"never\"\ntimeout_seconds = 600\n", scriptFile)), 0o600)
 
-	h := startTaskhost(t, "run", "--data-dir", data, "--config", cfg, "--executor", "legacy", "--goal", "count my tokens", "--max-model-tokens", "3500")
+	h := startTaskhost(t, "run", "--data-dir", data, "--config", cfg, "--executor", "legacy", "--goal", "count my tokens", "--max-model-tokens", "35000")
 	id := strings.Fields(h.line(t, func(l string) bool { return strings.HasPrefix(l, "task ") }))[1]
 	tool := readPid(t, filepath.Join(data, "workspaces", id, "tool.pid"))
 	if err := syscall.Kill(pluginOf(t, tool), syscall.SIGKILL); err != nil {
@@ -51,8 +54,8 @@ func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
 	h.cmd.Wait()
 	testwait.Until(t, 10*time.Second, "the tool's process to die with its step", func() bool { return !alive(tool) })
 	before := inspect(t, data, id)
-	if b := before.Task.Budgets["model_tokens"]; b.Used != 2000 || b.Limit != 3500 {
-		t.Fatalf("after the crash: model_tokens %+v, want 2000/3500 (both answered calls charged)", b)
+	if b := before.Task.Budgets["model_tokens"]; b.Used != 20000 || b.Limit != 35000 {
+		t.Fatalf("after the crash: model_tokens %+v, want 20000/35000 (both answered calls charged)", b)
 	}
 
 	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--config", cfg, "--resume", id, "--approve-all")
@@ -60,10 +63,10 @@ func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
 		t.Fatalf("resume: exit %d, want 1 and token_budget_exhausted\n%s\n%s", code, out, errOut)
 	}
 	after := inspect(t, data, id)
-	if b := after.Task.Budgets["model_tokens"]; after.Task.Status != "failed" || after.Task.Reason != "token_budget_exhausted" || b.Used != 4600 || b.Limit != 3500 {
-		t.Fatalf("after the resume: %s (%s), model_tokens %+v; want failed token_budget_exhausted at 4600/3500", after.Task.Status, after.Task.Reason, b)
+	if b := after.Task.Budgets["model_tokens"]; after.Task.Status != "failed" || after.Task.Reason != "token_budget_exhausted" || b.Used != 46000 || b.Limit != 35000 {
+		t.Fatalf("after the resume: %s (%s), model_tokens %+v; want failed token_budget_exhausted at 46000/35000", after.Task.Status, after.Task.Reason, b)
 	}
-	if !strings.Contains(out, "tokens=4600/3500") {
+	if !strings.Contains(out, "tokens=46000/35000") {
 		t.Errorf("the run's events do not show the token budget:\n%s", out)
 	}
 }

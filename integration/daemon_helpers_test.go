@@ -187,6 +187,7 @@ type (
 		Attempts        []attemptJSON `json:"attempts"`
 		AttemptsOmitted int64         `json:"attempts_omitted"`
 		Unsettled       []effectJSON  `json:"unsettled_effects"`
+		Tree            []taskJSON    `json:"tree"`
 	}
 	effectJSON struct {
 		Attempt    int64  `json:"attempt"`
