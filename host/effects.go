@@ -574,12 +574,14 @@ func (s *taskServices) replayable(ctx context.Context, ts *turnState, e store.Ne
 		return nil, false, nil
 	}
 	// The effect at e's place may itself be a replay of an earlier
-	// attempt's run: it uses up one of the runs all the same.
-	ref, ok := pool.take(store.EffectRef{Attempt: prev.Attempt, Seq: prev.Seq}, atPlace && !prev.Replayed)
+	// attempt's run: it uses up one of the runs all the same, and answers
+	// what it answered then.
+	place := store.EffectRef{Attempt: prev.Attempt, Seq: prev.Seq}
+	ref, ok := pool.take(place, atPlace && !prev.Replayed)
 	switch {
 	case !ok:
 		return nil, false, nil
-	case atPlace:
+	case atPlace && (ref == place || prev.Replayed):
 		return prev.Result, true, nil
 	}
 	run, ok, err := st.ReplayableAt(ctx, ts.principal, ts.taskID, ref)
