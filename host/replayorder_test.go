@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -138,5 +139,68 @@ func TestSeamReplayOutOfPlace(t *testing.T) {
 	}
 	if fmt.Sprint(replays) != "[1 2 4]" {
 		t.Fatalf("attempt 2's replays %v", replays)
+	}
+}
+
+// Concurrent calls of a re-run with one fingerprint share its earlier
+// runs: of four calls where the dead attempt saw three answered, three
+// are replayed (each run once) and one reaches the model.
+func TestSeamReplayConcurrentSameFingerprint(t *testing.T) {
+	var mu sync.Mutex
+	asked := 0
+	s := newSeam(t, seamOptions{svc: ServiceConfig{Model: fakeModel{CompleteF: func(context.Context, model.Request) (model.Response, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked++
+		return model.Response{Message: model.Message{Role: "assistant", Content: fmt.Sprint("b#", asked)}}, nil
+	}}}})
+	var replies []string
+	var replayed int
+	var rmu sync.Mutex
+	s.l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
+		exe := newFakeExecutor()
+		exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
+			n := 3
+			if req.Attempt > 1 {
+				n = 4
+			}
+			errs := make(chan error, n)
+			for range n {
+				go func() {
+					resp, err := s.l.lastServices().CallModel(ctx, &pb.CallModelRequest{TurnToken: req.TurnToken, Messages: []*pb.ChatMessage{{Role: "user", Content: "b"}}})
+					if err == nil && req.Attempt > 1 {
+						rmu.Lock()
+						replies = append(replies, resp.GetMessage().GetContent())
+						if resp.GetReplayed() {
+							replayed++
+						}
+						rmu.Unlock()
+					}
+					errs <- err
+				}()
+			}
+			for range n {
+				if err := <-errs; err != nil {
+					return plugin.StepResult{}, err
+				}
+			}
+			if req.Attempt == 1 {
+				exe.exit(plugin.ExitStatus{Code: -1, Signal: "killed"})
+				return plugin.StepResult{}, fmt.Errorf("%w: EOF", plugin.ErrConnectionLost)
+			}
+			return done, nil
+		}
+		return exe, nil
+	}
+	task := s.run(t, Limits{})
+	wantStatus(t, task, store.StatusInterrupted, store.ReasonExecutorCrashed)
+	if _, err := s.r.Resume(context.Background(), alice, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	task = s.wait(t, task.ID)
+	wantStatus(t, task, store.StatusCompleted, store.ReasonNone)
+	slices.Sort(replies)
+	if fmt.Sprint(replies) != "[b#1 b#2 b#3 b#4]" || replayed != 3 || asked != 4 {
+		t.Fatalf("re-run answers %v (%d replayed), the model asked %d times; want each of b#1..b#3 replayed once and one call asked", replies, replayed, asked)
 	}
 }
