@@ -82,6 +82,40 @@ type turnState struct {
 	usage        model.Usage
 	modelCalls   int64
 	lastProgress time.Time
+
+	// replayMu guards replays: the earlier attempts' own runs by
+	// fingerprint, read at the step's first model or tool call, and which
+	// of them this attempt replayed (each at most once).
+	replayMu sync.Mutex
+	replays  map[string]*replayPool
+}
+
+// replayPool is what a re-run may replay of one fingerprint: the earlier
+// attempts' runs in recorded order, and which this attempt has replayed.
+type replayPool struct {
+	runs []store.EffectRef
+	used []bool
+}
+
+// take marks as replayed the run at want if it is one not yet replayed,
+// else the first not yet replayed, and returns it; false when every run
+// was replayed already.
+func (p *replayPool) take(want store.EffectRef, exact bool) (store.EffectRef, bool) {
+	if exact {
+		for i, r := range p.runs {
+			if r == want && !p.used[i] {
+				p.used[i] = true
+				return r, true
+			}
+		}
+	}
+	for i, r := range p.runs {
+		if !p.used[i] {
+			p.used[i] = true
+			return r, true
+		}
+	}
+	return store.EffectRef{}, false
 }
 
 // addUsage counts one model call of the step.
@@ -420,10 +454,10 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 	st := s.r.store
 	e.PrincipalID, e.TaskID, e.RunID, e.Attempt = ts.principal, ts.taskID, ts.runID, ts.attempt
 	e.Seq = ts.nextSeq(e.Kind)
-	if prev, ok, err := st.Replayable(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, e.Fingerprint); err != nil {
+	if result, ok, err := s.replayable(ctx, ts, e); err != nil {
 		return nil, false, effectError(ts, err)
 	} else if ok {
-		e.Replay, e.Result = true, prev.Result
+		e.Replay, e.Result = true, result
 		_, t, err := st.AdmitEffect(ctx, e)
 		if err != nil {
 			return nil, false, effectError(ts, err)
@@ -431,7 +465,7 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 		if err := overBudget(ts, t.Budgets); err != nil {
 			return nil, false, err
 		}
-		return prev.Result, true, nil
+		return result, true, nil
 	}
 	var rerun []store.Effect
 	if e.Kind == store.EffectTool && !rerunSafe {
@@ -505,6 +539,53 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 		return nil, false, err
 	}
 	return out, false, nil
+}
+
+// replayable finds what an earlier attempt of the step observed of effect
+// e, for this attempt to replay instead of running it again: the effect at
+// e's place (seq) with e's fingerprint, as a sequential executor repeats
+// its calls in order; else, for a model or tool call, an effect with e's
+// fingerprint the earlier attempts ran and observed elsewhere in the step,
+// the oldest first — an executor's parallel calls reach the host in
+// another order on the re-run. Each earlier run is replayed at most once
+// per attempt, so a call made more often than it was observed runs (tool
+// calls behind the unsettled-effect gate, as before). Approvals keep to
+// their place.
+func (s *taskServices) replayable(ctx context.Context, ts *turnState, e store.NewEffect) ([]byte, bool, error) {
+	st := s.r.store
+	prev, atPlace, err := st.Replayable(ctx, ts.principal, ts.taskID, ts.attempt, e.Seq, e.Fingerprint)
+	if err != nil || e.Kind == store.EffectApproval {
+		return prev.Result, atPlace && err == nil, err
+	}
+	ts.replayMu.Lock()
+	defer ts.replayMu.Unlock()
+	if ts.replays == nil {
+		runs, err := st.ReplayCandidates(ctx, ts.principal, ts.taskID, ts.attempt)
+		if err != nil {
+			return nil, false, err
+		}
+		ts.replays = make(map[string]*replayPool, len(runs))
+		for fp, r := range runs {
+			ts.replays[fp] = &replayPool{runs: r, used: make([]bool, len(r))}
+		}
+	}
+	pool, ok := ts.replays[e.Fingerprint]
+	if !ok {
+		return nil, false, nil
+	}
+	// The effect at e's place may itself be a replay of an earlier
+	// attempt's run: it uses up one of the runs all the same, and answers
+	// what it answered then.
+	place := store.EffectRef{Attempt: prev.Attempt, Seq: prev.Seq}
+	ref, ok := pool.take(place, atPlace && !prev.Replayed)
+	switch {
+	case !ok:
+		return nil, false, nil
+	case atPlace && (ref == place || prev.Replayed):
+		return prev.Result, true, nil
+	}
+	run, ok, err := st.ReplayableAt(ctx, ts.principal, ts.taskID, ref)
+	return run.Result, ok && err == nil, err
 }
 
 // CallModel admits and runs one model call. Its depth comes from the parent

@@ -292,6 +292,7 @@ type mapModel struct {
 	answered map[int]int
 	hold     int
 	held     chan struct{}
+	plan     string // the root call's reply
 }
 
 const mapPlan = `{"plan":"machinespirit.plan/1","steps":[` +
@@ -310,7 +311,7 @@ func (m *mapModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, msg := range req.Messages {
 		prompt += msg.Content + "\n"
 	}
-	reply, chunk := mapPlan, -1
+	reply, chunk := m.plan, -1
 	if i := strings.Index(prompt, "[rlm sub] chunk "); i >= 0 {
 		fmt.Sscanf(prompt[i:], "[rlm sub] chunk %d:", &chunk)
 		reply = fmt.Sprintf("a%d", chunk)
@@ -345,8 +346,29 @@ func (m *mapModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // checkpoint, the ledger replays the root call and the ten sub-calls that
 // were answered, and only chunk 10 onwards reach the model.
 func TestMachineSpiritPlanMapKilledResumesWithoutRepeats(t *testing.T) {
+	killMapMidway(t, mapPlan, 10)
+}
+
+// The same map with parallel 4: the plugin starts each batch's four calls
+// together and the host numbers them in the order they reach it, which
+// differs between the killed attempt and the re-run. The ledger replays
+// each answered sub-call by its fingerprint when its place differs, so no
+// chunk reaches the model twice (it used to match by place only, and a
+// completed call of a batch whose order changed was asked again).
+func TestMachineSpiritParallelPlanMapKilledResumesWithoutRepeats(t *testing.T) {
+	plan := strings.Replace(mapPlan, `"as":"answers"`, `"parallel":4,"as":"answers"`, 1)
+	// Chunk 10 is held in the batch 8..11; the other three are answered.
+	killMapMidway(t, plan, 11)
+}
+
+// killMapMidway runs plan over 20 chunks with chunk 10's call held, waits
+// until answered chunks (and the root call) are observed in the ledger,
+// SIGKILLs the plugin, resumes, and checks that the model answered the
+// root call once and every chunk exactly once.
+func killMapMidway(t *testing.T, plan string, answered int) {
+	t.Helper()
 	held := make(chan struct{}) // m.held is the server's to clear
-	m := &mapModel{answered: map[int]int{}, hold: 10, held: held}
+	m := &mapModel{answered: map[int]int{}, hold: 10, held: held, plan: plan}
 	srv := httptest.NewServer(m)
 	defer srv.Close()
 	h := openHost(t, "", func(c *config.Config) {
@@ -364,6 +386,21 @@ func TestMachineSpiritPlanMapKilledResumesWithoutRepeats(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("chunk 10 was never asked")
 	}
+	// The kill comes once every other call asked has its answer in the
+	// ledger: a call cut off with its answer sent would rightly run again.
+	testwait.Until(t, 60*time.Second, "the answered calls observed in the ledger", func() bool {
+		effs, err := h.Store.ListEffects(context.Background(), alice, task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		observed := 0
+		for _, e := range effs {
+			if e.Kind == store.EffectModel && e.Status == store.EffectObserved {
+				observed++
+			}
+		}
+		return observed == answered+1
+	})
 	if err := syscall.Kill(pluginPid(t, "taskhost-executor-machinespirit"), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -372,8 +409,8 @@ func TestMachineSpiritPlanMapKilledResumesWithoutRepeats(t *testing.T) {
 	m.mu.Lock()
 	before := len(m.answered)
 	m.mu.Unlock()
-	if before != 10 {
-		t.Fatalf("%d chunks answered before the kill, want 10", before)
+	if before != answered {
+		t.Fatalf("%d chunks answered before the kill, want %d", before, answered)
 	}
 	if _, err := h.Runner.Resume(context.Background(), alice, task.ID); err != nil {
 		t.Fatal(err)

@@ -169,6 +169,15 @@ const (
 	qReplayable = `SELECT ` + effectCols + ` FROM effects
 		WHERE task_id = ? AND attempt < ? AND seq = ? AND fingerprint = ? AND status = 'observed' AND result IS NOT NULL
 		ORDER BY attempt DESC LIMIT 1`
+	// The effects' own runs (not replays) with a kept result, from the
+	// attempts before ?2 (results are kept only while no attempt of the
+	// task committed: the step's), in recorded order. Approvals keep to
+	// their place.
+	qReplayCandidates = `SELECT fingerprint, attempt, seq FROM effects
+		WHERE task_id = ? AND attempt < ? AND kind <> 'approval' AND status = 'observed' AND result IS NOT NULL AND replayed = 0
+		ORDER BY attempt, seq LIMIT ` + maxReplayCandidates
+	qReplayableAt = `SELECT ` + effectCols + ` FROM effects
+		WHERE task_id = ? AND attempt = ? AND seq = ? AND status = 'observed' AND result IS NOT NULL`
 	// What a step is told: the task's unresolved tool effects, whatever
 	// attempt left them, and the model and approval effects left
 	// indeterminate since the last completed attempt (those are not
@@ -407,6 +416,53 @@ func (s *Store) Replayable(ctx context.Context, principal, taskID string, attemp
 		return Effect{}, false, err
 	}
 	e, err := scanEffect(s.readRow(ctx, qReplayable, taskID, attempt, seq, fingerprint))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Effect{}, false, nil
+	}
+	return e, err == nil, err
+}
+
+// maxReplayCandidates bounds the earlier runs a re-run of a step may
+// replay out of place, as ListEffects bounds a ledger; only their keys are
+// read, the result of each when it is replayed.
+const maxReplayCandidates = "10000"
+
+// EffectRef names one effect of a task.
+type EffectRef struct{ Attempt, Seq int64 }
+
+// ReplayCandidates lists the model and tool effects that earlier attempts
+// of the task, whose outcome never committed, ran themselves (a replay is
+// not among them: it repeats one of these) and kept the result of, oldest
+// first (at most 10000), by fingerprint. A re-run of the step whose call
+// does not match its place may replay one of them, each at most once.
+func (s *Store) ReplayCandidates(ctx context.Context, principal, taskID string, attempt int64) (map[string][]EffectRef, error) {
+	if _, err := s.GetTask(ctx, principal, taskID); err != nil {
+		return nil, err
+	}
+	rows, err := s.readRows(ctx, qReplayCandidates, taskID, attempt)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]EffectRef{}
+	for rows.Next() {
+		var fp string
+		var r EffectRef
+		if err := rows.Scan(&fp, &r.Attempt, &r.Seq); err != nil {
+			return nil, err
+		}
+		out[fp] = append(out[fp], r)
+	}
+	return out, rows.Err()
+}
+
+// ReplayableAt is the observed effect ref with its kept result, for a
+// re-run to replay; false when it has none (any more).
+func (s *Store) ReplayableAt(ctx context.Context, principal, taskID string, ref EffectRef) (Effect, bool, error) {
+	if _, err := s.GetTask(ctx, principal, taskID); err != nil {
+		return Effect{}, false, err
+	}
+	e, err := scanEffect(s.readRow(ctx, qReplayableAt, taskID, ref.Attempt, ref.Seq))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Effect{}, false, nil
 	}
