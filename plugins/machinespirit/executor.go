@@ -282,6 +282,9 @@ func (e *Executor) start(ctx context.Context) {
 		if e.env.stateFrom != "" {
 			e.desc.Runtime["saved_state"] = e.env.stateFrom
 		}
+		if len(e.env.opModules) > 0 {
+			e.desc.Runtime["handler_modules"] = moduleSummary(e.env.opModules)
+		}
 	}
 }
 

@@ -28,7 +28,18 @@ type HandlerModule struct {
 // opened again.
 type opModule struct {
 	path   string
+	sha256 string
 	source string
+}
+
+// moduleSummary is Describe's handler_modules entry: each module's base
+// name and pin, in load order.
+func moduleSummary(mods []opModule) string {
+	parts := make([]string, len(mods))
+	for i, m := range mods {
+		parts[i] = filepath.Base(m.path) + "=" + m.sha256
+	}
+	return strings.Join(parts, ",")
 }
 
 // readHandlerModules reads each module once and checks its pin. Anything
@@ -61,7 +72,7 @@ func readHandlerModules(mods []HandlerModule) ([]opModule, error) {
 		if !utf8.Valid(b) || strings.ContainsRune(string(b), 0) {
 			return nil, failCheck("handler_module", "%s: not UTF-8 text without NUL", m.Path)
 		}
-		out = append(out, opModule{path: m.Path, source: string(b)})
+		out = append(out, opModule{path: m.Path, sha256: m.SHA256, source: string(b)})
 	}
 	return out, nil
 }

@@ -18,7 +18,7 @@ const shoutModule = `% An operator handler module.
 handler_decl(shout(_)).
 handler(shout(Field), Env, _State, patch([Field=Loud])) :-
     get_dict(goal, Env, Goal),
-    loud(Goal, Loud),
+    maplist(loud, [Goal], [Loud]),
     tool('workspace.write', _{path: "shout.txt", content: Loud}, _).
 
 loud(Text, Loud) :-
@@ -61,6 +61,9 @@ func moduleConfig(t *testing.T, graphs map[string]string, modules ...string) Con
 // the workspace, through a tool effect) is seen.
 func TestHandlerModule(t *testing.T) {
 	e := newExecutor(t, moduleConfig(t, map[string]string{"shouter": shoutGraph}, shoutModule))
+	if got, want := e.Describe().Runtime["handler_modules"], "moda.pl="+pinOf(shoutModule); got != want {
+		t.Fatalf("handler_modules = %q, want %q", got, want)
+	}
 	h := newFakeHost(1)
 	results, _ := runToEnd(t, e, h, spec("shouter", nil, ""), nil, 5)
 	last := results[len(results)-1]
