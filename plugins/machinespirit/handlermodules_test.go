@@ -113,6 +113,27 @@ func TestHandlerModuleRefused(t *testing.T) {
 		{"module qualification", func(t *testing.T) Config {
 			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])) :- system:halt.\n")
 		}, []string{"moda.pl:2: in handler/4: module qualification"}},
+		{"a head in another module", func(t *testing.T) Config {
+			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])).\nms_registry:handler(noop, _, _, patch([])).\n")
+		}, []string{"moda.pl:3: module-qualified clause heads are not allowed"}},
+		{"a control construct as a head", func(t *testing.T) Config {
+			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])).\n(a, b).\n")
+		}, []string{"moda.pl:3: ','/2 is reserved"}},
+		{"a library predicate as a head", func(t *testing.T) Config {
+			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])).\nappend(_, _, _).\n")
+		}, []string{"moda.pl:3: append/3 is reserved"}},
+		{"assert", func(t *testing.T) Config {
+			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])) :- assertz(seen).\n")
+		}, []string{"moda.pl:2: in handler/4: assertz/1 is not allowed"}},
+		{"an effect outside the API", func(t *testing.T) Config {
+			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])) :- approval(\"ok?\", _).\n")
+		}, []string{"moda.pl:2: in handler/4: approval/2 is not allowed"}},
+		{"the RLM API", func(t *testing.T) Config {
+			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])) :- llm_query(\"hi\", _).\n")
+		}, []string{"moda.pl:2: in handler/4: llm_query/2 is the RLM's API"}},
+		{"a declaration without clauses", func(t *testing.T) Config {
+			return moduleConfig(t, nil, "handler_decl(x).\nhandler(y, _, _, patch([])).\n")
+		}, []string{"moda.pl:1: handler_decl(x) has no handler/4 clause"}},
 		{"directive", func(t *testing.T) Config {
 			return moduleConfig(t, nil, "handler_decl(x).\n:- initialization(halt).\nhandler(x, _, _, patch([])).\n")
 		}, []string{"moda.pl:2: directives are not allowed"}},
@@ -176,4 +197,23 @@ func TestHandlerModuleBounds(t *testing.T) {
 func pinOf(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// TestHandlerModuleRunaway: a module's handler that never ends is stopped
+// by its node's inference limit like a built-in, and the same worker then
+// runs the next task.
+func TestHandlerModuleRunaway(t *testing.T) {
+	mod := "handler_decl(runaway).\nhandler(runaway, _, _, patch([])) :- go(0).\ngo(N) :- N1 is N + 1, go(N1).\n"
+	graph := g("spinner", okState, `nodes([node(a, runaway)])`, okEdges, `limits([node_inferences(100000)])`)
+	e := newExecutor(t, moduleConfig(t, map[string]string{"spinner": graph, "shouter": shoutGraph}, mod, shoutModule))
+	results, _ := runToEnd(t, e, newFakeHost(1), spec("spinner", nil, ""), nil, 3)
+	last := results[len(results)-1]
+	if last.Outcome != sdk.OutcomeFail || !strings.Contains(last.Message, "inference_limit") || !strings.Contains(last.Message, "node a exceeded its inference limit") {
+		t.Fatalf("runaway handler: %+v", last)
+	}
+	pid := e.workerPID()
+	results, _ = runToEnd(t, e, newFakeHost(1), spec("shouter", nil, ""), nil, 5)
+	if last := results[len(results)-1]; last.Outcome != sdk.OutcomeComplete || e.workerPID() != pid {
+		t.Fatalf("after the runaway: %+v (worker %d, was %d)", last, e.workerPID(), pid)
+	}
 }

@@ -47,9 +47,22 @@ load_operator_module(Name, Source) :-
     % Autoloading is off in the saved state: the libraries the allow-list
     % names are imported explicitly, as into ms_rlm_goals.
     forall(member(L, [lists, apply, pairs, aggregate]), M:use_module(library(L))),
-    forall(member(c(_, H, B), Checked), assertz(M:(H :- B))),
+    forall(member(c(Line, H, B), Checked), add_clause(Name, Line, M, H, B)),
     forall(member(_-P, Handlers), assertz(ms_registry:op_handler(P, M))),
     forall(member(_-P, Routers), assertz(ms_registry:op_router(P, M))).
+
+%   A head the checks let through but Prolog will not define (an
+%   imported library predicate, say) is refused with its line.
+add_clause(Name, Line, M, H, B) :-
+    catch(assertz(M:(H :- B)), E, true),
+    (   var(E)
+    ->  true
+    ;   functor(H, HN, HA),
+        (   catch(message_to_string(E, Why0), _, fail) -> true ; Why0 = "cannot be defined" ),
+        string_length(Why0, L0), L is min(L0, 300),
+        sub_string(Why0, 0, L, _, Why1),
+        module_error(Name, Line, "~q/~d: ~s", [HN, HA, Why1])
+    ).
 
 module_error(Name, Line, Fmt, Args) :-
     format(string(Why), Fmt, Args),
