@@ -122,6 +122,9 @@ func TestHandlerModuleRefused(t *testing.T) {
 		{"a library predicate as a head", func(t *testing.T) Config {
 			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])).\nappend(_, _, _).\n")
 		}, []string{"moda.pl:3: append/3 is reserved"}},
+		{"an imported predicate as a head", func(t *testing.T) Config {
+			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])).\n\nsubset(_, _).\n")
+		}, []string{"moda.pl:4: subset/2: "}},
 		{"assert", func(t *testing.T) Config {
 			return moduleConfig(t, nil, "handler_decl(x).\nhandler(x, _, _, patch([])) :- assertz(seen).\n")
 		}, []string{"moda.pl:2: in handler/4: assertz/1 is not allowed"}},
