@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -363,6 +364,13 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 				"--max-parallel-model-calls", strconv.Itoa(cfg.MachineSpirit.MaxParallelModelCalls))
 			if cfg.MachineSpirit.RLMGoalMode {
 				ms.Args = append(ms.Args, "--rlm-goal-mode")
+			}
+			// The plugin reads each module once, checks its pin on those
+			// bytes and loads them; Landlock lets it read only these files.
+			for _, name := range slices.Sorted(maps.Keys(cfg.MachineSpirit.HandlerModules)) {
+				hm := cfg.MachineSpirit.HandlerModules[name]
+				ms.Args = append(ms.Args, "--handler-module", hm.Path+"="+hm.SHA256)
+				ms.Confine.ReadOnly = append(slices.Clip(ms.Confine.ReadOnly), hm.Path)
 			}
 			// It runs its pinned swipl as a worker process.
 			ms.Confine.Subprocesses = true

@@ -166,6 +166,22 @@ type MachineSpirit struct {
 	// Prestart overrides tasks.prestart for machinespirit (each pooled
 	// process has its Prolog worker started): 0..MaxPrestart.
 	Prestart *int `toml:"prestart"`
+	// HandlerModules are operator Prolog handler modules by name
+	// ([machine_spirit.handler_modules.NAME]), at most MaxHandlerModules,
+	// each pinned by its SHA-256; the plugin reads, hashes and loads each
+	// once, in name order (plugins/machinespirit).
+	HandlerModules map[string]HandlerModule `toml:"handler_modules"`
+}
+
+// MaxHandlerModules bounds [machine_spirit] handler_modules.
+const MaxHandlerModules = 16
+
+// HandlerModule is one [machine_spirit.handler_modules.NAME] section.
+type HandlerModule struct {
+	// Path may be relative to the config file's directory; Parse makes it
+	// absolute.
+	Path   string `toml:"path"`
+	SHA256 string `toml:"sha256"` // required: 64 lowercase hex
 }
 
 // Executor is one [executors.NAME] section: a third-party executor plugin.
@@ -341,6 +357,7 @@ func Parse(data []byte, baseDir string) (Config, error) {
 	}
 	resolveExecutorPaths(&cfg, baseDir, &decodeProblems)
 	resolveModelScript(&cfg, baseDir, &decodeProblems)
+	resolveHandlerModules(&cfg, baseDir, &decodeProblems)
 
 	all := slices.Clone(decodeProblems)
 	failed := decodeProblems.keySet()
@@ -370,6 +387,28 @@ func resolveAll(baseDir string, paths []string) []string {
 		}
 	}
 	return out
+}
+
+// resolveHandlerModules makes relative handler module paths absolute.
+func resolveHandlerModules(cfg *Config, baseDir string, probs *problems) {
+	mods := maps.Clone(cfg.MachineSpirit.HandlerModules)
+	for name, m := range mods {
+		switch key := handlerModuleKey(name, "path"); {
+		case m.Path == "":
+		case filepath.IsAbs(m.Path):
+			m.Path = filepath.Clean(m.Path)
+		case baseDir == "":
+			probs.add(key, "%s = %s: a relative path needs the config file's directory to resolve against; use an absolute path", key, quote(m.Path))
+		default:
+			m.Path = filepath.Join(baseDir, m.Path)
+		}
+		mods[name] = m
+	}
+	cfg.MachineSpirit.HandlerModules = mods
+}
+
+func handlerModuleKey(name string, sub ...string) string {
+	return keyString(append([]string{"machine_spirit", "handler_modules", name}, sub...)...)
 }
 
 // resolveExecutorPaths makes relative executor paths and read_write and

@@ -697,9 +697,9 @@ func TestKeySetCovers(t *testing.T) {
 }
 
 func TestSchemaDepth(t *testing.T) {
-	// executors.NAME.path is the deepest key.
-	if schemaDepth != 3 {
-		t.Fatalf("schemaDepth = %d, want 3", schemaDepth)
+	// machine_spirit.handler_modules.NAME.path is the deepest key.
+	if schemaDepth != 4 {
+		t.Fatalf("schemaDepth = %d, want 4", schemaDepth)
 	}
 }
 
@@ -736,5 +736,46 @@ func TestServiceSections(t *testing.T) {
 	c, err = Parse([]byte("[model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"\napi_key_env = \"OPENAI_API_KEY\""), "")
 	if err != nil || c.Model.APIKeyEnv != "OPENAI_API_KEY" {
 		t.Fatalf("openai config: %+v %v", c.Model, err)
+	}
+}
+
+func TestMachineSpiritHandlerModules(t *testing.T) {
+	pin := strings.Repeat("a", 64)
+	section := func(name, path string) string {
+		return fmt.Sprintf("[machine_spirit.handler_modules.%s]\npath = %q\nsha256 = %q\n", name, path, pin)
+	}
+	modules := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			b.WriteString(section(fmt.Sprintf("m%d", i), fmt.Sprintf("/etc/taskhost/m%d.pl", i)))
+		}
+		return b.String()
+	}
+	cfg := mustParse(t, section("words", "mods/a.pl")+section("other", "/opt/b.pl"))
+	if got := cfg.MachineSpirit.HandlerModules; len(got) != 2 || got["words"].Path != filepath.Join(testBaseDir, "mods/a.pl") || got["other"].Path != "/opt/b.pl" || got["other"].SHA256 != pin {
+		t.Fatalf("handler_modules = %+v", got)
+	}
+	if cfg := mustParse(t, modules(MaxHandlerModules)); len(cfg.MachineSpirit.HandlerModules) != MaxHandlerModules {
+		t.Fatalf("%d modules", len(cfg.MachineSpirit.HandlerModules))
+	}
+	tests := []struct {
+		name, src, key, want string
+	}{
+		{"one over the bound", modules(MaxHandlerModules + 1), "machine_spirit.handler_modules", "has 17 modules, at most 16"},
+		{"no pin", "[machine_spirit.handler_modules.a]\npath = \"/a.pl\"\n", "machine_spirit.handler_modules.a.sha256", "must be the file's SHA-256"},
+		{"uppercase pin", "[machine_spirit.handler_modules.a]\npath = \"/a.pl\"\nsha256 = \"" + strings.Repeat("A", 64) + "\"\n", "machine_spirit.handler_modules.a.sha256", "64 lowercase hex"},
+		{"no path", "[machine_spirit.handler_modules.a]\nsha256 = \"" + pin + "\"\n", "machine_spirit.handler_modules.a.path", "is missing"},
+		{"the same file twice", section("a", "/a.pl") + section("b", "/a.pl"), "machine_spirit.handler_modules.b.path", "the same file as machine_spirit.handler_modules.a"},
+		{"bad name", section("Big", "/a.pl"), "machine_spirit.handler_modules.Big", "invalid module name"},
+		{"unknown key", "[machine_spirit.handler_modules.a]\npath = \"/a.pl\"\nsha256 = \"" + pin + "\"\nsha = 1\n", "machine_spirit.handler_modules.a.sha", "did you mean"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.src)
+			t.Log(wantOnly(t, err, tc.key, tc.want).Message)
+		})
+	}
+	if _, err := Parse([]byte(section("a", "a.pl")), ""); err == nil || !strings.Contains(err.Error(), "machine_spirit.handler_modules.a.path") {
+		t.Fatalf("a relative path without a base dir: %v", err)
 	}
 }

@@ -222,8 +222,8 @@ func child(key toml.Key, name string) toml.Key {
 	return append(slices.Clip(key), name)
 }
 
-// schemaDepth is how many levels of keys Config has: 3, for
-// executors.NAME.path.
+// schemaDepth is how many levels of keys Config has: 4, for
+// machine_spirit.handler_modules.NAME.path.
 var schemaDepth = keyDepth(reflect.TypeFor[Config]())
 
 // keyDepth returns how many levels of keys the table type t holds.

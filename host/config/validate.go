@@ -98,6 +98,26 @@ func (m MachineSpirit) validate(ps *problems) {
 	if m.Prestart != nil {
 		ps.intRange("machine_spirit.prestart", *m.Prestart, 0, MaxPrestart)
 	}
+	if n := len(m.HandlerModules); n > MaxHandlerModules {
+		ps.add("machine_spirit.handler_modules", "machine_spirit.handler_modules has %d modules, at most %d", n, MaxHandlerModules)
+	}
+	seen := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(m.HandlerModules)) {
+		hm := m.HandlerModules[name]
+		if !executorNameRE.MatchString(name) {
+			ps.add(handlerModuleKey(name), "%s: invalid module name: 1 to 32 of a-z, 0-9, '-', '_', a lowercase letter first", handlerModuleKey(name))
+		}
+		if key := handlerModuleKey(name, "path"); hm.Path == "" {
+			ps.add(key, "%s is missing: the module's Prolog file", key)
+		} else if other, dup := seen[hm.Path]; dup {
+			ps.add(key, "%s = %s: the same file as %s", key, quote(hm.Path), handlerModuleKey(other))
+		} else {
+			seen[hm.Path] = name
+		}
+		if key := handlerModuleKey(name, "sha256"); !sha256RE.MatchString(hm.SHA256) {
+			ps.add(key, "%s = %s: must be the file's SHA-256, 64 lowercase hex characters as printed by sha256sum (a module is always pinned)", key, quote(hm.SHA256))
+		}
+	}
 }
 
 func validateExecutors(execs map[string]Executor, ps *problems) {

@@ -103,6 +103,12 @@ type Config struct {
 	GraphsDir string
 	GraphPins map[string]string
 
+	// HandlerModules are operator handler modules (at most
+	// MaxHandlerModules, each at most MaxHandlerModuleBytes), each pinned
+	// by the SHA-256 of its file; their handlers and routers join the
+	// worker's trusted registry (handlermodules.go).
+	HandlerModules []HandlerModule
+
 	CheckpointMaxBytes  int   // default DefaultCheckpointMaxBytes
 	MaxFrameBytes       int   // default DefaultMaxFrameBytes
 	StackLimitBytes     int64 // the worker's stack limit; default 512 MiB
@@ -276,6 +282,9 @@ func (e *Executor) start(ctx context.Context) {
 		if e.env.stateFrom != "" {
 			e.desc.Runtime["saved_state"] = e.env.stateFrom
 		}
+		if len(e.env.opModules) > 0 {
+			e.desc.Runtime["handler_modules"] = moduleSummary(e.env.opModules)
+		}
 	}
 }
 
@@ -352,6 +361,9 @@ func (e *Executor) preflight(ctx context.Context) (*runtimeEnv, string, []string
 	}
 	env.stateKey = stateKey(e.sources, e.cfg.SwiplPath, env.versionLine)
 	if env.opGraphs, err = readOperatorGraphs(e.cfg.GraphsDir, e.cfg.GraphPins); err != nil {
+		return fail(err)
+	}
+	if env.opModules, err = readHandlerModules(e.cfg.HandlerModules); err != nil {
 		return fail(err)
 	}
 	if err := prepareRuntime(ctx, e.cfg, src, env); err != nil {

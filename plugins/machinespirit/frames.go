@@ -119,7 +119,7 @@ func (f *inFrame) validate() error {
 		}
 	case "pong":
 		return needID()
-	case "graph_loaded":
+	case "graph_loaded", "module_loaded":
 		if f.OK == nil {
 			return bad("no ok")
 		}
@@ -234,6 +234,13 @@ type loadGraphFrame struct {
 	Type   string `json:"type"` // "load_graph"
 	ID     int64  `json:"id"`
 	Name   string `json:"name"`
+	Source string `json:"source"`
+}
+
+type loadModuleFrame struct {
+	Type   string `json:"type"` // "load_module"
+	ID     int64  `json:"id"`
+	Name   string `json:"name"` // the file's path, for messages
 	Source string `json:"source"`
 }
 

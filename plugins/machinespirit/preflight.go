@@ -77,6 +77,7 @@ type runtimeEnv struct {
 	versionLine string // all of what swipl --version printed
 	graphs      []string
 	opGraphs    []opGraph
+	opModules   []opModule
 
 	// StartFromState: the worker's saved state, the cache it may come
 	// from (nil: none) and its key there, and how it was obtained
@@ -377,8 +378,11 @@ func helloWorker(ctx context.Context, cfg Config, env *runtimeEnv) (*worker, []s
 	if err := limitAddressSpace(w.pid, cfg.WorkerMemoryBytes); err != nil {
 		return fail(failCheck("confine", "%w", err))
 	}
+	if err := loadHandlerModules(hctx, w, env.opModules); err != nil {
+		return fail(err)
+	}
 	for i, g := range env.opGraphs {
-		id := int64(i + 1)
+		id := int64(len(env.opModules) + i + 1)
 		if err := w.send(loadGraphFrame{Type: "load_graph", ID: id, Name: g.name, Source: g.source}); err != nil {
 			return fail(failCheck("graph_pin", "%s: %w", g.name, err))
 		}

@@ -9,12 +9,15 @@
         hello         {protocol, prolog_version, libraries, missing, graphs, errors}
         pong          {id}
         graph_loaded  {id, ok, graph, hash} | {id, ok:false, code, message}
+        module_loaded {id, ok} | {id, ok:false, code, message}
         effect        {id, kind: model|tool|approval|spirit|progress, ...}
         result        {id, outcome: continue|interrupt|complete|fail|cancelled, ...}
         error         {code, message}   (then the worker exits)
     Plugin -> worker:
         ping          {id, ...}
         load_graph    {id, name, source}
+        load_module   {id, name, source}   an operator handler module
+                                           (opmodule.pl), before any graph
         run           {id, graph, input, goal, context_file, checkpoint, checkpoint_max_bytes}
         effect_result {id, ok, value} | {id, ok:false, error:{kind, message}}
         cancel        {id}
@@ -52,6 +55,7 @@
 :- use_module(model_node).
 :- use_module(par).
 :- use_module(graphs).
+:- use_module(opmodule).
 
 :- initialization(main, main).
 
@@ -166,6 +170,15 @@ dispatch(load_graph, F) :-
             Reply = _{type: graph_loaded, id: Id, ok: true, graph: NameS, hash: Hash} ),
           graph_error(Code, Msg),
           Reply = _{type: graph_loaded, id: Id, ok: false, graph: NameS, code: Code, message: Msg}),
+    send_frame(Reply).
+dispatch(load_module, F) :-
+    frame_id(F, Id),
+    get_dict(name, F, Name), string(Name),
+    get_dict(source, F, Source), string(Source),
+    catch(( load_operator_module(Name, Source),
+            Reply = _{type: module_loaded, id: Id, ok: true} ),
+          module_error(Msg),
+          Reply = _{type: module_loaded, id: Id, ok: false, code: module_error, message: Msg}),
     send_frame(Reply).
 dispatch(run, F) :-
     frame_id(F, Id),

@@ -56,18 +56,41 @@
     router/4,
     graph_spec/1.                   % trusted graph specs shipped with the worker
 
-handler_known(H) :- ground(H), handler_decl(P), subsumes_term(P, H), !.
-router_known(R) :- ground(R), router_decl(P), subsumes_term(P, R), !.
+%   Handlers and routers of operator handler modules (opmodule.pl):
+%   Pattern, and the module ms_op_N whose handler/4 or router/4 runs it.
+:- dynamic
+    op_handler/2,                   % ?Pattern, ?Module
+    op_router/2.
 
+handler_known(H) :- ground(H), ( handler_decl(P) ; op_handler(P, _) ), subsumes_term(P, H), !.
+router_known(R) :- ground(R), ( router_decl(P) ; op_router(P, _) ), subsumes_term(P, R), !.
+
+%   A pattern of this name and arity is registered (G: most general).
+:- public handler_known_pattern/1, router_known_pattern/1.
+handler_known_pattern(G) :- ( handler_decl(P) ; op_handler(P, _) ), \+ \+ P = G, !.
+router_known_pattern(G) :- ( router_decl(P) ; op_router(P, _) ), \+ \+ P = G, !.
+
+%   An operator module's clauses were rewritten by the allow-list walk;
+%   their text wrappers charge a budget that is reset for each call.
 run_handler(H, Env, State, Out) :-
-    (   handler(H, Env, State, Out0)
+    (   op_handler(P, M), subsumes_term(P, H)
+    ->  ms_rlm_check:reset_text_budget,
+        G = M:handler(H, Env, State, Out0)
+    ;   G = handler(H, Env, State, Out0)
+    ),
+    (   call(G)
     ->  Out = Out0
     ;   format(string(Msg), "handler ~q failed", [H]),
         throw(graph_failure(handler_failed, Msg))
     ).
 
 run_router(R, Env, State, Key) :-
-    (   router(R, Env, State, Key0), atom(Key0)
+    (   op_router(P, M), subsumes_term(P, R)
+    ->  ms_rlm_check:reset_text_budget,
+        G = M:router(R, Env, State, Key0)
+    ;   G = router(R, Env, State, Key0)
+    ),
+    (   call(G), atom(Key0)
     ->  Key = Key0
     ;   format(string(Msg), "router ~q gave no route key", [R]),
         throw(graph_failure(router_failed, Msg))

@@ -32,6 +32,7 @@
 */
 :- module(ms_rlm_check,
           [ check_model_goal/2,     % +Goal, -Runnable
+            check_module_body/3,    % +Body, +Locals, -Runnable
             reset_text_budget/0,
             max_text_chars/1,
             max_goal_text_chars/1
@@ -65,6 +66,33 @@ checker_error(E) :-
     format(string(M), "the goal cannot be checked: ~s", [M1]),
     throw(rejected(M)).
 
+%!  check_module_body(+Body, +Locals, -Runnable) is det.
+%
+%   The same walk for a clause body of an operator handler module
+%   (opmodule.pl): Locals (Name/Arity) are the module's own predicates,
+%   callable as if allowed; the effect API (tool/3, model/2, progress/1)
+%   replaces the RLM API, which a handler cannot reach.
+check_module_body(Body, Locals, Runnable) :-
+    setup_call_cleanup(
+        nb_setval(ms_check_locals, Locals),
+        check_model_goal(Body, Runnable),
+        nb_setval(ms_check_locals, none)).
+
+module_mode(Locals) :-
+    nb_current(ms_check_locals, Locals),
+    Locals \== none.
+
+module_effect(tool(N, A, R), ms_effects:tool(N, A, R)).
+module_effect(model(P, T), ms_effects:model(P, T)).
+module_effect(progress(N), ms_effects:progress(N)).
+
+rlm_api(context_length, 1).
+rlm_api(context_prefix, 1).
+rlm_api(context_slice, 3).
+rlm_api(llm_query, 2).
+rlm_api(spirit, 3).
+rlm_api(final, 1).
+
 refuse(Fmt, Args) :-
     format(string(M), Fmt, Args),
     throw(rejected(M)).
@@ -84,12 +112,24 @@ goal(G, _) :-
     ).
 goal(G, R) :-
     name_arity(G, Name, Arity),
+    (   module_mode(Locals)
+    ->  Mode = module
+    ;   Mode = goal, Locals = []
+    ),
     (   control(Name/Arity)
     ->  control(G, R)
+    ;   Mode == module, module_effect(G, R0)
+    ->  R = R0
+    ;   Mode == module, rlm_api(Name, Arity)
+    ->  refuse("~q/~d is the RLM's API, not available to a handler module", [Name, Arity])
+    ;   memberchk(Name/Arity, Locals)
+    ->  R = G
     ;   safe(G, R)
     ->  true
     ;   allowed(Name, Arity)
     ->  R = G
+    ;   Mode == module
+    ->  refuse("~q/~d is not allowed (only pure built-ins on terms, numbers, atoms, strings and lists, the module's own predicates and tool/3, model/2, progress/1)", [Name, Arity])
     ;   refuse("~q/~d is not allowed (only pure built-ins on terms, numbers, atoms, strings and lists, and the RLM API)", [Name, Arity])
     ).
 

@@ -3,7 +3,7 @@
 // starts it with the pinned runtime from its configuration:
 //
 //	taskhost-executor-machinespirit --swipl /usr/bin/swipl --swipl-version 9.0.4 \
-//	    [--graphs-dir DIR --graph-pin NAME=SHA256 ...] [--checkpoint-max-bytes N] \
+//	    [--graphs-dir DIR --graph-pin NAME=SHA256 ...] [--handler-module PATH=SHA256 ...] [--checkpoint-max-bytes N] \
 //	    [--start state|source] [--state-cache-dir DIR] [--worker-memory-mb N] [--worker-cpu-seconds N] \
 //	    [--trampoline PATH] [--rlm-goal-mode] [--max-parallel-model-calls N]
 //
@@ -93,6 +93,23 @@ func (p pinFlag) Set(v string) error {
 	return nil
 }
 
+// moduleFlag collects repeated --handler-module PATH=SHA256 flags; the
+// preflight checks the path, the pin and the bounds.
+type moduleFlag []machinespirit.HandlerModule
+
+func (m *moduleFlag) String() string { return fmt.Sprint([]machinespirit.HandlerModule(*m)) }
+
+func (m *moduleFlag) Set(v string) error {
+	// The last '=': a path may hold one, a SHA-256 never does.
+	i := strings.LastIndexByte(v, '=')
+	if i <= 0 || i == len(v)-1 {
+		return errors.New("want PATH=SHA256")
+	}
+	path, sum := v[:i], v[i+1:]
+	*m = append(*m, machinespirit.HandlerModule{Path: path, SHA256: sum})
+	return nil
+}
+
 func parseFlags(args []string, stderr io.Writer) (machinespirit.Config, error) {
 	fs := flag.NewFlagSet("taskhost-executor-machinespirit", flag.ContinueOnError)
 	fs.SetOutput(stderr) // stdout belongs to go-plugin's handshake
@@ -109,6 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (machinespirit.Config, error) {
 	fs.StringVar(&cfg.Trampoline, "trampoline", "", "absolute path of the binary that confines the worker (the host's taskhost-confine; empty: this binary)")
 	fs.Int64Var(&cfg.WorkerCPUSeconds, "worker-cpu-seconds", machinespirit.DefaultWorkerCPUSeconds, "the Prolog worker's CPU time (RLIMIT_CPU), seconds")
 	fs.BoolVar(&cfg.RLMGoalMode, "rlm-goal-mode", false, "also register the rlm_goals graph, whose root model writes Prolog goals run behind an allow-list (off: the rlm graph reads typed JSON plans only)")
+	fs.Var((*moduleFlag)(&cfg.HandlerModules), "handler-module", "PATH=SHA256 of an operator handler module (repeatable, at most 16)")
 	fs.IntVar(&cfg.MaxParallelModelCalls, "max-parallel-model-calls", machinespirit.DefaultMaxParallelModelCalls, "model calls of one step in flight at once (1..16)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -16,6 +16,7 @@ func TestParseFlags(t *testing.T) {
 		"--graph-pin", "b=" + strings.Repeat("1", 64), "--checkpoint-max-bytes", "1000", "--start", "source",
 		"--worker-memory-mb", "512", "--worker-cpu-seconds", "60", "--trampoline", "/opt/taskhost/taskhost-confine",
 		"--rlm-goal-mode", "--max-parallel-model-calls", "3",
+		"--handler-module", "/etc/taskhost/a=b.pl=" + strings.Repeat("2", 64),
 	}, &stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +24,8 @@ func TestParseFlags(t *testing.T) {
 	if cfg.SwiplPath != "/usr/bin/swipl" || cfg.SwiplVersion != "9.0.4" || cfg.GraphsDir != "/etc/taskhost/graphs" ||
 		len(cfg.GraphPins) != 2 || cfg.CheckpointMaxBytes != 1000 || cfg.StartMode != machinespirit.StartFromSource ||
 		cfg.WorkerMemoryBytes != 512<<20 || cfg.WorkerCPUSeconds != 60 || cfg.Trampoline != "/opt/taskhost/taskhost-confine" ||
-		!cfg.RLMGoalMode || cfg.MaxParallelModelCalls != 3 {
+		!cfg.RLMGoalMode || cfg.MaxParallelModelCalls != 3 ||
+		len(cfg.HandlerModules) != 1 || cfg.HandlerModules[0].Path != "/etc/taskhost/a=b.pl" || cfg.HandlerModules[0].SHA256 != strings.Repeat("2", 64) {
 		t.Fatalf("config %+v", cfg)
 	}
 	if cfg, err := parseFlags([]string{"--swipl", "/usr/bin/swipl"}, &stderr); err != nil || cfg.RLMGoalMode || cfg.MaxParallelModelCalls != machinespirit.DefaultMaxParallelModelCalls {
@@ -39,6 +41,9 @@ func TestParseFlags(t *testing.T) {
 		{"--worker-cpu-seconds", "x"},
 		{"--trampoline", "taskhost-confine"},
 		{"--max-parallel-model-calls", "x"},
+		{"--handler-module", "/etc/m.pl"},
+		{"--handler-module", "/etc/m.pl="},
+		{"--handler-module", "=" + strings.Repeat("2", 64)},
 	} {
 		if _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)

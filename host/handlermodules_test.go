@@ -1,0 +1,43 @@
+package host
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testwait"
+)
+
+// [machine_spirit.handler_modules.NAME] reaches the plugin as
+// --handler-module PATH=SHA256 flags in name order, and each file is one
+// the plugin's Landlock lets it read.
+func TestMachineSpiritHandlerModuleArgs(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MachineSpirit.Enabled = true
+	pinA, pinB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	cfg.MachineSpirit.HandlerModules = map[string]config.HandlerModule{
+		"zeta":  {Path: "/etc/taskhost/z.pl", SHA256: pinB},
+		"alpha": {Path: "/etc/taskhost/a.pl", SHA256: pinA},
+	}
+	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", false, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(specs, func(s plugin.PluginSpec) bool { return s.Kind == config.ExecutorMachineSpirit })
+	if i < 0 {
+		t.Fatal("no machinespirit spec")
+	}
+	s := specs[i]
+	args := strings.Join(s.Args, " ")
+	want := "--handler-module /etc/taskhost/a.pl=" + pinA + " --handler-module /etc/taskhost/z.pl=" + pinB
+	if !strings.Contains(args, want) {
+		t.Fatalf("args %q: want %q", args, want)
+	}
+	for _, p := range []string{"/etc/taskhost/a.pl", "/etc/taskhost/z.pl"} {
+		if !slices.Contains(s.Confine.ReadOnly, p) {
+			t.Errorf("read_only %q: %s missing", s.Confine.ReadOnly, p)
+		}
+	}
+}
