@@ -372,6 +372,15 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 				ms.Args = append(ms.Args, "--handler-module", hm.Path+"="+hm.SHA256)
 				ms.Confine.ReadOnly = append(slices.Clip(ms.Confine.ReadOnly), hm.Path)
 			}
+			// Operator graphs: the plugin reads each pinned NAME.pl of the
+			// dir once and checks its pin on those bytes.
+			if len(cfg.MachineSpirit.GraphPins) > 0 {
+				ms.Args = append(ms.Args, "--graphs-dir", cfg.MachineSpirit.GraphsDir)
+				for _, name := range slices.Sorted(maps.Keys(cfg.MachineSpirit.GraphPins)) {
+					ms.Args = append(ms.Args, "--graph-pin", name+"="+cfg.MachineSpirit.GraphPins[name])
+				}
+				ms.Confine.ReadOnly = append(slices.Clip(ms.Confine.ReadOnly), cfg.MachineSpirit.GraphsDir)
+			}
 			// It runs its pinned swipl as a worker process.
 			ms.Confine.Subprocesses = true
 			ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, cfg.MachineSpirit.SwiplPath)

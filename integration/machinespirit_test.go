@@ -87,3 +87,63 @@ func TestMachineSpiritHandlerModule(t *testing.T) {
 		t.Fatalf("a tampered module: exit %d, stderr %q; want exit 5 naming the file and both hashes", code, errOut)
 	}
 }
+
+// An operator graph under the daemon: [machine_spirit] graphs_dir and
+// graph_pins load a pinned graph whose node is a handler module's; the
+// task completes and the handler's workspace write is there. A graph
+// changed after its pin makes the executor unavailable, naming both hashes.
+func TestMachineSpiritOperatorGraph(t *testing.T) {
+	work := testwait.ShortTempDir(t)
+	// The plugin may run under a uid of the pool: the files are read
+	// through their "others" bits.
+	files := testwait.ShortTempDir(t)
+	if err := os.Chmod(files, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pinOf := func(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
+	write := func(name, src string) string {
+		t.Helper()
+		p := filepath.Join(files, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mod := "handler_decl(shout(_)).\n" +
+		"handler(shout(F), Env, _, patch([F=L])) :- get_dict(goal, Env, G), string_upper(G, L),\n" +
+		"    tool('workspace.write', _{path: \"shout.txt\", content: L}, _).\n"
+	graph := "graph(shouter, [\n  state([field(loud, string, \"\", replace)]),\n" +
+		"  nodes([node(a, shout(loud))]),\n  edges([edge(start, a), edge(a, end)]),\n  output([loud])\n]).\n"
+	modPath := write("shout.pl", mod)
+	graphPath := write("shouter.pl", graph)
+	conf := filepath.Join(work, "c.toml")
+	body := fmt.Sprintf("[machine_spirit]\nenabled = true\ngraphs_dir = %q\n[machine_spirit.graph_pins]\nshouter = %q\n"+
+		"[machine_spirit.handler_modules.shout]\npath = %q\nsha256 = %q\n", files, pinOf(graph), modPath, pinOf(mod))
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := write("spec.json", `{"goal": "make it loud", "machinespirit": {"graph": "shouter"}}`)
+	data := filepath.Join(work, "d")
+	run := func() (string, string, int) {
+		return taskhost(t, "run", "--data-dir", data, "--config", conf, "--executor", "machinespirit", "--spec-file", spec)
+	}
+	out, errOut, code := run()
+	if code != 0 || !strings.Contains(out, "completed after") {
+		t.Fatalf("an operator graph with a module's handler: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var id string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "task" && strings.HasPrefix(f[1], "t_") {
+			id = f[1]
+			break
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(data, "workspaces", id, "shout.txt")); err != nil || string(got) != "MAKE IT LOUD" {
+		t.Fatalf("the handler's write: %q, %v (task %q)\n%s", got, err, id, out)
+	}
+	write("shouter.pl", strings.Replace(graph, "shout(loud)", "shout(loud) ", 1))
+	_, errOut, code = run()
+	if code != 5 || !strings.Contains(errOut, graphPath+" has SHA-256 ") || !strings.Contains(errOut, "pinned "+pinOf(graph)) {
+		t.Fatalf("a changed graph: exit %d, stderr %q; want exit 5 naming the file and both hashes", code, errOut)
+	}
+}

@@ -171,7 +171,18 @@ type MachineSpirit struct {
 	// each pinned by its SHA-256; the plugin reads, hashes and loads each
 	// once, in name order (plugins/machinespirit).
 	HandlerModules map[string]HandlerModule `toml:"handler_modules"`
+	// GraphsDir holds operator graphs, one NAME.pl each (absolute, or
+	// relative to the config file; Parse makes it absolute); only the
+	// graphs GraphPins names are loaded.
+	GraphsDir string `toml:"graphs_dir"`
+	// GraphPins are the operator graphs to load, by graph id
+	// ([machine_spirit.graph_pins] NAME = "SHA-256"), at most
+	// MaxOperatorGraphs; the plugin reads, hashes and compiles each.
+	GraphPins map[string]string `toml:"graph_pins"`
 }
+
+// MaxOperatorGraphs bounds [machine_spirit.graph_pins].
+const MaxOperatorGraphs = 16
 
 // MaxHandlerModules bounds [machine_spirit] handler_modules.
 const MaxHandlerModules = 16
@@ -405,6 +416,15 @@ func resolveHandlerModules(cfg *Config, baseDir string, probs *problems) {
 		mods[name] = m
 	}
 	cfg.MachineSpirit.HandlerModules = mods
+	switch d := cfg.MachineSpirit.GraphsDir; {
+	case d == "":
+	case filepath.IsAbs(d):
+		cfg.MachineSpirit.GraphsDir = filepath.Clean(d)
+	case baseDir == "":
+		probs.add("machine_spirit.graphs_dir", "machine_spirit.graphs_dir = %s: a relative path needs the config file's directory to resolve against; use an absolute path", quote(d))
+	default:
+		cfg.MachineSpirit.GraphsDir = filepath.Join(baseDir, d)
+	}
 }
 
 func handlerModuleKey(name string, sub ...string) string {

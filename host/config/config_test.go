@@ -779,3 +779,40 @@ func TestMachineSpiritHandlerModules(t *testing.T) {
 		t.Fatalf("a relative path without a base dir: %v", err)
 	}
 }
+
+// TestMachineSpiritGraphPins: operator graphs come as a dir and its pins,
+// together; each pin names a graph id and a SHA-256; at most
+// MaxOperatorGraphs.
+func TestMachineSpiritGraphPins(t *testing.T) {
+	pin := strings.Repeat("b", 64)
+	pins := func(n int) string {
+		var b strings.Builder
+		b.WriteString("[machine_spirit]\ngraphs_dir = \"graphs\"\n[machine_spirit.graph_pins]\n")
+		for i := range n {
+			fmt.Fprintf(&b, "g%d = %q\n", i, pin)
+		}
+		return b.String()
+	}
+	cfg := mustParse(t, pins(MaxOperatorGraphs))
+	if got := cfg.MachineSpirit; got.GraphsDir != filepath.Join(testBaseDir, "graphs") || len(got.GraphPins) != MaxOperatorGraphs || got.GraphPins["g0"] != pin {
+		t.Fatalf("graphs_dir %q, graph_pins %v", got.GraphsDir, got.GraphPins)
+	}
+	tests := []struct {
+		name, src, key, want string
+	}{
+		{"one over the bound", pins(MaxOperatorGraphs + 1), "machine_spirit.graph_pins", "has 17 graphs, at most 16"},
+		{"pins without a dir", "[machine_spirit.graph_pins]\nplan = \"" + pin + "\"\n", "machine_spirit.graphs_dir", "is missing"},
+		{"a dir without pins", "[machine_spirit]\ngraphs_dir = \"/g\"\n", "machine_spirit.graph_pins", "none is loaded unpinned"},
+		{"bad graph id", "[machine_spirit]\ngraphs_dir = \"/g\"\n[machine_spirit.graph_pins]\nPlan = \"" + pin + "\"\n", "machine_spirit.graph_pins.Plan", "invalid graph id"},
+		{"bad pin", "[machine_spirit]\ngraphs_dir = \"/g\"\n[machine_spirit.graph_pins]\nplan = \"" + strings.Repeat("B", 64) + "\"\n", "machine_spirit.graph_pins.plan", "64 lowercase hex"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.src)
+			t.Log(wantOnly(t, err, tc.key, tc.want).Message)
+		})
+	}
+	if _, err := Parse([]byte("[machine_spirit]\ngraphs_dir = \"g\"\n[machine_spirit.graph_pins]\nplan = \""+pin+"\"\n"), ""); err == nil || !strings.Contains(err.Error(), "machine_spirit.graphs_dir") {
+		t.Fatalf("a relative dir without a base dir: %v", err)
+	}
+}

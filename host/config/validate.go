@@ -101,6 +101,7 @@ func (m MachineSpirit) validate(ps *problems) {
 	if n := len(m.HandlerModules); n > MaxHandlerModules {
 		ps.add("machine_spirit.handler_modules", "machine_spirit.handler_modules has %d modules, at most %d", n, MaxHandlerModules)
 	}
+	validateGraphPins(m, ps)
 	seen := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(m.HandlerModules)) {
 		hm := m.HandlerModules[name]
@@ -116,6 +117,31 @@ func (m MachineSpirit) validate(ps *problems) {
 		}
 		if key := handlerModuleKey(name, "sha256"); !sha256RE.MatchString(hm.SHA256) {
 			ps.add(key, "%s = %s: must be the file's SHA-256, 64 lowercase hex characters as printed by sha256sum (a module is always pinned)", key, quote(hm.SHA256))
+		}
+	}
+}
+
+// graphIDRE is a MACHINE-SPIRIT graph id (plugins/machinespirit).
+var graphIDRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// validateGraphPins checks the operator graphs: a dir and its pins come
+// together, each pin names a graph id and a SHA-256.
+func validateGraphPins(m MachineSpirit, ps *problems) {
+	switch n := len(m.GraphPins); {
+	case n > MaxOperatorGraphs:
+		ps.add("machine_spirit.graph_pins", "machine_spirit.graph_pins has %d graphs, at most %d", n, MaxOperatorGraphs)
+	case n > 0 && m.GraphsDir == "":
+		ps.add("machine_spirit.graphs_dir", "machine_spirit.graphs_dir is missing: machine_spirit.graph_pins names graphs, which are read from NAME.pl in that directory")
+	case n == 0 && m.GraphsDir != "":
+		ps.add("machine_spirit.graph_pins", "machine_spirit.graph_pins is empty: name each graph of machine_spirit.graphs_dir to load with its SHA-256 (sha256sum NAME.pl); none is loaded unpinned")
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.GraphPins)) {
+		key := keyString("machine_spirit", "graph_pins", name)
+		if !graphIDRE.MatchString(name) {
+			ps.add(key, "%s: invalid graph id: 1 to 64 of a-z, 0-9, '_', a lowercase letter first", key)
+		}
+		if pin := m.GraphPins[name]; !sha256RE.MatchString(pin) {
+			ps.add(key, "%s = %s: must be the graph file's SHA-256, 64 lowercase hex characters as printed by sha256sum", key, quote(pin))
 		}
 	}
 }
