@@ -41,3 +41,31 @@ func TestMachineSpiritHandlerModuleArgs(t *testing.T) {
 		}
 	}
 }
+
+// [machine_spirit] graphs_dir and graph_pins reach the plugin as
+// --graphs-dir DIR and --graph-pin ID=SHA256 in id order, and the dir is
+// one the plugin's Landlock lets it read.
+func TestMachineSpiritGraphPinArgs(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MachineSpirit.Enabled = true
+	pinA, pinB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	cfg.MachineSpirit.GraphsDir = "/etc/taskhost/graphs"
+	cfg.MachineSpirit.GraphPins = map[string]string{"review": pinB, "plan": pinA}
+	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", false, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(specs, func(s plugin.PluginSpec) bool { return s.Kind == config.ExecutorMachineSpirit })
+	if i < 0 {
+		t.Fatal("no machinespirit spec")
+	}
+	s := specs[i]
+	args := strings.Join(s.Args, " ")
+	want := "--graphs-dir /etc/taskhost/graphs --graph-pin plan=" + pinA + " --graph-pin review=" + pinB
+	if !strings.Contains(args, want) {
+		t.Fatalf("args %q: want %q", args, want)
+	}
+	if !slices.Contains(s.Confine.ReadOnly, "/etc/taskhost/graphs") {
+		t.Errorf("read_only %q: the graphs dir missing", s.Confine.ReadOnly)
+	}
+}
