@@ -461,7 +461,10 @@ func TestFleetResumeElsewhereHasNoFiles(t *testing.T) {
 // step through LISTEN/NOTIFY, with A's poll set so long that polling alone
 // could not deliver it within the test.
 func TestFleetNotifyWakesOwner(t *testing.T) {
-	noPoll := FleetSettings{Heartbeat: 20 * time.Millisecond, Lease: 200 * time.Millisecond, Poll: time.Hour}
+	// Only the notification can wake A (no poll); the lease is long enough
+	// that a heartbeat slowed by the race detector on a loaded machine never
+	// fences A before the cancel arrives (with 200 ms it did, in CI).
+	noPoll := FleetSettings{Heartbeat: 50 * time.Millisecond, Lease: 5 * time.Second, Poll: time.Hour}
 	dir := newSharedStore(t, "postgres")
 	a := newFleetHost(t, dir, "host-a", noPoll)
 	b := newFleetHost(t, dir, "host-b", noPoll)
