@@ -91,6 +91,12 @@ func newFleetHost(t testing.TB, dir sharedStore, id string, fs FleetSettings) *f
 // heartbeats stall for Lease − Heartbeat fences itself.
 var quick = FleetSettings{Heartbeat: 20 * time.Millisecond, Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond}
 
+// quickLongLease polls as quick does, with a lease that a heartbeat slowed
+// by the race detector on a loaded machine never loses: for the tests in
+// which no lease is meant to expire (under -race in CI, 400 ms fenced the
+// owner mid-approval).
+var quickLongLease = FleetSettings{Heartbeat: 20 * time.Millisecond, Lease: 5 * time.Second, Poll: 10 * time.Millisecond}
+
 // silent is a host that registers, then never heartbeats again — a host
 // paused or cut off from the store — while it still watches its leases.
 var silent = FleetSettings{Heartbeat: time.Hour, Lease: 3 * time.Hour, Poll: 10 * time.Millisecond}
@@ -173,8 +179,8 @@ func TestFleetCrossHostCancel(t *testing.T) {
 func TestFleetCrossHostApprove(t *testing.T) {
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
-		a := newFleetHost(t, dir, "host-a", quick)
-		b := newFleetHost(t, dir, "host-b", quick)
+		a := newFleetHost(t, dir, "host-a", quickLongLease)
+		b := newFleetHost(t, dir, "host-b", quickLongLease)
 		decided := make(chan error, 1)
 		a.exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 			_, err := a.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "go on?"})
@@ -215,8 +221,8 @@ func TestFleetCrossHostApprove(t *testing.T) {
 func TestFleetCrossHostReject(t *testing.T) {
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
-		a := newFleetHost(t, dir, "host-a", quick)
-		b := newFleetHost(t, dir, "host-b", quick)
+		a := newFleetHost(t, dir, "host-a", quickLongLease)
+		b := newFleetHost(t, dir, "host-b", quickLongLease)
 		decided := make(chan error, 1)
 		a.exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 			_, err := a.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "go on?"})
