@@ -21,15 +21,7 @@ func TestMachineSpiritHandlerModuleArgs(t *testing.T) {
 		"zeta":  {Path: "/etc/taskhost/z.pl", SHA256: pinB},
 		"alpha": {Path: "/etc/taskhost/a.pl", SHA256: pinA},
 	}
-	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", false, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(specs, func(s plugin.PluginSpec) bool { return s.Kind == config.ExecutorMachineSpirit })
-	if i < 0 {
-		t.Fatal("no machinespirit spec")
-	}
-	s := specs[i]
+	s := machineSpiritSpec(t, cfg)
 	args := strings.Join(s.Args, " ")
 	want := "--handler-module /etc/taskhost/a.pl=" + pinA + " --handler-module /etc/taskhost/z.pl=" + pinB
 	if !strings.Contains(args, want) {
@@ -51,15 +43,7 @@ func TestMachineSpiritGraphPinArgs(t *testing.T) {
 	pinA, pinB := strings.Repeat("a", 64), strings.Repeat("b", 64)
 	cfg.MachineSpirit.GraphsDir = "/etc/taskhost/graphs"
 	cfg.MachineSpirit.GraphPins = map[string]string{"review": pinB, "plan": pinA}
-	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", false, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(specs, func(s plugin.PluginSpec) bool { return s.Kind == config.ExecutorMachineSpirit })
-	if i < 0 {
-		t.Fatal("no machinespirit spec")
-	}
-	s := specs[i]
+	s := machineSpiritSpec(t, cfg)
 	args := strings.Join(s.Args, " ")
 	want := "--graphs-dir /etc/taskhost/graphs --graph-pin plan=" + pinA + " --graph-pin review=" + pinB
 	if !strings.Contains(args, want) {
@@ -68,4 +52,19 @@ func TestMachineSpiritGraphPinArgs(t *testing.T) {
 	if !slices.Contains(s.Confine.ReadOnly, "/etc/taskhost/graphs") {
 		t.Errorf("read_only %q: the graphs dir missing", s.Confine.ReadOnly)
 	}
+}
+
+// machineSpiritSpec is the plugin spec the daemon builds for machinespirit
+// from cfg.
+func machineSpiritSpec(t *testing.T, cfg config.Config) plugin.PluginSpec {
+	t.Helper()
+	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", false, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(specs, func(s plugin.PluginSpec) bool { return s.Kind == config.ExecutorMachineSpirit })
+	if i < 0 {
+		t.Fatal("no machinespirit spec")
+	}
+	return specs[i]
 }
