@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -282,9 +283,14 @@ func (p *procPool) fill(kind string) {
 	}
 }
 
-// errPoolSkip: a pooled start was not made (no spare uid, or the binary is
-// not the one its verdict is about); nothing to report.
+// errPoolSkip: a pooled start was not made (the pool is closed, or the
+// binary is not the one its verdict is about); nothing to report.
 var errPoolSkip = errors.New("pooled start skipped")
+
+// errPoolNoUID: a pooled start was not made because only the reserved uids
+// were free. A uid that comes back while the start was deciding so finds
+// the fill it triggers counting this start as under way: start tries again.
+var errPoolNoUID = fmt.Errorf("%w: only the reserved uids are free", errPoolSkip)
 
 func (p *procPool) start(kind string, spec PluginSpec, gen uint64, stamp binStamp) {
 	defer p.wg.Done()
@@ -307,6 +313,10 @@ func (p *procPool) start(kind string, spec PluginSpec, gen uint64, stamp binStam
 		go p.watch(kind, pp)
 	case err == nil:
 		pp.ec.Stop()
+	case errors.Is(err, errPoolNoUID):
+		if !p.uidsShort(spec) {
+			p.fill(kind)
+		}
 	case !errors.Is(err, errPoolSkip):
 		p.r.opts.Logger.Warn("pooled plugin process not started; tasks start their own", "kind", kind, "error", err)
 	}
@@ -324,8 +334,8 @@ func (p *procPool) launch(spec PluginSpec, gen uint64, stamp binStamp) (*pooledP
 	opts := p.r.opts
 	// A uid held by a waiting process is one shell.run cannot have: the
 	// pool leaves UIDReserve of them free.
-	if spec.Confine.OwnUID && spec.Confine.User == "" && opts.UIDs != nil && opts.UIDs.Free() <= opts.UIDReserve {
-		return nil, errPoolSkip
+	if p.uidsShort(spec) {
+		return nil, errPoolNoUID
 	}
 	// The stamp before and after the start brackets the open of the binary
 	// inside launch: equal, the file exec'd is the one the verdict is about.
@@ -342,6 +352,13 @@ func (p *procPool) launch(spec PluginSpec, gen uint64, stamp binStamp) (*pooledP
 		return nil, errPoolSkip
 	}
 	return &pooledProc{ec: ec, svc: svc, gen: gen, stamp: stamp, left: make(chan struct{})}, nil
+}
+
+// uidsShort reports whether a pooled process of spec would take one of the
+// uids reserved for running tasks.
+func (p *procPool) uidsShort(spec PluginSpec) bool {
+	opts := p.r.opts
+	return spec.Confine.OwnUID && spec.Confine.User == "" && opts.UIDs != nil && opts.UIDs.Free() <= opts.UIDReserve
 }
 
 // watch discards pp if it exits while it waits, and starts a replacement.

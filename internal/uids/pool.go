@@ -5,10 +5,14 @@
 // another task is reachable from inside: in the manner of systemd's
 // DynamicUser, from a configured range with no /etc/passwd entries.
 //
-// A uid goes back to the pool only once no process runs under it: Release
-// kills every process whose real, effective, saved or filesystem uid is the
-// released one (found in /proc, signalled through a pidfd so a reused pid is
-// never hit) and checks again until none is left. Only root can run
+// A uid goes back to the pool only once no process runs under it. Release
+// first has a helper running as the uid itself send SIGKILL to -1: the
+// kernel signals every process the uid may signal in one pass that a fork
+// cannot slip past (a scan of /proc can miss a child whose parent forked it
+// and exited between the scan's read of the pid list and its look at the
+// parent). Then it scans /proc for any process whose real, effective, saved
+// or filesystem uid is the released one (signalled through a pidfd, so a
+// reused pid is never hit) until none is left alive. Only root can run
 // processes under other uids, so a Pool is only made by a root daemon.
 package uids
 
@@ -17,10 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -193,10 +200,11 @@ func (p *Pool) Acquire() (int, error) {
 	return 0, fmt.Errorf("%w (%d of range %s)", ErrExhausted, p.r.Count, p.r)
 }
 
-// maxSweeps bounds Release's rounds: a process tree forking as fast as it
-// is killed is bounded by its RLIMIT_NPROC, which now counts only its own
-// processes.
-const maxSweeps = 1000
+// sweepFor bounds how long KillAll waits for the processes it signalled to
+// die: a process tree forking as fast as it is killed is bounded by its
+// RLIMIT_NPROC, which counts only its own processes, and after the helper's
+// kill nothing of the uid can fork at all.
+const sweepFor = 10 * time.Second
 
 // Release kills every process running under uid and returns uid to the
 // pool. A uid whose processes could not all be killed stays out of the pool
@@ -223,7 +231,9 @@ func (p *Pool) Release(uid int) error {
 // until a scan of /proc finds none. Zombies are left to their parents:
 // they run nothing.
 func KillAll(uid int) error {
-	for range maxSweeps {
+	helperErr := killAsUID(uid)
+	deadline := time.Now().Add(sweepFor)
+	for rounds := 1; ; rounds++ {
 		found, err := killRound(uid)
 		if err != nil {
 			return err
@@ -231,8 +241,33 @@ func KillAll(uid int) error {
 		if found == 0 {
 			return nil
 		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("uids: processes of uid %d still alive after %d rounds of SIGKILL in %s (the kill as the uid: %v)", uid, rounds, sweepFor, helperErr)
+		}
+		if helperErr == nil {
+			// Signalled by the helper's kill: they are only dying, and
+			// cannot fork. Let them, rather than spin over /proc.
+			time.Sleep(time.Millisecond)
+		}
 	}
-	return fmt.Errorf("uids: processes of uid %d kept appearing after %d rounds of SIGKILL", uid, maxSweeps)
+}
+
+// killAsUID runs kill(-1, SIGKILL) as uid, in a /bin/sh of its own: the
+// kernel then signals every process uid may signal (those whose real or
+// saved uid is uid) but the sender, under the task list lock that fork
+// also takes, so no child is created past it. The daemon cannot make that
+// call itself: setuid in a Go program changes every thread of it.
+func killAsUID(uid int) error {
+	cmd := exec.Command("/bin/sh", "-c", "kill -9 -1 2>/dev/null; exit 0")
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("uids: kill the processes of uid %d as that uid: %w %s", uid, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // killRound signals the processes of uid found in one scan of /proc and

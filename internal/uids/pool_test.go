@@ -81,7 +81,12 @@ func TestKillAll(t *testing.T) {
 	}
 	victim := start(uid, "trap '' TERM; (setsid sleep 60 &) ; sleep 60")
 	bystander := start(uid+1, "sleep 60")
-	defer bystander.Process.Kill()
+	t.Cleanup(func() {
+		if err := KillAll(uid + 1); err != nil {
+			t.Error(err)
+		}
+		_ = bystander.Wait()
+	})
 	if err := KillAll(uid); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +99,35 @@ func TestKillAll(t *testing.T) {
 	}
 	if err := bystander.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Fatalf("another uid's process was hit: %v", err)
+	}
+}
+
+// A process that forks its successor and exits, over and over, is a
+// walker a scan of /proc can miss (the scan lists the pids, the parent
+// forks and exits before the scan looks at it, the child is not listed).
+// KillAll ends it all the same: the kill as the uid leaves it no fork.
+func TestKillAllEndsAWalker(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("starting a process under another uid needs root")
+	}
+	uid := DefaultFirst + 12400
+	for range 20 {
+		cmd := exec.Command("/bin/sh", "-c", "w() { ( w ) & }; w; sleep 60")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := KillAll(uid); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		// Three scans in a row: a walker that escaped would be caught by
+		// one of them, forking.
+		for i := range 3 {
+			if n, err := killRound(uid); err != nil || n != 0 {
+				t.Fatalf("scan %d after KillAll found %d live processes of uid %d (%v)", i, n, uid, err)
+			}
+		}
 	}
 }
 
