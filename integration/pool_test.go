@@ -41,3 +41,35 @@ func TestDaemonKilledLeavesNoPooledPlugin(t *testing.T) {
 		testwait.Until(t, 10*time.Second, fmt.Sprintf("pooled plugin %d to die with its daemon", pid), func() bool { return !alive(pid) })
 	}
 }
+
+// /metrics shows each executor's pool: full once it is filled, a launch
+// served by a pooled process once a task ran, and the refill after it.
+func TestDaemonMetricsShowThePool(t *testing.T) {
+	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
+	d := startDaemon(t, data, writeConfig(t, work, "[api]\nmetrics_listen = \"127.0.0.1:0\"\n[tasks]\nprestart = 2\n"))
+	base := "http://" + metricsAddr(t, d)
+	const idle, size, pooled = `taskhost_plugin_pool_idle{executor="testexec"}`, `taskhost_plugin_pool_size{executor="testexec"}`,
+		`taskhost_plugin_pool_launches_total{executor="testexec",source="pooled"}`
+	var m map[string]float64
+	testwait.Until(t, 60*time.Second, "a scrape showing testexec's pool full", func() bool {
+		_, body := get(t, base+"/metrics")
+		m = samples(t, body)
+		return m[idle] == 2
+	})
+	if m[size] != 2 || m[pooled] != 0 {
+		t.Fatalf("before any task: size %v, pooled launches %v; want 2 and 0", m[size], m[pooled])
+	}
+	id := createTask(t, d, work, map[string]any{"goal": "pooled", "testexec": map[string]any{"steps": 1}})
+	w := startWatch(t, d, id)
+	if final, code := w.result(t); code != 0 || final.Status != "completed" {
+		t.Fatalf("task ended %+v (exit %d)", final, code)
+	}
+	testwait.Until(t, 60*time.Second, "a scrape showing the pooled launch and the pool refilled", func() bool {
+		_, body := get(t, base+"/metrics")
+		m = samples(t, body)
+		return m[pooled] == 1 && m[idle] == 2
+	})
+	if started := m[`taskhost_plugin_pool_started_total{executor="testexec"}`]; started < 3 {
+		t.Errorf("pooled processes started = %v, want at least 3 (2, then the refill)", started)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/taskhost/taskhost/host/api"
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/metrics"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -222,7 +223,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 		AdminActs:              h.Runner,
 		Fleet:                  h.Runner,
 		Effects:                h.Runner,
-		Ready:                  hostHealth{h.Store, h.Runner}.Ping,
+		Ready:                  hostHealth{h.Store, h.Runner, h.Registry}.Ping,
 		Listener: api.ListenerLimits{
 			MaxConns:            cfg.API.MaxConnections,
 			FirstRequestTimeout: time.Duration(cfg.API.FirstRequestTimeoutSeconds) * time.Second,
@@ -248,7 +249,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 			return exitUnavailable
 		}
 	}
-	met, err := listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, hostHealth{h.Store, h.Runner}, inst)
+	met, err := listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, hostHealth{h.Store, h.Runner, h.Registry}, inst)
 	if err != nil {
 		unixLn.Close()
 		if tcpLn != nil {
@@ -381,7 +382,23 @@ func lookupGroup(g string) (int, error) {
 // end waiting for the store, e.g. on a full disk), though reads still work.
 type hostHealth struct {
 	*store.Store
-	runner *host.Runner
+	runner   *host.Runner
+	registry *plugin.Registry
+}
+
+// PluginPools are the executors' plugin pools, for /metrics: every kind
+// whose pool is on.
+func (h hostHealth) PluginPools() []metrics.PluginPool {
+	var out []metrics.PluginPool
+	for _, kind := range h.registry.Kinds() {
+		s := h.registry.PoolStatus(kind)
+		if s.Size == 0 {
+			continue
+		}
+		out = append(out, metrics.PluginPool{Executor: kind, Size: s.Size, Idle: s.Idle,
+			Served: s.Served, Cold: s.Cold, Started: s.Started, Stale: s.Stale, DiedIdle: s.DiedIdle})
+	}
+	return out
 }
 
 func (h hostHealth) Ping(ctx context.Context) error {

@@ -109,6 +109,9 @@ func New(opts Options) (*Server, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
+	if ps, ok := opts.Source.(PluginPoolSource); ok {
+		cs = append(cs, newPoolCollector(ps))
+	}
 	for _, c := range append(cs, opts.Instruments.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
