@@ -141,20 +141,27 @@ func trustedLockDir(dir string) error {
 }
 
 // lock takes uid's lock file, or reports false when another pool holds it.
-func (p *Pool) lock(uid int) (*os.File, bool, error) {
+// fresh reports that the file did not exist: no pool has handed the uid out
+// since the lock dir was made (at boot, /run being a tmpfs), so no process
+// can run under it.
+func (p *Pool) lock(uid int) (f *os.File, ok, fresh bool, err error) {
 	path := fmt.Sprintf("%s/%d", p.lockDir, uid)
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fresh = err == nil
+	if errors.Is(err, unix.EEXIST) {
+		fd, err = unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
-		return nil, false, fmt.Errorf("uids: lock %s: %w", path, err)
+		return nil, false, false, fmt.Errorf("uids: lock %s: %w", path, err)
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		unix.Close(fd)
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, false, nil
+			return nil, false, false, nil
 		}
-		return nil, false, fmt.Errorf("uids: lock %s: %w", path, err)
+		return nil, false, false, fmt.Errorf("uids: lock %s: %w", path, err)
 	}
-	return os.NewFile(uintptr(fd), path), true, nil
+	return os.NewFile(uintptr(fd), path), true, fresh, nil
 }
 
 // Range is the pool's range.
@@ -170,7 +177,8 @@ func (p *Pool) Free() int {
 
 // Acquire returns a uid no process of this pool or of another on the
 // machine runs under, or ErrExhausted. Whatever still runs under it (left
-// by a daemon that died) is killed first.
+// by a daemon that died) is killed first; a uid no pool has locked since
+// the lock dir was made has nothing to kill, and is handed out at once.
 func (p *Pool) Acquire() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -183,12 +191,16 @@ func (p *Pool) Acquire() (int, error) {
 		if p.used[uid] != nil {
 			continue
 		}
-		f, ok, err := p.lock(uid)
+		f, ok, fresh, err := p.lock(uid)
 		if err != nil {
 			return 0, err
 		}
 		if !ok {
 			continue // another daemon's
+		}
+		if fresh {
+			p.used[uid] = f
+			return uid, nil
 		}
 		if err := KillAll(uid); err != nil {
 			f.Close()

@@ -102,6 +102,49 @@ func TestKillAll(t *testing.T) {
 	}
 }
 
+// A uid no pool has locked since the lock dir was made is handed out
+// without a kill (nothing a pool started can run under it); once its lock
+// file exists, every Acquire kills what runs under it first. The process
+// started here under a fresh uid stands for nothing a pool could have
+// started: it is how the test sees which Acquire killed.
+func TestAcquireKillsOnlyOnceLocked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("starting a process under another uid needs root")
+	}
+	r := Range{DefaultFirst + 300100, 1}
+	p := &Pool{r: r, lockDir: t.TempDir(), used: map[int]*os.File{}, next: r.First}
+	stray := func() *exec.Cmd {
+		cmd := exec.Command("/bin/sleep", "60")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(r.First), Gid: uint32(r.First)}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	first := stray()
+	uid, err := p.Acquire()
+	if err != nil || uid != r.First {
+		t.Fatalf("Acquire = %d, %v; want %d", uid, err, r.First)
+	}
+	if err := first.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the Acquire of a fresh uid killed: %v", err)
+	}
+	if err := p.Release(uid); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Wait(); err == nil {
+		t.Fatal("Release left a process of the uid alive")
+	}
+	second := stray()
+	if _, err := p.Acquire(); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Wait(); err == nil {
+		t.Fatal("the Acquire of a uid locked before left a process of it alive")
+	}
+}
+
 // A process that forks its successor and exits, over and over, is a
 // walker a scan of /proc can miss (the scan lists the pids, the parent
 // forks and exits before the scan looks at it, the child is not listed).
@@ -142,5 +185,35 @@ func TestFirstIn(t *testing.T) {
 	}
 	if name, _, err := firstIn(path, Range{70002, 10}); err != nil || name != "" {
 		t.Fatalf("firstIn past the account = %q, %v; want none", name, err)
+	}
+}
+
+// BenchmarkAcquireRelease: a task's uid, handed out and back, on a fresh
+// uid (no kill at Acquire) and on one locked before (a kill at both ends).
+// The ratio of the two is the cost of a kill.
+func BenchmarkAcquireRelease(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("a pool is a root daemon's")
+	}
+	for _, c := range []struct {
+		name  string
+		fresh bool
+	}{{"fresh", true}, {"reused", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := Range{DefaultFirst + 310000, MaxCount}
+			p := &Pool{r: r, lockDir: b.TempDir(), used: map[int]*os.File{}, next: r.First}
+			if !c.fresh {
+				p.r.Count = 1
+			}
+			for b.Loop() {
+				uid, err := p.Acquire()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Release(uid); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
