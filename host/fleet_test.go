@@ -145,8 +145,8 @@ func getTaskOf(t *testing.T, st *store.Store, id string) store.Task {
 func TestFleetCrossHostCancel(t *testing.T) {
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
-		a := newFleetHost(t, dir, "host-a", quick)
-		b := newFleetHost(t, dir, "host-b", quick)
+		a := newFleetHost(t, dir, "host-a", quickLongLease)
+		b := newFleetHost(t, dir, "host-b", quickLongLease)
 		started, causes := blockedStep(a.exe)
 		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
 		if err != nil {
@@ -161,7 +161,7 @@ func TestFleetCrossHostCancel(t *testing.T) {
 		if cause := recv(t, causes, "A's step context cancelled"); !errors.Is(cause, errUserCancelled) {
 			t.Fatalf("A's step ended with %v, want the user's cancel", cause)
 		}
-		t.Logf("cross-host cancel reached A's step in %s (poll %s)", time.Since(t0), quick.Poll)
+		t.Logf("cross-host cancel reached A's step in %s (poll %s)", time.Since(t0), quickLongLease.Poll)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := a.r.Wait(ctx, task.ID); err != nil {
@@ -367,8 +367,8 @@ func TestFleetTakeover(t *testing.T) {
 func TestFleetWatchFromOtherHost(t *testing.T) {
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
-		a := newFleetHost(t, dir, "host-a", quick)
-		b := newFleetHost(t, dir, "host-b", quick)
+		a := newFleetHost(t, dir, "host-a", quickLongLease)
+		b := newFleetHost(t, dir, "host-b", quickLongLease)
 		started, _ := blockedStep(a.exe)
 		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`)})
 		if err != nil {
