@@ -193,50 +193,54 @@ func (m *merger) entry(upper, ws int, path, name string) error {
 		}
 		return nil
 	case unix.S_IFDIR:
-		sub, err := unix.Openat(upper, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
-		if err != nil {
-			return fmt.Errorf("merge %s: %w", path, err)
-		}
-		defer unix.Close(sub)
-		// Opaque: the command replaced the directory; what it held is gone.
-		if exists && (!oldIsDir || isOpaque(sub)) {
-			if err := m.remove(ws, name, path); err != nil {
-				return err
-			}
-			exists = false
-		}
-		if m.dry && !exists {
-			return m.dir(sub, -1, path)
-		}
-		if !exists {
-			if err := unix.Mkdirat(ws, name, mode); err != nil {
-				return fmt.Errorf("merge %s: %w", path, err)
-			}
-		}
-		if m.dry {
-			wsub, err := unix.Openat(ws, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
-			if err != nil {
-				return fmt.Errorf("merge %s: %w", path, err)
-			}
-			defer unix.Close(wsub)
-			return m.dir(sub, wsub, path)
-		}
-		wsub, err := unix.Openat(ws, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
-		if err != nil {
-			return fmt.Errorf("merge %s: %w", path, err)
-		}
-		defer unix.Close(wsub)
-		if err := m.dir(sub, wsub, path); err != nil {
-			return err
-		}
-		if err := unix.Fchmod(wsub, mode); err != nil {
-			return fmt.Errorf("merge %s: %w", path, err)
-		}
-		return unix.UtimesNanoAt(ws, name, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+		return m.mergeDir(upper, ws, name, path, &st, mode, exists, oldIsDir)
 	case unix.S_IFREG, unix.S_IFLNK, unix.S_IFIFO:
+		return m.mergeFile(upper, ws, name, path, &st, mode, exists, oldIsDir)
 	default:
 		return nil // a socket: nothing to keep of it
 	}
+}
+
+// mergeDir merges upper's directory name into ws's (made when missing;
+// replaced when the command made it opaque or ws holds no directory there).
+func (m *merger) mergeDir(upper, ws int, name, path string, st *unix.Stat_t, mode uint32, exists, oldIsDir bool) error {
+	sub, err := unix.Openat(upper, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("merge %s: %w", path, err)
+	}
+	defer unix.Close(sub)
+	// Opaque: the command replaced the directory; what it held is gone.
+	if exists && (!oldIsDir || isOpaque(sub)) {
+		if err := m.remove(ws, name, path); err != nil {
+			return err
+		}
+		exists = false
+	}
+	if m.dry && !exists {
+		return m.dir(sub, -1, path)
+	}
+	if !exists {
+		if err := unix.Mkdirat(ws, name, mode); err != nil {
+			return fmt.Errorf("merge %s: %w", path, err)
+		}
+	}
+	wsub, err := unix.Openat(ws, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("merge %s: %w", path, err)
+	}
+	defer unix.Close(wsub)
+	if err := m.dir(sub, wsub, path); err != nil || m.dry {
+		return err
+	}
+	if err := unix.Fchmod(wsub, mode); err != nil {
+		return fmt.Errorf("merge %s: %w", path, err)
+	}
+	return unix.UtimesNanoAt(ws, name, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// mergeFile puts a copy of upper's file, symlink or FIFO name over ws's,
+// by a rename; a dry run counts its bytes and removes what it replaces.
+func (m *merger) mergeFile(upper, ws int, name, path string, st *unix.Stat_t, mode uint32, exists, oldIsDir bool) error {
 	if m.dry {
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			m.added += st.Size
@@ -247,7 +251,7 @@ func (m *merger) entry(upper, ws int, path, name string) error {
 		return nil
 	}
 	tmp := mergeTmpPrefix + rand.Text()
-	if err := m.place(upper, ws, name, tmp, &st, mode); err != nil {
+	if err := m.place(upper, ws, name, tmp, st, mode); err != nil {
 		_ = unix.Unlinkat(ws, tmp, 0)
 		return fmt.Errorf("merge %s: %w", path, err)
 	}

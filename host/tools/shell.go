@@ -78,62 +78,18 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 		return Result{}, fmt.Errorf("pipe: %w", err)
 	}
 	defer pr.Close()
-
-	var cmd *exec.Cmd
-	var v1 *cgroups.Cgroups1
-	var disk *workspaceDisk
-	cmdUID := 0
-	if r.confine != nil {
-		uid, handBack, err := r.ownUID(dir)
-		if err != nil {
-			pw.Close()
-			return Result{}, err
-		}
-		cmdUID = uid
-		// After the container's release below: every process of the
-		// command is gone before its files change hands.
-		defer handBack()
-		if r.v1 != nil {
-			if v1, err = r.v1.New("cmd-", r.limits); err != nil {
-				pw.Close()
-				return Result{}, err
-			}
-			// After the merge and the tmpfs's close: the tmpfs's pages are
-			// charged to the command's memory cgroup.
-			defer func() {
-				if err := v1.Release(); err != nil {
-					r.log.Error("shell.run: a command's cgroups not removed", "error", err)
-				}
-			}()
-		}
-		if r.diskWhy == "" {
-			// After ownUID: the overlay's root takes the workspace's owner.
-			if disk, err = newDisk(ctx, dir); err != nil {
-				pw.Close()
-				return Result{}, err
-			}
-			defer disk.close()
-		}
-		var join []string
-		if v1 != nil {
-			join = v1.Join()
-		}
-		if cmd, err = r.confine.command(dir, command, uid, join, disk); err != nil {
-			pw.Close()
-			return Result{}, err
-		}
-	} else {
-		cmd = exec.Command("/bin/sh", "-c", command)
-		cmd.Dir = dir
+	job, err := r.prepareShell(ctx, dir, command)
+	if err != nil {
+		pw.Close()
+		return Result{}, err
 	}
-	// TMPDIR: a confined command can write nowhere but its workspace.
-	cmd.Env = []string{"PATH=" + shellPath, "HOME=" + dir, "TMPDIR=" + dir, "LANG=C"}
+	defer job.close()
+	cmd := job.cmd
 	// stdin stays nil, which is /dev/null. stdout and stderr share one
 	// pipe, so the output keeps its interleaving. Being an *os.File, it is
 	// handed to the child as is: Wait returns when the shell exits, not
 	// when every process holding the pipe has closed it.
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	box, err := r.newContainer()
 	if err != nil {
 		pw.Close()
@@ -165,20 +121,63 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 	// which on a loaded machine can take a while.
 	stopKill := context.AfterFunc(ctx, box.kill)
 	defer stopKill()
-	watch := watchLimits(box, v1, disk)
+	watch := watchLimits(box, job.v1, job.disk)
 
-	out := &tailBuffer{limit: MaxShellOutputBytes}
-	copied := make(chan struct{})
+	out := readTail(pr)
+	werr, stopped := waitShell(ctx, cmd, box)
+	limit := watch.End()
+	discarded, serr := job.settle(ctx, box, dir)
+	if stopped == nil {
+		stopped = serr
+	}
+	if discarded {
+		limit = limitDisk
+	}
+	if stopped == nil && r.isClosed() {
+		closed = true // Close killed it: its exit status says nothing of the command
+	}
+	out.finish()
+	if stopped != nil {
+		return Result{}, stopped
+	}
+	if closed {
+		return Result{}, ErrClosed
+	}
+	return shellResult(werr, out.buf, limit, discarded)
+}
+
+// outputTail reads a command's output pipe into a tailBuffer.
+type outputTail struct {
+	pr   *os.File
+	buf  *tailBuffer
+	done chan struct{}
+}
+
+func readTail(pr *os.File) *outputTail {
+	o := &outputTail{pr: pr, buf: &tailBuffer{limit: MaxShellOutputBytes}, done: make(chan struct{})}
 	go func() {
-		defer close(copied)
+		defer close(o.done)
 		// A read error (the drain deadline) ends the output; what was
 		// read is kept.
-		_, _ = io.Copy(out, pr)
+		_, _ = io.Copy(o.buf, pr)
 	}()
+	return o
+}
+
+// finish reads on for at most pipeDrainGrace, then stops.
+func (o *outputTail) finish() {
+	if err := o.pr.SetReadDeadline(time.Now().Add(pipeDrainGrace)); err != nil {
+		o.pr.Close() // no deadline support: closing also ends the read
+	}
+	<-o.done
+}
+
+// waitShell waits for the shell to exit, killing its container first when
+// ctx ends. werr is the shell's exit; stopped is ctx's cause when ctx
+// ended, whatever the exit status says.
+func waitShell(ctx context.Context, cmd *exec.Cmd, box container) (werr, stopped error) {
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-
-	var werr, stopped error
 	select {
 	case werr = <-waited:
 	case <-ctx.Done():
@@ -190,76 +189,140 @@ func (r *Registry) runShell(ctx context.Context, dir, command string) (Result, e
 		// may have been reaped first: either way the exit status is the
 		// kill's, not the command's, and nothing is known of how far it
 		// got.
-		stopped = context.Cause(ctx)
+		return werr, context.Cause(ctx)
 	}
-	limit := watch.End()
-	// The shell is gone; whatever it started would hold the pipe and run
-	// on, unbounded. Release kills all of it.
+	return werr, nil
+}
+
+// shellJob is a command ready to start: its exec.Cmd and, when confined,
+// its uid, v1 cgroups and workspace disk, with what undoes each.
+type shellJob struct {
+	cmd  *exec.Cmd
+	uid  int // 0: the daemon's own (unconfined)
+	v1   *cgroups.Cgroups1
+	disk *workspaceDisk
+	// undo runs in reverse order at close: the disk's tmpfs is closed
+	// before the v1 cgroups its pages are charged to are removed, and the
+	// workspace changes hands back last, once every process is gone.
+	undo []func()
+}
+
+func (j *shellJob) close() {
+	for i := len(j.undo) - 1; i >= 0; i-- {
+		j.undo[i]()
+	}
+}
+
+// prepareShell makes the command's job: unconfined, /bin/sh in dir; else
+// the confined trampoline under a uid of its own, in its v1 cgroups and
+// over its bounded disk where those exist. On an error nothing is left.
+func (r *Registry) prepareShell(ctx context.Context, dir, command string) (_ *shellJob, err error) {
+	j := &shellJob{}
+	defer func() {
+		if err != nil {
+			j.close()
+			return
+		}
+		// TMPDIR: a confined command can write nowhere but its workspace.
+		j.cmd.Env = []string{"PATH=" + shellPath, "HOME=" + dir, "TMPDIR=" + dir, "LANG=C"}
+		j.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	}()
+	if r.confine == nil {
+		j.cmd = exec.Command("/bin/sh", "-c", command)
+		j.cmd.Dir = dir
+		return j, nil
+	}
+	uid, handBack, err := r.ownUID(dir)
+	if err != nil {
+		return nil, err
+	}
+	j.uid = uid
+	j.undo = append(j.undo, handBack)
+	if r.v1 != nil {
+		if j.v1, err = r.v1.New("cmd-", r.limits); err != nil {
+			return nil, err
+		}
+		v1 := j.v1
+		j.undo = append(j.undo, func() {
+			if err := v1.Release(); err != nil {
+				r.log.Error("shell.run: a command's cgroups not removed", "error", err)
+			}
+		})
+	}
+	if r.diskWhy == "" {
+		// After ownUID: the overlay's root takes the workspace's owner.
+		if j.disk, err = newDisk(ctx, dir); err != nil {
+			return nil, err
+		}
+		j.undo = append(j.undo, j.disk.close)
+	}
+	var join []string
+	if j.v1 != nil {
+		join = j.v1.Join()
+	}
+	if j.cmd, err = r.confine.command(dir, command, uid, join, j.disk); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// settle ends whatever of the command still runs once its shell exited and
+// keeps its writes: the container is released (every process in it
+// killed), the v1 cgroups emptied, and the disk's upper layer merged into
+// the workspace — even after a timeout or a cancel, as on a disk of its
+// own — unless a process of the command could still change it. discarded
+// reports writes the workspace's limit refused whole.
+func (j *shellJob) settle(ctx context.Context, box container, dir string) (discarded bool, err error) {
 	relErr := box.release()
-	if relErr != nil && stopped == nil {
-		stopped = relErr
-	}
-	if v1 != nil {
+	err = relErr
+	if j.v1 != nil {
 		// Without cgroup2 (a session container) the v1 cgroups are the
 		// only complete list of the command's processes.
-		v1.Kill()
+		j.v1.Kill()
 	}
-	var discarded bool
 	// A command whose container could not be emptied keeps nothing: what
 	// still runs of it could change its upper layer under the merge.
-	merge := disk != nil && relErr == nil
-	if merge && cmdUID > 0 {
+	merge := j.disk != nil && relErr == nil
+	if merge && j.uid > 0 {
 		// Nothing of the command may change its upper layer while it is
 		// merged: not even a process the container did not hold.
-		if err := uids.KillAll(cmdUID); err != nil {
-			merge = false
-			if stopped == nil {
-				stopped = fmt.Errorf("processes of the command's uid survive; its writes are not kept: %w", err)
-			}
+		if kerr := uids.KillAll(j.uid); kerr != nil {
+			return false, fmt.Errorf("processes of the command's uid survive; its writes are not kept: %w", kerr)
 		}
 	}
-	if merge {
-		// Even after a timeout or a cancel: what the command wrote until
-		// then stays, as it would on a disk of its own.
-		var err error
-		if discarded, err = disk.merge(context.WithoutCancel(ctx), dir); err != nil && stopped == nil {
-			stopped = fmt.Errorf("merge the command's writes into its workspace: %w", err)
-		}
-		if discarded {
-			limit = limitDisk
-		}
+	if !merge {
+		return false, err
 	}
-	if stopped == nil && r.isClosed() {
-		closed = true // Close killed it: its exit status says nothing of the command
+	discarded, merr := j.disk.merge(context.WithoutCancel(ctx), dir)
+	if merr != nil {
+		return discarded, fmt.Errorf("merge the command's writes into its workspace: %w", merr)
 	}
-	if err := pr.SetReadDeadline(time.Now().Add(pipeDrainGrace)); err != nil {
-		pr.Close() // no deadline support: closing also ends the read
-	}
-	<-copied
-	if stopped != nil {
-		return Result{}, stopped
-	}
-	if closed {
-		return Result{}, ErrClosed
-	}
+	return discarded, nil
+}
 
-	res := struct {
-		ExitCode int    `json:"exit_code"`
-		Signal   string `json:"signal,omitempty"`
-		// Limit names the bound that ended the command: "memory",
-		// "processes" or "disk" (its cgroup or its workspace's
-		// filesystem; the command was ended whole when it reached it), or
-		// the rlimit a signal of the shell (or of the child whose 128+N
-		// it exits with) reports: "cpu" (SIGXCPU, max_cpu_seconds),
-		// "file_size" (SIGXFSZ, max_file_mb).
-		Limit string `json:"limit,omitempty"`
-		// ChangesDiscarded: the command's writes would have taken the
-		// workspace past its limit, and none of them was kept.
-		ChangesDiscarded bool   `json:"changes_discarded,omitempty"`
-		Output           string `json:"output"`
-		Truncated        bool   `json:"truncated"`
-		OutputBytes      int64  `json:"output_bytes"`
-	}{OutputBytes: out.total, ChangesDiscarded: discarded}
+// shellOutcome is shell.run's result as the model reads it.
+type shellOutcome struct {
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	// Limit names the bound that ended the command: "memory",
+	// "processes" or "disk" (its cgroup or its workspace's
+	// filesystem; the command was ended whole when it reached it), or
+	// the rlimit a signal of the shell (or of the child whose 128+N
+	// it exits with) reports: "cpu" (SIGXCPU, max_cpu_seconds),
+	// "file_size" (SIGXFSZ, max_file_mb).
+	Limit string `json:"limit,omitempty"`
+	// ChangesDiscarded: the command's writes would have taken the
+	// workspace past its limit, and none of them was kept.
+	ChangesDiscarded bool   `json:"changes_discarded,omitempty"`
+	Output           string `json:"output"`
+	Truncated        bool   `json:"truncated"`
+	OutputBytes      int64  `json:"output_bytes"`
+}
+
+// shellResult is the result of a shell that exited with werr (nil: status
+// 0), its output out, and the bound that ended it, if any.
+func shellResult(werr error, out *tailBuffer, limit string, discarded bool) (Result, error) {
+	res := shellOutcome{OutputBytes: out.total, ChangesDiscarded: discarded}
 	if werr != nil {
 		ee, ok := errors.AsType[*exec.ExitError](werr)
 		if !ok {

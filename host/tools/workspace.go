@@ -334,38 +334,13 @@ func (c *call) writeFile(ctx context.Context, root *os.Root, p, rel, content str
 			return failure(p, err)
 		}
 	}
-	var old int64
-	mode := fs.FileMode(0o600)
-	fi, err := root.Lstat(rel)
-	switch {
-	case err == nil && fi.Mode().IsRegular():
-		old, mode = fi.Size(), fi.Mode().Perm()
-	case err == nil && fi.IsDir():
-		return errorResult(p + ": is a directory"), nil
-	case err == nil:
-		return errorResult(p + ": not a regular file"), nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return failure(p, err)
-	}
-	// The file's idempotency keys go with every write of it, keyed or
-	// not, so a keyed write repeated after others is still known.
-	var keys []string
-	if fi != nil && fi.Mode().IsRegular() {
-		f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-		if err != nil {
-			return failure(p, err)
-		}
-		keys, err = fileKeys(f)
-		f.Close()
-		// Only a keyed write depends on them; an unkeyed one goes on
-		// without (the file then forgets its keys).
-		if err != nil && c.key != "" {
-			return Result{}, fmt.Errorf("read the idempotency keys of %s: %w", p, err)
-		}
+	t, res, err := c.writeTargetOf(root, p, rel)
+	if res != nil || err != nil {
+		return *res, err
 	}
 	if c.key != "" {
 		kw := newKeyedWrite(c.key, content, appendMode)
-		done, err := kw.applied(keys)
+		done, err := kw.applied(t.keys)
 		if err != nil {
 			return Result{}, c.argErr("idempotency_key", "%v", err)
 		}
@@ -375,24 +350,82 @@ func (c *call) writeFile(ctx context.Context, root *os.Root, p, rel, content str
 				Deduplicated bool `json:"deduplicated"`
 			}{len(content), true})}, nil
 		}
-		keys = append(keys, kw.line())
+		t.keys = append(t.keys, kw.line())
 	}
 	size := int64(len(content))
 	if appendMode {
-		size += old
+		size += t.old
 	}
 	used, err := usage(ctx, root)
 	if err != nil {
 		return Result{}, fmt.Errorf("measure workspace: %w", err)
 	}
-	if total := used - old + size; total > MaxWorkspaceBytes {
+	if total := used - t.old + size; total > MaxWorkspaceBytes {
 		return Result{}, c.argErr("content", "would bring the workspace to %d bytes; the limit is %d", total, MaxWorkspaceBytes)
 	}
+	if !appendMode {
+		t.old = 0 // nothing of it is copied
+	}
+	if res, err := c.replaceFile(root, p, rel, content, t); res != nil || err != nil {
+		return *res, err
+	}
+	return Result{Output: mustJSON(struct {
+		Written int `json:"written"`
+	}{len(content)})}, nil
+}
 
-	tmpName := path.Join(dir, ".taskhost-"+rand.Text()+".tmp")
+// writeTarget is what a write keeps of the file it replaces: its size
+// (the bytes an append copies), its mode and its idempotency keys.
+type writeTarget struct {
+	old  int64
+	mode fs.FileMode
+	keys []string
+}
+
+// writeTargetOf reads the file at rel a write replaces, if any. A result
+// is the model's error (a directory, not a regular file); an error, the
+// call's.
+func (c *call) writeTargetOf(root *os.Root, p, rel string) (writeTarget, *Result, error) {
+	t := writeTarget{mode: 0o600}
+	fail := func(res Result, err error) (writeTarget, *Result, error) { return t, &res, err }
+	fi, err := root.Lstat(rel)
+	switch {
+	case err == nil && fi.Mode().IsRegular():
+		t.old, t.mode = fi.Size(), fi.Mode().Perm()
+	case err == nil && fi.IsDir():
+		return fail(errorResult(p+": is a directory"), nil)
+	case err == nil:
+		return fail(errorResult(p+": not a regular file"), nil)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fail(failure(p, err))
+	default:
+		return t, nil, nil
+	}
+	// The file's idempotency keys go with every write of it, keyed or
+	// not, so a keyed write repeated after others is still known.
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fail(failure(p, err))
+	}
+	t.keys, err = fileKeys(f)
+	f.Close()
+	// Only a keyed write depends on them; an unkeyed one goes on
+	// without (the file then forgets its keys).
+	if err != nil && c.key != "" {
+		return fail(Result{}, fmt.Errorf("read the idempotency keys of %s: %w", p, err))
+	}
+	return t, nil, nil
+}
+
+// replaceFile writes a temporary file in rel's directory — t.old bytes of
+// rel, then content, with t's mode and keys — syncs it and renames it over
+// rel. A result or an error is the write's failure, and nothing changed.
+func (c *call) replaceFile(root *os.Root, p, rel, content string, t writeTarget) (*Result, error) {
+	fail := func(res Result, err error) (*Result, error) { return &res, err }
+	tmpName := path.Join(path.Dir(rel), ".taskhost-"+rand.Text()+".tmp")
 	tmp, err := root.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return failure(p, err)
+		return fail(failure(p, err))
 	}
 	committed := false
 	defer func() {
@@ -401,43 +434,41 @@ func (c *call) writeFile(ctx context.Context, root *os.Root, p, rel, content str
 			root.Remove(tmpName)
 		}
 	}()
-	if appendMode && old > 0 {
+	if t.old > 0 {
 		src, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
-			return failure(p, err)
+			return fail(failure(p, err))
 		}
 		// Copy no more than was measured, so a file growing meanwhile
 		// cannot take the workspace past its limit.
-		_, err = io.Copy(tmp, io.LimitReader(src, old))
+		_, err = io.Copy(tmp, io.LimitReader(src, t.old))
 		src.Close()
 		if err != nil {
-			return Result{}, fmt.Errorf("copy for append: %w", err)
+			return fail(Result{}, fmt.Errorf("copy for append: %w", err))
 		}
 	}
 	if _, err := tmp.WriteString(content); err != nil {
-		return Result{}, fmt.Errorf("write: %w", err)
+		return fail(Result{}, fmt.Errorf("write: %w", err))
 	}
 	// Keep the mode of the file being replaced (a script made executable
 	// stays executable); the umask must not change it either.
-	if err := tmp.Chmod(mode); err != nil {
-		return Result{}, fmt.Errorf("chmod: %w", err)
+	if err := tmp.Chmod(t.mode); err != nil {
+		return fail(Result{}, fmt.Errorf("chmod: %w", err))
 	}
-	if err := setFileKeys(tmp, keys); err != nil && c.key != "" {
-		return Result{}, fmt.Errorf("record the idempotency keys of %s: %w", p, err)
+	if err := setFileKeys(tmp, t.keys); err != nil && c.key != "" {
+		return fail(Result{}, fmt.Errorf("record the idempotency keys of %s: %w", p, err))
 	}
 	if err := tmp.Sync(); err != nil {
-		return Result{}, fmt.Errorf("sync: %w", err)
+		return fail(Result{}, fmt.Errorf("sync: %w", err))
 	}
 	if err := tmp.Close(); err != nil {
-		return Result{}, fmt.Errorf("close: %w", err)
+		return fail(Result{}, fmt.Errorf("close: %w", err))
 	}
 	if err := root.Rename(tmpName, rel); err != nil {
-		return failure(p, err)
+		return fail(failure(p, err))
 	}
 	committed = true
-	return Result{Output: mustJSON(struct {
-		Written int `json:"written"`
-	}{len(content)})}, nil
+	return nil, nil
 }
 
 // usage returns the total size of the regular files in the workspace.
