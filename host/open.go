@@ -175,6 +175,11 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// The data dir is locked: what a dead daemon left of its plugins' run
+	// dirs (their tmpfs) is nobody's now.
+	if n := plugin.SweepRunDirs(filepath.Join(dir, SocketDirName)); n > 0 {
+		log.Info("plugin run dirs a previous daemon left removed", "count", n)
+	}
 	h.Registry, err = plugin.NewRegistry(plugin.PluginOptions{
 		UIDs:         pool,
 		SocketDir:    filepath.Join(dir, SocketDirName),

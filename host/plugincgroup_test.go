@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -257,4 +258,55 @@ func TestStalePluginCgroupsSwept(t *testing.T) {
 			t.Errorf("stale %s: %v, want it removed", d, err)
 		}
 	}
+}
+
+// A plugin under a uid of its own that fills its TMPDIR stops at its run
+// dir's tmpfs ([confinement] disk_mb) with ENOSPC, its task failing with
+// the error, while another task runs on; the tmpfs is gone with the
+// plugin. Before the run dir was a tmpfs, the 48 MiB landed on the system
+// temp dir's filesystem and the task completed.
+func TestOwnUIDPluginDiskIsBounded(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a root daemon runs plugins under uids of their own, in run dirs it mounts")
+	}
+	h := openHost(t, "", func(c *config.Config) { c.Confinement.DiskMB = 16 })
+	ctx := context.Background()
+	filler, err := h.Runner.Create(ctx, alice, CreateRequest{Executor: "testexec", Spec: spec(t, "fill", map[string]any{"fill_tmp_mb": 48})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bystander, err := h.Runner.Create(ctx, alice, CreateRequest{Executor: "testexec", Spec: spec(t, "bystander", map[string]any{"steps": 2, "fill_tmp_mb": 4})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitEnd(t, h, alice, filler.ID)
+	wantStatus(t, got, store.StatusFailed, store.ReasonExecutorFailed)
+	if !strings.Contains(got.Message, "no space left on device") {
+		t.Errorf("the filler failed with %q, want ENOSPC", got.Message)
+	}
+	wantStatus(t, waitEnd(t, h, alice, bystander.ID), store.StatusCompleted, store.ReasonNone)
+	// Pre-started plugins keep theirs until the host closes.
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 15*time.Second, "no tmpfs of this daemon's plugin run dirs left mounted", func() bool {
+		return len(runDirMounts(t, h)) == 0
+	})
+}
+
+// runDirMounts lists the mount points of h's plugins' run dirs.
+func runDirMounts(t *testing.T, h *Host) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := filepath.Join(os.TempDir(), plugin.RunDirPrefix(filepath.Join(h.DataDir, SocketDirName)))
+	var mounts []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], prefix) {
+			mounts = append(mounts, f[4])
+		}
+	}
+	return mounts
 }

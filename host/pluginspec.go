@@ -33,6 +33,7 @@ func confinementFrom(c config.Confinement, ex config.Executor) plugin.Confinemen
 			Pids:        int(pick(ex.MaxProcesses, c.MaxProcesses)),
 			CPUPercent:  int(pick(ex.CPUPercent, c.CPUPercent)),
 		},
+		DiskBytes:    int64(pick(ex.DiskMB, c.DiskMB)) << 20,
 		User:         ex.User,
 		OwnUID:       ex.User == "",
 		ReadWrite:    ex.ReadWrite,

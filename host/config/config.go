@@ -213,6 +213,8 @@ type Executor struct {
 	// 0 (or absent) takes [confinement]'s.
 	MemoryMB   int `toml:"memory_mb"`   // 64..1048576
 	CPUPercent int `toml:"cpu_percent"` // 1..6400 (% of one CPU)
+	// DiskMB bounds the plugin's run dir (a tmpfs); 0 takes [confinement]'s.
+	DiskMB int `toml:"disk_mb"` // 16..1048576
 	// User, when set, runs the plugin as this local user (by name).
 	User string `toml:"user"`
 	// ReadWrite are absolute paths the plugin may read and write besides its
@@ -299,6 +301,7 @@ func Default() Config {
 			MaxProcesses:      4096,
 			MemoryMB:          2048,
 			CPUPercent:        100,
+			DiskMB:            1024,
 			UIDFirst:          uids.DefaultFirst,
 			UIDCount:          uids.DefaultCount,
 		},

@@ -24,6 +24,9 @@ type Confinement struct {
 	// of its own (internal/cgroups), where the daemon may make one.
 	MemoryMB   int `toml:"memory_mb"`   // memory limit, 64..1048576, default 2048
 	CPUPercent int `toml:"cpu_percent"` // CPU bandwidth, % of one CPU, 1..6400, default 100
+	// DiskMB bounds what a plugin under a uid of its own writes beneath
+	// its run dir (HOME, TMPDIR, its socket dir): a tmpfs of this size.
+	DiskMB int `toml:"disk_mb"` // 16..1048576, default 1024
 	// UIDFirst and UIDCount are the range of uids a root daemon runs each
 	// shell.run command under, one per command (internal/uids); UIDCount
 	// 0 runs them as the daemon's uid.
@@ -38,6 +41,7 @@ const (
 	minProcesses, maxProcesses           = 16, 65536
 	minMemoryMB, maxMemoryMB             = 64, 1 << 20
 	minCPUPercent, maxCPUPercent         = 1, 6400
+	minDiskMB, maxDiskMB                 = 16, 1 << 20
 	maxExecutorReadWrite                 = 8
 	maxUserBytes                         = 32
 )
@@ -50,6 +54,7 @@ func (c Confinement) validate(ps *problems) {
 	ps.intRange("confinement.max_processes", c.MaxProcesses, minProcesses, maxProcesses)
 	ps.intRange("confinement.memory_mb", c.MemoryMB, minMemoryMB, maxMemoryMB)
 	ps.intRange("confinement.cpu_percent", c.CPUPercent, minCPUPercent, maxCPUPercent)
+	ps.intRange("confinement.disk_mb", c.DiskMB, minDiskMB, maxDiskMB)
 	ps.intRange("confinement.uid_count", c.UIDCount, 0, uids.MaxCount)
 	if c.UIDCount > 0 && c.UIDCount <= uids.MaxCount {
 		// The range's last uid stays at uids.MaxLast at most.
@@ -68,6 +73,7 @@ func validateExecutorConfinement(name string, ex Executor, ps *problems) {
 		{"max_processes", ex.MaxProcesses, minProcesses, maxProcesses},
 		{"memory_mb", ex.MemoryMB, minMemoryMB, maxMemoryMB},
 		{"cpu_percent", ex.CPUPercent, minCPUPercent, maxCPUPercent},
+		{"disk_mb", ex.DiskMB, minDiskMB, maxDiskMB},
 	} {
 		if l.v != 0 { // 0: [confinement]'s default
 			ps.intRange(executorKey(name, l.key), l.v, l.lo, l.hi)

@@ -69,6 +69,7 @@ var intKeys = []struct {
 	{key: "confinement.max_processes", def: 4096, min: 16, max: 65536},
 	{key: "confinement.memory_mb", def: 2048, min: 64, max: 1048576},
 	{key: "confinement.cpu_percent", def: 100, min: 1, max: 6400},
+	{key: "confinement.disk_mb", def: 1024, min: 16, max: 1048576},
 	{key: "confinement.uid_first", def: 2000000000, min: 65536, max: 2147418111},
 	{key: "confinement.uid_count", def: 65536, min: 0, max: 1048576},
 	{key: "store.max_open_conns", def: 16, min: 2, max: 1000, minWith: "max_idle_conns = 0"},

@@ -260,13 +260,18 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			releaseUID()
 		}
 	}()
-	base, cleanup, err := runBase(opts.SocketDir, spec.Confine)
+	base, cleanup, bounded, err := runBase(opts.SocketDir, spec.Confine)
 	if err != nil {
 		return nil, err
 	}
+	if !bounded && cleanup != "" {
+		f.unboundedWarn.Do(func() {
+			opts.Logger.Warn("plugin run dirs not bounded: no tmpfs could be mounted on one (does the daemon lack CAP_SYS_ADMIN?); what a plugin writes beneath it is bounded by the filesystem only", "kind", spec.Kind, "dir", base)
+		})
+	}
 	privateDir, err := newPrivateDir(base, spec.Confine)
 	if err != nil {
-		os.RemoveAll(cleanup)
+		removeRunDir(cleanup)
 		return nil, err
 	}
 	if cleanup == "" {
@@ -275,7 +280,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	var seed *seedCache
 	if spec.Confine.SeedCache != "" && spec.Confine.UID > 0 {
 		if seed, err = newSeedCache(spec.Confine.SeedCache, filepath.Join(privateDir, "seed-cache"), spec.Confine.UID, spec.Confine.GID); err != nil {
-			os.RemoveAll(cleanup)
+			removeRunDir(cleanup)
 			return nil, &UnavailableError{Kind: spec.Kind, Check: "cache", Detail: err.Error()}
 		}
 		spec.Args = append(slices.Clip(spec.Args), spec.Confine.SeedCacheFlag, seed.copy)
@@ -350,7 +355,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 				detail += "; last stderr lines:\n" + tail
 			}
 		}
-		os.RemoveAll(cleanup)
+		removeRunDir(cleanup)
 		return nil, &UnavailableError{Kind: spec.Kind, Check: check, Detail: detail}
 	}
 	if _, err := client.Start(); err != nil {
@@ -476,7 +481,7 @@ func (c *executorClient) Stop() {
 		}
 		c.proc.stderr.flushDropped()
 		// Whatever the plugin left in its private dir goes with it.
-		os.RemoveAll(c.privateDir)
+		removeRunDir(c.privateDir)
 		// go-plugin's own clean-up (socket dir, goroutines) waits for every
 		// holder of the plugin's stderr; it must not hold up the host, but
 		// a closing registry waits for it (bounded).

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/user"
@@ -40,6 +41,10 @@ type Confinement struct {
 	// plugin by the flag SeedCacheFlag, and a probe's additions are kept
 	// (seedcache.go).
 	SeedCache, SeedCacheFlag string
+	// DiskBytes bounds what a plugin under a uid other than the daemon's
+	// writes beneath its run dir, a tmpfs of this size (rundisk.go); 0
+	// takes DefaultPluginDiskMB.
+	DiskBytes int64
 }
 
 // Default plugin rlimits, used where the configuration sets none.
@@ -47,6 +52,7 @@ const (
 	DefaultPluginAddressSpaceMB = 4096
 	DefaultPluginOpenFiles      = 1024
 	DefaultPluginProcesses      = 4096
+	DefaultPluginDiskMB         = 1024
 )
 
 // DefaultConfinement is the confinement of a kind the configuration says
@@ -124,19 +130,28 @@ func newPrivateDir(base string, c Confinement) (string, error) {
 // traverse. A plugin run as another user gets a fresh 0711 dir under the
 // system temp dir instead (its own dirs inside stay 0700 and its own), and
 // cleanup names it so that Stop removes it whole.
-func runBase(socketDir string, c Confinement) (base, cleanup string, err error) {
+//
+// That run dir is a tmpfs of c.DiskBytes where the daemon may mount one
+// (rundisk.go): what the plugin writes there is bounded, and a daemon
+// that died leaves it to the next start on the same data dir
+// (SweepRunDirs). Where no tmpfs can be mounted, bounded is false.
+func runBase(socketDir string, c Confinement) (base, cleanup string, bounded bool, err error) {
 	if c.UID == 0 {
-		return socketDir, "", nil
+		return socketDir, "", false, nil
 	}
-	base, err = os.MkdirTemp("", "taskhost-plugin-")
+	base, err = os.MkdirTemp("", RunDirPrefix(socketDir))
 	if err != nil {
-		return "", "", fmt.Errorf("plugin run dir: %w", err)
+		return "", "", false, fmt.Errorf("plugin run dir: %w", err)
 	}
-	if err := os.Chmod(base, 0o711); err != nil {
-		os.RemoveAll(base)
-		return "", "", fmt.Errorf("plugin run dir: %w", err)
+	bounded, err = mountRunDisk(base, cmp.Or(c.DiskBytes, DefaultPluginDiskMB<<20))
+	if err == nil {
+		err = os.Chmod(base, 0o711)
 	}
-	return base, base, nil
+	if err != nil {
+		removeRunDir(base)
+		return "", "", false, fmt.Errorf("plugin run dir: %w", err)
+	}
+	return base, base, bounded, nil
 }
 
 // ConfinementError says a plugin cannot be confined as required.

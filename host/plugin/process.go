@@ -37,6 +37,8 @@ type forker struct {
 	// plugin stopped (they remove its socket dir), so that a closing
 	// registry can wait for them.
 	cleanups sync.WaitGroup
+	// unboundedWarn says once that plugin run dirs get no tmpfs here.
+	unboundedWarn sync.Once
 }
 
 func newForker() *forker {

@@ -127,6 +127,9 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	if err := e.fork(ctx, o.ForkProcesses); err != nil {
 		return sdk.Fail("executor_failed", "testexec: "+err.Error()), nil
 	}
+	if err := fillTmp(o.FillTmpMB); err != nil {
+		return sdk.Fail("executor_failed", "testexec: fill_tmp_mb: "+err.Error()), nil
+	}
 	if o.IndeterminateFile != "" {
 		var b strings.Builder
 		for _, ef := range req.Indeterminate {
@@ -417,6 +420,25 @@ func (e *executor) hogMemory(mb int) {
 		}
 		e.hog = append(e.hog, b)
 	}
+}
+
+// fillTmp writes mb MiB to a new file in $TMPDIR.
+func fillTmp(mb int) error {
+	if mb == 0 {
+		return nil
+	}
+	f, err := os.CreateTemp("", "fill-")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for range mb {
+		if _, err := f.Write(chunk); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
 }
 
 // fork starts n "sleep 300" children, trying a refused fork again until

@@ -94,6 +94,10 @@
 //	                          lives (a fork loop); a refused fork is tried again
 //	                          every millisecond for 2 s, then the step fails
 //	                          ("testexec: fork refused after N children: ...").
+//	fill_tmp_mb       int     each step, after fork_processes, write this many
+//	                          MiB to a new file in $TMPDIR (a disk filler); a
+//	                          failed write fails the step ("testexec:
+//	                          fill_tmp_mb: ...").
 //
 // Attempts count from 1 across the task's life (the host's attempt index);
 // steps count completed steps from the checkpoint.

@@ -95,6 +95,9 @@ type options struct {
 	// process's life at the start of each step (a fork loop); a refused
 	// fork is tried again until forkRetry has passed, then the step fails.
 	ForkProcesses int `json:"fork_processes"`
+	// FillTmpMB MiB are written, each step, to a new file in $TMPDIR (a
+	// disk filler); a write that fails fails the step, naming the error.
+	FillTmpMB int `json:"fill_tmp_mb"`
 }
 
 // toolCall is a scripted tool call.
@@ -148,6 +151,7 @@ func (o options) validate() error {
 		{"kill_after_tool_at_attempt", o.KillAfterToolAtAttempt},
 		{"hog_memory_mb", o.HogMemoryMB},
 		{"fork_processes", o.ForkProcesses},
+		{"fill_tmp_mb", o.FillTmpMB},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("testexec.%s: must not be negative, got %d", f.name, f.v)
