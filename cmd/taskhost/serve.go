@@ -14,6 +14,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -163,21 +164,12 @@ type reloadFunc func(ctx context.Context) error
 // once the API is up.
 func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, ready chan<- string) int {
 	cfg := o.cfg
-	principals, err := resolvePrincipals(cfg.Principals)
-	if err != nil {
-		errorf(e, "%v", err)
-		return exitUsage
+	principals, gid, code := daemonIdentity(e, cfg)
+	if code != exitOK {
+		return code
 	}
-	gid := -1
-	if cfg.API.SocketGroup != "" {
-		if gid, err = lookupGroup(cfg.API.SocketGroup); err != nil {
-			errorf(e, "api.socket_group: %v", err)
-			return exitUsage
-		}
-	}
-
 	inst := metrics.NewInstruments() // counts from the start, whether or not /metrics is served
-	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: cfg, Logger: log, ExecutorDir: o.executorDir, Observer: inst, Version: version})
+	h, err := openDaemonHost(ctx, log, o, inst)
 	if err != nil {
 		if errors.Is(err, host.ErrDataDirLocked) {
 			errorf(e, "%v; a second daemon on the same data dir is refused", err)
@@ -196,6 +188,77 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 			log.Error("stop", "error", err)
 		}
 	}
+	var reloader api.ExecutorReloader
+	if o.loadConfig != nil {
+		reloader = configReloader{load: o.loadConfig, h: h, log: log}
+	}
+	srv, err := newAPIServer(h, cfg, principals, reloader, log)
+	if err != nil {
+		closeHost()
+		errorf(e, "%v", err)
+		return exitUnavailable
+	}
+	ln, err := listenDaemon(h, cfg, gid, inst, log)
+	if err != nil {
+		closeHost()
+		errorf(e, "%v", err)
+		return exitUnavailable
+	}
+	met := ln.met
+	srv.Serve(ln.unix)
+	tcpAddr := ""
+	if ln.tcp != nil {
+		srv.Serve(ln.tcp)
+		tcpAddr = ln.tcp.Addr().String()
+	}
+	met.serving()
+	log.Info("serving", "metrics", met.addr, "data_dir", h.DataDir, "socket", ln.unix.Addr().String(), "tcp", tcpAddr,
+		"principals", len(principals), "tokens", len(cfg.API.Tokens), "pid", os.Getpid(), "version", version)
+	if ready != nil {
+		ready <- ln.unix.Addr().String()
+	}
+
+	serveBackground(ctx, log, o, reloader, h.Runner, cfg.Tasks.RetentionDays)
+	log.Info("stopping: running tasks become interrupted (host_shutdown)")
+	sctx, cancel := stopCtx()
+	defer cancel()
+	met.stop(sctx)
+	// Tasks first, so their watchers see them interrupted; then the API;
+	// then the data dir.
+	if err := h.Runner.Shutdown(sctx); err != nil {
+		log.Error("stop tasks", "error", err)
+	}
+	srv.Stop(sctx)
+	closeHost()
+	log.Info("stopped")
+	return exitOK
+}
+
+// daemonIdentity resolves who the API knows: the principals by uid, and
+// the socket's group (-1: none). code is exitOK, else what to exit with.
+func daemonIdentity(e *env, cfg config.Config) (principals map[uint32]string, gid, code int) {
+	principals, err := resolvePrincipals(cfg.Principals)
+	if err != nil {
+		errorf(e, "%v", err)
+		return nil, 0, exitUsage
+	}
+	gid = -1
+	if cfg.API.SocketGroup != "" {
+		if gid, err = lookupGroup(cfg.API.SocketGroup); err != nil {
+			errorf(e, "api.socket_group: %v", err)
+			return nil, 0, exitUsage
+		}
+	}
+	return principals, gid, exitOK
+}
+
+// openDaemonHost opens the host on the data dir and logs what its start
+// found: the tasks recovery interrupted, the executors not available.
+func openDaemonHost(ctx context.Context, log hclog.Logger, o daemonOptions, inst *metrics.Instruments) (*host.Host, error) {
+	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: o.cfg, Logger: log, ExecutorDir: o.executorDir, Observer: inst, Version: version})
+	if err != nil {
+		return nil, err
+	}
 	for _, id := range h.Recovery.Interrupted {
 		log.Info("recovered task: it was running when the previous daemon stopped; it is interrupted until resumed", "task", id)
 	}
@@ -204,12 +267,28 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 			log.Warn("executor unavailable", "kind", kind, "error", err)
 		}
 	}
+	return h, nil
+}
 
-	var reloader api.ExecutorReloader
-	if o.loadConfig != nil {
-		reloader = configReloader{load: o.loadConfig, h: h, log: log}
+// serveBackground serves hangups (log reopen, executor reload) and the
+// retention sweep until ctx ends, and returns once both have stopped.
+func serveBackground(ctx context.Context, log hclog.Logger, o daemonOptions, reloader api.ExecutorReloader, sw sweeper, retentionDays int) {
+	var wg sync.WaitGroup
+	if o.hangups != nil {
+		var reload reloadFunc
+		if reloader != nil {
+			reload = reloader.ReloadExecutors
+		}
+		wg.Go(func() { serveHangups(ctx, log, o.hangups, o.reopenLog, reload) })
 	}
-	srv, err := api.New(api.Options{
+	wg.Go(func() { sweepRetention(ctx, log.Named("retention"), sw, retentionDays) })
+	<-ctx.Done()
+	wg.Wait()
+}
+
+// newAPIServer is the API over host h, as cfg configures it.
+func newAPIServer(h *host.Host, cfg config.Config, principals map[uint32]string, reloader api.ExecutorReloader, log hclog.Logger) (*api.Server, error) {
+	return api.New(api.Options{
 		Reloader: reloader,
 		Tasks:    h.Runner, Events: h.Store, Executors: h.Registry, Model: h.Model,
 		Principals: principals, Tokens: cfg.API.Tokens,
@@ -229,83 +308,36 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 			FirstRequestTimeout: time.Duration(cfg.API.FirstRequestTimeoutSeconds) * time.Second,
 		},
 	})
-	if err != nil {
-		closeHost()
-		errorf(e, "%v", err)
-		return exitUnavailable
+}
+
+// daemonListeners are the daemon's open listeners: the API's unix socket,
+// its TCP listener when configured, and /metrics.
+type daemonListeners struct {
+	unix, tcp net.Listener
+	met       daemonMetrics
+}
+
+// listenDaemon opens every listener cfg asks for, or none.
+func listenDaemon(h *host.Host, cfg config.Config, gid int, inst *metrics.Instruments, log hclog.Logger) (daemonListeners, error) {
+	var ln daemonListeners
+	var err error
+	if ln.unix, err = api.ListenUnix(h.DataDir, gid); err != nil {
+		return ln, err
 	}
-	unixLn, err := api.ListenUnix(h.DataDir, gid)
-	if err != nil {
-		closeHost()
-		errorf(e, "%v", err)
-		return exitUnavailable
-	}
-	var tcpLn net.Listener
 	if cfg.API.TCPListen != "" {
-		if tcpLn, err = api.ListenTCP(cfg.API.TCPListen); err != nil {
-			unixLn.Close()
-			closeHost()
-			errorf(e, "%v", err)
-			return exitUnavailable
+		if ln.tcp, err = api.ListenTCP(cfg.API.TCPListen); err != nil {
+			ln.unix.Close()
+			return ln, err
 		}
 	}
-	met, err := listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, hostHealth{h.Store, h.Runner, h.Registry}, inst)
-	if err != nil {
-		unixLn.Close()
-		if tcpLn != nil {
-			tcpLn.Close()
+	if ln.met, err = listenMetrics(log.Named("metrics"), cfg.API.MetricsListen, hostHealth{h.Store, h.Runner, h.Registry}, inst); err != nil {
+		ln.unix.Close()
+		if ln.tcp != nil {
+			ln.tcp.Close()
 		}
-		closeHost()
-		errorf(e, "%v", err)
-		return exitUnavailable
+		return ln, err
 	}
-	srv.Serve(unixLn)
-	tcpAddr := ""
-	if tcpLn != nil {
-		srv.Serve(tcpLn)
-		tcpAddr = tcpLn.Addr().String()
-	}
-	met.serving()
-	log.Info("serving", "metrics", met.addr, "data_dir", h.DataDir, "socket", unixLn.Addr().String(), "tcp", tcpAddr,
-		"principals", len(principals), "tokens", len(cfg.API.Tokens), "pid", os.Getpid(), "version", version)
-	if ready != nil {
-		ready <- unixLn.Addr().String()
-	}
-
-	hupDone := make(chan struct{})
-	go func() {
-		defer close(hupDone)
-		if o.hangups == nil {
-			return
-		}
-		var reload reloadFunc
-		if reloader != nil {
-			reload = reloader.ReloadExecutors
-		}
-		serveHangups(ctx, log, o.hangups, o.reopenLog, reload)
-	}()
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		sweepRetention(ctx, log.Named("retention"), h.Runner, cfg.Tasks.RetentionDays)
-	}()
-
-	<-ctx.Done()
-	<-sweepDone
-	<-hupDone
-	log.Info("stopping: running tasks become interrupted (host_shutdown)")
-	sctx, cancel := stopCtx()
-	defer cancel()
-	met.stop(sctx)
-	// Tasks first, so their watchers see them interrupted; then the API;
-	// then the data dir.
-	if err := h.Runner.Shutdown(sctx); err != nil {
-		log.Error("stop tasks", "error", err)
-	}
-	srv.Stop(sctx)
-	closeHost()
-	log.Info("stopped")
-	return exitOK
+	return ln, nil
 }
 
 // sweepInterval is how often the daemon applies tasks.retention_days.
