@@ -139,11 +139,11 @@ type mcpCaller func(t *testing.T, tool string, args map[string]any, out any) str
 func mcpCreateApproveComplete(t *testing.T, call mcpCaller) string {
 	t.Helper()
 	var created oneTask
-	if msg := call(t, "task_create", map[string]any{"goal": "write result.txt", "executor": "legacy", "max_steps": 5}, &created); msg != "" {
+	if msg := call(t, "task_create", map[string]any{"goal": "write result.txt", "executor": "legacy", "max_steps": 5, "max_model_tokens": 500000, "max_output_bytes": 1 << 20}, &created); msg != "" {
 		t.Fatal(msg)
 	}
 	id := created.Task.ID
-	if !strings.HasPrefix(id, "t_") || created.Task.Budgets["steps"].Limit != 5 {
+	if b := created.Task.Budgets; !strings.HasPrefix(id, "t_") || b["steps"].Limit != 5 || b["model_tokens"].Limit != 500000 || b["output_bytes"].Limit != 1<<20 {
 		t.Fatalf("created %+v", created.Task)
 	}
 
@@ -176,7 +176,8 @@ func mcpCreateApproveComplete(t *testing.T, call mcpCaller) string {
 	var approved struct {
 		Approval mcpApproval `json:"approval"`
 	}
-	if msg := call(t, "approval_approve", map[string]any{"approval_id": pending.ID}, &approved); msg != "" {
+	// For the task: the same command again would run without asking.
+	if msg := call(t, "approval_approve", map[string]any{"approval_id": pending.ID, "for_task": true}, &approved); msg != "" {
 		t.Fatal(msg)
 	}
 	if approved.Approval.Status != "approved" || !strings.Contains(approved.Approval.Prompt, wantShown) {
@@ -310,7 +311,13 @@ func TestMCPBadInput(t *testing.T) {
 		{"limit below the bound", "task_list", map[string]any{"limit": 0}, []string{"limit: is 0, outside the limits 1..500"}},
 		{"limit not an integer", "task_list", map[string]any{"limit": 1.5}, []string{"limit: must be an integer from 1 to 500, not 1.5"}},
 		{"status not in the enum", "task_list", map[string]any{"status": []string{"running", "zombie"}}, []string{`status[1]: is "zombie": use one of pending`}},
-		{"too many statuses", "task_list", map[string]any{"status": slices.Repeat([]string{"running"}, 8)}, []string{"status: has 8 items, the limit is 7"}},
+		{"every status", "task_list", map[string]any{"status": []string{"pending", "running", "waiting_approval", "blocked", "completed", "failed", "cancelled", "interrupted"}}, nil},
+		{"too many statuses", "task_list", map[string]any{"status": slices.Repeat([]string{"running"}, 9)}, []string{"status: has 9 items, the limit is 8"}},
+		{"token budget past the bound", "task_create", map[string]any{"goal": "x", "max_model_tokens": int64(10_000_000_001)}, []string{"max_model_tokens: is 10000000001, outside the limits 0..10000000000"}},
+		{"output budget past the bound", "task_create", map[string]any{"goal": "x", "max_output_bytes": int64(1<<40 + 1)}, []string{"max_output_bytes: is 1099511627777, outside the limits 0..1099511627776"}},
+		{"pattern without for_task", "approval_approve", map[string]any{"approval_id": "a_x", "pattern": "ls *"}, []string{"pattern: needs for_task = true"}},
+		{"pattern past the bound", "approval_approve", map[string]any{"approval_id": "a_x", "for_task": true, "pattern": strings.Repeat("p", 257)}, []string{"pattern: is 257 bytes, the limit is 256"}},
+		{"for_task not a boolean", "approval_approve", map[string]any{"approval_id": "a_x", "for_task": "yes"}, []string{`for_task: must be true or false, not "yes"`}},
 		{"approvals status", "approvals_list", map[string]any{"status": "maybe"}, []string{`status: is "maybe"`}},
 		{"path at the limit", "task_file_read", map[string]any{"task_id": atLimit, "path": strings.Repeat("p", 512)}, []string{"not_found"}},
 		{"path past the limit", "task_file_read", map[string]any{"task_id": atLimit, "path": strings.Repeat("p", 513)}, []string{"path: is 513 bytes, the limit is 512"}},

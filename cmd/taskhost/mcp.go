@@ -34,12 +34,20 @@ const (
 	mcpMaxValueBytes   = 64 << 10 // an answer to a question, as `approve --value`
 	mcpMaxExecutor     = 32       // an executor kind
 	mcpMaxBudget       = math.MaxInt32
+	// The token and output budgets reach past int32: their config caps'
+	// upper bounds (tasks.max_model_tokens_cap, max_output_bytes_cap).
+	mcpMaxModelTokens  = 10_000_000_000
+	mcpMaxOutputBytes  = 1 << 40
+	mcpMaxPatternBytes = 256 // approve --pattern's bound
 	mcpMaxListLimit    = 500 // the API's page bound
 	mcpMaxAttempts     = 500 // the API's attempt bound
 	// Files are sent whole in one reply: their default and largest size.
 	mcpDefaultFileBytes = 1 << 20
 	mcpMaxFileBytes     = 8 << 20
 )
+
+// mcpStatuses are the task statuses task_list filters by.
+var mcpStatuses = []string{"pending", "running", "waiting_approval", "blocked", "completed", "failed", "cancelled", "interrupted"}
 
 // mcpFileTemplate names a file of a task's workspace as an MCP resource.
 const (
@@ -139,10 +147,11 @@ func (m *mcpServer) tools() []mcpTool {
 				return map[string]any{"task": taskJSON(taskFromPB(t))}, nil
 			}}
 	}
-	budget := func(name, what string) mcpParam {
-		return mcpParam{name: name, typ: "integer", min: 0, max: mcpMaxBudget,
+	budgetUpTo := func(name, what string, most int64) mcpParam {
+		return mcpParam{name: name, typ: "integer", min: 0, max: most,
 			desc: what + " (0: the daemon's default; above the daemon's cap is refused)"}
 	}
+	budget := func(name, what string) mcpParam { return budgetUpTo(name, what, mcpMaxBudget) }
 	return []mcpTool{
 		{name: "task_create", desc: "Create a task in the taskhost daemon and start it (or queue it). Returns the task; follow it with task_status.",
 			params: []mcpParam{
@@ -151,11 +160,13 @@ func (m *mcpServer) tools() []mcpTool {
 				{name: "options", typ: "object", maxBytes: mcpMaxSpecBytes, desc: "executor options, merged into the task spec beside the goal (docs/cli.md, --spec-file)"},
 				budget("max_steps", "step budget"), budget("max_tool_calls", "tool-call budget"), budget("max_model_calls", "model-call budget"),
 				budget("max_depth", "recursion depth budget"), budget("max_wall_seconds", "active wall-clock budget in seconds"),
+				budgetUpTo("max_model_tokens", "model-token budget, prompt + completion", mcpMaxModelTokens),
+				budgetUpTo("max_output_bytes", "budget of bytes handed back by model and tool calls", mcpMaxOutputBytes),
 			},
 			run: m.taskCreate},
 		{name: "task_list", desc: "List your tasks, newest first.", readOnly: true,
 			params: []mcpParam{
-				{name: "status", typ: "strings", maxItems: 7, enum: []string{"pending", "running", "waiting_approval", "completed", "failed", "cancelled", "interrupted"}, desc: "only tasks in these statuses"},
+				{name: "status", typ: "strings", maxItems: len(mcpStatuses), enum: mcpStatuses, desc: "only tasks in these statuses"},
 				{name: "executor", typ: "string", maxBytes: mcpMaxExecutor, desc: "only tasks of this executor kind"},
 				{name: "sort", typ: "string", maxBytes: 16, enum: []string{"-created", "created", "status"}, def: "-created", desc: "-created (newest first), created (oldest first) or status"},
 				{name: "limit", typ: "integer", min: 1, max: mcpMaxListLimit, def: 100, desc: "list at most this many tasks"},
@@ -172,7 +183,9 @@ func (m *mcpServer) tools() []mcpTool {
 			run:    m.approvalsList},
 		{name: "approval_approve", desc: "Approve a pending approval: the gated effect (the command in its prompt) runs and the task goes on. Returns the approval with that command.",
 			params: []mcpParam{idParam("approval_id", "the approval's id (a_...)"),
-				{name: "value", typ: "any", maxBytes: mcpMaxValueBytes, desc: "the answer to a question (an approval of kind input): one JSON value"}},
+				{name: "value", typ: "any", maxBytes: mcpMaxValueBytes, desc: "the answer to a question (an approval of kind input): one JSON value"},
+				{name: "for_task", typ: "boolean", desc: "also allow, for the rest of the task, the same call again (same tool and arguments), or with pattern the same tool's matching calls (a tool call's approval only)"},
+				{name: "pattern", typ: "string", maxBytes: mcpMaxPatternBytes, desc: "with for_task: a glob the calls' command/arguments must match ('*' any run of characters, '?' one)"}},
 			destructive: true, run: m.resolver(true)},
 		{name: "approval_reject", desc: "Reject a pending approval: the gated effect never runs and the task fails (approval_rejected).",
 			params: []mcpParam{idParam("approval_id", "the approval's id (a_...)")}, destructive: true, run: m.resolver(false)},
@@ -263,7 +276,8 @@ func (m *mcpServer) taskCreate(ctx context.Context, a mcpArgs) (any, error) {
 		return nil, &mcpInputError{"options", fmt.Sprintf("the spec (goal and options) is %d bytes of JSON, the limit is %d", len(data), mcpMaxSpecBytes)}
 	}
 	lim := &apipb.Limits{MaxSteps: a.int("max_steps", 0), MaxToolCalls: a.int("max_tool_calls", 0), MaxModelCalls: a.int("max_model_calls", 0),
-		MaxDepth: a.int("max_depth", 0), MaxWallSeconds: a.int("max_wall_seconds", 0)}
+		MaxDepth: a.int("max_depth", 0), MaxWallSeconds: a.int("max_wall_seconds", 0),
+		MaxModelTokens: a.int("max_model_tokens", 0), MaxOutputBytes: a.int("max_output_bytes", 0)}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	resp, err := m.tasks.CreateTask(cctx, &apipb.CreateTaskRequest{Executor: a.str("executor"), Spec: data, Limits: lim})
@@ -318,7 +332,11 @@ func (m *mcpServer) approvalsList(ctx context.Context, a mcpArgs) (any, error) {
 
 func (m *mcpServer) resolver(approve bool) func(context.Context, mcpArgs) (any, error) {
 	return func(ctx context.Context, a mcpArgs) (any, error) {
-		ap, err := resolveApproval(ctx, m.approvals, approve, &apipb.ResolveApprovalRequest{ApprovalId: a.str("approval_id"), ValueJson: string(a["value"])})
+		req := &apipb.ResolveApprovalRequest{ApprovalId: a.str("approval_id"), ValueJson: string(a["value"]), ForTask: a.bool("for_task"), Pattern: a.str("pattern")}
+		if req.Pattern != "" && !req.ForTask {
+			return nil, &mcpInputError{"pattern", "needs for_task = true"}
+		}
+		ap, err := resolveApproval(ctx, m.approvals, approve, req)
 		if err != nil {
 			return nil, err
 		}

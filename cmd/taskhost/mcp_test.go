@@ -17,6 +17,7 @@ func TestParseMCPArgs(t *testing.T) {
 		{name: "o", typ: "object", maxBytes: 10},
 		{name: "v", typ: "any", maxBytes: 5},
 		{name: "e", typ: "string", maxBytes: 8, enum: []string{"x", "y"}},
+		{name: "b", typ: "boolean"},
 	}
 	for _, tc := range []struct {
 		args string
@@ -29,7 +30,7 @@ func TestParseMCPArgs(t *testing.T) {
 		{`null`, "id: is required"},
 		{`{"id":null}`, "id: is required"},
 		{`[1]`, "arguments: must be a JSON object"},
-		{`{"id":"a","zz":1}`, "zz: unknown argument; this tool takes id, n, s, o, v, e"},
+		{`{"id":"a","zz":1}`, "zz: unknown argument; this tool takes id, n, s, o, v, e, b"},
 		{`{"id":1}`, "id: must be a string, not 1"},
 		{`{"id":"a","n":10}`, ""},
 		{`{"id":"a","n":1}`, ""},
@@ -49,6 +50,10 @@ func TestParseMCPArgs(t *testing.T) {
 		{`{"id":"a","v":"abcd"}`, `v: is 6 bytes of JSON, the limit is 5`},
 		{`{"id":"a","e":"y"}`, ""},
 		{`{"id":"a","e":"z"}`, `e: is "z": use one of x, y`},
+		{`{"id":"a","b":true}`, ""},
+		{`{"id":"a","b":false}`, ""},
+		{`{"id":"a","b":"true"}`, `b: must be true or false, not "true"`},
+		{`{"id":"a","b":1}`, `b: must be true or false, not 1`},
 		{`{"id":"` + strings.Repeat("q", 500) + `"}`, `id: is 500 bytes, the limit is 4 (value "qqqq`},
 	} {
 		_, err := parseMCPArgs(json.RawMessage(tc.args), params)
@@ -92,6 +97,8 @@ func TestMCPSchemaShowsTheBounds(t *testing.T) {
 				bound = ps["maxItems"] == p.maxItems && p.maxItems > 0
 			case "object", "any":
 				bound = p.maxBytes > 0
+			case "boolean":
+				bound = ps["type"] == "boolean" // bounded by its type
 			}
 			if !bound || ps["description"] == "" {
 				t.Errorf("%s.%s: unbounded or undescribed: %+v", tool.name, p.name, ps)

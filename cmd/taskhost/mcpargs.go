@@ -18,7 +18,7 @@ import (
 // disagree.
 type mcpParam struct {
 	name     string
-	typ      string // "string", "integer", "strings" (an array of strings), "object", "any"
+	typ      string // "string", "integer", "boolean", "strings" (an array of strings), "object", "any"
 	desc     string
 	required bool
 	maxBytes int      // string: UTF-8 bytes; object and any: bytes of its JSON
@@ -58,6 +58,8 @@ func mcpSchema(params []mcpParam) map[string]any {
 		case "integer":
 			s["type"] = "integer"
 			s["minimum"], s["maximum"] = p.min, p.max
+		case "boolean":
+			s["type"] = "boolean"
 		case "strings":
 			item := map[string]any{"type": "string"}
 			if len(p.enum) > 0 {
@@ -149,6 +151,11 @@ func (p mcpParam) check(v json.RawMessage) error {
 		if i < p.min || i > p.max {
 			return fail("is %d, outside the limits %d..%d", i, p.min, p.max)
 		}
+	case "boolean":
+		var b bool
+		if err := json.Unmarshal(v, &b); err != nil {
+			return fail("must be true or false, not %s", quoteValue(v))
+		}
 	case "strings":
 		var ss []string
 		if err := json.Unmarshal(v, &ss); err != nil {
@@ -210,6 +217,13 @@ func (a mcpArgs) int(name string, def int64) int64 {
 	var n int64
 	_ = json.Unmarshal(v, &n) // checked by parseMCPArgs
 	return n
+}
+
+// bool is a boolean argument, false when absent.
+func (a mcpArgs) bool(name string) bool {
+	var b bool
+	_ = json.Unmarshal(a[name], &b) // checked by parseMCPArgs
+	return b
 }
 
 // strs is a string-array argument.

@@ -118,7 +118,7 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("task list", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	statuses := fs.String("status", "", "only tasks in these statuses, comma-separated (pending, running, waiting_approval, completed, failed, cancelled, interrupted)")
+	statuses := fs.String("status", "", "only tasks in these statuses, comma-separated (pending, running, waiting_approval, blocked, completed, failed, cancelled, interrupted)")
 	limit := fs.Int("limit", 1000, "list at most this many tasks (1..100000)")
 	sortBy := fs.String("sort", "-created", "the order: -created (newest first), created (oldest first) or status (by status, newest first within one)")
 	executor := fs.String("executor", "", "only tasks of this executor kind")

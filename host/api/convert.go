@@ -31,7 +31,7 @@ func checkID(field, id string) error {
 
 var taskStatuses = map[string]store.Status{
 	"pending": store.StatusPending, "running": store.StatusRunning, "waiting_approval": store.StatusWaitingApproval,
-	"completed": store.StatusCompleted, "failed": store.StatusFailed, "cancelled": store.StatusCancelled,
+	"blocked": store.StatusBlocked, "completed": store.StatusCompleted, "failed": store.StatusFailed, "cancelled": store.StatusCancelled,
 	"interrupted": store.StatusInterrupted,
 }
 

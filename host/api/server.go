@@ -46,7 +46,7 @@ const (
 	defaultMaxWatches  = 32
 	maxSpecBytes       = 64 << 10
 	maxIDBytes         = 64
-	maxStatusFilters   = 7
+	maxStatusFilters   = 8 // every status once (taskStatuses)
 )
 
 // Tasks is what the API needs of the Runner; *host.Runner implements it.

@@ -157,7 +157,7 @@ func (ts *taskService) ListTasks(ctx context.Context, req *apipb.ListTasksReques
 	for i, s := range req.Status {
 		st, ok := taskStatuses[s]
 		if !ok {
-			return nil, invalid(fmt.Sprintf("status[%d]", i), fmt.Sprintf("%q is not a task status: use pending, running, waiting_approval, completed, failed, cancelled or interrupted", text.Clip(s, 40)))
+			return nil, invalid(fmt.Sprintf("status[%d]", i), fmt.Sprintf("%q is not a task status: use pending, running, waiting_approval, blocked, completed, failed, cancelled or interrupted", text.Clip(s, 40)))
 		}
 		q.Status = append(q.Status, st)
 	}
