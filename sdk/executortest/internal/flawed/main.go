@@ -12,7 +12,11 @@
 //	  "ignore_ctx": false, // flaw: the slow wait ignores ctx
 //	  "forget": false,     // flaw: the position lives in memory, not in the checkpoint
 //	  "need_file": "",     // step 1 reads this workspace file and fails without it
-//	  "need_content": ""   // ... and fails unless it holds exactly this
+//	  "need_content": "",  // ... and fails unless it holds exactly this
+//	  "effect_step": 0,    // this step appends a line to effects.log before its slow wait
+//	  "vary_effect": false,// flaw: the line names the attempt, so a re-run's append is a new call that runs again
+//	  "result_run": false, // flaw: the result names the run, so a resumed task's differs
+//	  "ask": []            // step 1 asks these input questions; the checkpoint keeps the answers, the result lists them
 //	}}
 //
 // Two variables set with -ldflags -X make an "older release" for the
@@ -47,14 +51,18 @@ const (
 )
 
 type options struct {
-	Steps       int    `json:"steps"`
-	SlowStep    int    `json:"slow_step"`
-	SlowMS      int    `json:"slow_ms"`
-	ResultBytes int    `json:"result_bytes"`
-	IgnoreCtx   bool   `json:"ignore_ctx"`
-	Forget      bool   `json:"forget"`
-	NeedFile    string `json:"need_file"`
-	NeedContent string `json:"need_content"`
+	Steps       int      `json:"steps"`
+	SlowStep    int      `json:"slow_step"`
+	SlowMS      int      `json:"slow_ms"`
+	ResultBytes int      `json:"result_bytes"`
+	IgnoreCtx   bool     `json:"ignore_ctx"`
+	Forget      bool     `json:"forget"`
+	NeedFile    string   `json:"need_file"`
+	NeedContent string   `json:"need_content"`
+	EffectStep  int      `json:"effect_step"`
+	VaryEffect  bool     `json:"vary_effect"`
+	ResultRun   bool     `json:"result_run"`
+	Ask         []string `json:"ask"`
 }
 
 type executor struct {
@@ -94,24 +102,91 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.Fail("executor_failed", "flawed: "+err.Error()), nil
 		}
 	}
+	answers := loadAnswers(req.Checkpoint)
+	if n == 1 {
+		if answers, err = ask(ctx, host, o.Ask); err != nil {
+			return sdk.StepResult{}, err
+		}
+	}
+	if n == o.EffectStep {
+		if err := appendEffect(ctx, host, n, req.Attempt, o.VaryEffect); err != nil {
+			return sdk.Fail("executor_failed", "flawed: "+err.Error()), nil
+		}
+	}
 	if n == o.SlowStep {
 		if err := wait(ctx, time.Duration(o.SlowMS)*time.Millisecond, o.IgnoreCtx); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("flawed: step %d: %w", n, err)
 		}
 	}
 	e.memory = n
-	cp, err := checkpoint(n)
+	cp, err := checkpoint(n, answers)
 	if err != nil {
 		return sdk.StepResult{}, err
 	}
 	if n < o.Steps {
 		return sdk.Continue(fmt.Sprintf("step %d", n), cp), nil
 	}
-	result := []byte(fmt.Sprintf(`{"steps":%d}`, n))
-	if pad := o.ResultBytes - len(result); pad > 0 {
-		result = []byte(fmt.Sprintf(`{"steps":%d,"pad":"%s"}`, n, strings.Repeat("x", pad)))
+	result, err := o.result(n, req.RunID, answers)
+	if err != nil {
+		return sdk.StepResult{}, err
 	}
 	return sdk.Complete(fmt.Sprintf("done after %d steps", n), result, cp), nil
+}
+
+// result is the task's result: the steps taken, and what the options add.
+func (o options) result(n int, runID int64, answers []json.RawMessage) ([]byte, error) {
+	r := map[string]any{"steps": n}
+	if o.ResultRun {
+		r["run"] = runID
+	}
+	if len(answers) > 0 {
+		r["answers"] = answers
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	if pad := o.ResultBytes - len(b); pad > 0 {
+		r["pad"] = strings.Repeat("x", pad)
+		return json.Marshal(r)
+	}
+	return b, nil
+}
+
+// ask asks each question with RequestInput and returns the answers.
+func ask(ctx context.Context, host sdk.Host, questions []string) ([]json.RawMessage, error) {
+	var answers []json.RawMessage
+	for _, q := range questions {
+		v, err := host.RequestInput(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("flawed: ask %q: %w", q, err)
+		}
+		answers = append(answers, v)
+	}
+	return answers, nil
+}
+
+// appendEffect appends a line to effects.log: an effect that is not
+// idempotent, so a re-run that made it again would repeat it. The same
+// call in every attempt of the step is replayed; the vary flaw makes each
+// attempt's call another one.
+func appendEffect(ctx context.Context, host sdk.Host, step int, attempt int64, vary bool) error {
+	line := fmt.Sprintf("step %d\n", step)
+	if vary {
+		line = fmt.Sprintf("step %d, attempt %d\n", step, attempt)
+	}
+	args, err := json.Marshal(map[string]any{"path": "effects.log", "content": line, "append": true})
+	if err != nil {
+		return err
+	}
+	resp, err := host.CallTool(ctx, sdk.ToolRequest{Name: "workspace.write", Arguments: string(args)})
+	if err != nil {
+		return fmt.Errorf("append to effects.log: %w", err)
+	}
+	if resp.IsError {
+		return fmt.Errorf("append to effects.log: %s", resp.Result)
+	}
+	return nil
 }
 
 func (e *executor) load(cp *sdk.Checkpoint) (int, error) {
@@ -166,13 +241,29 @@ func checkFile(ctx context.Context, host sdk.Host, name, want string) error {
 	return nil
 }
 
-func checkpoint(n int) (*sdk.Checkpoint, error) {
-	if schemaVersion == "1" {
-		b, err := json.Marshal(map[string]int{"steps_done": n})
-		return &sdk.Checkpoint{Schema: schemaV1, Payload: b}, err
+// loadAnswers reads the answers step 1 got from a checkpoint (of either
+// schema); load has checked it.
+func loadAnswers(cp *sdk.Checkpoint) []json.RawMessage {
+	if cp == nil {
+		return nil
 	}
-	b, err := json.Marshal(map[string]int{"done": n})
-	return &sdk.Checkpoint{Schema: schemaV2, Payload: b}, err
+	var p struct {
+		Answers []json.RawMessage `json:"answers"`
+	}
+	_ = json.Unmarshal(cp.Payload, &p)
+	return p.Answers
+}
+
+func checkpoint(n int, answers []json.RawMessage) (*sdk.Checkpoint, error) {
+	p, schema := map[string]any{"done": n}, schemaV2
+	if schemaVersion == "1" {
+		p, schema = map[string]any{"steps_done": n}, schemaV1
+	}
+	if len(answers) > 0 {
+		p["answers"] = answers
+	}
+	b, err := json.Marshal(p)
+	return &sdk.Checkpoint{Schema: schema, Payload: b}, err
 }
 
 func wait(ctx context.Context, d time.Duration, ignoreCtx bool) error {
