@@ -59,6 +59,11 @@ type callCount struct {
 	replayed int
 }
 
+// repeated reports whether the call ran more often than the step made it:
+// a run of a killed attempt that its re-run did not replay. A call that ran
+// once never repeated, even when the re-run went another way.
+func (c *callCount) repeated() bool { return len(c.ran) > max(c.calls, 1) }
+
 // countCalls groups the task's tool effects by step (the attempts between
 // two completed ones, the completed one last) and by call: the tool, and
 // for a call marked idempotent its key, which the tool de-duplicates by,
@@ -122,7 +127,7 @@ func (k *kit) checkEffects(t *testing.T, scenario, how string, v inspectView) {
 		for _, id := range slices.Sorted(maps.Keys(steps[s])) {
 			c := steps[s][id]
 			ran, replayed, inDoubt = ran+len(c.ran), replayed+c.replayed, inDoubt+len(c.inDoubt)
-			if len(c.ran) <= c.calls {
+			if !c.repeated() {
 				continue
 			}
 			repeated++
