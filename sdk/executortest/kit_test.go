@@ -174,21 +174,29 @@ func flawedSpec(flaws map[string]map[string]any) func(string) map[string]any {
 
 // TestFlawedWithoutFlaws passes a conforming executor, and with it a set
 // of options that meets every precondition: the complete scenario's first
-// step fails unless Options.Files seeded its input, and the complete and
-// crash scenarios ask a question whose scripted answer their results show.
+// step fails unless Options.Files seeded its input, the complete and
+// crash scenarios ask a question whose scripted answer their results show,
+// and the complete scenario's first step calls the scripted model, which
+// answers with a tool call, and keeps its last reply in the result.
 func TestFlawedWithoutFlaws(t *testing.T) {
+	script, err := filepath.Abs("testdata/plan-script.json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	executortest.Run(t, executortest.Options{
 		Binary:      bin("flawed"),
 		OldBinary:   bin("flawed-old"),
 		Kind:        "flawed",
 		TaskhostBin: bin("taskhost"),
 		Spec: flawedSpec(map[string]map[string]any{
-			executortest.ScenarioComplete: {"need_file": "input/seed.txt", "need_content": "seeded by the kit\n", "ask": []string{"Which branch?"}},
+			executortest.ScenarioComplete: {"need_file": "input/seed.txt", "need_content": "seeded by the kit\n", "ask": []string{"Which branch?"},
+				"plan": "[flawed plan] write the plan to plan.md"},
 			executortest.ScenarioCrash:    {"ask": []string{"Which branch?"}},
 		}),
 		Files:  seedFiles, // the example's, which docs/executor-sdk.md shows
 		Inputs: branchInputs,
 		Result: branchResult,
+		Config: "[model]\nprovider = \"scripted\"\nscript = " + strconv.Quote(script) + "\n",
 	})
 }
 
@@ -202,10 +210,12 @@ func branchInputs(scenario string) []any {
 }
 
 // branchResult is the result the complete and crash scenarios must end with:
-// their steps and the answer.
+// their steps, the answer, and the model's last reply.
 func branchResult(scenario string) func(json.RawMessage) error {
 	switch scenario {
-	case executortest.ScenarioComplete, executortest.ScenarioCrash:
+	case executortest.ScenarioComplete:
+		return executortest.ResultEquals(map[string]any{"steps": 3, "answers": []string{"main"}, "plan": "plan written to plan.md"})
+	case executortest.ScenarioCrash:
 		return executortest.ResultEquals(map[string]any{"steps": 3, "answers": []string{"main"}})
 	}
 	return nil

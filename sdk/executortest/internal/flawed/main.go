@@ -16,7 +16,8 @@
 //	  "effect_step": 0,    // this step appends a line to effects.log before its slow wait
 //	  "vary_effect": false,// flaw: the line names the attempt, so a re-run's append is a new call that runs again
 //	  "result_run": false, // flaw: the result names the run, so a resumed task's differs
-//	  "ask": []            // step 1 asks these input questions; the checkpoint keeps the answers, the result lists them
+//	  "ask": [],           // step 1 asks these input questions; the checkpoint keeps the answers, the result lists them
+//	  "plan": ""           // step 1 sends this prompt to the model, runs the tools it asks for, and keeps its last reply in the result
 //	}}
 //
 // Two variables set with -ldflags -X make an "older release" for the
@@ -63,6 +64,7 @@ type options struct {
 	VaryEffect  bool     `json:"vary_effect"`
 	ResultRun   bool     `json:"result_run"`
 	Ask         []string `json:"ask"`
+	Plan        string   `json:"plan"`
 }
 
 type executor struct {
@@ -102,10 +104,15 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.Fail("executor_failed", "flawed: "+err.Error()), nil
 		}
 	}
-	answers := loadAnswers(req.Checkpoint)
+	answers, plan := loadAnswers(req.Checkpoint)
 	if n == 1 {
 		if answers, err = ask(ctx, host, o.Ask); err != nil {
 			return sdk.StepResult{}, err
+		}
+		if o.Plan != "" {
+			if plan, err = modelTurn(ctx, host, o.Plan); err != nil {
+				return sdk.StepResult{}, fmt.Errorf("flawed: plan: %w", err)
+			}
 		}
 	}
 	if n == o.EffectStep {
@@ -119,14 +126,14 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		}
 	}
 	e.memory = n
-	cp, err := checkpoint(n, answers)
+	cp, err := checkpoint(n, answers, plan)
 	if err != nil {
 		return sdk.StepResult{}, err
 	}
 	if n < o.Steps {
 		return sdk.Continue(fmt.Sprintf("step %d", n), cp), nil
 	}
-	result, err := o.result(n, req.RunID, answers)
+	result, err := o.result(n, req.RunID, answers, plan)
 	if err != nil {
 		return sdk.StepResult{}, err
 	}
@@ -134,8 +141,11 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 }
 
 // result is the task's result: the steps taken, and what the options add.
-func (o options) result(n int, runID int64, answers []json.RawMessage) ([]byte, error) {
+func (o options) result(n int, runID int64, answers []json.RawMessage, plan string) ([]byte, error) {
 	r := map[string]any{"steps": n}
+	if plan != "" {
+		r["plan"] = plan
+	}
 	if o.ResultRun {
 		r["run"] = runID
 	}
@@ -241,26 +251,30 @@ func checkFile(ctx context.Context, host sdk.Host, name, want string) error {
 	return nil
 }
 
-// loadAnswers reads the answers step 1 got from a checkpoint (of either
-// schema); load has checked it.
-func loadAnswers(cp *sdk.Checkpoint) []json.RawMessage {
+// loadAnswers reads the answers and the plan step 1 got from a checkpoint
+// (of either schema); load has checked it.
+func loadAnswers(cp *sdk.Checkpoint) ([]json.RawMessage, string) {
 	if cp == nil {
-		return nil
+		return nil, ""
 	}
 	var p struct {
 		Answers []json.RawMessage `json:"answers"`
+		Plan    string            `json:"plan"`
 	}
 	_ = json.Unmarshal(cp.Payload, &p)
-	return p.Answers
+	return p.Answers, p.Plan
 }
 
-func checkpoint(n int, answers []json.RawMessage) (*sdk.Checkpoint, error) {
+func checkpoint(n int, answers []json.RawMessage, plan string) (*sdk.Checkpoint, error) {
 	p, schema := map[string]any{"done": n}, schemaV2
 	if schemaVersion == "1" {
 		p, schema = map[string]any{"steps_done": n}, schemaV1
 	}
 	if len(answers) > 0 {
 		p["answers"] = answers
+	}
+	if plan != "" {
+		p["plan"] = plan
 	}
 	b, err := json.Marshal(p)
 	return &sdk.Checkpoint{Schema: schema, Payload: b}, err
@@ -298,4 +312,41 @@ func parseSpec(raw []byte) (options, error) {
 		s.Flawed.Steps = 3
 	}
 	return s.Flawed, nil
+}
+
+// maxModelRounds bounds the model's tool rounds in one step.
+const maxModelRounds = 4
+
+// modelTurn is docs/executor-sdk.md's model call with tool calls: it asks
+// the model, runs each tool call of the reply through the host, hands the
+// results back as tool messages, and returns the model's last text.
+func modelTurn(ctx context.Context, host sdk.Host, prompt string) (string, error) {
+	tools, err := host.Tools(ctx) // the host's tools, as the model should see them
+	if err != nil {
+		return "", fmt.Errorf("list tools: %w", err)
+	}
+	msgs := []sdk.Message{
+		{Role: "system", Content: "You plan the work of one step. Use the tools, then answer in one line."},
+		{Role: "user", Content: prompt},
+	}
+	for round := 1; round <= maxModelRounds; round++ {
+		resp, err := host.CallModel(ctx, sdk.ModelRequest{Messages: msgs, Tools: tools})
+		if err != nil {
+			return "", fmt.Errorf("model call %d: %w", round, err)
+		}
+		msgs = append(msgs, resp.Message) // the assistant's turn, its tool calls included
+		if len(resp.Message.ToolCalls) == 0 {
+			return resp.Message.Content, nil
+		}
+		for _, call := range resp.Message.ToolCalls {
+			res, err := host.CallTool(ctx, sdk.ToolRequest{Name: call.Name, Arguments: call.Arguments})
+			if err != nil {
+				return "", fmt.Errorf("tool %s: %w", call.Name, err)
+			}
+			// A tool that ran and failed (res.IsError) is the model's to
+			// handle: it reads the error in the result.
+			msgs = append(msgs, sdk.Message{Role: "tool", ToolCallID: call.ID, Content: res.Result})
+		}
+	}
+	return "", fmt.Errorf("no answer after %d model rounds", maxModelRounds)
 }
