@@ -191,7 +191,7 @@ func TestFlawedWithoutFlaws(t *testing.T) {
 		Spec: flawedSpec(map[string]map[string]any{
 			executortest.ScenarioComplete: {"need_file": "input/seed.txt", "need_content": "seeded by the kit\n", "ask": []string{"Which branch?"},
 				"plan": "[flawed plan] write the plan to plan.md"},
-			executortest.ScenarioCrash:    {"ask": []string{"Which branch?"}},
+			executortest.ScenarioCrash: {"ask": []string{"Which branch?"}},
 		}),
 		Files:  seedFiles, // the example's, which docs/executor-sdk.md shows
 		Inputs: branchInputs,
