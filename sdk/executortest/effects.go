@@ -137,6 +137,11 @@ func (k *kit) checkEffects(t *testing.T, scenario, how string, v inspectView) {
 				how, scenario, s, c.call, len(c.ran), effectList(c.ran), c.calls, c.replayed)
 		}
 	}
+	if ran+replayed+inDoubt == 0 {
+		k.note(t, "no tool call with a side effect ran in the %q task (%s): the effect count had nothing to count. "+
+			"To test your re-runs, let the scenario's second step make its effect (a tool call) before its slow part.", scenario, how)
+		return
+	}
 	k.note(t, "tool calls with side effects (%s): %d ran, %d replayed, %d cut off in flight; %d ran more often than called", how, ran, replayed, inDoubt, repeated)
 }
 

@@ -30,8 +30,10 @@ const (
 	// promptly when its context is cancelled.
 	ScenarioSlow = "slow"
 	// ScenarioCrash completes in at least 3 steps, and its second step
-	// takes at least 2 s: the kit SIGKILLs the plugin during that step. Run
-	// uninterrupted it must take the same number of steps every time.
+	// takes at least 2 s: the kit SIGKILLs the plugin, and the host, during
+	// that step. Run uninterrupted it must take the same number of steps
+	// every time. A tool call with a side effect in step 2, before its slow
+	// part, gives the effect count something to count.
 	ScenarioCrash = "crash"
 	// ScenarioOversized completes with a result over 64 KiB.
 	ScenarioOversized = "oversized"
