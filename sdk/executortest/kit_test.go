@@ -51,6 +51,12 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binDir = dir
+	// The package's own tests (effects_internal_test.go) find the
+	// binaries here too.
+	if err := os.Setenv(binDirEnv, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
 }
 
