@@ -18,7 +18,10 @@ import (
 type decider struct {
 	e                     *env
 	approveAll, rejectAll bool
-	in                    prompter
+	// inputs, when set, answers the task's input questions (run
+	// --input-values); nil leaves them to the other flags or the prompt.
+	inputs *inputScript
+	in     prompter
 }
 
 // decide answers taskID's pending approvals. When ctx ends (Ctrl-C) while
@@ -33,6 +36,10 @@ func (d *decider) decide(ctx context.Context, h *host.Host, principal, taskID st
 	}
 	for _, a := range pending {
 		if a.TaskID != taskID {
+			continue
+		}
+		if d.inputs != nil && host.ApprovalKind(a) == host.ApprovalKindInput {
+			d.answer(bg, h, principal, a)
 			continue
 		}
 		what := approvalText(a.Tool, a.Prompt)

@@ -19,6 +19,7 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 	dataDir := fs.String("data-dir", defaultDataDir(), "data directory; env TASKHOST_DATA_DIR")
 	principal := fs.String("principal", localPrincipal(), "whose tasks to read")
 	jsonOut := fs.Bool("json", false, "print JSON")
+	effects := fs.Bool("effects", false, "with ID and --json: add the task's whole effect ledger (every model call, tool call and approval of every attempt, replays included)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: taskhost inspect [flags] [ID]\n\nPrints the tasks of a principal, or one task with its budgets and attempts,\nstraight from the store (read-only; safe while a host runs).\n\nFlags:")
 		fs.PrintDefaults()
@@ -26,6 +27,10 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 	ids, code, ok := parseArgs(e, fs, args, 0, 1)
 	if !ok {
 		return code
+	}
+	if *effects && (len(ids) != 1 || !*jsonOut) {
+		errorf(e, "inspect: --effects needs one task ID and --json")
+		return exitUsage
 	}
 	if err := host.RefusePostgres(*dataDir, "inspect it"); err != nil {
 		errorf(e, "inspect: %v", err)
@@ -39,7 +44,7 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 	defer st.Close()
 	p := newPrinter(e, *jsonOut)
 	if len(ids) == 1 {
-		return inspectOne(ctx, p, st, *principal, ids[0])
+		return inspectOne(ctx, p, st, *principal, ids[0], *effects)
 	}
 	var all []store.Task
 	var after int64
@@ -73,7 +78,7 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
-func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id string) int {
+func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id string, effects bool) int {
 	e := p.e
 	t, err := st.GetTask(ctx, principal, id)
 	if err != nil {
@@ -90,7 +95,16 @@ func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id 
 		for _, a := range atts {
 			views = append(views, attemptJSON(a))
 		}
-		p.emit(map[string]any{"task": taskJSON(t), "attempts": views})
+		out := map[string]any{"task": taskJSON(t), "attempts": views}
+		if effects {
+			effs, err := st.ListEffects(ctx, principal, id)
+			if err != nil {
+				errorf(e, "%v", err)
+				return exitCodeFor(err)
+			}
+			out["effects"] = ledgerJSON(effs)
+		}
+		p.emit(out)
 		return exitOK
 	}
 	writeTaskDetail(e.stdout, t, "", nil, atts, 0)
@@ -136,4 +150,33 @@ func truncateLine(s string, n int) string {
 		return s
 	}
 	return text.TruncateRunes(s, n-1) + "…"
+}
+
+// ledgerEffectView is one row of a task's effect ledger in `inspect
+// --effects --json`: what the conformance kit counts to tell an effect that
+// ran twice from one replayed. It holds no argument value: the summary
+// names the tool and its arguments' sizes, the fingerprint is a digest.
+type ledgerEffectView struct {
+	Attempt        int64  `json:"attempt"`
+	Seq            int64  `json:"seq"`
+	Kind           string `json:"kind"`
+	Status         string `json:"status"`
+	Summary        string `json:"summary"`
+	Fingerprint    string `json:"fingerprint"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	Replayed       bool   `json:"replayed"`
+	Resolution     string `json:"resolution,omitempty"`
+	ResolvedBy     string `json:"resolved_by,omitempty"`
+}
+
+func ledgerJSON(effs []store.Effect) []ledgerEffectView {
+	out := make([]ledgerEffectView, 0, len(effs))
+	for _, e := range effs {
+		out = append(out, ledgerEffectView{
+			Attempt: e.Attempt, Seq: e.Seq, Kind: string(e.Kind), Status: string(e.Status), Summary: e.Summary,
+			Fingerprint: e.Fingerprint, IdempotencyKey: e.IdempotencyKey, Replayed: e.Replayed,
+			Resolution: string(e.Resolution), ResolvedBy: e.ResolvedBy,
+		})
+	}
+	return out
 }

@@ -29,6 +29,7 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	jsonOut := fs.Bool("json", false, "print events and the final task as JSON lines")
 	approveAll := fs.Bool("approve-all", false, "approve every approval the task asks for (a notice is printed for each)")
 	rejectAll := fs.Bool("reject-all", false, "reject every approval the task asks for")
+	inputValues := fs.String("input-values", "", "a file holding a JSON array: answer the task's input questions with its values, in order; a question past them is rejected")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: taskhost run --goal TEXT [--executor NAME] [flags]\n       taskhost run --resume ID [flags]\n\nRuns a foreground host for one task and prints each event as it happens.\nExits 0 when the task completes, 1 when it fails or is cancelled, 6 when it is\ninterrupted (resume it with --resume ID). Ctrl-C interrupts it.\n\nFlags:")
 		fs.PrintDefaults()
@@ -43,6 +44,15 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	if *approveAll && *rejectAll {
 		errorf(e, "run: --approve-all and --reject-all exclude each other")
 		return exitUsage
+	}
+	var inputs *inputScript
+	if *inputValues != "" {
+		script, err := readInputScript(*inputValues)
+		if err != nil {
+			errorf(e, "run: %v", err)
+			return exitUsage
+		}
+		inputs = script
 	}
 	cfg, err := hf.loadConfig()
 	if err != nil {
@@ -92,7 +102,7 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	}
 	p := newPrinter(e, *jsonOut)
 	p.started(t)
-	d := decider{e: e, approveAll: *approveAll, rejectAll: *rejectAll}
+	d := decider{e: e, approveAll: *approveAll, rejectAll: *rejectAll, inputs: inputs}
 	return follow(ctx, e, h, principal, t.ID, p, d)
 }
 

@@ -34,7 +34,8 @@
 // cancelled step shows instead of being hidden by the host's kill; Options.Config
 // is appended to it and may add any other section ([model], [tools."NAME"],
 // [tasks], ...). The kit approves every approval a task asks for
-// (--approve-all). Checks run one after another, never in parallel, so
+// (--approve-all), and answers its input questions with Options.Inputs
+// (`taskhost run --input-values`; else null). Checks run one after another, never in parallel, so
 // that their timings mean something.
 //
 // # The checks
@@ -63,7 +64,11 @@
 //     the child of taskhost whose argv[0] is the binary) once the crash
 //     scenario's second step has started: the task must be interrupted
 //     (executor_crashed, "signal killed"), and `taskhost run --resume ID`
-//     must complete it.
+//     must complete it; no side effect ran twice (see Effects).
+//   - host_crash_resume: the kit SIGKILLs taskhost itself during the crash
+//     scenario's second step: the executor process must die with it, and
+//     `taskhost run --resume ID` must recover the task (interrupted,
+//     host_restart) and complete it; no side effect ran twice.
 //   - checkpoint_round_trip: the crash scenario run uninterrupted must take
 //     as many completed steps as the killed and resumed run did, which
 //     shows that the resumed step carried on from its checkpoint.
@@ -88,6 +93,28 @@
 // still run 200 ms after the kit saw it start; the kit's SIGKILL must land
 // in step 2; and the crash task must take at least 3 steps, killed and
 // resumed as well as uninterrupted.
+//
+// # Effects, results and questions
+//
+// After each crash and resume (crash_resume, host_crash_resume,
+// schema_upgrade) the kit reads the task's effect ledger with `taskhost
+// inspect --effects --json ID` and counts, per step and per tool, the runs
+// the host dispatched and observed (not replayed) over all the step's
+// attempts against the calls the attempt that completed the step made, its
+// replays included. More runs than calls is an effect a killed attempt made
+// that its re-run made again instead of replaying it, and fails the check,
+// naming the crash, the scenario, the step, each run and the counts. A
+// replay counts once, a call marked Idempotent counts once per key, a call
+// cut off in flight is in doubt and not counted, and the tools that change
+// nothing (workspace.read, workspace.list, time.sleep, task.list,
+// task.status) are left out.
+//
+// Options.Result checks the result of every completed task of a scenario,
+// uninterrupted and after each crash and resume (ResultEquals compares by
+// JSON meaning). Options.Inputs scripts the answers to a scenario's input
+// questions, in order; a resume gets the answers its task has not used
+// yet, and a question past the script is rejected, failing the check with
+// the question quoted.
 //
 // # Seeding the workspace
 //

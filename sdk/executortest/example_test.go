@@ -1,6 +1,9 @@
 package executortest_test
 
 import (
+	"encoding/json"
+	"fmt"
+
 	"github.com/taskhost/taskhost/sdk/executortest"
 )
 
@@ -23,4 +26,15 @@ func ExampleOptions_files() {
 		Spec:   func(string) map[string]any { return map[string]any{"goal": "read input/seed.txt"} },
 		Files:  seedFiles,
 	}
+}
+
+// ResultEquals compares a completed task's result with a value by JSON
+// meaning: spacing and key order do not count.
+func ExampleResultEquals() {
+	check := executortest.ResultEquals(map[string]any{"steps": 3, "files": []string{"a.md"}})
+	fmt.Println(check(json.RawMessage(`{ "files": ["a.md"], "steps": 3 }`)))
+	fmt.Println(check(json.RawMessage(`{"files": [], "steps": 3}`)))
+	// Output:
+	// <nil>
+	// the result is {"files": [], "steps": 3}, want {"files":["a.md"],"steps":3}
 }

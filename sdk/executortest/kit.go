@@ -98,6 +98,7 @@ func Run(t *testing.T, opts Options) {
 		{CheckResultTooLarge, k.checkResultTooLarge},
 		{CheckStepBudget, k.checkStepBudget},
 		{CheckCrashResume, k.checkCrashResume},
+		{CheckHostCrashResume, k.checkHostCrashResume},
 		{CheckCheckpointRoundTrip, k.checkCheckpointRoundTrip},
 		{CheckSchemaUpgrade, k.checkSchemaUpgrade},
 		{CheckDeterminism, k.checkDeterminism},
@@ -250,6 +251,7 @@ func (k *kit) checkComplete(t *testing.T) {
 			t.Errorf("%s: outcome %q, want %q", a, a.Outcome, want)
 		}
 	}
+	k.checkResult(t, ScenarioComplete, "run uninterrupted", v)
 	k.note(t, "completed in %d steps, %v (taskhost start to exit)", n, time.Since(s.started).Round(time.Millisecond))
 }
 
@@ -345,12 +347,7 @@ func (k *kit) checkStepBudget(t *testing.T) {
 
 func (k *kit) checkCrashResume(t *testing.T) {
 	ctx := k.context(t)
-	h := k.newHost(t, k.opts.Binary)
-	s := k.mustStart(ctx, t, h, ScenarioCrash)
-	id := k.mustTaskID(ctx, t, s)
-	second := k.mustReachSecondStep(ctx, t, s)
-	k.mustStayBusy(ctx, t, s, second, ScenarioCrash, "second step")
-	pid := k.mustFindPlugin(ctx, t, h, s, ScenarioCrash)
+	h, s, id, second, pid := k.mustCrashInSecondStep(ctx, t)
 	killed := time.Now()
 	if err := kill(pid); err != nil {
 		t.Fatalf("SIGKILL the executor process %d: %v", pid, err)
@@ -382,10 +379,7 @@ func (k *kit) checkCrashResume(t *testing.T) {
 	}
 
 	resumed := time.Now()
-	s2, code, err := h.run(ctx, t, "--resume", id)
-	if err != nil {
-		t.Fatalf("taskhost run --resume %s: %v", id, err)
-	}
+	s2, code := k.mustResume(ctx, t, h, ScenarioCrash, id)
 	v, err = h.inspect(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -404,6 +398,8 @@ func (k *kit) checkCrashResume(t *testing.T) {
 			ScenarioCrash, n, minCrashSteps, ScenarioCrash, v.attemptLines())
 	}
 	k.note(t, "resume completed in %v; %d completed steps over both runs", time.Since(resumed).Round(time.Millisecond), v.completed())
+	k.checkEffects(t, ScenarioCrash, "the SIGKILL of the executor process and the resume", v)
+	k.checkResult(t, ScenarioCrash, "after the SIGKILL of the executor process and the resume", v)
 	if !t.Failed() {
 		k.crash = &crashOutcome{completed: v.completed(), result: v.Task.Result}
 	}
@@ -426,6 +422,7 @@ func (k *kit) checkCheckpointRoundTrip(t *testing.T) {
 		t.Fatalf("precondition: run without a crash, the %q task completed in %d steps; it must take at least %d. Add steps in Options.Spec(%q).%s",
 			ScenarioCrash, plain, minCrashSteps, ScenarioCrash, v.attemptLines())
 	}
+	k.checkResult(t, ScenarioCrash, "run uninterrupted", v)
 	k.note(t, "uninterrupted: %d steps; killed and resumed: %d steps", plain, k.crash.completed)
 	if plain != k.crash.completed {
 		t.Errorf("the %q task takes %d steps when it runs uninterrupted, but %d when its plugin is killed during step 2 and the task is resumed from step 1's checkpoint. "+
@@ -481,14 +478,13 @@ func (k *kit) checkSchemaUpgrade(t *testing.T) {
 	if err := h.install(k.opts.Binary); err != nil {
 		t.Fatalf("executortest: %v", err)
 	}
-	s2, code, err := h.run(ctx, t, "--resume", id)
-	if err != nil {
-		t.Fatalf("taskhost run --resume %s: %v", id, err)
-	}
+	s2, code := k.mustResume(ctx, t, h, ScenarioCrash, id)
 	v, err = h.inspect(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
+	k.checkEffects(t, ScenarioCrash, "the old build's interrupted run and the new build's resume", v)
+	k.checkResult(t, ScenarioCrash, "resumed with the new build", v)
 	if code != exitOK || v.Task.Status != "completed" {
 		t.Errorf("resumed with the new build, the task ended %s (taskhost exit %d), want completed:%s\n%s\n"+
 			"The new build must accept the old build's checkpoint (list its schema in CheckpointSchemas) and read its payload.", v.Task, code, v.attemptLines(), s2.diagnosis())
@@ -509,6 +505,7 @@ func (k *kit) checkDeterminism(t *testing.T) {
 		if code != exitOK || runs[i].Task.Status != "completed" {
 			t.Fatalf("run %d of the %q task ended %s (taskhost exit %d), want completed:%s", i+1, ScenarioDeterministic, runs[i].Task, code, runs[i].attemptLines())
 		}
+		k.checkResult(t, ScenarioDeterministic, fmt.Sprintf("in run %d", i+1), runs[i])
 	}
 	a, b := runs[0], runs[1]
 	if !jsonEqual(a.Task.Result, b.Task.Result) {
@@ -545,6 +542,7 @@ func (k *kit) mustWait(ctx context.Context, t *testing.T, s *session) int {
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
+	k.checkInputs(t, s)
 	switch code {
 	case exitUnavailable:
 		t.Fatalf("taskhost could not run the task (exit %d): %s\nWhen the host says the executor is unavailable, fix that first: the %s check says more.", code, s.diagnosis(), CheckDescribe)
@@ -574,6 +572,20 @@ func (k *kit) mustInspect(ctx context.Context, t *testing.T, h *host, s *session
 		t.Fatalf("task %s is %s and has no attempts: %s", id, v.Task, s.diagnosis())
 	}
 	return v
+}
+
+// mustCrashInSecondStep starts a task of the crash scenario on a new host
+// and waits until its second step has run for the kit's floor: the moment a
+// crash check kills something. It returns the host, the session, the task,
+// the line that started the step and the executor process's pid.
+func (k *kit) mustCrashInSecondStep(ctx context.Context, t *testing.T) (*host, *session, string, runLine, int) {
+	t.Helper()
+	h := k.newHost(t, k.opts.Binary)
+	s := k.mustStart(ctx, t, h, ScenarioCrash)
+	id := k.mustTaskID(ctx, t, s)
+	second := k.mustReachSecondStep(ctx, t, s)
+	k.mustStayBusy(ctx, t, s, second, ScenarioCrash, "second step")
+	return h, s, id, second, k.mustFindPlugin(ctx, t, h, s, ScenarioCrash)
 }
 
 // mustReachSecondStep waits until a step after the first has started and

@@ -2,6 +2,7 @@ package executortest_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -50,6 +51,12 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binDir = dir
+	// The package's own tests (effects_internal_test.go) find the
+	// binaries here too.
+	if err := os.Setenv(binDirEnv, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
 }
 
@@ -153,7 +160,9 @@ func flawedSpec(flaws map[string]map[string]any) func(string) map[string]any {
 		case executortest.ScenarioSlow:
 			o = map[string]any{"steps": 1, "slow_step": 1, "slow_ms": 60000}
 		case executortest.ScenarioCrash:
-			o = map[string]any{"steps": 3, "slow_step": 2, "slow_ms": 2500}
+			// Step 2 appends to a file before its slow wait, so the kill
+			// lands after an effect that the re-run must replay.
+			o = map[string]any{"steps": 3, "slow_step": 2, "slow_ms": 2500, "effect_step": 2}
 		case executortest.ScenarioOversized:
 			o = map[string]any{"steps": 1, "result_bytes": 70000}
 		default:
@@ -171,18 +180,51 @@ func flawedSpec(flaws map[string]map[string]any) func(string) map[string]any {
 
 // TestFlawedWithoutFlaws passes a conforming executor, and with it a set
 // of options that meets every precondition: the complete scenario's first
-// step fails unless Options.Files seeded its input.
+// step fails unless Options.Files seeded its input, the complete and
+// crash scenarios ask a question whose scripted answer their results show,
+// and the complete scenario's first step calls the scripted model, which
+// answers with a tool call, and keeps its last reply in the result.
 func TestFlawedWithoutFlaws(t *testing.T) {
+	script, err := filepath.Abs("testdata/plan-script.json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	executortest.Run(t, executortest.Options{
 		Binary:      bin("flawed"),
 		OldBinary:   bin("flawed-old"),
 		Kind:        "flawed",
 		TaskhostBin: bin("taskhost"),
 		Spec: flawedSpec(map[string]map[string]any{
-			executortest.ScenarioComplete: {"need_file": "input/seed.txt", "need_content": "seeded by the kit\n"},
+			executortest.ScenarioComplete: {"need_file": "input/seed.txt", "need_content": "seeded by the kit\n", "ask": []string{"Which branch?"},
+				"plan": "[flawed plan] write the plan to plan.md"},
+			executortest.ScenarioCrash: {"ask": []string{"Which branch?"}},
 		}),
-		Files: seedFiles, // the example's, which docs/executor-sdk.md shows
+		Files:  seedFiles, // the example's, which docs/executor-sdk.md shows
+		Inputs: branchInputs,
+		Result: branchResult,
+		Config: "[model]\nprovider = \"scripted\"\nscript = " + strconv.Quote(script) + "\n",
 	})
+}
+
+// branchInputs answers the question of the complete and crash scenarios.
+func branchInputs(scenario string) []any {
+	switch scenario {
+	case executortest.ScenarioComplete, executortest.ScenarioCrash:
+		return []any{"main"}
+	}
+	return nil
+}
+
+// branchResult is the result the complete and crash scenarios must end with:
+// their steps, the answer, and the model's last reply.
+func branchResult(scenario string) func(json.RawMessage) error {
+	switch scenario {
+	case executortest.ScenarioComplete:
+		return executortest.ResultEquals(map[string]any{"steps": 3, "answers": []string{"main"}, "plan": "plan written to plan.md"})
+	case executortest.ScenarioCrash:
+		return executortest.ResultEquals(map[string]any{"steps": 3, "answers": []string{"main"}})
+	}
+	return nil
 }
 
 // flawCase is an executor that breaks one rule, and what the kit must say.
@@ -277,6 +319,50 @@ func flawCases() map[string]flawCase {
 			},
 			check: executortest.CheckComplete, wantInLog: "flawed: read input/seed.txt",
 		},
+		// The effect, result and input checks.
+		"repeats_effect": {
+			// Each attempt's append names the attempt: the re-run's call
+			// is another one, which the host runs again.
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioCrash: {"vary_effect": true}})
+			},
+			check:     executortest.CheckCrashResume,
+			wantInLog: `after the SIGKILL of the executor process and the resume, the "crash" task's step 2 ran the tool call workspace.write 2 times (attempt 2 seq 1`,
+		},
+		"repeats_effect_host_kill": {
+			opts: func() executortest.Options {
+				return flawed(map[string]map[string]any{executortest.ScenarioCrash: {"vary_effect": true}})
+			},
+			check:     executortest.CheckHostCrashResume,
+			wantInLog: `after the SIGKILL of taskhost (the host) and the resume, the "crash" task's step 2 ran the tool call workspace.write 2 times`,
+		},
+		"result_changes_on_resume": {
+			opts: func() executortest.Options {
+				o := flawed(map[string]map[string]any{executortest.ScenarioCrash: {"result_run": true}})
+				o.Result = func(string) func(json.RawMessage) error { return executortest.ResultEquals(map[string]int{"steps": 3}) }
+				return o
+			},
+			check:     executortest.CheckCrashResume,
+			wantInLog: `after the SIGKILL of the executor process and the resume, the "crash" task's result is not what Options.Result("crash") expects: the result is {"run":2,"steps":3}, want {"steps":3}`,
+		},
+		"wrong_result": {
+			opts: func() executortest.Options {
+				o := flawed(nil)
+				o.Result = func(string) func(json.RawMessage) error { return executortest.ResultEquals(map[string]int{"steps": 4}) }
+				return o
+			},
+			check:     executortest.CheckComplete,
+			wantInLog: `run uninterrupted, the "complete" task's result is not what Options.Result("complete") expects: the result is {"steps":3}, want {"steps":4}`,
+		},
+		"inputs_short": {
+			opts: func() executortest.Options {
+				o := flawed(map[string]map[string]any{executortest.ScenarioComplete: {"ask": []string{"Which branch?", "Which tag?"}}})
+				o.Inputs = func(string) []any { return []any{"main"} }
+				return o
+			},
+			check:     executortest.CheckComplete,
+			wantInLog: `the "complete" task asked an input question past the answers Options.Inputs("complete") gives`,
+		},
 		"drops_old_schema": {
 			opts: func() executortest.Options {
 				o := flawed(nil)
@@ -339,7 +425,7 @@ func TestKitHelper(t *testing.T) {
 	opts.SkipReasons = map[string]string{}
 	for _, check := range []string{
 		executortest.CheckDescribe, executortest.CheckComplete, executortest.CheckCancel, executortest.CheckResultTooLarge,
-		executortest.CheckStepBudget, executortest.CheckCrashResume, executortest.CheckCheckpointRoundTrip,
+		executortest.CheckStepBudget, executortest.CheckCrashResume, executortest.CheckHostCrashResume, executortest.CheckCheckpointRoundTrip,
 		executortest.CheckSchemaUpgrade, executortest.CheckDeterminism,
 	} {
 		// checkpoint_round_trip needs crash_resume's outcome.

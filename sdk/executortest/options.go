@@ -1,6 +1,7 @@
 package executortest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -29,8 +30,10 @@ const (
 	// promptly when its context is cancelled.
 	ScenarioSlow = "slow"
 	// ScenarioCrash completes in at least 3 steps, and its second step
-	// takes at least 2 s: the kit SIGKILLs the plugin during that step. Run
-	// uninterrupted it must take the same number of steps every time.
+	// takes at least 2 s: the kit SIGKILLs the plugin, and the host, during
+	// that step. Run uninterrupted it must take the same number of steps
+	// every time. A tool call with a side effect in step 2, before its slow
+	// part, gives the effect count something to count.
 	ScenarioCrash = "crash"
 	// ScenarioOversized completes with a result over 64 KiB.
 	ScenarioOversized = "oversized"
@@ -47,6 +50,7 @@ const (
 	CheckResultTooLarge      = "result_too_large"
 	CheckStepBudget          = "step_budget"
 	CheckCrashResume         = "crash_resume"
+	CheckHostCrashResume     = "host_crash_resume"
 	CheckCheckpointRoundTrip = "checkpoint_round_trip"
 	CheckSchemaUpgrade       = "schema_upgrade"
 	CheckDeterminism         = "determinism"
@@ -56,7 +60,7 @@ const (
 func allChecks() []string {
 	return []string{
 		CheckDescribe, CheckComplete, CheckCancel, CheckResultTooLarge, CheckStepBudget,
-		CheckCrashResume, CheckCheckpointRoundTrip, CheckSchemaUpgrade, CheckDeterminism,
+		CheckCrashResume, CheckHostCrashResume, CheckCheckpointRoundTrip, CheckSchemaUpgrade, CheckDeterminism,
 	}
 }
 
@@ -97,6 +101,20 @@ type Options struct {
 	// Timeout bounds each check, all the taskhost commands it runs
 	// included; default 2 min.
 	Timeout time.Duration
+
+	// Result, when set, returns what the result of a scenario's
+	// completed task must be: a func that returns an error saying how the
+	// result differs, ResultEquals's or your own; nil for a scenario whose
+	// result is not checked. The kit checks it wherever a task of the
+	// scenario completes: uninterrupted, and after each crash and resume.
+	Result func(scenario string) func(result json.RawMessage) error
+	// Inputs, when set, returns the answers the kit gives, in order, to
+	// the input questions (host.RequestInput) a scenario's task asks:
+	// each value is marshalled to one JSON value of at most 64 KiB, at
+	// most 64 of them per scenario. A question past the answers fails the
+	// check, naming it. Nil for a scenario (or a nil Inputs) answers every
+	// question with null, as --approve-all does.
+	Inputs func(scenario string) []any
 }
 
 // allScenarios lists the scenarios, in the order the package documents them.
@@ -179,6 +197,13 @@ func (o *Options) validate() (string, error) {
 			}
 		}
 	}
+	if o.Inputs != nil {
+		for _, scenario := range allScenarios() {
+			if _, err := scriptedInputs(scenario, o.Inputs(scenario)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, name := range o.Skip {
 		if !slices.Contains(allChecks(), name) {
 			errs = append(errs, fmt.Errorf("Options.Skip: unknown check %q (the checks are %s)", name, strings.Join(allChecks(), ", ")))
@@ -227,6 +252,52 @@ func (o *Options) skipReason(check string) (string, bool) {
 		return "", false
 	}
 	return o.SkipReasons[check], true
+}
+
+// Bounds of Options.Inputs, those of `taskhost run --input-values`.
+const (
+	maxInputs     = 64
+	maxInputBytes = 64 << 10 // one answer, as JSON
+)
+
+// scriptedInputs marshals a scenario's answers, checking their bounds, so
+// that a bad one fails before any check runs. Nil stays nil: no script.
+func scriptedInputs(scenario string, values []any) ([]json.RawMessage, error) {
+	if values == nil {
+		return nil, nil
+	}
+	field := fmt.Sprintf("Options.Inputs(%q)", scenario)
+	if len(values) > maxInputs {
+		return nil, fmt.Errorf("%s has %d answers, the limit is %d", field, len(values), maxInputs)
+	}
+	out := make([]json.RawMessage, 0, len(values))
+	for i, v := range values {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: answer %d: %w", field, i+1, err)
+		}
+		if len(b) > maxInputBytes {
+			return nil, fmt.Errorf("%s: answer %d is %d bytes as JSON, the limit is %d", field, i+1, len(b), maxInputBytes)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// ResultEquals returns a check for Options.Result: the result must be the
+// JSON of want (compared by meaning: key order and spacing do not count).
+// want may be any value json.Marshal takes, a json.RawMessage included.
+func ResultEquals(want any) func(result json.RawMessage) error {
+	w, err := json.Marshal(want)
+	return func(result json.RawMessage) error {
+		if err != nil {
+			return fmt.Errorf("ResultEquals: the wanted value cannot be marshalled: %w", err)
+		}
+		if !jsonEqual(result, w) {
+			return fmt.Errorf("the result is %s, want %s", text.Clip(string(result), 500), text.Clip(string(w), 500))
+		}
+		return nil
+	}
 }
 
 // builtin reports whether Kind is one the host ships. Those cannot be

@@ -91,8 +91,9 @@ func (a attemptView) String() string {
 }
 
 type inspectView struct {
-	Task     taskView      `json:"task"`
-	Attempts []attemptView `json:"attempts"`
+	Task     taskView       `json:"task"`
+	Attempts []attemptView  `json:"attempts"`
+	Effects  []ledgerEffect `json:"effects"`
 }
 
 // completed counts the attempts that completed (of any run).
@@ -240,6 +241,9 @@ type session struct {
 	waitErr  error
 
 	cursor int // the next line waitLine looks at; the test goroutine's own
+	// scenario is the scenario of the session's task, for the messages
+	// of the input check; the test goroutine's own.
+	scenario string
 }
 
 // start starts `taskhost run` with the kit's flags and args. The process
@@ -415,7 +419,16 @@ func (h *host) startScenario(ctx context.Context, t *testing.T, scenario string,
 		}
 		full = append(full, seeds...)
 	}
-	return h.start(ctx, t, append(full, args...)...)
+	in, err := h.inputArgs(scenario, 0)
+	if err != nil {
+		return nil, errInputs(scenario, err)
+	}
+	s, err := h.start(ctx, t, append(append(full, in...), args...)...)
+	if err != nil {
+		return nil, err
+	}
+	s.scenario = scenario
+	return s, nil
 }
 
 // writeFiles writes files for `taskhost run --file SRC=NAME` and returns
@@ -446,7 +459,7 @@ func (h *host) writeFiles(files map[string][]byte) ([]string, error) {
 
 // inspect reads a task and its attempts with `taskhost inspect --json`.
 func (h *host) inspect(ctx context.Context, id string) (inspectView, error) {
-	cmd := exec.CommandContext(ctx, h.taskhost, "inspect", "--data-dir", h.dataDir, "--json", id)
+	cmd := exec.CommandContext(ctx, h.taskhost, "inspect", "--data-dir", h.dataDir, "--json", "--effects", id)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
