@@ -84,7 +84,7 @@ func TestDaemonOnPostgres(t *testing.T) {
 // a missing DSN variable is a usage error naming it.
 func TestBenchCommandPostgres(t *testing.T) {
 	t.Setenv(pgDSNEnv, testpg.DSN(t))
-	out, errOut, code := taskhost(t, "bench", "--store", "postgres", "--dsn-env", pgDSNEnv, "--steps", "20", "--reps", "2", "--json")
+	out, errOut, code := taskhost(t, "bench", "--store", "postgres", "--dsn-env", pgDSNEnv, "--steps", "60", "--reps", "2", "--json")
 	if code != 0 {
 		t.Fatalf("bench exit %d: %s", code, errOut)
 	}
