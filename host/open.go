@@ -366,7 +366,7 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 				"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes),
 				"--worker-memory-mb", strconv.Itoa(cfg.MachineSpirit.WorkerMemoryMB),
 				"--worker-cpu-seconds", strconv.Itoa(cfg.MachineSpirit.WorkerCPUSeconds),
-				"--max-parallel-model-calls", strconv.Itoa(cfg.MachineSpirit.MaxParallelModelCalls))
+				"--max-parallel-model-calls", strconv.Itoa(cfg.MachineSpiritParallel()))
 			if cfg.MachineSpirit.RLMGoalMode {
 				ms.Args = append(ms.Args, "--rlm-goal-mode")
 			}
