@@ -456,6 +456,7 @@ func settingsFrom(c config.Config) Settings {
 	s.Caps = Limits{Steps: int64(t.MaxStepsCap), ToolCalls: int64(t.MaxToolCallsCap), ModelCalls: int64(t.MaxModelCallsCap), Depth: int64(t.MaxDepthCap), WallSeconds: int64(t.MaxWallSecondsCap),
 		ModelTokens: int64(t.MaxModelTokensCap), OutputBytes: int64(t.MaxOutputBytesCap)}
 	s.CheckpointMaxBytes = t.CheckpointMaxBytes
+	s.MaxParallelModelCalls = t.MaxParallelModelCalls
 	s.GoalChars = c.Limits.GoalChars
 	s.SummaryChars = c.Limits.SummaryChars
 	s.RecentSummaries = c.Limits.RecentSummaries
