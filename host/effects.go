@@ -46,6 +46,9 @@ type turnState struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	inflight sync.WaitGroup
+	// modelSlots bounds the step's model calls in flight at once; a
+	// replayed call takes none (it does not reach the model).
+	modelSlots modelSlots
 
 	mu          sync.Mutex
 	seq         int64
@@ -432,7 +435,9 @@ type runFunc func(ctx context.Context) ([]byte, store.Charge, error)
 
 // ledgered runs one effect through the ledger: replay from an earlier
 // attempt of the same step if (seq, fingerprint) was observed there, else
-// pass the unsettled-effect gate (rerunGate), admit (charging its budget),
+// take one of the step's model call slots (a model call; it waits for one
+// while the step has max_parallel_model_calls in flight), pass the
+// unsettled-effect gate (rerunGate), admit (charging its budget),
 // wait for an approval when gate says so, mark dispatching, run, and record
 // observed, with the bounded result and its charge, or failed. An effect
 // whose charge takes the task past its token or output budget is refused
@@ -454,18 +459,18 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 	st := s.r.store
 	e.PrincipalID, e.TaskID, e.RunID, e.Attempt = ts.principal, ts.taskID, ts.runID, ts.attempt
 	e.Seq = ts.nextSeq(e.Kind)
-	if result, ok, err := s.replayable(ctx, ts, e); err != nil {
-		return nil, false, effectError(ts, err)
-	} else if ok {
-		e.Replay, e.Result = true, result
-		_, t, err := st.AdmitEffect(ctx, e)
+	if result, ok, err := s.replay(ctx, ts, e); err != nil || ok {
+		return result, ok, err
+	}
+	if e.Kind == store.EffectModel {
+		// After the replay, which reaches no model, and before admission:
+		// a call that waits for a slot is charged when it starts, and one
+		// cancelled while it waits charges nothing and is never recorded.
+		release, err := ts.modelSlots.acquire(ctx)
 		if err != nil {
-			return nil, false, effectError(ts, err)
-		}
-		if err := overBudget(ts, t.Budgets); err != nil {
 			return nil, false, err
 		}
-		return result, true, nil
+		defer release()
 	}
 	var rerun []store.Effect
 	if e.Kind == store.EffectTool && !rerunSafe {
@@ -539,6 +544,27 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 		return nil, false, err
 	}
 	return out, false, nil
+}
+
+// replay answers effect e from an earlier attempt of the step when it ran
+// there (replayable), recording the replay; false when e must run.
+func (s *taskServices) replay(ctx context.Context, ts *turnState, e store.NewEffect) ([]byte, bool, error) {
+	result, ok, err := s.replayable(ctx, ts, e)
+	if err != nil {
+		return nil, false, effectError(ts, err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	e.Replay, e.Result = true, result
+	_, t, err := s.r.store.AdmitEffect(ctx, e)
+	if err != nil {
+		return nil, false, effectError(ts, err)
+	}
+	if err := overBudget(ts, t.Budgets); err != nil {
+		return nil, false, err
+	}
+	return result, true, nil
 }
 
 // replayable finds what an earlier attempt of the step observed of effect

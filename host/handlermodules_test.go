@@ -68,3 +68,28 @@ func machineSpiritSpec(t *testing.T, cfg config.Config) plugin.PluginSpec {
 	}
 	return specs[i]
 }
+
+// machinespirit is started with its own bound on a step's model calls,
+// which defaults to the host's ([tasks] max_parallel_model_calls).
+func TestMachineSpiritParallelArg(t *testing.T) {
+	three := 3
+	for _, tc := range []struct {
+		name  string
+		tasks int
+		own   *int
+		want  string
+	}{
+		{"the host's default", 4, nil, "--max-parallel-model-calls 4"},
+		{"the host's own", 7, nil, "--max-parallel-model-calls 7"},
+		{"its own, lower", 7, &three, "--max-parallel-model-calls 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.MachineSpirit.Enabled = true
+			cfg.Tasks.MaxParallelModelCalls, cfg.MachineSpirit.MaxParallelModelCalls = tc.tasks, tc.own
+			if args := strings.Join(machineSpiritSpec(t, cfg).Args, " "); !strings.Contains(args, tc.want+" ") && !strings.HasSuffix(args, tc.want) {
+				t.Fatalf("args %q: want %q", args, tc.want)
+			}
+		})
+	}
+}

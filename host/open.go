@@ -366,7 +366,7 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 				"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes),
 				"--worker-memory-mb", strconv.Itoa(cfg.MachineSpirit.WorkerMemoryMB),
 				"--worker-cpu-seconds", strconv.Itoa(cfg.MachineSpirit.WorkerCPUSeconds),
-				"--max-parallel-model-calls", strconv.Itoa(cfg.MachineSpirit.MaxParallelModelCalls))
+				"--max-parallel-model-calls", strconv.Itoa(cfg.MachineSpiritParallel()))
 			if cfg.MachineSpirit.RLMGoalMode {
 				ms.Args = append(ms.Args, "--rlm-goal-mode")
 			}
@@ -456,6 +456,7 @@ func settingsFrom(c config.Config) Settings {
 	s.Caps = Limits{Steps: int64(t.MaxStepsCap), ToolCalls: int64(t.MaxToolCallsCap), ModelCalls: int64(t.MaxModelCallsCap), Depth: int64(t.MaxDepthCap), WallSeconds: int64(t.MaxWallSecondsCap),
 		ModelTokens: int64(t.MaxModelTokensCap), OutputBytes: int64(t.MaxOutputBytesCap)}
 	s.CheckpointMaxBytes = t.CheckpointMaxBytes
+	s.MaxParallelModelCalls = t.MaxParallelModelCalls
 	s.GoalChars = c.Limits.GoalChars
 	s.SummaryChars = c.Limits.SummaryChars
 	s.RecentSummaries = c.Limits.RecentSummaries

@@ -343,7 +343,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	// runs out, and a gRPC deadline would carry the first one to the
 	// executor.
 	stepCtx, cancelStep := context.WithCancelCause(ru.ctx)
-	tok, ts := r.turns.issue(stepCtx, turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number})
+	tok, ts := r.turns.issue(stepCtx, turn{taskID: ru.task.ID, principal: ru.task.PrincipalID, runID: ru.task.RunID, attempt: att.Number}, r.set.MaxParallelModelCalls)
 	req.TurnToken = tok
 	ts.opts = ru.taskOptions()
 	req.ModelPromptTokens = r.set.Model.promptTokens(cmp.Or(ts.opts.Model.MaxTokens, r.set.Model.MaxTokens))

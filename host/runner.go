@@ -67,6 +67,10 @@ type Settings struct {
 	Fleet FleetSettings
 	// Model bounds a task's own model options (spec "model").
 	Model ModelSettings
+	// MaxParallelModelCalls bounds the model calls of one step in flight
+	// at once, whatever its executor ([tasks] max_parallel_model_calls);
+	// the others wait for a slot. 0 means DefaultMaxParallelModelCalls.
+	MaxParallelModelCalls int
 }
 
 // Limits are budget limits; zero means "unset" in a request.
@@ -94,6 +98,8 @@ func DefaultSettings() Settings {
 		ResultBytes:        64 << 10,
 		Heartbeat:          5 * time.Second,
 		Fleet:              FleetSettings{Heartbeat: 5 * time.Second, Lease: 30 * time.Second, Poll: 250 * time.Millisecond},
+
+		MaxParallelModelCalls: DefaultMaxParallelModelCalls,
 	}
 }
 

@@ -27,14 +27,15 @@ type turns struct {
 
 func newTurns() *turns { return &turns{m: map[string]*turnState{}} }
 
-// issue names a step in flight. Its state's context is derived from ctx, the
-// step's: a cancel of the run reaches the step's effects (a running
-// shell.run is killed) the moment it commits, not once the executor's step
-// call has returned.
-func (t *turns) issue(ctx context.Context, tr turn) (string, *turnState) {
+// issue names a step in flight, which may have parallel model calls in
+// flight at once. Its state's context is derived from ctx, the step's: a
+// cancel of the run reaches the step's effects (a running shell.run is
+// killed) the moment it commits, not once the executor's step call has
+// returned.
+func (t *turns) issue(ctx context.Context, tr turn, parallel int) (string, *turnState) {
 	tok := randomToken()
 	ctx, cancel := context.WithCancel(ctx)
-	ts := &turnState{turn: tr, ctx: ctx, cancel: cancel}
+	ts := &turnState{turn: tr, ctx: ctx, cancel: cancel, modelSlots: newModelSlots(parallel)}
 	t.mu.Lock()
 	t.m[tok] = ts
 	t.mu.Unlock()

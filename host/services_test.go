@@ -25,11 +25,11 @@ func TestTurnTokenMisuseRefused(t *testing.T) {
 	h := openHost(t, "", nil)
 	r := h.Runner
 	a := plugin.NewServicesServer(&taskServices{r: r, taskID: "t_a"})
-	finished, _ := r.turns.issue(context.Background(), turn{taskID: "t_a", principal: alice, runID: 1, attempt: 1})
+	finished, _ := r.turns.issue(context.Background(), turn{taskID: "t_a", principal: alice, runID: 1, attempt: 1}, 1)
 	r.turns.revoke(finished)
-	other, _ := r.turns.issue(context.Background(), turn{taskID: "t_b", principal: alice, runID: 1, attempt: 1})
+	other, _ := r.turns.issue(context.Background(), turn{taskID: "t_b", principal: alice, runID: 1, attempt: 1}, 1)
 	defer r.turns.revoke(other)
-	live, _ := r.turns.issue(context.Background(), turn{taskID: "t_a", principal: alice, runID: 1, attempt: 2})
+	live, _ := r.turns.issue(context.Background(), turn{taskID: "t_a", principal: alice, runID: 1, attempt: 2}, 1)
 	defer r.turns.revoke(live)
 	ctx := context.Background()
 	for name, tok := range map[string]string{"finished step": finished, "another task": other, "made up": "x", "empty": ""} {

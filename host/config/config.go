@@ -60,6 +60,10 @@ const (
 	MaxOutputBytesCap = 1 << 40
 )
 
+// MaxParallelModelCalls bounds tasks.max_parallel_model_calls (and
+// machinespirit's own): a step's model calls in flight at once.
+const MaxParallelModelCalls = 16
+
 // Built-in executor names. They are always known to the host and cannot be
 // redefined under [executors].
 const (
@@ -135,6 +139,11 @@ type Tasks struct {
 
 	CheckpointMaxBytes int `toml:"checkpoint_max_bytes"` // 1024..3145728, default 262144
 
+	// MaxParallelModelCalls bounds the model calls one step has in flight
+	// at once, for every executor: the host serves at most this many of a
+	// step's model calls together and queues the others (1..16, default 4).
+	MaxParallelModelCalls int `toml:"max_parallel_model_calls"`
+
 	// Prestart is how many plugin processes of each executor kind are
 	// kept started ahead of need, each for one task: 0..MaxPrestart,
 	// default 2; 0 starts every task's own at its start. [executors.NAME]
@@ -160,9 +169,11 @@ type MachineSpirit struct {
 	// Prolog goals run behind an allow-list; default false (the rlm graph
 	// reads typed JSON plans and runs no model text).
 	RLMGoalMode bool `toml:"rlm_goal_mode"`
-	// MaxParallelModelCalls bounds the model calls of one step in flight
-	// at once (a plan's map with parallel > 1), 1..16, default 4.
-	MaxParallelModelCalls int `toml:"max_parallel_model_calls"`
+	// MaxParallelModelCalls is the plugin's own bound on a step's model
+	// calls in flight at once (a plan's map with parallel > 1): nil takes
+	// tasks.max_parallel_model_calls, the host's bound, and a value may
+	// only be lower (1..that). See [Config.MachineSpiritParallel].
+	MaxParallelModelCalls *int `toml:"max_parallel_model_calls"`
 	// Prestart overrides tasks.prestart for machinespirit (each pooled
 	// process has its Prolog worker started): 0..MaxPrestart.
 	Prestart *int `toml:"prestart"`
@@ -271,6 +282,8 @@ func Default() Config {
 			MaxWallSecondsCap:  86400,
 			CheckpointMaxBytes: 256 << 10,
 			Prestart:           2,
+
+			MaxParallelModelCalls: 4,
 		},
 		MachineSpirit: MachineSpirit{
 			Enabled:      false,
@@ -279,8 +292,6 @@ func Default() Config {
 
 			WorkerMemoryMB:   1024,
 			WorkerCPUSeconds: 3600,
-
-			MaxParallelModelCalls: 4,
 		},
 		Executors: map[string]Executor{},
 		Limits: Limits{

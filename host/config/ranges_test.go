@@ -42,7 +42,7 @@ var intKeys = []struct {
 	{key: "tasks.checkpoint_max_bytes", def: 262144, min: 1024, max: 3145728},
 	{key: "machine_spirit.worker_memory_mb", def: 1024, min: 256, max: 65536},
 	{key: "machine_spirit.worker_cpu_seconds", def: 3600, min: 1, max: 86400},
-	{key: "machine_spirit.max_parallel_model_calls", def: 4, min: 1, max: 16},
+	{key: "tasks.max_parallel_model_calls", def: 4, min: 1, max: MaxParallelModelCalls},
 	{key: "tasks.retention_days", def: 0, min: 0, max: 3650},
 	{key: "tasks.prestart", def: 2, min: 0, max: MaxPrestart},
 	{key: "limits.goal_chars", def: 2000, min: 1, max: 20000},
@@ -237,6 +237,44 @@ func TestMessageSizeBudget(t *testing.T) {
 				return
 			}
 			wantProblem(t, err, "limits.grpc_message_bytes", tc.want, "raise it")
+		})
+	}
+}
+
+// machinespirit's own bound on a step's model calls defaults to the host's
+// and may only be lower: 1..tasks.max_parallel_model_calls.
+func TestMachineSpiritParallelBound(t *testing.T) {
+	const key = "machine_spirit.max_parallel_model_calls"
+	tests := []struct {
+		name string
+		src  string
+		want int      // MachineSpiritParallel() when valid
+		errs []string // the problem's words when refused
+	}{
+		{name: "absent: the host's default", src: "", want: 4},
+		{name: "absent: the host's own", src: "[tasks]\nmax_parallel_model_calls = 7\n", want: 7},
+		{name: "lower than the host's", src: "[machine_spirit]\nmax_parallel_model_calls = 2\n", want: 2},
+		{name: "at the host's default", src: "[machine_spirit]\nmax_parallel_model_calls = 4\n", want: 4},
+		{name: "one past the host's default", src: "[machine_spirit]\nmax_parallel_model_calls = 5\n",
+			errs: []string{key + " = 5", "between 1 and 4", "tasks.max_parallel_model_calls", "raise that one"}},
+		{name: "at the host's limit", src: "[tasks]\nmax_parallel_model_calls = 16\n[machine_spirit]\nmax_parallel_model_calls = 16\n", want: 16},
+		{name: "one past the host's limit", src: "[tasks]\nmax_parallel_model_calls = 16\n[machine_spirit]\nmax_parallel_model_calls = 17\n",
+			errs: []string{key + " = 17", "between 1 and 16"}},
+		{name: "zero", src: "[machine_spirit]\nmax_parallel_model_calls = 0\n", errs: []string{key + " = 0", "between 1 and 4"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parse(t, tc.src)
+			if tc.errs != nil {
+				t.Logf("%s", wantOnly(t, err, key, tc.errs...).Message)
+				return
+			}
+			if err != nil {
+				t.Fatalf("should be accepted:\n%v", err)
+			}
+			if got := cfg.MachineSpiritParallel(); got != tc.want {
+				t.Fatalf("MachineSpiritParallel() = %d, want %d", got, tc.want)
+			}
 		})
 	}
 }

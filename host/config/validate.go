@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -54,6 +55,7 @@ func (c Config) validate() problems {
 	c.Confinement.validate(&ps)
 	c.Store.validate(&ps)
 	c.Fleet.validate(&ps)
+	c.validateParallel(&ps)
 	c.validateDefaultExecutor(&ps)
 	c.validateMessageSize(&ps)
 	return ps
@@ -79,6 +81,29 @@ func (t Tasks) validate(ps *problems) {
 	ps.capped("tasks.max_output_bytes", t.MaxOutputBytes, 0, "tasks.max_output_bytes_cap", t.MaxOutputBytesCap, 0, MaxOutputBytesCap)
 	ps.intRange("tasks.checkpoint_max_bytes", t.CheckpointMaxBytes, 1<<10, 3<<20)
 	ps.intRange("tasks.retention_days", t.RetentionDays, 0, MaxRetentionDays)
+	ps.intRange("tasks.max_parallel_model_calls", t.MaxParallelModelCalls, 1, MaxParallelModelCalls)
+}
+
+// validateParallel checks machinespirit's own bound on a step's model
+// calls against the host's: a larger one could never be reached (the host
+// would queue the calls past tasks.max_parallel_model_calls), so it is
+// refused rather than silently lowered.
+func (c Config) validateParallel(ps *problems) {
+	p := c.MachineSpirit.MaxParallelModelCalls
+	if p == nil {
+		return
+	}
+	const key = "machine_spirit.max_parallel_model_calls"
+	hi := min(max(c.Tasks.MaxParallelModelCalls, 1), MaxParallelModelCalls)
+	if *p < 1 || *p > hi {
+		ps.add(key, "%s = %d: must be between 1 and %d (tasks.max_parallel_model_calls, the host's bound for every executor; raise that one to allow more)", key, *p, hi)
+	}
+}
+
+// MachineSpiritParallel is the bound machinespirit is started with on a
+// step's model calls in flight: its own key, or the host's.
+func (c Config) MachineSpiritParallel() int {
+	return *cmp.Or(c.MachineSpirit.MaxParallelModelCalls, &c.Tasks.MaxParallelModelCalls)
 }
 
 func (m MachineSpirit) validate(ps *problems) {
@@ -94,7 +119,6 @@ func (m MachineSpirit) validate(ps *problems) {
 	}
 	ps.intRange("machine_spirit.worker_memory_mb", m.WorkerMemoryMB, 256, 65536)
 	ps.intRange("machine_spirit.worker_cpu_seconds", m.WorkerCPUSeconds, 1, 86400)
-	ps.intRange("machine_spirit.max_parallel_model_calls", m.MaxParallelModelCalls, 1, 16)
 	if m.Prestart != nil {
 		ps.intRange("machine_spirit.prestart", *m.Prestart, 0, MaxPrestart)
 	}

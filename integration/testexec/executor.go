@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -188,6 +189,12 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
 		}
 	}
+	if err := parallelModelCalls(ctx, host, o.ParallelModelCalls, n); err != nil {
+		if ctx.Err() != nil {
+			return sdk.StepResult{}, fmt.Errorf("testexec: parallel model calls: %w", err)
+		}
+		return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
+	}
 	if o.RequestApproval {
 		if _, err := host.RequestApproval(ctx, fmt.Sprintf("may step %d proceed?", n)); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("testexec: approval: %w", err)
@@ -260,6 +267,25 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		return sdk.Complete(fmt.Sprintf("done after %d steps", n), res, cp), nil
 	}
 	return sdk.Continue(fmt.Sprintf("step %d", n), cp), nil
+}
+
+// parallelModelCalls makes k model calls of step n at once and returns
+// the first error once every call has returned.
+func parallelModelCalls(ctx context.Context, host sdk.Host, k, n int) error {
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() {
+			_, errs[i] = host.CallModel(ctx, sdk.ModelRequest{Messages: []sdk.Message{{Role: "user", Content: fmt.Sprintf("step %d parallel call %d", n, i+1)}}})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // misbehave carries out the scripted crashes of this attempt, if any.

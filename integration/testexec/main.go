@@ -34,6 +34,10 @@
 //	model_chain       bool    make each model call a sub-call of the previous one
 //	                          (depth 0, 1, 2, ...).
 //	parent_token      string  a parent call token to claim (a lying executor).
+//	parallel_model_calls int  after model_calls, make this many host.CallModel
+//	                          calls at once (0..32), each its own prompt; on
+//	                          an error, return Continue("model error: <kind>")
+//	                          once all have returned.
 //	env_file          string  write the process environment to this file.
 //	wait_file         string  before a step ends, wait (honouring ctx) until this
 //	                          file exists.

@@ -50,8 +50,12 @@ type options struct {
 	RequestApproval bool      `json:"request_approval"`
 	ModelCalls      int       `json:"model_calls"`
 	ModelChain      bool      `json:"model_chain"`
-	ParentToken     string    `json:"parent_token"`
-	EnvFile         string    `json:"env_file"`
+	// ParallelModelCalls model calls are made at once each step, after
+	// model_calls: an executor that asks the host for more than it
+	// serves together.
+	ParallelModelCalls int    `json:"parallel_model_calls"`
+	ParentToken        string `json:"parent_token"`
+	EnvFile            string `json:"env_file"`
 	// WaitFile makes every step wait, before it ends, until this file
 	// exists: a test does something at a known moment of the step, then
 	// creates it.
@@ -99,6 +103,11 @@ type options struct {
 	// disk filler); a write that fails fails the step, naming the error.
 	FillTmpMB int `json:"fill_tmp_mb"`
 }
+
+// maxParallelModelCalls bounds parallel_model_calls: the calls of one step
+// the protocol lets be in flight (docs/executor-sdk.md, Limits); the SDK
+// would hold more back itself, and the test would not be the host's.
+const maxParallelModelCalls = 32
 
 // toolCall is a scripted tool call.
 type toolCall struct {
@@ -148,6 +157,7 @@ func (o options) validate() error {
 		{"long_sleep_ms", o.LongSleepMS},
 		{"misbehave_at_step", o.MisbehaveAtStep},
 		{"model_calls", o.ModelCalls},
+		{"parallel_model_calls", o.ParallelModelCalls},
 		{"kill_after_tool_at_attempt", o.KillAfterToolAtAttempt},
 		{"hog_memory_mb", o.HogMemoryMB},
 		{"fork_processes", o.ForkProcesses},
@@ -156,6 +166,9 @@ func (o options) validate() error {
 		if f.v < 0 {
 			return fmt.Errorf("testexec.%s: must not be negative, got %d", f.name, f.v)
 		}
+	}
+	if o.ParallelModelCalls > maxParallelModelCalls {
+		return fmt.Errorf("testexec.parallel_model_calls: at most %d (the protocol's calls in flight per step), got %d", maxParallelModelCalls, o.ParallelModelCalls)
 	}
 	if o.KillAfterMS > 0 && o.KillAtAttempt == 0 {
 		return errors.New("testexec.kill_after_ms: needs kill_at_attempt")

@@ -31,6 +31,12 @@ func TestParseSpec(t *testing.T) {
 		{name: "wrong type", spec: `{"testexec":{"steps":"two"}}`, wantErr: "testexec.steps"},
 		{name: "trailing data", spec: `{"goal":"g"} {}`, wantErr: "trailing data"},
 		{name: "negative", spec: `{"testexec":{"sleep_ms":-1}}`, wantErr: "testexec.sleep_ms: must not be negative"},
+		{name: "parallel_model_calls at its bound", spec: `{"testexec":{"parallel_model_calls":32}}`,
+			want: options{Steps: 1, FailReason: "executor_failed", ParallelModelCalls: 32}},
+		{name: "parallel_model_calls past its bound", spec: `{"testexec":{"parallel_model_calls":33}}`,
+			wantErr: "testexec.parallel_model_calls: at most 32 (the protocol's calls in flight per step), got 33"},
+		{name: "parallel_model_calls negative", spec: `{"testexec":{"parallel_model_calls":-1}}`,
+			wantErr: "testexec.parallel_model_calls: must not be negative"},
 		{name: "kill_after_ms alone", spec: `{"testexec":{"kill_after_ms":10}}`, wantErr: "testexec.kill_after_ms: needs kill_at_attempt"},
 		{name: "grandchild without pid file", spec: `{"testexec":{"spawn_grandchild":true}}`, wantErr: "testexec.spawn_grandchild: needs pid_file"},
 	}
