@@ -5,7 +5,9 @@
 // another task is reachable from inside: in the manner of systemd's
 // DynamicUser, from a configured range with no /etc/passwd entries.
 //
-// A uid goes back to the pool only once no process runs under it. Release
+// A uid goes back to the pool only once no process runs under it, and its
+// lock file then says so: its next Acquire takes it without a kill, while
+// one a dead daemon held is killed first. Release
 // first has a helper running as the uid itself send SIGKILL to -1: the
 // kernel signals every process the uid may signal in one pass that a fork
 // cannot slip past (a scan of /proc can miss a child whose parent forked it
@@ -86,10 +88,25 @@ type Pool struct {
 	r       Range
 	lockDir string
 
+	// kill ends every process of a uid: KillAll, but for tests.
+	kill func(uid int) error
+
 	mu   sync.Mutex
 	used map[int]*os.File // the uid's lock, held while it is in use
 	next int              // the next uid to try, so a released uid is the last reused
 }
+
+// The state a uid's lock file records, for whoever locks it next. A uid
+// whose last holder released it (every process of it killed) is clean:
+// only root can start a process under it, so none runs, and its next
+// Acquire needs no kill. One whose holder died holding it (the file says
+// held, or anything else, a write cut short) may have processes left, and
+// its next Acquire kills them first. A fresh file (none since boot: the
+// lock dir is on /run's tmpfs) is clean too.
+const (
+	lockClean = "clean\n"
+	lockHeld  = "held\n"
+)
 
 // lockDir is where the pools of a machine lock the uids they hand out:
 // /run/taskhost-uids, or under the system temp dir where there is no /run
@@ -120,7 +137,7 @@ func NewPool(r Range) (*Pool, error) {
 	if err := trustedLockDir(dir); err != nil {
 		return nil, err
 	}
-	return &Pool{r: r, lockDir: dir, used: map[int]*os.File{}, next: r.First}, nil
+	return &Pool{r: r, lockDir: dir, kill: KillAll, used: map[int]*os.File{}, next: r.First}, nil
 }
 
 // trustedLockDir makes dir (0700, root's) or checks the one there: a lock
@@ -198,11 +215,13 @@ func (p *Pool) Acquire() (int, error) {
 		if !ok {
 			continue // another daemon's
 		}
-		if fresh {
-			p.used[uid] = f
-			return uid, nil
+		if !fresh && !released(f) {
+			if err := p.kill(uid); err != nil {
+				f.Close()
+				return 0, err
+			}
 		}
-		if err := KillAll(uid); err != nil {
+		if err := mark(f, lockHeld); err != nil {
 			f.Close()
 			return 0, err
 		}
@@ -226,15 +245,39 @@ func (p *Pool) Release(uid int) error {
 	if !p.r.Contains(uid) {
 		return fmt.Errorf("uids: %d is not in the pool's range %s", uid, p.r)
 	}
-	if err := KillAll(uid); err != nil {
+	if err := p.kill(uid); err != nil {
 		return err
 	}
 	p.mu.Lock()
 	f := p.used[uid]
 	delete(p.used, uid)
 	p.mu.Unlock()
-	if f != nil {
-		return f.Close() // the flock goes with it
+	if f == nil {
+		return nil
+	}
+	// Unmarked, the uid is only killed again at its next Acquire.
+	merr := mark(f, lockClean)
+	if err := f.Close(); err != nil { // the flock goes with it
+		return err
+	}
+	return merr
+}
+
+// released reports whether the lock file f says its last holder released
+// its uid.
+func released(f *os.File) bool {
+	var b [len(lockClean) + 1]byte
+	n, _ := f.ReadAt(b[:], 0)
+	return string(b[:n]) == lockClean
+}
+
+// mark records state in the lock file f.
+func mark(f *os.File, state string) error {
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("uids: mark %s %s: %w", f.Name(), strings.TrimSpace(state), err)
+	}
+	if _, err := f.WriteAt([]byte(state), 0); err != nil {
+		return fmt.Errorf("uids: mark %s %s: %w", f.Name(), strings.TrimSpace(state), err)
 	}
 	return nil
 }

@@ -35,8 +35,8 @@ func TestAcquireRelease(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a pool is a root daemon's: it kills a uid's processes and locks its uids in a root dir")
 	}
-	p := &Pool{r: Range{DefaultFirst + 300000, 2}, lockDir: t.TempDir(), used: map[int]*os.File{}, next: DefaultFirst + 300000}
-	other := &Pool{r: p.r, lockDir: p.lockDir, used: map[int]*os.File{}, next: p.r.First}
+	p := testPool(Range{DefaultFirst + 300000, 2}, t.TempDir())
+	other := testPool(p.r, p.lockDir)
 	a, err := p.Acquire()
 	if err != nil {
 		t.Fatal(err)
@@ -102,17 +102,24 @@ func TestKillAll(t *testing.T) {
 	}
 }
 
-// A uid no pool has locked since the lock dir was made is handed out
-// without a kill (nothing a pool started can run under it); once its lock
-// file exists, every Acquire kills what runs under it first. The process
-// started here under a fresh uid stands for nothing a pool could have
-// started: it is how the test sees which Acquire killed.
-func TestAcquireKillsOnlyOnceLocked(t *testing.T) {
+// testPool is a pool over r locking its uids in dir.
+func testPool(r Range, dir string) *Pool {
+	return &Pool{r: r, lockDir: dir, kill: KillAll, used: map[int]*os.File{}, next: r.First}
+}
+
+// Acquire kills only what a holder may have left: a fresh uid (no lock
+// file since boot) and one its last holder released (every process of it
+// killed, the file marked clean) are handed out without a kill; one whose
+// holder died holding it (the flock gone with its fds, the file still
+// marked held) has its processes killed first. Release always kills.
+func TestAcquireKillsOnlyWhatAHolderLeft(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("starting a process under another uid needs root")
 	}
 	r := Range{DefaultFirst + 300100, 1}
-	p := &Pool{r: r, lockDir: t.TempDir(), used: map[int]*os.File{}, next: r.First}
+	p := testPool(r, t.TempDir())
+	kills := 0
+	p.kill = func(uid int) error { kills++; return KillAll(uid) }
 	stray := func() *exec.Cmd {
 		cmd := exec.Command("/bin/sleep", "60")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(r.First), Gid: uint32(r.First)}}
@@ -127,21 +134,31 @@ func TestAcquireKillsOnlyOnceLocked(t *testing.T) {
 	if err != nil || uid != r.First {
 		t.Fatalf("Acquire = %d, %v; want %d", uid, err, r.First)
 	}
-	if err := first.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Fatalf("the Acquire of a fresh uid killed: %v", err)
+	if err := first.Process.Signal(syscall.Signal(0)); err != nil || kills != 0 {
+		t.Fatalf("the Acquire of a fresh uid killed (%d kills): %v", kills, err)
 	}
 	if err := p.Release(uid); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Wait(); err == nil {
-		t.Fatal("Release left a process of the uid alive")
+	if err := first.Wait(); err == nil || kills != 1 {
+		t.Fatalf("Release left a process of the uid alive (%d kills)", kills)
 	}
-	second := stray()
-	if _, err := p.Acquire(); err != nil {
+	if _, err := p.Acquire(); err != nil || kills != 1 {
+		t.Fatalf("the Acquire of a released uid: %v, %d kills, want none more", err, kills)
+	}
+	// The holder dies holding it: its lock goes with its fds, the file
+	// still says held, and what it left runs on.
+	p.mu.Lock()
+	p.used[uid].Close()
+	delete(p.used, uid)
+	p.mu.Unlock()
+	left := stray()
+	next := testPool(r, p.lockDir)
+	if _, err := next.Acquire(); err != nil {
 		t.Fatal(err)
 	}
-	if err := second.Wait(); err == nil {
-		t.Fatal("the Acquire of a uid locked before left a process of it alive")
+	if err := left.Wait(); err == nil {
+		t.Fatal("the Acquire of a uid a dead holder held left a process of it alive")
 	}
 }
 
@@ -189,8 +206,8 @@ func TestFirstIn(t *testing.T) {
 }
 
 // BenchmarkAcquireRelease: a task's uid, handed out and back, on a fresh
-// uid (no kill at Acquire) and on one locked before (a kill at both ends).
-// The ratio of the two is the cost of a kill.
+// uid and on one released before: both take one kill, at Release (before
+// a released uid's Acquire was a second kill).
 func BenchmarkAcquireRelease(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("a pool is a root daemon's")
@@ -201,7 +218,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}{{"fresh", true}, {"reused", false}} {
 		b.Run(c.name, func(b *testing.B) {
 			r := Range{DefaultFirst + 310000, MaxCount}
-			p := &Pool{r: r, lockDir: b.TempDir(), used: map[int]*os.File{}, next: r.First}
+			p := testPool(r, b.TempDir())
 			if !c.fresh {
 				p.r.Count = 1
 			}
