@@ -81,6 +81,8 @@ func TestCompileRejects(t *testing.T) {
 		{"append on a non-list", g("x", `state([field(a, integer, 0, append)])`, okNodes, okEdges), "reducer_type"},
 		{"sum on a string", g("x", `state([field(a, string, "", sum)])`, okNodes, okEdges), "reducer_type"},
 		{"default of the wrong type", g("x", `state([field(a, integer, "zero", replace)])`, okNodes, okEdges), "default_type"},
+		{"children not json", g("x", `state([field(children, string, "", replace)])`, okNodes, okEdges), "children_field"},
+		{"children appended", g("x", `state([field(children, list(json), [], append)])`, okNodes, okEdges), "children_field"},
 		{"limit out of range", g("x", okState, okNodes, okEdges, `limits([max_visits(0)])`), "bad_limit"},
 		{"limit past its cap", g("x", okState, okNodes, okEdges, `limits([node_seconds(3601)])`), "bad_limit"},
 		{"unknown limit", g("x", okState, okNodes, okEdges, `limits([forever(1)])`), "bad_limit"},

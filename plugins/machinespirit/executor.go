@@ -513,6 +513,7 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	run := runFrame{
 		Type: "run", ID: runID, Graph: sp.Graph, Input: sp.Input, Goal: sp.Goal,
 		Checkpoint: cp, CheckpointMaxBytes: e.cfg.CheckpointMaxBytes, Resume: resume,
+		Children: childFrames(req.Children),
 	}
 	if sp.ContextFile != "" {
 		cf := sp.ContextFile

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/taskhost/taskhost/internal/text"
+	"github.com/taskhost/taskhost/sdk"
 )
 
 // protocolVersion is the version of the worker protocol. The worker
@@ -255,6 +258,42 @@ type runFrame struct {
 	CheckpointMaxBytes int             `json:"checkpoint_max_bytes"`
 	// Resume answers the checkpoint's pending interrupt.
 	Resume *resumeFrame `json:"resume,omitempty"`
+	// Children are the task's child tasks (StepRequest.Children), never
+	// null: a graph's children field and Env.children are this list.
+	Children []childFrame `json:"children"`
+}
+
+// childFrame is one child task as the worker sees it.
+type childFrame struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Reason string `json:"reason"`
+	Result string `json:"result"`
+}
+
+// Bounds on the children a run carries: the host's own (64 children, each
+// result cut to 1000 characters), enforced here too so that the run frame
+// and the checkpoint stay bounded whatever a host sends.
+const (
+	maxChildren         = 64
+	maxChildResultChars = 1000
+	maxChildFieldBytes  = 100
+)
+
+// childFrames converts a step's children for the worker, oldest first,
+// keeping the newest maxChildren of them.
+func childFrames(cs []sdk.ChildTask) []childFrame {
+	if len(cs) > maxChildren {
+		cs = cs[len(cs)-maxChildren:]
+	}
+	out := make([]childFrame, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, childFrame{
+			ID: truncate(c.TaskID, maxChildFieldBytes), Status: truncate(c.Status, maxChildFieldBytes),
+			Reason: truncate(c.Reason, maxChildFieldBytes), Result: text.TruncateRunes(c.Result, maxChildResultChars),
+		})
+	}
+	return out
 }
 
 type resumeFrame struct {
