@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -83,5 +84,75 @@ func TestMachineSpiritChildrenInState(t *testing.T) {
 	c := out.Children[0]
 	if c.ID == "" || c.ID != out.Child.TaskID || c.Status != "completed" || !strings.Contains(c.Result, "leaf answer 42") {
 		t.Fatalf("child %+v (delegated %q): want the completed child and its result", c, out.Child.TaskID)
+	}
+}
+
+// noteScript is a model for the note graph: asked to note something it
+// writes note.txt, then reads it back, then answers with what it read.
+func noteScript(t *testing.T) string {
+	t.Helper()
+	call := func(name string, args map[string]any) map[string]any {
+		return map[string]any{"tool_calls": []any{map[string]any{"name": name, "arguments": args}}}
+	}
+	return writeScript(t,
+		map[string]any{"when": map[string]any{"tool": "workspace.read", "contains": "hello"}, "reply": map[string]any{"content": "  NOTE-SAYS-HELLO  "}},
+		map[string]any{"when": map[string]any{"tool": "workspace.write"}, "reply": call("workspace.read", map[string]any{"path": "note.txt"})},
+		map[string]any{"when": map[string]any{"last_role": "user", "contains": "Note it"}, "reply": call("workspace.write", map[string]any{"path": "note.txt", "content": "hello"})},
+	)
+}
+
+const noteGraph = `graph(note, [
+  state([field(answer, string, "", replace)]),
+  nodes([node(a, model("Note it: {{goal}}", answer, [tools(['workspace.write', 'workspace.read'])]))]),
+  edges([edge(start, a), edge(a, end)]),
+  output([answer])
+]).`
+
+// A model node whose model calls tools: each call runs through the host's
+// tool service (its policy and approvals, the tool-call budget, the
+// ledger), its result goes back to the model, and the final reply lands
+// in the field.
+func TestMachineSpiritModelNodeTools(t *testing.T) {
+	for _, gated := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ungated", true: "write approved"}[gated], func(t *testing.T) {
+			h := openHost(t, "", func(c *config.Config) {
+				machineSpiritOn(c)
+				c.Model.Script = noteScript(t)
+				operatorGraphs(t, c, map[string]string{"note": noteGraph})
+				if gated {
+					tl := c.Tools[tools.ToolWorkspaceWrite]
+					tl.Approval = config.ApprovalAlways
+					c.Tools[tools.ToolWorkspaceWrite] = tl
+				}
+			})
+			task := machineSpiritGraphTask(t, h, "note", "a greeting")
+			if gated {
+				approveAsked(t, h, task.ID, "note.txt")
+			}
+			task = waitEnd(t, h, alice, task.ID)
+			wantStatus(t, task, store.StatusCompleted, "")
+			if string(task.Result) != `{"answer":"NOTE-SAYS-HELLO"}` {
+				t.Fatalf("result %s", task.Result)
+			}
+			if got, err := os.ReadFile(filepath.Join(h.Runner.workspace(task.ID), "note.txt")); err != nil || string(got) != "hello" {
+				t.Fatalf("note.txt = %q, %v", got, err)
+			}
+			if b := task.Budgets; b.ToolCalls.Used != 2 || b.ModelCalls.Used != 3 {
+				t.Fatalf("budgets %+v: want 2 tool calls and 3 model calls", b)
+			}
+		})
+	}
+}
+
+// approveAsked waits for the task's pending approval, checks that its
+// prompt mentions want, and approves it.
+func approveAsked(t *testing.T, h *Host, taskID, want string) {
+	t.Helper()
+	a := waitApproval(t, h, alice, taskID)
+	if !strings.Contains(a.Prompt, want) {
+		t.Fatalf("approval prompt %q: want %q in it", a.Prompt, want)
+	}
+	if _, err := h.Runner.Approve(context.Background(), alice, a.ID); err != nil {
+		t.Fatal(err)
 	}
 }

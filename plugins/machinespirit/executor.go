@@ -593,6 +593,10 @@ type stepState struct {
 	// calls may run concurrently: mu guards it.
 	mu         sync.Mutex
 	tokenDepth map[string]int
+	// offered is the host's tool list, asked once a step for the first
+	// model call with tools (such calls run one at a time).
+	offered   []sdk.ToolSpec
+	offeredOK bool
 }
 
 type effectDone struct {
@@ -644,14 +648,19 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 				// Only model calls run side by side, and at most
 				// maxInFlight of them: the worker's plan asks for its
 				// parallelism, this is what bounds it.
+				// A model call with tools runs tool calls: it runs alone.
+				kind := f.Kind
+				if len(f.Tools) > 0 {
+					kind = "model-with-tools"
+				}
 				switch {
-				case inFlight > 0 && (f.Kind != "model" || inFlightKind != "model"):
-					return st.malformed(fmt.Errorf("a %s effect while a %s effect is in flight (only model calls run concurrently)", truncate(f.Kind, 32), inFlightKind))
+				case inFlight > 0 && (kind != "model" || inFlightKind != "model"):
+					return st.malformed(fmt.Errorf("a %s effect while a %s effect is in flight (only model calls without tools run concurrently)", truncate(kind, 32), inFlightKind))
 				case inFlight >= maxInFlight:
 					return st.malformed(fmt.Errorf("more than %d model calls in flight at once", maxInFlight))
 				}
 				inFlight++
-				inFlightKind = f.Kind
+				inFlightKind = kind
 				st.effectSeq++
 				go func(f *inFrame, seq int) {
 					done <- effectDone{id: *f.ID, frame: st.perform(effCtx, f, seq)}

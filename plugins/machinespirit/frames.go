@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/sdk"
@@ -63,6 +64,7 @@ type inFrame struct {
 	Kind      string          `json:"kind"`
 	Messages  []wireMessage   `json:"messages"`
 	Parent    *string         `json:"parent"`
+	Tools     []string        `json:"tools"` // a model effect's: the tools its model may call
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`
 	Prompt    string          `json:"prompt"`
@@ -135,10 +137,16 @@ func (f *inFrame) validate() error {
 		if err := needID(); err != nil {
 			return err
 		}
+		if f.Tools != nil && f.Kind != "model" {
+			return bad("only a model effect names tools")
+		}
 		switch f.Kind {
 		case "model":
 			if len(f.Messages) == 0 || f.Parent == nil {
 				return bad("a model effect needs messages and parent")
+			}
+			if err := checkToolNames(f.Tools); err != nil {
+				return bad("%v", err)
 			}
 		case "tool":
 			if f.Name == "" || !isJSONObject(f.Arguments) {
@@ -179,6 +187,30 @@ func (f *inFrame) validate() error {
 		}
 	default:
 		return bad("unknown frame type")
+	}
+	return nil
+}
+
+// Bounds on the tools one model effect offers its model.
+const (
+	maxModelTools    = 8
+	maxToolNameBytes = 64
+)
+
+// checkToolNames checks a model effect's tool names: at most
+// maxModelTools, each a non-empty name of at most maxToolNameBytes, none
+// twice.
+func checkToolNames(names []string) error {
+	if len(names) > maxModelTools {
+		return fmt.Errorf("tools: %d names; at most %d", len(names), maxModelTools)
+	}
+	for i, n := range names {
+		switch {
+		case n == "" || len(n) > maxToolNameBytes:
+			return fmt.Errorf("tools[%d]: a name of 1..%d bytes, not %d", i, maxToolNameBytes, len(n))
+		case slices.Contains(names[:i], n):
+			return fmt.Errorf("tools[%d]: %q twice", i, n)
+		}
 	}
 	return nil
 }
