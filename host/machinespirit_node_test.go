@@ -5,10 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/tools"
@@ -155,4 +162,112 @@ func approveAsked(t *testing.T, h *Host, taskID, want string) {
 	if _, err := h.Runner.Approve(context.Background(), alice, a.ID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// noteModel is an OpenAI-compatible endpoint for the note graph: its
+// first call writes note.txt, its second reads it back, its third answers.
+// It holds the first third call until the plugin is killed.
+type noteModel struct {
+	mu      sync.Mutex
+	calls   [3]int // answered calls by place
+	holding bool   // the first third call came
+	held    chan struct{}
+}
+
+func (m *noteModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Messages []struct{ Role, Content string } `json:"messages"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(body, &req)
+	place := 0
+	for _, msg := range req.Messages {
+		if msg.Role == "tool" {
+			place++
+		}
+	}
+	place = min(place, 2)
+	call := func(id, name, args string) map[string]any {
+		return map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{
+			map[string]any{"id": id, "type": "function", "function": map[string]any{"name": name, "arguments": args}}}}
+	}
+	msg := []map[string]any{
+		call("w", "workspace.write", `{"path":"note.txt","content":"hello"}`),
+		call("r", "workspace.read", `{"path":"note.txt"}`),
+		{"role": "assistant", "content": "NOTE-READ"},
+	}[place]
+	m.mu.Lock()
+	hold := place == 2 && !m.holding
+	m.holding = m.holding || hold
+	m.mu.Unlock()
+	if hold {
+		m.held <- struct{}{} // buffered: the test hears of it when it listens
+		<-r.Context().Done() // the plugin is killed; the host gives up the call
+		return
+	}
+	out, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"message": msg}}})
+	if _, err := w.Write(out); err == nil {
+		m.mu.Lock()
+		m.calls[place]++
+		m.mu.Unlock()
+	}
+}
+
+// The note graph's plugin SIGKILLed during its model's third call, after
+// both tool calls ran: the resume runs the node again, the ledger replays
+// the first two model calls and both tool calls, and only the third call
+// reaches the model again.
+func TestMachineSpiritModelNodeToolsKilledResumesWithoutRepeats(t *testing.T) {
+	held := make(chan struct{}, 1)
+	m := &noteModel{held: held}
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	h := openHost(t, "", func(c *config.Config) {
+		machineSpiritOn(c)
+		c.Model = config.Model{Provider: config.ProviderOpenAI, BaseURL: srv.URL + "/v1", Name: "test", TimeoutSeconds: 60}
+		operatorGraphs(t, c, map[string]string{"note": noteGraph})
+	})
+	task := machineSpiritGraphTask(t, h, "note", "a greeting")
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the third model call never came")
+	}
+	testwait.Until(t, 30*time.Second, "both tool calls observed in the ledger", func() bool {
+		return len(ledgered(t, h, task.ID, store.EffectTool, false)) == 2
+	})
+	if err := syscall.Kill(pluginPid(t, "taskhost-executor-machinespirit"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusInterrupted, store.ReasonExecutorCrashed)
+	if _, err := h.Runner.Resume(context.Background(), alice, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := waitEnd(t, h, alice, task.ID)
+	wantStatus(t, got, store.StatusCompleted, "")
+	if string(got.Result) != `{"answer":"NOTE-READ"}` {
+		t.Fatalf("result %s", got.Result)
+	}
+	m.mu.Lock()
+	calls := m.calls
+	m.mu.Unlock()
+	if calls != [3]int{1, 1, 1} {
+		t.Fatalf("model calls answered by place %v: want each once", calls)
+	}
+	ran, replayed := ledgered(t, h, task.ID, store.EffectTool, false), ledgered(t, h, task.ID, store.EffectTool, true)
+	if len(ran) != 2 || len(replayed) != 2 || ran[0].Attempt != 1 || ran[1].Attempt != 1 {
+		t.Fatalf("tool effects run %+v, replayed %+v: want both run once, in attempt 1, and replayed", ran, replayed)
+	}
+}
+
+// ledgered lists the task's observed effects of a kind, replayed or not.
+func ledgered(t *testing.T, h *Host, taskID string, kind store.EffectKind, replayed bool) []store.Effect {
+	t.Helper()
+	effs, err := h.Store.ListEffects(context.Background(), alice, taskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(effs, func(e store.Effect) bool {
+		return e.Kind != kind || e.Status != store.EffectObserved || e.Replayed != replayed
+	})
 }
