@@ -599,6 +599,15 @@ type stepState struct {
 	offeredOK bool
 }
 
+// admissionKind is what an effect counts as when it asks to run beside
+// others: a model call with tools runs tool calls, so it runs alone.
+func admissionKind(f *inFrame) string {
+	if f.Kind == "model" && len(f.Tools) > 0 {
+		return "model-with-tools"
+	}
+	return f.Kind
+}
+
 type effectDone struct {
 	id    int64
 	frame effectResultFrame
@@ -648,11 +657,7 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 				// Only model calls run side by side, and at most
 				// maxInFlight of them: the worker's plan asks for its
 				// parallelism, this is what bounds it.
-				// A model call with tools runs tool calls: it runs alone.
-				kind := f.Kind
-				if len(f.Tools) > 0 {
-					kind = "model-with-tools"
-				}
+				kind := admissionKind(f)
 				switch {
 				case inFlight > 0 && (kind != "model" || inFlightKind != "model"):
 					return st.malformed(fmt.Errorf("a %s effect while a %s effect is in flight (only model calls without tools run concurrently)", truncate(kind, 32), inFlightKind))
