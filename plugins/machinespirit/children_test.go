@@ -25,7 +25,9 @@ const kidsGraph = `graph(kids, [
 // either, the newest 64 and the first 1000 characters.
 func TestChildrenInState(t *testing.T) {
 	raw := g("kidsraw", `state([field(children, json, [], replace)])`, okNodes, okEdges, `output([children])`)
-	e := newExecutor(t, testConfig(t, map[string]string{"kids": kidsGraph, "kidsraw": raw}))
+	sub := g("kidssub", `state([field(seen, json, [], replace)])`, `nodes([node(a, subgraph(kidsraw, [output([children-seen])]))])`, okEdges,
+		`output([seen])`, `subgraphs([kidsraw])`)
+	e := newExecutor(t, testConfig(t, map[string]string{"kids": kidsGraph, "kidsraw": raw, "kidssub": sub}))
 	children := func(n, resultChars int) []sdk.ChildTask {
 		var cs []sdk.ChildTask
 		for i := range n {
@@ -33,6 +35,14 @@ func TestChildrenInState(t *testing.T) {
 		}
 		return cs
 	}
+	t.Run("a subgraph has them too", func(t *testing.T) {
+		req := stepReq(spec("kidssub", nil, ""), nil)
+		req.Children = []sdk.ChildTask{{TaskID: "t_sub", Status: "completed", Result: "r"}}
+		res, err := e.Step(context.Background(), newFakeHost(1), req)
+		if err != nil || string(res.Result) != `{"seen":[{"id":"t_sub","reason":"","result":"r","status":"completed"}]}` {
+			t.Fatalf("%+v, %v", res, err)
+		}
+	})
 	for _, tc := range []struct {
 		name, graph           string
 		in                    []sdk.ChildTask

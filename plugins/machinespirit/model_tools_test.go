@@ -100,6 +100,20 @@ func TestModelNodeTools(t *testing.T) {
 		}
 	})
 
+	t.Run("an answer in the last round", func(t *testing.T) {
+		h := newFakeHost(1)
+		h.reply = func(req sdk.ModelRequest) sdk.Message {
+			if n := len(slices.DeleteFunc(slices.Clone(req.Messages), func(m sdk.Message) bool { return m.Role != "tool" })); n < maxToolRounds-1 {
+				return sdk.Message{ToolCalls: []sdk.ToolCall{{ID: "r", Name: "workspace.read", Arguments: `{"path":"none"}`}}}
+			}
+			return sdk.Message{Content: "at last"}
+		}
+		res, err := e.Step(context.Background(), h, stepReq(spec("reader", nil, ""), nil))
+		if err != nil || string(res.Result) != `{"answer":"at last"}` || h.count("model", "") != maxToolRounds || len(h.Calls()) != 2*maxToolRounds-1 {
+			t.Fatalf("%+v, %v; %d model calls of %d", res, err, h.count("model", ""), len(h.Calls()))
+		}
+	})
+
 	for _, tc := range []struct {
 		name, graph, want string
 		models, tools     int
