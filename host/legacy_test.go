@@ -98,13 +98,7 @@ func TestLegacyStopThenResumeOnNewHost(t *testing.T) {
 	}
 	// The sleep was cut off mid-flight: indeterminate. The resumed step
 	// asks before running anything again.
-	a := waitApproval(t, h2, alice, task.ID)
-	if !strings.Contains(a.Prompt, "retry after an interrupted") {
-		t.Fatalf("approval prompt %q", a.Prompt)
-	}
-	if _, err := h2.Runner.Approve(context.Background(), alice, a.ID); err != nil {
-		t.Fatal(err)
-	}
+	approveAsked(t, h2, task.ID, "retry after an interrupted")
 	got = waitEnd(t, h2, alice, task.ID)
 	wantStatus(t, got, store.StatusCompleted, "")
 	if got.RunID != 2 {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/taskhost/taskhost/internal/text"
 )
 
 // Executor is what an executor author implements. One plugin process serves
@@ -278,6 +280,22 @@ type ToolResponse struct {
 	Result   string // JSON
 	IsError  bool
 	Replayed bool
+}
+
+// ForModel is the tool message a model reads of r: the result cut to at
+// most maxBytes (never inside a rune, "\n[output truncated]" after a
+// cut), prefixed "error: " when the tool reported an error. An executor
+// that runs a model's tool calls feeds this back, so that one verbose
+// tool cannot make the next request too large for the host.
+func (r ToolResponse) ForModel(maxBytes int) string {
+	content := r.Result
+	if len(content) > maxBytes {
+		content = text.Truncate(content, maxBytes) + "\n[output truncated]"
+	}
+	if r.IsError {
+		content = "error: " + content
+	}
+	return content
 }
 
 // Decision is the answer to an approval request.

@@ -155,14 +155,7 @@ func (t *turn) callTool(ctx context.Context, call sdk.ToolCall) (string, error) 
 	if err != nil {
 		return "", hostError(ctx, "tool call", err)
 	}
-	content := res.Result
-	if len(content) > maxToolResultBytes {
-		content = truncateBytes(content, maxToolResultBytes) + "\n[output truncated]"
-	}
-	if res.IsError {
-		content = "error: " + content
-	}
-	return content, nil
+	return res.ForModel(maxToolResultBytes), nil
 }
 
 func (t *turn) offers(name string) bool {

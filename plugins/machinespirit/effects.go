@@ -25,7 +25,7 @@ func (st *stepState) perform(ctx context.Context, f *inFrame, seq int) effectRes
 func (st *stepState) dispatch(ctx context.Context, f *inFrame, seq int) (any, error) {
 	switch f.Kind {
 	case "model":
-		return st.model(ctx, f)
+		return st.model(ctx, f, seq)
 	case "tool":
 		return st.tool(ctx, f, seq)
 	case "approval":
@@ -45,7 +45,7 @@ func (st *stepState) dispatch(ctx context.Context, f *inFrame, seq int) (any, er
 	return nil, fmt.Errorf("%w: unknown effect kind %q", sdk.ErrInvalidArgument, f.Kind)
 }
 
-func (st *stepState) model(ctx context.Context, f *inFrame) (any, error) {
+func (st *stepState) model(ctx context.Context, f *inFrame, seq int) (any, error) {
 	req := sdk.ModelRequest{ParentCallToken: *f.Parent}
 	for _, m := range f.Messages {
 		switch m.Role {
@@ -55,14 +55,30 @@ func (st *stepState) model(ctx context.Context, f *inFrame) (any, error) {
 		}
 		req.Messages = append(req.Messages, sdk.Message{Role: m.Role, Content: m.Content})
 	}
-	resp, err := st.host.CallModel(ctx, req)
+	var resp sdk.ModelResponse
+	var err error
+	if len(f.Tools) > 0 {
+		resp, err = st.modelWithTools(ctx, req, f.Tools, seq)
+	} else {
+		resp, err = st.callModel(ctx, req)
+	}
 	if err != nil {
 		return nil, err
+	}
+	return map[string]any{"text": resp.Message.Content, "token": resp.CallToken, "depth": resp.Depth}, nil
+}
+
+// callModel is one model call; it keeps the depth the host gave it, for
+// sub-runs started from it.
+func (st *stepState) callModel(ctx context.Context, req sdk.ModelRequest) (sdk.ModelResponse, error) {
+	resp, err := st.host.CallModel(ctx, req)
+	if err != nil {
+		return resp, err
 	}
 	st.mu.Lock()
 	st.tokenDepth[resp.CallToken] = int(resp.Depth)
 	st.mu.Unlock()
-	return map[string]any{"text": resp.Message.Content, "token": resp.CallToken, "depth": resp.Depth}, nil
+	return resp, nil
 }
 
 // tool calls a host tool. The idempotency key names the task, the node
@@ -121,6 +137,9 @@ func errorKind(err error) string {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "cancelled"
+	}
+	if _, ok := errors.AsType[*toolRoundsError](err); ok {
+		return "tool_rounds_exhausted"
 	}
 	if k := sdk.HostErrorKind(err); k != "" {
 		return k

@@ -513,6 +513,7 @@ func (e *Executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	run := runFrame{
 		Type: "run", ID: runID, Graph: sp.Graph, Input: sp.Input, Goal: sp.Goal,
 		Checkpoint: cp, CheckpointMaxBytes: e.cfg.CheckpointMaxBytes, Resume: resume,
+		Children: childFrames(req.Children),
 	}
 	if sp.ContextFile != "" {
 		cf := sp.ContextFile
@@ -592,6 +593,19 @@ type stepState struct {
 	// calls may run concurrently: mu guards it.
 	mu         sync.Mutex
 	tokenDepth map[string]int
+	// offered is the host's tool list, asked once a step for the first
+	// model call with tools (such calls run one at a time).
+	offered   []sdk.ToolSpec
+	offeredOK bool
+}
+
+// admissionKind is what an effect counts as when it asks to run beside
+// others: a model call with tools runs tool calls, so it runs alone.
+func admissionKind(f *inFrame) string {
+	if f.Kind == "model" && len(f.Tools) > 0 {
+		return "model-with-tools"
+	}
+	return f.Kind
 }
 
 type effectDone struct {
@@ -643,14 +657,15 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 				// Only model calls run side by side, and at most
 				// maxInFlight of them: the worker's plan asks for its
 				// parallelism, this is what bounds it.
+				kind := admissionKind(f)
 				switch {
-				case inFlight > 0 && (f.Kind != "model" || inFlightKind != "model"):
-					return st.malformed(fmt.Errorf("a %s effect while a %s effect is in flight (only model calls run concurrently)", truncate(f.Kind, 32), inFlightKind))
+				case inFlight > 0 && (kind != "model" || inFlightKind != "model"):
+					return st.malformed(fmt.Errorf("a %s effect while a %s effect is in flight (only model calls without tools run concurrently)", truncate(kind, 32), inFlightKind))
 				case inFlight >= maxInFlight:
 					return st.malformed(fmt.Errorf("more than %d model calls in flight at once", maxInFlight))
 				}
 				inFlight++
-				inFlightKind = f.Kind
+				inFlightKind = kind
 				st.effectSeq++
 				go func(f *inFrame, seq int) {
 					done <- effectDone{id: *f.ID, frame: st.perform(effCtx, f, seq)}

@@ -7,6 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+
+	"github.com/taskhost/taskhost/internal/text"
+	"github.com/taskhost/taskhost/sdk"
 )
 
 // protocolVersion is the version of the worker protocol. The worker
@@ -60,6 +64,7 @@ type inFrame struct {
 	Kind      string          `json:"kind"`
 	Messages  []wireMessage   `json:"messages"`
 	Parent    *string         `json:"parent"`
+	Tools     []string        `json:"tools"` // a model effect's: the tools its model may call
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`
 	Prompt    string          `json:"prompt"`
@@ -132,10 +137,16 @@ func (f *inFrame) validate() error {
 		if err := needID(); err != nil {
 			return err
 		}
+		if f.Tools != nil && f.Kind != "model" {
+			return bad("only a model effect names tools")
+		}
 		switch f.Kind {
 		case "model":
 			if len(f.Messages) == 0 || f.Parent == nil {
 				return bad("a model effect needs messages and parent")
+			}
+			if err := checkToolNames(f.Tools); err != nil {
+				return bad("%v", err)
 			}
 		case "tool":
 			if f.Name == "" || !isJSONObject(f.Arguments) {
@@ -176,6 +187,30 @@ func (f *inFrame) validate() error {
 		}
 	default:
 		return bad("unknown frame type")
+	}
+	return nil
+}
+
+// Bounds on the tools one model effect offers its model.
+const (
+	maxModelTools    = 8
+	maxToolNameBytes = 64
+)
+
+// checkToolNames checks a model effect's tool names: at most
+// maxModelTools, each a non-empty name of at most maxToolNameBytes, none
+// twice.
+func checkToolNames(names []string) error {
+	if len(names) > maxModelTools {
+		return fmt.Errorf("tools: %d names; at most %d", len(names), maxModelTools)
+	}
+	for i, n := range names {
+		switch {
+		case n == "" || len(n) > maxToolNameBytes:
+			return fmt.Errorf("tools[%d]: a name of 1..%d bytes, not %d", i, maxToolNameBytes, len(n))
+		case slices.Contains(names[:i], n):
+			return fmt.Errorf("tools[%d]: %q twice", i, n)
+		}
 	}
 	return nil
 }
@@ -255,6 +290,42 @@ type runFrame struct {
 	CheckpointMaxBytes int             `json:"checkpoint_max_bytes"`
 	// Resume answers the checkpoint's pending interrupt.
 	Resume *resumeFrame `json:"resume,omitempty"`
+	// Children are the task's child tasks (StepRequest.Children), never
+	// null: a graph's children field and Env.children are this list.
+	Children []childFrame `json:"children"`
+}
+
+// childFrame is one child task as the worker sees it.
+type childFrame struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Reason string `json:"reason"`
+	Result string `json:"result"`
+}
+
+// Bounds on the children a run carries: the host's own (64 children, each
+// result cut to 1000 characters), enforced here too so that the run frame
+// and the checkpoint stay bounded whatever a host sends.
+const (
+	maxChildren         = 64
+	maxChildResultChars = 1000
+	maxChildFieldBytes  = 100
+)
+
+// childFrames converts a step's children for the worker, oldest first,
+// keeping the newest maxChildren of them.
+func childFrames(cs []sdk.ChildTask) []childFrame {
+	if len(cs) > maxChildren {
+		cs = cs[len(cs)-maxChildren:]
+	}
+	out := make([]childFrame, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, childFrame{
+			ID: truncate(c.TaskID, maxChildFieldBytes), Status: truncate(c.Status, maxChildFieldBytes),
+			Reason: truncate(c.Reason, maxChildFieldBytes), Result: text.TruncateRunes(c.Result, maxChildResultChars),
+		})
+	}
+	return out
 }
 
 type resumeFrame struct {

@@ -154,3 +154,34 @@ func TestWorkerRejectsMalformedInput(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestModelEffectTools: a model effect names at most 8 distinct tools of
+// 1..64 bytes; only a model effect names tools.
+func TestModelEffectTools(t *testing.T) {
+	names := func(ns ...string) string {
+		var q []string
+		for _, n := range ns {
+			q = append(q, `"`+n+`"`)
+		}
+		return `{"type":"effect","id":1,"kind":"model","messages":[{"role":"user","content":"q"}],"parent":"","tools":[` + strings.Join(q, ",") + `]}`
+	}
+	eight := []string{"a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"}
+	for _, tc := range []struct {
+		name, frame, wantErr string
+	}{
+		{"eight", names(eight...), ""},
+		{"nine", names(append(eight, "a9")...), "tools: 9 names; at most 8"},
+		{"a name of 64 bytes", names(strings.Repeat("a", 64)), ""},
+		{"a name of 65 bytes", names(strings.Repeat("a", 65)), "tools[0]: a name of 1..64 bytes, not 65"},
+		{"an empty name", names(""), "tools[0]: a name of 1..64 bytes, not 0"},
+		{"twice", names("a", "a"), `tools[1]: "a" twice`},
+		{"on a tool effect", `{"type":"effect","id":1,"kind":"tool","name":"x","arguments":{},"tools":["x"]}`, "only a model effect names tools"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decodeFrame([]byte(tc.frame))
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -362,6 +362,7 @@ func TestParallelEffectsBounded(t *testing.T) {
 		"at":    src("at", "model, model"),
 		"past":  src("past", "model, model, model"),
 		"mixed": src("mixed", "model, tool"),
+		"tools": src("tools", "model, model_tools"),
 	})
 	cfg.MaxParallelModelCalls = 2
 	e := newExecutor(t, cfg)
@@ -373,6 +374,7 @@ func TestParallelEffectsBounded(t *testing.T) {
 		{"at", 2, ""},
 		{"past", 3, "more than 2 model calls in flight at once"},
 		{"mixed", 2, "a tool effect while a model effect is in flight"},
+		{"tools", 2, "a model-with-tools effect while a model effect is in flight"},
 	} {
 		t.Run(tc.graph, func(t *testing.T) {
 			// Each model call is held until all the graph's calls are in

@@ -130,6 +130,7 @@ type hostCall struct {
 	Key    string
 	Prompt string // model: all messages, joined
 	Depth  int
+	Tools  []string // model: the tools offered
 	Err    error
 }
 
@@ -152,6 +153,9 @@ type fakeHost struct {
 	calls     []hostCall
 	// model answers a model call at a depth; nil answers "ok".
 	model func(prompt string, depth int) (string, error)
+	// reply, when set, answers a model call whole (tool calls included)
+	// in place of model.
+	reply func(req sdk.ModelRequest) sdk.Message
 	// onTool runs before a tool call is served (e.g. to kill the worker).
 	onTool   func(name string, args map[string]any)
 	decision sdk.Decision
@@ -216,8 +220,16 @@ func (h *fakeHost) callModel(ctx context.Context, req sdk.ModelRequest) (sdk.Mod
 	h.nextToken++
 	tok := fmt.Sprintf("call-%d", h.nextToken)
 	h.tokens[tok] = depth
-	model := h.model
+	model, reply := h.model, h.reply
 	h.mu.Unlock()
+	var tools []string
+	for _, s := range req.Tools {
+		tools = append(tools, s.Name)
+	}
+	if reply != nil {
+		h.record(hostCall{Kind: "model", Prompt: prompt, Depth: depth, Tools: tools})
+		return sdk.ModelResponse{Message: reply(req), CallToken: tok, Depth: int64(depth)}, nil
+	}
 	text := "ok"
 	if model != nil {
 		var err error

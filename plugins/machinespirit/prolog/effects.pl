@@ -65,15 +65,26 @@ model(Prompt, Text) :-
 %
 %   Messages is a text (one user message) or a list of system(Text),
 %   user(Text), assistant(Text). Options: parent(Token) overrides the
-%   parent from the call context. Reply is a dict text, token, depth:
-%   token and depth are the host's, for calls that recurse from this one.
+%   parent from the call context; tools(Names) lets the model call those
+%   host tools (at most 8 names): the plugin runs each tool call it asks
+%   for through the host and asks again with the results, at most 8
+%   model calls, and Reply is the reply without tool calls (past the
+%   bound, effect_error(model, tool_rounds_exhausted, Message)). Reply
+%   is a dict text, token, depth: token and depth are the host's, for
+%   calls that recurse from this one.
 model_call(Messages0, Options, Reply) :-
     messages(Messages0, Messages),
     (   memberchk(parent(P), Options)
     ->  true
     ;   current_call_context(ctx(P, _))
     ),
-    effect(model, _{messages: Messages, parent: P}, Value),
+    Fields0 = _{messages: Messages, parent: P},
+    (   memberchk(tools(Ts), Options), Ts \== []
+    ->  maplist(text_string, Ts, TSs),
+        put_dict(tools, Fields0, TSs, Fields)
+    ;   Fields = Fields0
+    ),
+    effect(model, Fields, Value),
     get_dict(text, Value, Text0), text_string(Text0, Text),
     get_dict(token, Value, Token0), text_string(Token0, Token),
     get_dict(depth, Value, Depth), integer(Depth),

@@ -250,6 +250,10 @@ compile_field(F, Seen, [Name|Seen]) :-
     ),
     (   has_type(Type, Default) -> true
     ;   fail_rule(default_type, "field ~q: default ~q is not of type ~q", [Name, Default, Type])
+    ),
+    (   Name == children, Type-Reducer \== json-replace
+    ->  fail_rule(children_field, "field children holds the task's child tasks, set by the runtime at each step: declare it field(children, json, [], replace)", [])
+    ;   true
     ).
 
 %   ---- limits ----

@@ -18,7 +18,7 @@
         load_graph    {id, name, source}
         load_module   {id, name, source}   an operator handler module
                                            (opmodule.pl), before any graph
-        run           {id, graph, input, goal, context_file, checkpoint, checkpoint_max_bytes}
+        run           {id, graph, input, goal, context_file, checkpoint, checkpoint_max_bytes, children}
         effect_result {id, ok, value} | {id, ok:false, error:{kind, message}}
         cancel        {id}
         shutdown      {}

@@ -22,8 +22,13 @@
 
     Options: system(Text) a system message; retries(N) 0..2 (default 1):
     a reply that does not parse is asked again with what was wrong; after
-    the last the task fails with model_reply_invalid. The field's reducer
-    applies the value (a sum field adds it).
+    the last the task fails with model_reply_invalid; tools([Name, ...])
+    (1..8 distinct host tool names) lets the model call those tools: the
+    plugin runs each call through the host's tool service and asks again
+    with the results, at most 8 model calls per answer, past which the
+    task fails with model_tool_rounds; the reply without tool calls is
+    the one parsed. The field's reducer applies the value (a sum field
+    adds it).
 
     The compiler checks Field and every placeholder against the state and
     the options' shapes (code model_node).
@@ -82,7 +87,7 @@ value_text(_, V, T) :-
 
 ask(Msgs0, Prompt, Type, Opts, Retries, Value) :-
     append(Msgs0, [user(Prompt)], Msgs),
-    ask_model(Msgs, Reply0),
+    ask_model(Msgs, Opts, Reply0),
     (   parse_reply(Type, Opts, Reply0, V, Why)
     ->  true
     ;   V = none
@@ -100,8 +105,11 @@ ask(Msgs0, Prompt, Type, Opts, Retries, Value) :-
         throw(graph_failure(model_reply_invalid, M))
     ).
 
-ask_model(Msgs, Text) :-
-    model_call(Msgs, [], Reply),
+ask_model(Msgs, Opts, Text) :-
+    (   memberchk(tools(Ts), Opts) -> CallOpts = [tools(Ts)] ; CallOpts = [] ),
+    catch(model_call(Msgs, CallOpts, Reply),
+          effect_error(model, tool_rounds_exhausted, M),
+          throw(graph_failure(model_tool_rounds, M))),
     get_dict(text, Reply, Text).
 
 %   parse_reply(+Type, +Opts, +Reply, -Value, -Why): Value is none (with
@@ -192,7 +200,7 @@ ms_registry:handler_check(H, FTs, Error) :-
     ;   memberchk(F-Type, FTs), \+ supported(Type, Opts)
     ->  format(string(Error), "field ~q of type ~q cannot take a model reply (an atom field needs one_of([...]))", [F, Type])
     ;   \+ ( is_list(Opts), forall(member(O, Opts), option_ok(O)) )
-    ->  format(string(Error), "options are system(Text), retries(0..2), one_of([atom, ...]), not ~q", [Opts])
+    ->  format(string(Error), "options are system(Text), retries(0..2), one_of([atom, ...]), tools([ToolName, ...]) (1..8 distinct names), not ~q", [Opts])
     ).
 
 supported(optional(T), O) :- !, supported(T, O).
@@ -202,3 +210,18 @@ supported(T, _) :- memberchk(T, [string, integer, number, boolean, json, list(st
 option_ok(system(S)) :- string(S), string_length(S, L), L =< 4000.
 option_ok(retries(N)) :- integer(N), between(0, 2, N).
 option_ok(one_of(As)) :- is_list(As), length(As, N), N =< 64.
+option_ok(tools(Ts)) :-
+    is_list(Ts), length(Ts, N), between(1, 8, N),
+    maplist(tool_name, Ts),
+    maplist(name_text, Ts, Ss),
+    sort(Ss, Sorted), length(Sorted, N).
+
+name_text(T, S) :- atom_string(T, S).
+
+%   A host tool's name: lowercase letters, digits, '_' and '.', at most 64.
+tool_name(T) :-
+    ( atom(T) ; string(T) ), !,
+    atom_codes(T, Cs), Cs = [C0|_], C0 >= 0'a, C0 =< 0'z,
+    length(Cs, L), L =< 64,
+    forall(member(C, Cs), ( C >= 0'a, C =< 0'z ; C >= 0'0, C =< 0'9 ; C == 0'_ ; C == 0'. )).
+

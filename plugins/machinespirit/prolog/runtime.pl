@@ -87,7 +87,8 @@ step(Run, Reply) :-
         Note = "answered"
     ;   check_bounds(G, Snap0),
         answer_interrupt(G, Run, Snap0, Snap0a, Env, Env1),
-        exec_node(G, Env1, Snap0a, Snap1, Note)
+        children_state(G, Env1, Snap0a, Snap0b),
+        exec_node(G, Env1, Snap0b, Snap1, Note)
     ),
     Snap1 = snap(Next, State, _, Execs, Interrupt),
     summary(GId, Node, Next, Execs, Interrupt, Note, Summary),
@@ -133,6 +134,36 @@ answer_interrupt(G, Run, snap(N, S0, Vs, X, Intr), snap(N, S, Vs, X, null), Env0
     ),
     put_dict(resume, Env0, Value, Env).
 
+%!  children_state(+G, +Env, +Snap0, -Snap) is det.
+%
+%   A graph that declares the field children (json, replace: the
+%   compiler sees to it) gets the step's child tasks in it before each
+%   node, so that a node reads what its delegations returned; the host
+%   bounds them (at most 64, each result cut to 1000 characters).
+children_state(G, Env, snap(N, S0, Vs, X, I), snap(N, S, Vs, X, I)) :-
+    (   graph_field(G, field(children, json, _, _))
+    ->  get_dict(children, Env, Cs),
+        put_dict(children, S0, Cs, S)
+    ;   S = S0
+    ).
+
+%   The step's child tasks as the plugin sends them: each a dict of id,
+%   status, reason and result, all texts; anything else is dropped.
+run_children(Run, Children) :-
+    (   get_dict(children, Run, Cs0), is_list(Cs0)
+    ->  include(child_ok, Cs0, Cs),
+        maplist(child_dict, Cs, Children)
+    ;   Children = []
+    ).
+
+child_ok(C) :-
+    is_dict(C),
+    forall(member(K, [id, status, reason, result]), ( get_dict(K, C, V), string(V) )).
+
+child_dict(C, _{id: Id, status: St, reason: R, result: Res}) :-
+    get_dict(id, C, Id), get_dict(status, C, St),
+    get_dict(reason, C, R), get_dict(result, C, Res).
+
 run_env(Run, Env) :-
     get_dict(input, Run, Input0),
     ( is_dict(Input0) -> Input = Input0 ; Input = _{} ),
@@ -141,8 +172,9 @@ run_env(Run, Env) :-
     get_dict(context_file, Run, CF0),
     ( string(CF0), CF0 \== "" -> CF = CF0 ; CF = null ),
     get_dict(graph, Run, GS), atom_string(GId, GS),
+    run_children(Run, Children),
     Env = env{graph: GId, node: none, execution: 0, input: Input,
-              goal: Goal, context_file: CF}.
+              goal: Goal, context_file: CF, children: Children}.
 
 %!  current_env(-Env) is det.
 %
@@ -542,8 +574,9 @@ ms_registry:handler(subgraph(Id, Opts), Env, State, patch(Patch, Note)) :-
 sub_env(Parent, GraphId, Input, Env) :-
     (   get_dict(goal, Input, Goal), string(Goal) -> true ; get_dict(goal, Parent, Goal) ),
     (   get_dict(context_file, Input, CF), string(CF) -> true ; get_dict(context_file, Parent, CF) ),
+    (   get_dict(children, Parent, Cs) -> true ; Cs = [] ),
     Env = env{graph: GraphId, node: none, execution: 0, input: Input,
-              goal: Goal, context_file: CF, resume: null}.
+              goal: Goal, context_file: CF, resume: null, children: Cs}.
 
 %   A sub-run is part of one node and is not checkpointed: it cannot
 %   pause, so an interrupt in it fails it rather than be passed over.
@@ -552,7 +585,8 @@ sub_run(G, Env, Snap, State) :-
     (   Next == end
     ->  State = S
     ;   check_bounds(G, Snap),
-        exec_node(G, Env, Snap, Snap1, _),
+        children_state(G, Env, Snap, SnapC),
+        exec_node(G, Env, SnapC, Snap1, _),
         Snap1 = snap(_, _, _, _, Intr),
         (   Intr == null -> true
         ;   fail_step(interrupt_in_subrun, "graph ~w: node ~w interrupted, but a sub-run cannot pause", [G.id, Intr.node])

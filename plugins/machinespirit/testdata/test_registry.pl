@@ -155,6 +155,8 @@ ms_registry:handler(concurrent(Kinds), _, _, patch([])) :-
 
 start_kind(model, Id) :-
     effect_start(model, _{messages: [_{role: "user", content: "concurrent"}], parent: ""}, Id).
+start_kind(model_tools, Id) :-
+    effect_start(model, _{messages: [_{role: "user", content: "concurrent"}], parent: "", tools: ["time.sleep"]}, Id).
 start_kind(tool, Id) :-
     effect_start(tool, _{name: "time.sleep", arguments: _{seconds: 0}}, Id).
 
