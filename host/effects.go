@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -647,7 +648,7 @@ func (s *taskServices) CallModel(ctx context.Context, call plugin.ModelCall) (pl
 		Fingerprint: fingerprint([]byte("model"), canon, toolsJSON),
 		Summary:     fmt.Sprintf("model{messages:%d,tools:%d,depth:%d}", len(mreq.Messages), len(mreq.Tools), depth)}
 	out, replayed, err := s.ledgered(ctx, ts, e, nil, true, func(ctx context.Context) ([]byte, store.Charge, error) {
-		resp, err := s.r.svc.Model.Complete(ctx, mreq)
+		resp, err := s.r.svc.Model.Complete(ctx, s.fitReply(ts, mreq, promptTokens))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, store.Charge{}, ctx.Err()
@@ -672,6 +673,25 @@ func (s *taskServices) CallModel(ctx context.Context, call plugin.ModelCall) (pl
 	}
 	return plugin.ModelAnswer{Message: res.Message, CallToken: ts.addCall(depth), Depth: depth, Replayed: replayed,
 		FinishReason: res.FinishReason, Usage: res.Usage}, nil
+}
+
+// fitReply lowers a model call's max_tokens to what the task's token
+// budget has left once its prompt is counted, as the budgets read at its
+// admission: the reply is cut there (finish "length") rather than charged
+// past the budget and withheld. Calls of the step in flight beside it may
+// still take the budget past; the charge at observe then fails the task.
+func (s *taskServices) fitReply(ts *turnState, mreq model.Request, promptTokens int64) model.Request {
+	b, ok := ts.chargedBudgets()
+	if !ok || b.ModelTokens.Limit <= 0 {
+		return mreq
+	}
+	left := b.ModelTokens.Limit - b.ModelTokens.Used - promptTokens
+	want := int64(cmp.Or(mreq.Options.MaxTokens, s.r.set.Model.MaxTokens))
+	if left < 1 || (want > 0 && want <= left) {
+		return mreq
+	}
+	mreq.Options.MaxTokens = int(left)
+	return mreq
 }
 
 // modelResult is what the ledger keeps of an observed model call for a
