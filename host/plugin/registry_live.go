@@ -57,7 +57,7 @@ func (r *Registry) Check(ctx context.Context, kind string) (Description, error) 
 	cur, ok := r.specs[kind]
 	old, probed = r.stamps[kind]
 	r.mu.Unlock()
-	if !ok || cur.Path != spec.Path || cur.SHA256 != spec.SHA256 {
+	if !ok || !samePin(cur, spec) {
 		return r.Describe(kind) // reloaded meanwhile
 	}
 	if serr == nil && probed && now == old {
@@ -72,7 +72,7 @@ func (r *Registry) Check(ctx context.Context, kind string) (Description, error) 
 	defer r.pool.refresh() // after the unlock
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.specs[kind]; !ok || s.Path != spec.Path || s.SHA256 != spec.SHA256 {
+	if s, ok := r.specs[kind]; !ok || !samePin(s, spec) {
 		return desc, err // a reload replaced kind while it was probed: its verdict stands
 	}
 	r.setVerdict(kind, now, serr == nil, desc, err)
@@ -135,4 +135,9 @@ func (r *Registry) Reload(ctx context.Context, specs []PluginSpec, disabled map[
 		delete(r.descs, kind)
 		r.errs[kind] = &UnavailableError{Kind: kind, Check: "disabled", Detail: detail}
 	}
+}
+
+// samePin says whether a and b run the same pinned files.
+func samePin(a, b PluginSpec) bool {
+	return a.Path == b.Path && a.SHA256 == b.SHA256 && a.Interpreter == b.Interpreter && a.InterpreterSHA256 == b.InterpreterSHA256
 }
