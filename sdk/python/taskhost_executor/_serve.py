@@ -282,7 +282,9 @@ def serve(executor, max_workers: int = 8) -> None:
 def _stop(server, gate, log, why, path):
     log.info(f"{why}: stopping the running step and exiting")
     if not gate.stop(STOP_TIMEOUT_SECONDS):
-        log.warning(f"the running step did not return {STOP_TIMEOUT_SECONDS} s after its context was cancelled")
+        # The kit looks for these words (sdk/executortest's sdkStepNotReturned).
+        log.warning("the running step did not return after its context was cancelled",
+                    extra={"fields": {"waited": f"{STOP_TIMEOUT_SECONDS}s"}})
     server.stop(0)
     try:
         os.unlink(path)
