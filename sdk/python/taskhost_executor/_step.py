@@ -97,6 +97,11 @@ class StreamCalls:
             self._ctx.cancel()
         except Exception as e:  # grpc.RpcError: the stream broke or was cancelled
             why = f"the step's stream ended: {e}"
+        # The host sends until the step's result and never half-closes, so
+        # the end of its side is the stream's: cancelled (grpcio may end the
+        # iterator cleanly before it reports the cancellation) or broken.
+        # The step is over, and its calls see a cancellation.
+        self._ctx.cancel()
         with self._cv:
             self._ended = why
             self._cv.notify_all()
