@@ -21,10 +21,12 @@ const python = "/usr/bin/python3"
 
 // needPython skips, saying why, where python lacks the SDK's dependencies.
 // CI installs them (.ci/run), so there the kit runs.
-func needPython(t *testing.T) {
-	t.Helper()
+func needPython(t *testing.T) { needPythonB(t) }
+
+func needPythonB(tb testing.TB) {
+	tb.Helper()
 	if out, err := exec.Command(python, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
-		t.Skipf("%s lacks grpc or protobuf, the Python SDK's dependencies (apt-get install python3-grpcio python3-protobuf): %v %s", python, err, out)
+		tb.Skipf("%s lacks grpc or protobuf, the Python SDK's dependencies (apt-get install python3-grpcio python3-protobuf): %v %s", python, err, out)
 	}
 }
 
