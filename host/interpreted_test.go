@@ -10,6 +10,8 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/internal/testbin"
+	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -21,8 +23,8 @@ func TestInterpretedExecutorPinned(t *testing.T) {
 	if out, err := exec.Command(py, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
 		t.Skipf("%s lacks grpc or protobuf, the Python SDK's dependencies: %v %s", py, err, out)
 	}
-	root, err := filepath.Abs("..")
-	if err != nil {
+	root := testwait.PluginDir(t)
+	if err := testbin.PythonSDK("..", root); err != nil {
 		t.Fatal(err)
 	}
 	sdkDir := filepath.Join(root, "sdk", "python")

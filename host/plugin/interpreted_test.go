@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/testbin"
 	"github.com/taskhost/taskhost/internal/testwait"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 )
@@ -190,12 +191,12 @@ func pythonWithGRPC(t *testing.T) string {
 // and describes itself.
 func TestInterpretedPythonDescribe(t *testing.T) {
 	py := pythonWithGRPC(t)
-	root, err := filepath.Abs("../..")
-	if err != nil {
+	dir := testwait.ShortTempDir(t)
+	root := filepath.Join(dir, "py")
+	if err := testbin.PythonSDK(filepath.Join("..", ".."), root); err != nil {
 		t.Fatal(err)
 	}
 	script := filepath.Join(root, "sdk/python/examples/pynotes.py")
-	dir := testwait.ShortTempDir(t)
 	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func BenchmarkPythonVsGo(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sdkDir, _ := filepath.Abs(".")
+	sdkDir, protoDir := stagedSDK(b)
 	reg, err := plugin.NewRegistry(plugin.PluginOptions{SocketDir: filepath.Join(testwait.ShortTempDir(b), "p")})
 	if err != nil {
 		b.Fatal(err)
@@ -37,7 +37,7 @@ func BenchmarkPythonVsGo(b *testing.B) {
 	defer reg.Close()
 	py := plugin.PluginSpec{Kind: "probe", Path: filepath.Join(sdkDir, "testdata", "probe.py"), Interpreter: python,
 		Args: []string{"--pythonpath=" + sdkDir}, Confine: plugin.DefaultConfinement()}
-	py.Confine.ReadOnly = []string{sdkDir, filepath.Join(sdkDir, "..", "..", "shared", "proto", "python")}
+	py.Confine.ReadOnly = []string{sdkDir, protoDir}
 	goSpec := plugin.PluginSpec{Kind: "testexec", Path: filepath.Join(goDir, "taskhost-executor-testexec"), Confine: plugin.DefaultConfinement()}
 	ctx := context.Background()
 	for _, s := range []plugin.PluginSpec{py, goSpec} {

@@ -23,6 +23,22 @@ const python = "/usr/bin/python3"
 // CI installs them (.ci/run), so there the kit runs.
 func needPython(t *testing.T) { needPythonB(t) }
 
+// stagedSDK copies the SDK into a fresh dir every uid can read (a root
+// daemon runs plugins under uids of their own) and returns the copy's
+// sdk/python and shared/proto/python.
+func stagedSDK(tb testing.TB) (sdkDir, protoDir string) {
+	tb.Helper()
+	dst, err := os.MkdirTemp("", "thpysdk")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dst) })
+	if err := testbin.PythonSDK(filepath.Join("..", ".."), dst); err != nil {
+		tb.Fatal(err)
+	}
+	return filepath.Join(dst, "sdk", "python"), filepath.Join(dst, "shared", "proto", "python")
+}
+
 func needPythonB(tb testing.TB) {
 	tb.Helper()
 	if out, err := exec.Command(python, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
@@ -35,11 +51,7 @@ func TestConformance(t *testing.T) {
 		t.Skip("the conformance kit runs real hosts for about a minute")
 	}
 	needPython(t)
-	sdkDir, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	protoDir := filepath.Join(sdkDir, "..", "..", "shared", "proto", "python")
+	sdkDir, protoDir := stagedSDK(t)
 	dir, err := testbin.TempDir(context.Background(), "thpy", testbin.Build{Package: testbin.Taskhost})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +65,7 @@ func TestConformance(t *testing.T) {
 		Interpreted: &executortest.Interpreted{
 			Interpreter: python,
 			Args:        []string{"--pythonpath=" + sdkDir},
-			ReadOnly:    []string{sdkDir, filepath.Clean(protoDir)},
+			ReadOnly:    []string{sdkDir, protoDir},
 		},
 	}
 	// The schema_upgrade check resumes with the script under test a task

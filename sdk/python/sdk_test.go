@@ -118,10 +118,7 @@ func (s *services) RequestInput(ctx context.Context, tok, q string) ([]byte, err
 func probe(t *testing.T, svc plugin.Services) plugin.Executor {
 	t.Helper()
 	needPython(t)
-	sdkDir, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sdkDir, protoDir := stagedSDK(t)
 	script := filepath.Join(sdkDir, "testdata", "probe.py")
 	reg, err := plugin.NewRegistry(plugin.PluginOptions{SocketDir: filepath.Join(testwait.ShortTempDir(t), "p")})
 	if err != nil {
@@ -130,7 +127,7 @@ func probe(t *testing.T, svc plugin.Services) plugin.Executor {
 	t.Cleanup(reg.Close)
 	spec := plugin.PluginSpec{Kind: "probe", Path: script, Interpreter: python,
 		Args: []string{"--pythonpath=" + sdkDir}, Confine: plugin.DefaultConfinement()}
-	spec.Confine.ReadOnly = []string{sdkDir, filepath.Join(sdkDir, "..", "..", "shared", "proto", "python")}
+	spec.Confine.ReadOnly = []string{sdkDir, protoDir}
 	ctx := context.Background()
 	if err := reg.Register(ctx, spec); err != nil {
 		t.Fatal(err)
