@@ -1,13 +1,17 @@
 package python_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,4 +279,57 @@ func TestStepFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A plugin whose host process dies (its parent pid changes) exits by
+// itself: the SDK polls its parent.
+func TestOrphanExits(t *testing.T) {
+	needPython(t)
+	sdkDir, _ := stagedSDK(t)
+	sock := testwait.ShortTempDir(t)
+	// The shell is the plugin's "host": it starts the plugin and waits;
+	// killing it orphans the plugin.
+	sh := exec.Command("/bin/sh", "-c", `"$0" "$1" "$2" & wait`, python, filepath.Join(sdkDir, "testdata", "probe.py"), "--pythonpath="+sdkDir)
+	sh.Env = []string{"TASKHOST_EXECUTOR_PLUGIN=7f3c1b0e-taskhost-executor", "PLUGIN_PROTOCOL_VERSIONS=2", "PLUGIN_UNIX_SOCKET_DIR=" + sock, "PATH=/usr/bin:/bin"}
+	out, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no handshake line: %v", err)
+	}
+	// 1|2|unix|DIR/plugin-PID.sock|grpc
+	fields := strings.Split(strings.TrimSpace(line), "|")
+	if len(fields) != 5 || fields[0] != "1" || fields[1] != "2" || fields[2] != "unix" || fields[4] != "grpc" || filepath.Dir(fields[3]) != sock {
+		t.Fatalf("handshake line %q", line)
+	}
+	pid := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(fields[3]), "plugin-"), ".sock")
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		t.Fatalf("handshake line %q: no pid in the socket's name", line)
+	}
+	t.Cleanup(func() {
+		// Should the test fail, the plugin is still there: end it, if the
+		// pid is still the probe's.
+		if b, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil && strings.Contains(string(b), "probe.py") {
+			_ = syscall.Kill(n, syscall.SIGKILL)
+		}
+	})
+	if err := sh.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh.Wait()
+	testwait.Until(t, 10*time.Second, "the orphaned plugin "+pid+" exits", func() bool {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return true
+		}
+		// "pid (comm) S ...": a zombie has exited.
+		s := string(b)
+		return strings.Contains(s[strings.LastIndexByte(s, ')'):], ") Z ")
+	})
 }
