@@ -191,20 +191,8 @@ func pythonWithGRPC(t *testing.T) string {
 // and describes itself.
 func TestInterpretedPythonDescribe(t *testing.T) {
 	py := pythonWithGRPC(t)
-	dir := testwait.ShortTempDir(t)
-	root := filepath.Join(dir, "py")
-	if err := testbin.PythonSDK(filepath.Join("..", ".."), root); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(root, "sdk/python/examples/pynotes.py")
-	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	spec := PluginSpec{Kind: "pynotes", Path: script, SHA256: fileSHA256(t, script), Interpreter: py, InterpreterSHA256: fileSHA256(t, py),
-		Args: []string{"--pythonpath=" + filepath.Join(root, "sdk/python")}, Confine: DefaultConfinement()}
-	spec.Confine.ReadOnly = []string{filepath.Join(root, "sdk/python"), filepath.Join(root, "shared/proto/python")}
+	dir := testwait.PluginDir(t)
+	reg, spec := pynotes(t, dir, py)
 	ec, err := launch(context.Background(), reg.forker, spec, reg.opts, reg.support, pb.UnimplementedHostServicesServer{})
 	if err != nil {
 		t.Fatal(err)
@@ -214,4 +202,63 @@ func TestInterpretedPythonDescribe(t *testing.T) {
 	if err != nil || d.Kind != "pynotes" || d.ProtocolVersion != 2 || len(d.CheckpointSchemas) == 0 {
 		t.Fatalf("Describe = %+v, %v; want kind pynotes, protocol 2, a schema", d, err)
 	}
+}
+
+// A change of the interpreter on disk, the script untouched, makes Check
+// run the preflight again: a pinned interpreter rewritten is then refused,
+// named.
+func TestInterpretedCheckSeesInterpreterChange(t *testing.T) {
+	py := pythonWithGRPC(t)
+	dir := testwait.PluginDir(t)
+	// A copy of the interpreter that the test may change; it finds its
+	// standard library under /usr as the original does.
+	data, err := os.ReadFile(py)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interp := filepath.Join(dir, "python3")
+	if err := os.WriteFile(interp, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	reg, spec := pynotes(t, dir, interp)
+	ctx := context.Background()
+	if err := reg.Register(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Check(ctx, "pynotes"); err != nil {
+		t.Fatalf("check, nothing changed: %v", err)
+	}
+	f, err := os.OpenFile(interp, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte{0}); err != nil { // in place: same path, same inode
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = reg.Check(ctx, "pynotes")
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || ue.Check != "checksum" || !strings.Contains(ue.Detail, "interpreter: plugin binary "+interp) {
+		t.Fatalf("check after the interpreter changed: %v; want a pin mismatch naming the interpreter", err)
+	}
+}
+
+// pynotes stages the Python SDK in dir and returns a registry there and
+// the example's spec, pinned with interp.
+func pynotes(t *testing.T, dir, interp string) (*Registry, PluginSpec) {
+	t.Helper()
+	root := filepath.Join(dir, "py")
+	if err := testbin.PythonSDK(filepath.Join("..", ".."), root); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	script := filepath.Join(root, "sdk/python/examples/pynotes.py")
+	spec := PluginSpec{Kind: "pynotes", Path: script, SHA256: fileSHA256(t, script), Interpreter: interp, InterpreterSHA256: fileSHA256(t, interp),
+		Args: []string{"--pythonpath=" + filepath.Join(root, "sdk/python")}, Confine: DefaultConfinement()}
+	spec.Confine.ReadOnly = []string{filepath.Join(root, "sdk/python"), filepath.Join(root, "shared/proto/python")}
+	return reg, spec
 }
