@@ -3,6 +3,7 @@ package python_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -29,6 +30,7 @@ func BenchmarkPythonVsGo(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer os.RemoveAll(goDir)
 	sdkDir, protoDir := stagedSDK(b)
 	reg, err := plugin.NewRegistry(plugin.PluginOptions{SocketDir: filepath.Join(testwait.ShortTempDir(b), "p")})
 	if err != nil {
