@@ -58,6 +58,7 @@ proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 		--plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
 		--go_out=shared/proto/executorpb --go_opt=paths=source_relative \
 		--go-grpc_out=shared/proto/executorpb --go-grpc_opt=paths=source_relative \
+		--python_out=shared/proto/python \
 		shared/proto/executor.proto
 	$(PROTOC) -I shared/proto \
 		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go \

@@ -352,7 +352,8 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 		found[kind] = s
 	}
 	for kind, ex := range cfg.Executors {
-		found[kind] = plugin.PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256, Confine: confinementFrom(cfg.Confinement, ex),
+		found[kind] = plugin.PluginSpec{Kind: kind, Path: ex.Path, Args: ex.Args, SHA256: ex.SHA256,
+			Interpreter: ex.Interpreter, InterpreterSHA256: ex.InterpreterSHA256, Confine: confinementFrom(cfg.Confinement, ex),
 			Prestart: *cmp.Or(ex.Prestart, &cfg.Tasks.Prestart)}
 	}
 	if ms, ok := found[config.ExecutorMachineSpirit]; ok {

@@ -19,7 +19,13 @@ import (
 
 func testexecSum(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(executorDir(t), ExecutorPrefix+"testexec"))
+	return fileSum(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"))
+}
+
+// fileSum is the hex SHA-256 of path, as sha256sum prints it.
+func fileSum(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

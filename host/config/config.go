@@ -216,6 +216,15 @@ type Executor struct {
 	SHA256 string `toml:"sha256"`
 	// Args are passed to the plugin binary: at most 16, each at most 256 bytes.
 	Args []string `toml:"args"`
+	// Interpreter, when set, makes Path a script that this binary runs
+	// (e.g. /usr/bin/python3): the host execs the interpreter from the fd
+	// it hashed, with a sealed copy of the script's hashed bytes as its
+	// first argument; SHA256 then pins the script. Absolute, or relative
+	// to the config file's directory.
+	Interpreter string `toml:"interpreter"`
+	// InterpreterSHA256 pins the interpreter (the file it resolves to), as
+	// SHA256 pins the script: required when SHA256 is set.
+	InterpreterSHA256 string `toml:"interpreter_sha256"`
 	// Rlimits of each plugin process; 0 (or absent) takes [confinement]'s.
 	MaxAddressSpaceMB int `toml:"max_address_space_mb"` // 64..1048576
 	MaxOpenFiles      int `toml:"max_open_files"`       // 64..65536
@@ -466,6 +475,9 @@ func resolveExecutorPaths(cfg *Config, baseDir string, probs *problems) {
 		// read_write and read_only entries too, so that every relative
 		// path of the config means the same whatever directory the daemon
 		// starts in.
+		if ex.Interpreter != "" && !filepath.IsAbs(ex.Interpreter) && baseDir != "" {
+			ex.Interpreter = filepath.Join(baseDir, ex.Interpreter)
+		}
 		if baseDir != "" {
 			ex.ReadWrite = resolveAll(baseDir, ex.ReadWrite)
 			ex.ReadOnly = resolveAll(baseDir, ex.ReadOnly)

@@ -408,6 +408,39 @@ func TestExecutorSHA256(t *testing.T) {
 	}
 }
 
+func TestExecutorInterpreter(t *testing.T) {
+	pin := strings.Repeat("0123456789abcdef", 4)
+	tests := []struct {
+		name, body string
+		key, want  string // "" when accepted
+	}{
+		{"pinned both", "sha256 = \"PIN\"\ninterpreter = \"/usr/bin/python3\"\ninterpreter_sha256 = \"PIN\"\n", "", ""},
+		{"unpinned", "interpreter = \"/usr/bin/python3\"\n", "", ""},
+		{"script pinned alone", "sha256 = \"PIN\"\ninterpreter = \"/usr/bin/python3\"\n", "executors.x.interpreter_sha256", "pin its interpreter too"},
+		{"interpreter pinned alone", "interpreter = \"/usr/bin/python3\"\ninterpreter_sha256 = \"PIN\"\n", "executors.x.sha256", "pin the script too"},
+		{"pin without interpreter", "sha256 = \"PIN\"\ninterpreter_sha256 = \"PIN\"\n", "executors.x.interpreter_sha256", "executors.x.interpreter is not"},
+		{"bad pin", "sha256 = \"PIN\"\ninterpreter = \"/usr/bin/python3\"\ninterpreter_sha256 = \"abc\"\n", "executors.x.interpreter_sha256", "64 lowercase hexadecimal characters"},
+		{"4096 bytes", "interpreter = \"/" + strings.Repeat("a", 4095) + "\"\n", "", ""},
+		{"4097 bytes", "interpreter = \"/" + strings.Repeat("a", 4096) + "\"\n", "executors.x.interpreter", "4097 bytes long: at most 4096"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "[executors.x]\npath = \"/opt/x.py\"\n" + strings.ReplaceAll(tc.body, "PIN", pin)
+			cfg, err := parse(t, src)
+			if tc.key != "" {
+				wantOnly(t, err, tc.key, tc.key, tc.want)
+				return
+			}
+			if err != nil {
+				t.Fatalf("should be accepted:\n%v", err)
+			}
+			if cfg.Executors["x"].Interpreter == "" {
+				t.Fatal("Interpreter is empty")
+			}
+		})
+	}
+}
+
 func TestExecutorPath(t *testing.T) {
 	tmp := t.TempDir()
 	tests := []struct {

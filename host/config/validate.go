@@ -195,15 +195,8 @@ func validateExecutor(name string, ex Executor, ps *problems) {
 		ps.add(pathKey, "%s = %s: must be an absolute path", pathKey, quote(ex.Path))
 	}
 
-	if ex.SHA256 != "" && !sha256RE.MatchString(ex.SHA256) {
-		shaKey := executorKey(name, "sha256")
-		hint := "as printed by sha256sum"
-		if sha256RE.MatchString(strings.ToLower(ex.SHA256)) {
-			hint = "write it in lowercase"
-		}
-		ps.add(shaKey, "%s = %s: must be 64 lowercase hexadecimal characters (%s), or be left out to not pin the binary",
-			shaKey, quote(ex.SHA256), hint)
-	}
+	checkPin(ps, executorKey(name, "sha256"), ex.SHA256)
+	validateInterpreter(name, ex, ps)
 
 	validateExecutorConfinement(name, ex, ps)
 	if ex.Prestart != nil {
@@ -303,5 +296,45 @@ func (c Config) validateMessageSize(ps *problems) {
 		ps.add("limits.grpc_message_bytes",
 			"limits.grpc_message_bytes = %d is too small for the largest step result (%d bytes = tasks.checkpoint_max_bytes + limits.result_bytes + limits.summary_chars × %d + %d framing); raise it or lower those limits",
 			l.GRPCMessageBytes, result, maxBytesPerChar, messageFraming)
+	}
+}
+
+// checkPin checks an optional SHA-256 pin.
+func checkPin(ps *problems, key, pin string) {
+	if pin == "" || sha256RE.MatchString(pin) {
+		return
+	}
+	hint := "as printed by sha256sum"
+	if sha256RE.MatchString(strings.ToLower(pin)) {
+		hint = "write it in lowercase"
+	}
+	ps.add(key, "%s = %s: must be 64 lowercase hexadecimal characters (%s), or be left out to not pin the file",
+		key, quote(pin), hint)
+}
+
+// validateInterpreter checks an interpreted executor's interpreter and its
+// pin: a pinned script needs its interpreter pinned too, or the pin would
+// say nothing about what runs it.
+func validateInterpreter(name string, ex Executor, ps *problems) {
+	key, shaKey := executorKey(name, "interpreter"), executorKey(name, "interpreter_sha256")
+	checkPin(ps, shaKey, ex.InterpreterSHA256)
+	switch {
+	case ex.Interpreter == "":
+		if ex.InterpreterSHA256 != "" {
+			ps.add(shaKey, "%s is set but %s is not: name the interpreter it pins", shaKey, key)
+		}
+		return
+	case len(ex.Interpreter) > 4096:
+		ps.add(key, "%s is %d bytes long: at most 4096 bytes are allowed", key, len(ex.Interpreter))
+	case strings.ContainsRune(ex.Interpreter, 0):
+		ps.add(key, "%s contains a NUL byte", key)
+	case !filepath.IsAbs(ex.Interpreter):
+		ps.add(key, "%s = %s: must be an absolute path", key, quote(ex.Interpreter))
+	}
+	if ex.SHA256 != "" && ex.InterpreterSHA256 == "" {
+		ps.add(shaKey, "%s is missing: %s pins the script, so pin its interpreter too (sha256sum %s)", shaKey, executorKey(name, "sha256"), ex.Interpreter)
+	}
+	if ex.SHA256 == "" && ex.InterpreterSHA256 != "" {
+		ps.add(executorKey(name, "sha256"), "%s is missing: %s pins the interpreter, so pin the script too (sha256sum %s)", executorKey(name, "sha256"), shaKey, ex.Path)
 	}
 }

@@ -34,6 +34,12 @@ type PluginSpec struct {
 	Path   string   // absolute path of the plugin binary
 	Args   []string // extra command-line arguments
 	SHA256 string   // lowercase hex; empty means not pinned
+	// Interpreter, when set, runs Path as a script: the host execs this
+	// binary (pinned by InterpreterSHA256, when set) with the script's
+	// sealed copy as its first argument (interpreted.go); SHA256 then pins
+	// the script.
+	Interpreter       string
+	InterpreterSHA256 string
 	// Confine is what its processes may do beyond the common confinement.
 	Confine Confinement
 	// Prestart is how many of its processes are kept started ahead of
@@ -160,6 +166,39 @@ func openBinary(spec PluginSpec) (*os.File, error) {
 	return f, nil
 }
 
+// openExecutable opens what spec's process execs: its binary, or for an
+// interpreted executor its interpreter and its script's sealed copy
+// (script is nil for a binary).
+func openExecutable(spec PluginSpec) (bin, script *os.File, err error) {
+	if spec.Interpreter != "" {
+		return openInterpreted(spec)
+	}
+	bin, err = openBinary(spec)
+	return bin, nil, err
+}
+
+// hashbangScript returns the fd to exec for spec's binary bin: bin, or nil
+// for an unpinned #! script. A script cannot be exec'd from its fd (its
+// interpreter reopens it by path), so an unpinned one runs by path, with
+// its own directory readable and executable for what it runs (added to
+// spec); a pinned one is refused: it needs [executors.NAME] interpreter.
+func hashbangScript(spec *PluginSpec, bin *os.File) (*os.File, error) {
+	script, err := isScript(bin)
+	if err != nil {
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: err.Error()}
+	}
+	if !script {
+		return bin, nil
+	}
+	if spec.SHA256 != "" {
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s is a script: a pinned script needs [executors.%s] interpreter (and interpreter_sha256), so that the host runs the copy it hashed; its #! line would have the script read again by path, after the pin was checked", spec.Path, spec.Kind)}
+	}
+	if real, err := filepath.EvalSymlinks(spec.Path); err == nil {
+		spec.Confine.ReadOnly = append(slices.Clip(spec.Confine.ReadOnly), filepath.Dir(real))
+	}
+	return nil, nil
+}
+
 // isScript says whether f starts with "#!".
 func isScript(f *os.File) (bool, error) {
 	var magic [2]byte
@@ -209,28 +248,23 @@ type executorClient struct {
 }
 
 func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions, support confine.Support, services pb.HostServicesServer) (*executorClient, error) {
-	bin, err := openBinary(spec)
+	bin, script, err := openExecutable(spec)
 	if err != nil {
 		return nil, err
 	}
-	// The child holds its own copy once started; a failed start needs none.
+	// The child holds its own copies once started; a failed start needs none.
 	defer bin.Close()
+	if script != nil {
+		defer script.Close()
+	}
 	if opts.RequireConfinement && support.LandlockABI < 1 {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: (&ConfinementError{Kind: spec.Kind, Support: support}).Error()}
 	}
-	// A script cannot be exec'd from its fd (its interpreter reopens it by
-	// path), so an unpinned one runs by path, with its own directory
-	// readable and executable for what it runs; a pinned one is refused.
 	execFD := bin
-	if script, err := isScript(bin); err != nil {
-		return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: err.Error()}
-	} else if script {
-		if spec.SHA256 != "" {
-			return nil, &UnavailableError{Kind: spec.Kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s is a script: a pinned plugin must be an executable binary (a script's interpreter reads it again by path, after the pin was checked)", spec.Path)}
-		}
-		execFD = nil
-		if real, err := filepath.EvalSymlinks(spec.Path); err == nil {
-			spec.Confine.ReadOnly = append(slices.Clip(spec.Confine.ReadOnly), filepath.Dir(real))
+	if script == nil {
+		// A binary, or a script run by its #! line.
+		if execFD, err = hashbangScript(&spec, bin); err != nil {
+			return nil, err
 		}
 	}
 	if err := spec.Confine.resolveUser(); err != nil {
@@ -309,10 +343,19 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			if err != nil {
 				return nil, err
 			}
-			ccmd, err := confine.Command(opts.Trampoline, pol, execFD, spec.Path, spec.Args...)
+			target, args := spec.Path, spec.Args
+			if script != nil {
+				target, args = spec.Interpreter, append([]string{scriptArg}, spec.Args...)
+			}
+			ccmd, err := confine.Command(opts.Trampoline, pol, execFD, target, args...)
 			if err != nil {
 				releaseCgroups(box, opts.Logger)
 				return nil, err
+			}
+			if script != nil {
+				// First, so that it is fd scriptFD in the trampoline and
+				// the interpreter; Command's own files follow.
+				ccmd.ExtraFiles = append([]*os.File{script}, ccmd.ExtraFiles...)
 			}
 			// cmd carries only go-plugin's handshake variables: SkipHostEnv
 			// keeps the host's environment out, the allow-list adds back

@@ -97,24 +97,7 @@ func TestPinnedBinarySymlinkRace(t *testing.T) {
 	}
 
 	spec := PluginSpec{Kind: "testexec", Path: link, SHA256: fileSHA256(t, pinned), Confine: confinement}
-	var stop atomic.Bool
-	var flips atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; !stop.Load(); i++ {
-			target := pinned
-			if i%2 == 1 {
-				target = unpinned
-			}
-			if err := pointLink(link, target); err != nil {
-				t.Error(err)
-				return
-			}
-			flips.Add(1)
-		}
-	}()
+	stopFlips := flipLink(t, link, pinned, unpinned)
 	started, refused := 0, 0
 	for range 1000 {
 		ec, err := launch(ctx, reg.forker, spec, reg.opts, reg.support, pb.UnimplementedHostServicesServer{})
@@ -126,18 +109,45 @@ func TestPinnedBinarySymlinkRace(t *testing.T) {
 		case errors.As(err, &ue) && (ue.Check == "checksum" || ue.Check == "binary"):
 			refused++ // hashed while the link pointed at the unpinned build
 		default:
-			stop.Store(true)
-			wg.Wait()
+			stopFlips()
 			t.Fatalf("launch: %v", err)
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
+	flips := stopFlips()
 	if _, err := os.Stat(mark); err == nil {
 		t.Fatalf("the unpinned build ran (%d started, %d refused)", started, refused)
 	}
-	t.Logf("1000 launches: %d started the pinned build, %d refused at the checksum; %d flips", started, refused, flips.Load())
+	t.Logf("1000 launches: %d started the pinned build, %d refused at the checksum; %d flips", started, refused, flips)
 	if started == 0 || refused == 0 {
 		t.Errorf("the flips never raced the launches: %d started, %d refused", started, refused)
+	}
+}
+
+// flipLink points link at a and b in turn until the returned stop is
+// called, which returns how often it flipped.
+func flipLink(t *testing.T, link, a, b string) (stop func() int64) {
+	t.Helper()
+	var done atomic.Bool
+	var flips atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; !done.Load(); i++ {
+			target := a
+			if i%2 == 1 {
+				target = b
+			}
+			if err := pointLink(link, target); err != nil {
+				t.Error(err)
+				return
+			}
+			flips.Add(1)
+		}
+	}()
+	return func() int64 {
+		done.Store(true)
+		wg.Wait()
+		return flips.Load()
 	}
 }

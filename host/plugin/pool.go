@@ -172,7 +172,7 @@ func (p *procPool) unfit(pp *pooledProc, spec PluginSpec, gen uint64) string {
 	if pp.gen != gen {
 		return "the executor was reloaded or re-checked since it started"
 	}
-	if st, err := stampOf(spec.Path); err != nil || st != pp.stamp {
+	if st, err := specStamp(spec); err != nil || st != pp.stamp {
 		return staleBinary
 	}
 	select {
@@ -339,7 +339,7 @@ func (p *procPool) launch(spec PluginSpec, gen uint64, stamp binStamp) (*pooledP
 	}
 	// The stamp before and after the start brackets the open of the binary
 	// inside launch: equal, the file exec'd is the one the verdict is about.
-	if st, err := stampOf(spec.Path); err != nil || st != stamp {
+	if st, err := specStamp(spec); err != nil || st != stamp {
 		return nil, errPoolSkip
 	}
 	svc := &boundServices{}
@@ -347,7 +347,7 @@ func (p *procPool) launch(spec PluginSpec, gen uint64, stamp binStamp) (*pooledP
 	if err != nil {
 		return nil, err
 	}
-	if st, err := stampOf(spec.Path); err != nil || st != stamp {
+	if st, err := specStamp(spec); err != nil || st != stamp {
 		ec.Stop()
 		return nil, errPoolSkip
 	}

@@ -91,7 +91,7 @@ func sweepDir(dir string) error {
 // it. A kind that fails any check stays registered as unavailable: Describe
 // and Launch then return an *UnavailableError saying which check failed.
 func (r *Registry) Register(ctx context.Context, spec PluginSpec) error {
-	st, serr := stampOf(spec.Path)
+	st, serr := specStamp(spec)
 	desc, err := r.probe(ctx, spec)
 	defer r.pool.refresh() // after the unlock
 	r.mu.Lock()

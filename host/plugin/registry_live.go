@@ -4,29 +4,47 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"syscall"
 )
 
-// binStamp identifies a binary's content on disk without reading it: a
+// binStamp identifies what a kind's process execs, on disk, without
+// reading it: its binary (an interpreted executor's script) and its
+// interpreter, if any.
+type binStamp struct{ bin, interp fileStamp }
+
+// fileStamp identifies a file's content on disk without reading it: a
 // rebuild, a copy over it or a rename onto its path changes at least one
 // field (ctime cannot be set back by a user).
-type binStamp struct {
+type fileStamp struct {
 	dev, ino     uint64
 	size         int64
 	mtime, ctime int64
 }
 
-func stampOf(path string) (binStamp, error) {
+// specStamp stamps spec's binary and its interpreter: either changing
+// (python3 upgraded under a pinned script) makes the kind's preflight run
+// again.
+func specStamp(spec PluginSpec) (binStamp, error) {
+	bin, err := stampOf(spec.Path)
+	if err != nil || spec.Interpreter == "" {
+		return binStamp{bin: bin}, err
+	}
+	interp, err := stampOf(spec.Interpreter)
+	return binStamp{bin: bin, interp: interp}, err
+}
+
+func stampOf(path string) (fileStamp, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return binStamp{}, err
+		return fileStamp{}, err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return binStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}, nil
+		return fileStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}, nil
 	}
-	return binStamp{dev: st.Dev, ino: st.Ino, size: st.Size,
+	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size,
 		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}, nil
 }
 
@@ -46,7 +64,7 @@ func (r *Registry) Check(ctx context.Context, kind string) (Description, error) 
 	if !ok || (errors.As(err, &ue) && ue.Check == "disabled") {
 		return r.Describe(kind)
 	}
-	now, serr := stampOf(spec.Path)
+	now, serr := specStamp(spec)
 	if serr == nil && probed && now == old {
 		return r.Describe(kind)
 	}
@@ -57,7 +75,7 @@ func (r *Registry) Check(ctx context.Context, kind string) (Description, error) 
 	cur, ok := r.specs[kind]
 	old, probed = r.stamps[kind]
 	r.mu.Unlock()
-	if !ok || cur.Path != spec.Path || cur.SHA256 != spec.SHA256 {
+	if !ok || !samePin(cur, spec) {
 		return r.Describe(kind) // reloaded meanwhile
 	}
 	if serr == nil && probed && now == old {
@@ -65,14 +83,19 @@ func (r *Registry) Check(ctx context.Context, kind string) (Description, error) 
 	}
 	var desc Description
 	if serr != nil {
-		err = &UnavailableError{Kind: kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s: %v", spec.Path, errors.Unwrap(serr))}
+		path := spec.Path
+		var pe *fs.PathError
+		if errors.As(serr, &pe) {
+			path = pe.Path // the interpreter, maybe
+		}
+		err = &UnavailableError{Kind: kind, Check: "binary", Detail: fmt.Sprintf("plugin binary %s: %v", path, errors.Unwrap(serr))}
 	} else {
 		desc, err = r.probe(ctx, spec)
 	}
 	defer r.pool.refresh() // after the unlock
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.specs[kind]; !ok || s.Path != spec.Path || s.SHA256 != spec.SHA256 {
+	if s, ok := r.specs[kind]; !ok || !samePin(s, spec) {
 		return desc, err // a reload replaced kind while it was probed: its verdict stands
 	}
 	r.setVerdict(kind, now, serr == nil, desc, err)
@@ -118,7 +141,7 @@ func (r *Registry) Reload(ctx context.Context, specs []PluginSpec, disabled map[
 	}
 	vs := make([]verdict, 0, len(specs))
 	for _, s := range specs {
-		st, serr := stampOf(s.Path)
+		st, serr := specStamp(s)
 		desc, err := r.probe(ctx, s)
 		vs = append(vs, verdict{spec: s, st: st, stamped: serr == nil, desc: desc, err: err})
 	}
@@ -135,4 +158,9 @@ func (r *Registry) Reload(ctx context.Context, specs []PluginSpec, disabled map[
 		delete(r.descs, kind)
 		r.errs[kind] = &UnavailableError{Kind: kind, Check: "disabled", Detail: detail}
 	}
+}
+
+// samePin says whether a and b run the same pinned files.
+func samePin(a, b PluginSpec) bool {
+	return a.Path == b.Path && a.SHA256 == b.SHA256 && a.Interpreter == b.Interpreter && a.InterpreterSHA256 == b.InterpreterSHA256
 }

@@ -106,3 +106,27 @@ func TestLazyBuildsOnce(t *testing.T) {
 		t.Errorf("binary rebuilt on the second call: %v", err)
 	}
 }
+
+// The copy of the Python SDK holds the package and the generated code,
+// readable by every uid, and no byte-code cache.
+func TestPythonSDK(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "py")
+	if err := PythonSDK(filepath.Join("..", ".."), dst); err != nil {
+		t.Fatal(err)
+	}
+	for path, mode := range map[string]os.FileMode{
+		"sdk": 0o755, "sdk/python/taskhost_executor": 0o755, "shared/proto/python": 0o755,
+		"sdk/python/taskhost_executor/__init__.py": 0o644, "sdk/python/examples/pynotes.py": 0o644,
+		"shared/proto/python/executor_pb2.py": 0o644,
+	} {
+		fi, err := os.Stat(filepath.Join(dst, path))
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+		} else if fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, want %v", path, fi.Mode().Perm(), mode)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dst, "sdk/python/taskhost_executor/__pycache__")); err == nil {
+		t.Error("the byte-code cache was copied")
+	}
+}

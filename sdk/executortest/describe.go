@@ -34,9 +34,10 @@ func (d description) String() string {
 
 // describeBinary starts binary the way the host does (go-plugin over gRPC,
 // with the protocol's handshake), asks it to Describe itself and stops it.
-func describeBinary(ctx context.Context, binary string) (description, error) {
+func describeBinary(ctx context.Context, binary string, in *Interpreted) (description, error) {
 	stderr := &lockedTail{max: 4 << 10}
-	cmd := exec.Command(binary)
+	argv := in.argv(binary)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	// Like the host: no environment beyond the harmless basics.
 	for _, k := range []string{"PATH", "HOME", "LANG", "TMPDIR"} {
 		if v, ok := os.LookupEnv(k); ok {

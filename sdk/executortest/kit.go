@@ -188,7 +188,7 @@ func (k *kit) spec(scenario string) (map[string]any, error) {
 // ---- the checks ----
 
 func (k *kit) checkDescribe(t *testing.T) {
-	d, err := describeBinary(k.context(t), k.opts.Binary)
+	d, err := describeBinary(k.context(t), k.opts.Binary, k.opts.Interpreted)
 	if err != nil {
 		t.Fatalf("could not start %s as a plugin and call Describe: %v\n"+
 			"The binary's main must call sdk.Serve(yourExecutor) and print nothing to stdout before it (log to stderr).", k.opts.Binary, err)
@@ -440,13 +440,13 @@ func (k *kit) checkSchemaUpgrade(t *testing.T) {
 			"and resumes the task with Binary. Without one, check by hand that Step still reads every schema a released build wrote (docs/executor-sdk.md, \"Checkpoints\").")
 	}
 	ctx := k.context(t)
-	old, err := describeBinary(ctx, k.opts.OldBinary)
+	old, err := describeBinary(ctx, k.opts.OldBinary, k.opts.Interpreted)
 	if err != nil {
 		t.Fatalf("Describe of Options.OldBinary: %v", err)
 	}
 	cur := k.desc
 	if cur == nil {
-		d, err := describeBinary(ctx, k.opts.Binary)
+		d, err := describeBinary(ctx, k.opts.Binary, k.opts.Interpreted)
 		if err != nil {
 			t.Fatalf("Describe of Options.Binary: %v", err)
 		}

@@ -51,7 +51,7 @@ func TestBuildAtBuildsTheCommittedTree(t *testing.T) {
 	if filepath.Base(bin) != "old-flawed" {
 		t.Errorf("binary %s, want old-flawed", bin)
 	}
-	d, err := describeBinary(context.Background(), bin)
+	d, err := describeBinary(context.Background(), bin, nil)
 	if err != nil {
 		t.Fatalf("describe the build of HEAD: %v", err)
 	}

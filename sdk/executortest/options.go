@@ -115,6 +115,9 @@ type Options struct {
 	// check, naming it. Nil for a scenario (or a nil Inputs) answers every
 	// question with null, as --approve-all does.
 	Inputs func(scenario string) []any
+	// Interpreted, when set, says Binary and OldBinary are scripts that an
+	// interpreter runs (a Python executor, say): the kit pins both.
+	Interpreted *Interpreted
 }
 
 // allScenarios lists the scenarios, in the order the package documents them.
@@ -167,7 +170,7 @@ func (o *Options) validate() (string, error) {
 		errs = append(errs, fmt.Errorf("Options.Binary: %w", err))
 	} else {
 		o.Binary = abs
-		if err := checkExecutable(abs); err != nil {
+		if err := o.checkBinary(abs); err != nil {
 			errs = append(errs, fmt.Errorf("Options.Binary: %w", err))
 		}
 	}
@@ -176,10 +179,13 @@ func (o *Options) validate() (string, error) {
 			errs = append(errs, fmt.Errorf("Options.OldBinary: %w", err))
 		} else {
 			o.OldBinary = abs
-			if err := checkExecutable(abs); err != nil {
+			if err := o.checkBinary(abs); err != nil {
 				errs = append(errs, fmt.Errorf("Options.OldBinary: %w", err))
 			}
 		}
+	}
+	if o.Interpreted != nil {
+		errs = append(errs, o.Interpreted.validate())
 	}
 	if !kindRE.MatchString(o.Kind) {
 		errs = append(errs, fmt.Errorf("Options.Kind = %q: set it to the kind your Describe reports (1 to 32 characters: a lowercase letter, then lowercase letters, digits, '_' or '-')", o.Kind))
@@ -304,6 +310,15 @@ func ResultEquals(want any) func(result json.RawMessage) error {
 // registered under [executors.NAME]: the host finds them beside its own
 // binary as taskhost-executor-KIND.
 func (o *Options) builtin() bool { return o.Kind == "legacy" || o.Kind == "machinespirit" }
+
+// checkBinary checks the executor under test: an executable, or the
+// script of an interpreted one.
+func (o *Options) checkBinary(path string) error {
+	if o.Interpreted != nil {
+		return checkScript(path)
+	}
+	return checkExecutable(path)
+}
 
 func checkExecutable(path string) error {
 	fi, err := os.Stat(path)

@@ -198,7 +198,16 @@ func (h *host) install(binary string) error {
 			return err
 		}
 		h.plugin = binary
-		fmt.Fprintf(&b, "[executors.%s]\npath = %s\nsha256 = %q\n\n", opts.Kind, tomlString(binary), sum)
+		fmt.Fprintf(&b, "[executors.%s]\npath = %s\nsha256 = %q\n", opts.Kind, tomlString(binary), sum)
+		if in := opts.Interpreted; in != nil {
+			keys, err := in.config(h.k)
+			if err != nil {
+				return err
+			}
+			h.plugin = in.Interpreter // its argv[0]
+			b.WriteString(keys)
+		}
+		b.WriteString("\n")
 	}
 	if opts.Config != "" {
 		b.WriteString("# Options.Config:\n" + opts.Config + "\n")
