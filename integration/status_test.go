@@ -82,7 +82,7 @@ func TestStatusCommand(t *testing.T) {
 	if !v.Up || v.Version == "" || v.APIVersion != "v1" || v.Principal == "" || v.Store != "ok" {
 		t.Errorf("status: %+v", v)
 	}
-	if v.Tasks["completed"] != 1 || v.Tasks["running"] != 0 || len(v.Tasks) != 7 || v.Counts.AllPrincipals {
+	if v.Tasks["completed"] != 1 || v.Tasks["running"] != 0 || len(v.Tasks) != 8 || v.Tasks["blocked"] != 0 || v.Counts.AllPrincipals {
 		t.Errorf("task counts: %v", v.Tasks)
 	}
 	found := false

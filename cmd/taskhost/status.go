@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -43,7 +45,7 @@ type statusCountsScope struct {
 }
 
 // statusOrder is the order the task counts are shown in: live first.
-var statusOrder = []string{"pending", "running", "waiting_approval", "interrupted", "completed", "failed", "cancelled"}
+var statusOrder = []string{"pending", "running", "waiting_approval", "blocked", "interrupted", "completed", "failed", "cancelled"}
 
 func statusCmd(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -77,13 +79,32 @@ func statusCmd(ctx context.Context, e *env, args []string) int {
 		return exitUnavailable
 	}
 	v.Up, v.Version, v.APIVersion, v.Principal = true, info.Version, info.ApiVersion, info.Principal
+	if err := v.fill(cctx, conn, *all); err != nil {
+		return cf.fail(e, err)
+	}
+	v.Counts = &statusCountsScope{AllPrincipals: *all}
+	code := exitOK
+	if v.Store != "ok" {
+		code = exitFailed
+	}
+	if cf.json {
+		newPrinter(e, true).emit(v)
+		return code
+	}
+	v.print(e.stdout, *all)
+	return code
+}
+
+// fill asks the daemon on conn for the store's health, the executors, the
+// model preflight and the task counts (every principal's with all).
+func (v *statusView) fill(ctx context.Context, conn grpc.ClientConnInterface, all bool) error {
 	v.Store = "ok"
-	if hr, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{}); err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+	if hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		v.Store = "degraded"
 	}
-	execs, err := apipb.NewHostServiceClient(conn).ListExecutors(cctx, &apipb.ListExecutorsRequest{})
+	execs, err := apipb.NewHostServiceClient(conn).ListExecutors(ctx, &apipb.ListExecutorsRequest{})
 	if err != nil {
-		return cf.fail(e, err)
+		return err
 	}
 	for _, x := range execs.Executors {
 		s := executorState{Kind: x.Kind, Default: x.Default, State: "ok"}
@@ -99,22 +120,18 @@ func statusCmd(ctx context.Context, e *env, args []string) int {
 	tc := apipb.NewTaskServiceClient(conn)
 	v.Tasks = map[string]int64{}
 	for _, s := range statusOrder {
-		resp, err := tc.ListTasks(cctx, &apipb.ListTasksRequest{Status: []string{s}, PageSize: 1, All: *all})
+		resp, err := tc.ListTasks(ctx, &apipb.ListTasksRequest{Status: []string{s}, PageSize: 1, All: all})
 		if err != nil {
-			return cf.fail(e, err)
+			return err
 		}
 		v.Tasks[s] = resp.Total
 	}
-	v.Counts = &statusCountsScope{AllPrincipals: *all}
-	code := exitOK
-	if v.Store != "ok" {
-		code = exitFailed
-	}
-	if cf.json {
-		newPrinter(e, true).emit(v)
-		return code
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	return nil
+}
+
+// print writes v as the status table.
+func (v statusView) print(w io.Writer, all bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "daemon\tup: taskhost %s (API %s) on %s, you are %s\n", v.Version, v.APIVersion, v.Target, v.Principal)
 	store := "ok"
 	if v.Store != "ok" {
@@ -144,10 +161,9 @@ func statusCmd(ctx context.Context, e *env, args []string) int {
 		counts = append(counts, fmt.Sprintf("%s %d", s, v.Tasks[s]))
 	}
 	whose := "yours"
-	if *all {
+	if all {
 		whose = "all principals'"
 	}
 	fmt.Fprintf(tw, "tasks\t%s (%s)\n", strings.Join(counts, ", "), whose)
 	tw.Flush()
-	return code
 }
