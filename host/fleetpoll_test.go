@@ -20,7 +20,10 @@ import (
 // heartbeat's goroutine would wait with it, for as long as the lock is held.
 func TestFleetLeasePollNotHeldByHeartbeat(t *testing.T) {
 	dir := newSharedStore(t, "postgres")
-	a := newFleetHost(t, dir, "host-a", quick)
+	// A lease a stuck heartbeat takes seconds to lose: the cancel must
+	// reach A by its poll, not race A's fencing of itself (CI's loaded run
+	// fenced A first at quick's 400 ms).
+	a := newFleetHost(t, dir, "host-a", quickLongLease)
 	started, causes := blockedStep(a.exe)
 	task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"poll"}`)})
 	if err != nil {
@@ -65,7 +68,7 @@ func TestFleetLeasePollNotHeldByHeartbeat(t *testing.T) {
 		if !errors.Is(cause, errUserCancelled) {
 			t.Fatalf("A's step ended with %v, want the user's cancel", cause)
 		}
-		t.Logf("the cancel reached A's step %s after it committed, its heartbeat stuck (poll %s)", time.Since(t0).Round(time.Millisecond), quick.Poll)
+		t.Logf("the cancel reached A's step %s after it committed, its heartbeat stuck (poll %s)", time.Since(t0).Round(time.Millisecond), quickLongLease.Poll)
 	case <-time.After(held):
 		t.Fatalf("the cancel did not reach A's step in %s: its lease poll waits for its stuck heartbeat", held)
 	}

@@ -119,10 +119,10 @@ func TestConfinementFromConfig(t *testing.T) {
 		want plugin.Confinement
 	}{
 		{"defaults", config.Executor{}, plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 4096 << 20, NoFile: 1024, NProc: 4096},
-			Cgroup: cgroups.Limits{MemoryBytes: 2048 << 20, Pids: 4096, CPUPercent: 100}, OwnUID: true}},
-		{"own", config.Executor{MaxAddressSpaceMB: 512, MaxOpenFiles: 64, MaxProcesses: 16, MemoryMB: 96, CPUPercent: 250, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true},
+			Cgroup: cgroups.Limits{MemoryBytes: 2048 << 20, Pids: 4096, CPUPercent: 100}, DiskBytes: 1024 << 20, OwnUID: true}},
+		{"own", config.Executor{MaxAddressSpaceMB: 512, MaxOpenFiles: 64, MaxProcesses: 16, MemoryMB: 96, CPUPercent: 250, DiskMB: 32, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true},
 			plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 512 << 20, NoFile: 64, NProc: 16},
-				Cgroup: cgroups.Limits{MemoryBytes: 96 << 20, Pids: 16, CPUPercent: 250}, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true}},
+				Cgroup: cgroups.Limits{MemoryBytes: 96 << 20, Pids: 16, CPUPercent: 250}, DiskBytes: 32 << 20, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

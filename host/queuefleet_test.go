@@ -61,13 +61,22 @@ func TestFleetQueueExactlyOnce(t *testing.T) {
 		// A's two slots and B's two: four tasks start, the rest wait.
 		testwait.Until(t, 10*time.Second, "both hosts to fill their slots", func() bool { return running() == 4 })
 		close(gate)
-		testwait.Until(t, 30*time.Second, "every task to complete", func() bool {
-			for _, id := range ids {
-				if getTaskOf(t, a.st, id).Status != store.StatusCompleted {
-					return false
-				}
+		// On a timeout the error says where each task is: CI's loaded race
+		// run once timed out here with no word of which task was stuck.
+		ends := map[string]string{}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("tasks at the end: %v", ends)
 			}
-			return true
+		})
+		testwait.Until(t, 60*time.Second, "every task to complete", func() bool {
+			done := true
+			for _, id := range ids {
+				got := getTaskOf(t, a.st, id)
+				ends[id] = string(got.Status) + "/" + string(got.Reason) + " " + got.Message
+				done = done && got.Status == store.StatusCompleted
+			}
+			return done
 		})
 		mu.Lock()
 		defer mu.Unlock()
