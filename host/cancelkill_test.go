@@ -285,17 +285,7 @@ func quantiles(ds []time.Duration) string {
 // cancel (or never drops its call) would. The cancel kills the command
 // while both are still pending, and the effect is indeterminate.
 func TestCancelKillsShellBeforeTheExecutorReturns(t *testing.T) {
-	s := newSeam(t, seamOptions{})
-	cfg := config.Default().Tools
-	sh := cfg[tools.ToolShellRun]
-	sh.Approval = config.ApprovalNever
-	cfg[tools.ToolShellRun] = sh
-	reg, err := tools.NewRegistry(cfg, s.r.workspaceRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
-	s.r.svc.Tools = reg
+	s := newShellSeam(t)
 
 	release := make(chan struct{})
 	callDone := make(chan error, 1)

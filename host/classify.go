@@ -185,6 +185,8 @@ func causeVerdict(cause error) verdict {
 func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	r, t := ru.r, ru.task
 	ctx := context.Background() // an outcome is recorded even while stopping
+	quiet := ru.quiet
+	ru.quiet = false
 	if v.fenced {
 		// The run that took the task over owns it now; this attempt was
 		// closed with the takeover.
@@ -258,8 +260,10 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	}
 	ru.task = nt
 	// The next attempt is told the task's unresolved effects as they are
-	// then: this one may have left some, or an operator resolved some.
-	ru.indeterminate, ru.rereadEffects = nil, true
+	// then: this one may have left some, or an operator resolved some. An
+	// attempt told of none that recorded none left the set empty (an
+	// operator only removes from it), and the read is skipped.
+	ru.indeterminate, ru.rereadEffects = nil, !quiet
 	if v.reason == store.ReasonStoreError {
 		ru.settleEffects()
 	}

@@ -192,6 +192,14 @@ func (ts *turnState) nextSeq(kind store.EffectKind) int64 {
 	return ts.seq
 }
 
+// effectless reports whether the step recorded no effect at all: no model,
+// tool or approval call reached the ledger.
+func (ts *turnState) effectless() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.seq == 0 && ts.approvalSeq == 0
+}
+
 func (ts *turnState) exhaust(r store.Reason, msg string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()

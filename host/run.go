@@ -48,6 +48,10 @@ type run struct {
 	// rereadEffects: indeterminate is to be read again before the next
 	// step (an attempt ended since first read it).
 	rereadEffects bool
+	// quiet: the attempt being finished was told of no unresolved effect
+	// and recorded none, so the task's set of them is still empty and the
+	// next step need not read it again.
+	quiet bool
 	// delegated: a step of this run delegated a child (task.delegate), so
 	// the task may have to wait for it; children are what its steps are
 	// told of its children, read at the run's first step and after a step
@@ -403,6 +407,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 	}
 	v.usage, v.calls = ts.stepUsage()
 	r.set.Observer.StepFinished(ru.task.Executor, string(v.attempt), time.Since(began))
+	ru.quiet = len(ru.indeterminate) == 0 && ts.effectless()
 	return ru.finish(v, att)
 }
 

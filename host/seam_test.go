@@ -14,8 +14,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/internal/testwait"
 	pb "github.com/taskhost/taskhost/shared/proto/executorpb"
 	"github.com/taskhost/taskhost/store"
@@ -71,6 +73,24 @@ func newSeam(t *testing.T, o seamOptions) *seam {
 		}
 	})
 	return &seam{r: r, st: st, l: l}
+}
+
+// newShellSeam is a seam whose runner serves the default tools, with
+// shell.run needing no approval.
+func newShellSeam(t *testing.T) *seam {
+	t.Helper()
+	s := newSeam(t, seamOptions{})
+	cfg := config.Default().Tools
+	sh := cfg[tools.ToolShellRun]
+	sh.Approval = config.ApprovalNever
+	cfg[tools.ToolShellRun] = sh
+	reg, err := tools.NewRegistry(cfg, s.r.workspaceRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	s.r.svc.Tools = reg
+	return s
 }
 
 // run creates a task and waits for its run to end.
