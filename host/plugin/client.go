@@ -237,9 +237,9 @@ type executorClient struct {
 	client     *goplugin.Client
 	proc       *process
 	grace      time.Duration
-	privateDir string     // removed at Stop (for a plugin user: its whole run base)
-	releaseUID func()     // gives an OwnUID plugin's uid back at Stop; nil: none
-	seed       *seedCache // its copy of the kind's seed cache; nil: none
+	privateDir string             // removed at Stop (for a plugin user: its whole run base)
+	releaseUID func(emptied bool) // gives an OwnUID plugin's uid back at Stop; nil: none
+	seed       *seedCache         // its copy of the kind's seed cache; nil: none
 	log        *pluginLog
 	cleanups   *sync.WaitGroup // the forker's: Registry.Close waits for go-plugin's clean-up
 	afterStop  func()          // once its uid is back (pool.go refills); nil: nothing
@@ -270,7 +270,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	if err := spec.Confine.resolveUser(); err != nil {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
 	}
-	releaseUID := func() {}
+	releaseUID := func(bool) {}
 	if spec.Confine.OwnUID && spec.Confine.User == "" && opts.UIDs != nil {
 		if err := spec.Confine.checkReachable(); err != nil {
 			return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: err.Error()}
@@ -280,10 +280,15 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
 		}
 		spec.Confine.UID, spec.Confine.GID = uid, uid
-		releaseUID = func() {
+		releaseUID = func(emptied bool) {
 			// Every process of the uid is killed first: a grandchild
-			// that outlived the plugin goes too.
-			if err := opts.UIDs.Release(uid); err != nil {
+			// that outlived the plugin goes too. Cgroups the plugin was
+			// born in, removed empty, already prove there is none.
+			release := opts.UIDs.Release
+			if emptied {
+				release = opts.UIDs.ReleaseEmpty
+			}
+			if err := release(uid); err != nil {
 				opts.Logger.Error("plugin uid not returned to the pool", "kind", spec.Kind, "uid", uid, "error", err)
 			}
 		}
@@ -291,7 +296,7 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	launched := false
 	defer func() {
 		if !launched {
-			releaseUID()
+			releaseUID(false)
 		}
 	}()
 	base, cleanup, bounded, err := runBase(opts.SocketDir, spec.Confine)
@@ -517,7 +522,7 @@ func (c *executorClient) Stop() {
 	c.stopOnce.Do(func() {
 		c.proc.stop(c.grace)
 		if c.releaseUID != nil {
-			c.releaseUID()
+			c.releaseUID(c.proc.cgroupsEmptied())
 		}
 		if c.afterStop != nil {
 			c.afterStop()

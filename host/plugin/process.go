@@ -115,10 +115,13 @@ type process struct {
 
 	// box holds the process and all it starts (cgroup.go); nil: no
 	// cgroups here. watch ends it at a limit while it runs.
-	box    *cgroups.Box
-	limits cgroups.Limits
-	watch  *cgroups.Watch
-	log    hclog.Logger
+	box *cgroups.Box
+	// emptied: box held the process tree and was removed empty (set once,
+	// under releaseOnce).
+	emptied bool
+	limits  cgroups.Limits
+	watch   *cgroups.Watch
+	log     hclog.Logger
 	// releaseOnce: stop may be called more than once (a failed launch).
 	releaseOnce sync.Once
 }
@@ -157,14 +160,17 @@ func (p *process) contain(box *cgroups.Box, l cgroups.Limits, log hclog.Logger) 
 	}
 }
 
-// releaseCgroups kills what is left in box and removes it; box may be nil.
-func releaseCgroups(box *cgroups.Box, log hclog.Logger) {
+// releaseCgroups kills what is left in box and removes it, and reports
+// whether box held the process tree and is gone; box may be nil.
+func releaseCgroups(box *cgroups.Box, log hclog.Logger) (emptied bool) {
 	if box == nil {
-		return
+		return false
 	}
 	if err := box.Release(); err != nil {
 		log.Error("a plugin's cgroups not removed", "error", err)
+		return false
 	}
+	return box.Holds()
 }
 
 func (p *process) Start(context.Context) error {
@@ -292,7 +298,15 @@ func (p *process) releaseCgroups() {
 		case <-time.After(cgroups.EmptyWait):
 		}
 	}
-	p.releaseOnce.Do(func() { releaseCgroups(p.box, p.log) })
+	p.releaseOnce.Do(func() { p.emptied = releaseCgroups(p.box, p.log) })
+}
+
+// cgroupsEmptied reports, once stop returned, whether the process's cgroups were
+// removed empty: then nothing the process or anything it started runs any
+// more, under any uid, since all of it was born inside them (the
+// trampoline joins them before it takes the plugin's uid).
+func (p *process) cgroupsEmptied() bool {
+	return p.emptied
 }
 
 func (p *process) Stdout() io.ReadCloser { return p.stdoutR }

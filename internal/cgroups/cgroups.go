@@ -214,6 +214,13 @@ func (b *Box) Kill() {
 	}
 }
 
+// Holds reports whether the box has a cgroup at all: one that, removed,
+// proves every process born in it gone (a removal succeeds only once a
+// cgroup is empty).
+func (b *Box) Holds() bool {
+	return b != nil && (b.V2 != nil || (b.V1 != nil && len(b.V1.dirs) > 0))
+}
+
 // Release kills what is left and removes the cgroups.
 func (b *Box) Release() error {
 	var errs []error

@@ -248,6 +248,11 @@ func (p *Pool) Release(uid int) error {
 	if err := p.kill(uid); err != nil {
 		return err
 	}
+	return p.unlock(uid)
+}
+
+// unlock marks uid's lock file clean and lets the lock go.
+func (p *Pool) unlock(uid int) error {
 	p.mu.Lock()
 	f := p.used[uid]
 	delete(p.used, uid)
@@ -261,6 +266,18 @@ func (p *Pool) Release(uid int) error {
 		return err
 	}
 	return merr
+}
+
+// ReleaseEmpty returns uid to the pool without a kill: the caller knows
+// no process runs under it. A plugin's uid is released so once the cgroups
+// its every process was born in (joined before the uid was taken) were
+// removed empty, which the kernel allows only when none is left; the kill
+// and the /proc scan of Release would find nothing.
+func (p *Pool) ReleaseEmpty(uid int) error {
+	if !p.r.Contains(uid) {
+		return fmt.Errorf("uids: %d is not in the pool's range %s", uid, p.r)
+	}
+	return p.unlock(uid)
 }
 
 // released reports whether the lock file f says its last holder released

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -162,6 +163,34 @@ func TestAcquireKillsOnlyWhatAHolderLeft(t *testing.T) {
 	}
 }
 
+// ReleaseEmpty trusts its caller: it sends no signal and scans nothing,
+// and marks the uid clean, so its next Acquire does no kill either. A
+// range check still refuses a uid the pool does not own.
+func TestReleaseEmptyKillsNothing(t *testing.T) {
+	r := Range{DefaultFirst + 300200, 1}
+	p := testPool(r, t.TempDir())
+	kills := 0
+	p.kill = func(int) error { kills++; return nil }
+	for round := range 2 {
+		uid, err := p.Acquire()
+		if err != nil || uid != r.First {
+			t.Fatalf("round %d: Acquire = %d, %v; want %d", round, uid, err, r.First)
+		}
+		if err := p.ReleaseEmpty(uid); err != nil {
+			t.Fatal(err)
+		}
+		if kills != 0 {
+			t.Fatalf("round %d: %d kills, want none", round, kills)
+		}
+		if p.Free() != 1 {
+			t.Fatalf("round %d: %d free after ReleaseEmpty, want 1", round, p.Free())
+		}
+	}
+	if err := p.ReleaseEmpty(r.First + 1); err == nil || !strings.Contains(err.Error(), "not in the pool's range") {
+		t.Fatalf("ReleaseEmpty of a uid outside the range: %v", err)
+	}
+}
+
 // A process that forks its successor and exits, over and over, is a
 // walker a scan of /proc can miss (the scan lists the pids, the parent
 // forks and exits before the scan looks at it, the child is not listed).
@@ -207,7 +236,8 @@ func TestFirstIn(t *testing.T) {
 
 // BenchmarkAcquireRelease: a task's uid, handed out and back, on a fresh
 // uid and on one released before: both take one kill, at Release (before
-// a released uid's Acquire was a second kill).
+// a released uid's Acquire was a second kill); "emptied" is the release of
+// a plugin whose cgroups were removed empty, which needs none.
 func BenchmarkAcquireRelease(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("a pool is a root daemon's")
@@ -215,7 +245,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		fresh bool
-	}{{"fresh", true}, {"reused", false}} {
+		empty bool
+	}{{"fresh", true, false}, {"reused", false, false}, {"emptied", false, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			r := Range{DefaultFirst + 310000, MaxCount}
 			p := testPool(r, b.TempDir())
@@ -227,7 +258,11 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := p.Release(uid); err != nil {
+				release := p.Release
+				if c.empty {
+					release = p.ReleaseEmpty
+				}
+				if err := release(uid); err != nil {
 					b.Fatal(err)
 				}
 			}
