@@ -260,38 +260,19 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 	if opts.RequireConfinement && support.LandlockABI < 1 {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: (&ConfinementError{Kind: spec.Kind, Support: support}).Error()}
 	}
-	execFD := bin
+	l := &launching{f: f, opts: opts, script: script, execFD: bin}
 	if script == nil {
 		// A binary, or a script run by its #! line.
-		if execFD, err = hashbangScript(&spec, bin); err != nil {
+		if l.execFD, err = hashbangScript(&spec, bin); err != nil {
 			return nil, err
 		}
 	}
 	if err := spec.Confine.resolveUser(); err != nil {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
 	}
-	releaseUID := func(bool) {}
-	if spec.Confine.OwnUID && spec.Confine.User == "" && opts.UIDs != nil {
-		if err := spec.Confine.checkReachable(); err != nil {
-			return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: err.Error()}
-		}
-		uid, err := opts.UIDs.Acquire()
-		if err != nil {
-			return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
-		}
-		spec.Confine.UID, spec.Confine.GID = uid, uid
-		releaseUID = func(emptied bool) {
-			// Every process of the uid is killed first: a grandchild
-			// that outlived the plugin goes too. Cgroups the plugin was
-			// born in, removed empty, already prove there is none.
-			release := opts.UIDs.Release
-			if emptied {
-				release = opts.UIDs.ReleaseEmpty
-			}
-			if err := release(uid); err != nil {
-				opts.Logger.Error("plugin uid not returned to the pool", "kind", spec.Kind, "uid", uid, "error", err)
-			}
-		}
+	releaseUID, err := takeUID(&spec, opts)
+	if err != nil {
+		return nil, err
 	}
 	launched := false
 	defer func() {
@@ -299,33 +280,102 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 			releaseUID(false)
 		}
 	}()
-	base, cleanup, bounded, err := runBase(opts.SocketDir, spec.Confine)
+	if err := l.runDirs(&spec); err != nil {
+		return nil, err
+	}
+	l.spec = spec
+	l.log = newPluginLog(opts.Logger.Named(spec.Kind), spec.Kind, launchLabelsFrom(ctx))
+	ec, err := l.start()
 	if err != nil {
 		return nil, err
 	}
+	ec.releaseUID, ec.seed, launched = releaseUID, l.seed, true
+	ec.cleanups = &f.cleanups
+	ec.services, ec.limits = services, steprpc.Limits{MaxMessage: opts.MaxMessage}
+	return ec, nil
+}
+
+// launching is one plugin process on its way to a handshake: what launch
+// prepared for it, and the process once go-plugin's runner made it.
+type launching struct {
+	f      *forker
+	spec   PluginSpec
+	opts   PluginOptions
+	execFD *os.File // what the trampoline execs
+	script *os.File // an interpreted executor's sealed script; nil: none
+	log    *pluginLog
+
+	base, privateDir, cleanup string
+	seed                      *seedCache
+	proc                      *process
+}
+
+// takeUID gives an OwnUID plugin a uid of the pool, set in spec, and
+// returns how to give it back; a no-op for any other plugin.
+func takeUID(spec *PluginSpec, opts PluginOptions) (release func(emptied bool), err error) {
+	if !spec.Confine.OwnUID || spec.Confine.User != "" || opts.UIDs == nil {
+		return func(bool) {}, nil
+	}
+	if err := spec.Confine.checkReachable(); err != nil {
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: err.Error()}
+	}
+	uid, err := opts.UIDs.Acquire()
+	if err != nil {
+		return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
+	}
+	spec.Confine.UID, spec.Confine.GID = uid, uid
+	kind, log := spec.Kind, opts.Logger
+	return func(emptied bool) {
+		// Every process of the uid is killed first: a grandchild that
+		// outlived the plugin goes too. Cgroups the plugin was born in,
+		// removed empty, already prove there is none.
+		release := opts.UIDs.Release
+		if emptied {
+			release = opts.UIDs.ReleaseEmpty
+		}
+		if err := release(uid); err != nil {
+			log.Error("plugin uid not returned to the pool", "kind", kind, "uid", uid, "error", err)
+		}
+	}, nil
+}
+
+// runDirs makes the plugin's run dir (a bounded tmpfs where it can be),
+// its private dir beneath, and its copy of the seed cache, whose flag it
+// adds to spec's arguments.
+func (l *launching) runDirs(spec *PluginSpec) error {
+	base, cleanup, bounded, err := runBase(l.opts.SocketDir, spec.Confine)
+	if err != nil {
+		return err
+	}
 	if !bounded && cleanup != "" {
-		f.unboundedWarn.Do(func() {
-			opts.Logger.Warn("plugin run dirs not bounded: no tmpfs could be mounted on one (does the daemon lack CAP_SYS_ADMIN?); what a plugin writes beneath it is bounded by the filesystem only", "kind", spec.Kind, "dir", base)
+		l.f.unboundedWarn.Do(func() {
+			l.opts.Logger.Warn("plugin run dirs not bounded: no tmpfs could be mounted on one (does the daemon lack CAP_SYS_ADMIN?); what a plugin writes beneath it is bounded by the filesystem only", "kind", spec.Kind, "dir", base)
 		})
 	}
+	l.base = base
 	privateDir, err := newPrivateDir(base, spec.Confine)
 	if err != nil {
 		removeRunDir(cleanup)
-		return nil, err
+		return err
 	}
 	if cleanup == "" {
 		cleanup = privateDir
 	}
-	var seed *seedCache
+	l.privateDir, l.cleanup = privateDir, cleanup
 	if spec.Confine.SeedCache != "" && spec.Confine.UID > 0 {
-		if seed, err = newSeedCache(spec.Confine.SeedCache, filepath.Join(privateDir, "seed-cache"), spec.Confine.UID, spec.Confine.GID); err != nil {
+		if l.seed, err = newSeedCache(spec.Confine.SeedCache, filepath.Join(privateDir, "seed-cache"), spec.Confine.UID, spec.Confine.GID); err != nil {
 			removeRunDir(cleanup)
-			return nil, &UnavailableError{Kind: spec.Kind, Check: "cache", Detail: err.Error()}
+			return &UnavailableError{Kind: spec.Kind, Check: "cache", Detail: err.Error()}
 		}
-		spec.Args = append(slices.Clip(spec.Args), spec.Confine.SeedCacheFlag, seed.copy)
+		spec.Args = append(slices.Clip(spec.Args), spec.Confine.SeedCacheFlag, l.seed.copy)
 	}
-	var proc *process
-	plog := newPluginLog(opts.Logger.Named(spec.Kind), spec.Kind, launchLabelsFrom(ctx))
+	return nil
+}
+
+// start starts the plugin through go-plugin and takes it through its
+// handshake to the executor's client.
+func (l *launching) start() (*executorClient, error) {
+	spec, opts := l.spec, l.opts
 	// What the plugin writes to os.Stdout or os.Stderr once it serves
 	// comes through go-plugin's relay, not the process's own pipes.
 	relayOut, relayErr := &streamWriter{}, &streamWriter{}
@@ -338,42 +388,11 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		},
 		VersionedPlugins: map[int]goplugin.PluginSet{pb.ProtocolVersion: {pb.PluginName: grpcExecutorPlugin{}}},
 		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, socketDir string) (runner.Runner, error) {
-			if spec.Confine.UID > 0 {
-				if err := os.Chown(socketDir, spec.Confine.UID, spec.Confine.GID); err != nil {
-					return nil, err
-				}
-			}
-			pol := pluginPolicy(spec.Confine, opts.RequireConfinement, privateDir, socketDir)
-			box, err := pluginCgroups(opts.Cgroups, spec.Confine, &pol)
+			p, err := l.process(cmd, socketDir)
 			if err != nil {
 				return nil, err
 			}
-			target, args := spec.Path, spec.Args
-			if script != nil {
-				target, args = spec.Interpreter, append([]string{scriptArg}, spec.Args...)
-			}
-			ccmd, err := confine.Command(opts.Trampoline, pol, execFD, target, args...)
-			if err != nil {
-				releaseCgroups(box, opts.Logger)
-				return nil, err
-			}
-			if script != nil {
-				// First, so that it is fd scriptFD in the trampoline and
-				// the interpreter; Command's own files follow.
-				ccmd.ExtraFiles = append([]*os.File{script}, ccmd.ExtraFiles...)
-			}
-			// cmd carries only go-plugin's handshake variables: SkipHostEnv
-			// keeps the host's environment out, the allow-list adds back
-			// the harmless part.
-			ccmd.Env = append(pluginEnv(privateDir), cmd.Env...)
-			p, err := newProcess(f, spec.Path, ccmd, opts.StderrLines, plog)
-			if err != nil {
-				releaseCgroups(box, opts.Logger)
-				return nil, err
-			}
-			p.contain(box, spec.Confine.cgroupLimits(), opts.Logger)
-			p.socketDir = socketDir
-			proc, relayOut.t, relayErr.t = p, p.stderr, p.stderr
+			relayOut.t, relayErr.t = p.stderr, p.stderr
 			return p, nil
 		},
 		SkipHostEnv: true,
@@ -384,28 +403,13 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		GRPCBrokerMultiplex: false,
 		AllowedProtocols:    []goplugin.Protocol{goplugin.ProtocolGRPC},
 		StartTimeout:        opts.StartTimeout,
-		UnixSocketConfig:    &goplugin.UnixSocketConfig{TempDir: base},
+		UnixSocketConfig:    &goplugin.UnixSocketConfig{TempDir: l.base},
 		GRPCDialOptions:     []grpc.DialOption{callOpts},
 		Logger:              teardownQuiet{opts.Logger.Named(spec.Kind)},
 		Stderr:              io.Discard,
 		SyncStdout:          relayOut,
 		SyncStderr:          relayErr,
 	})
-	unavailable := func(check string, err error) (*executorClient, error) {
-		client.Kill()
-		detail := err.Error()
-		if proc != nil {
-			proc.stop(0)
-			// A plugin that died before its handshake (a confinement it
-			// cannot live with, say) said why on stderr.
-			proc.stderr.settle(250 * time.Millisecond)
-			if tail := proc.stderr.tail(); tail != "" {
-				detail += "; last stderr lines:\n" + tail
-			}
-		}
-		removeRunDir(cleanup)
-		return nil, &UnavailableError{Kind: spec.Kind, Check: check, Detail: detail}
-	}
 	if _, err := client.Start(); err != nil {
 		check := "handshake"
 		if strings.Contains(err.Error(), "timeout while waiting for plugin to start") {
@@ -413,22 +417,80 @@ func launch(ctx context.Context, f *forker, spec PluginSpec, opts PluginOptions,
 		} else if perr := protocolMismatch(err); perr != nil {
 			check, err = "protocol", perr
 		}
-		return unavailable(check, err)
+		return l.unavailable(client, check, err)
 	}
 	rpcClient, err := client.Client()
 	if err != nil {
-		return unavailable("handshake", err)
+		return l.unavailable(client, "handshake", err)
 	}
 	raw, err := rpcClient.Dispense(pb.PluginName)
 	if err != nil {
-		return unavailable("handshake", err)
+		return l.unavailable(client, "handshake", err)
 	}
 	ec := raw.(*executorClient)
-	ec.client, ec.proc, ec.grace, ec.privateDir, ec.log = client, proc, opts.StopGrace, cleanup, plog
-	ec.releaseUID, ec.seed, launched = releaseUID, seed, true
-	ec.cleanups = &f.cleanups
-	ec.services, ec.limits = services, steprpc.Limits{MaxMessage: opts.MaxMessage}
+	ec.client, ec.proc, ec.grace, ec.privateDir, ec.log = client, l.proc, opts.StopGrace, l.cleanup, l.log
 	return ec, nil
+}
+
+// process is go-plugin's runner: the confined command of the plugin, in
+// its cgroups, with only the allowed environment.
+func (l *launching) process(cmd *exec.Cmd, socketDir string) (*process, error) {
+	spec, opts := l.spec, l.opts
+	if spec.Confine.UID > 0 {
+		if err := os.Chown(socketDir, spec.Confine.UID, spec.Confine.GID); err != nil {
+			return nil, err
+		}
+	}
+	pol := pluginPolicy(spec.Confine, opts.RequireConfinement, l.privateDir, socketDir)
+	box, err := pluginCgroups(opts.Cgroups, spec.Confine, &pol)
+	if err != nil {
+		return nil, err
+	}
+	target, args := spec.Path, spec.Args
+	if l.script != nil {
+		target, args = spec.Interpreter, append([]string{scriptArg}, spec.Args...)
+	}
+	ccmd, err := confine.Command(opts.Trampoline, pol, l.execFD, target, args...)
+	if err != nil {
+		releaseCgroups(box, opts.Logger)
+		return nil, err
+	}
+	if l.script != nil {
+		// First, so that it is fd scriptFD in the trampoline and the
+		// interpreter; Command's own files follow.
+		ccmd.ExtraFiles = append([]*os.File{l.script}, ccmd.ExtraFiles...)
+	}
+	// cmd carries only go-plugin's handshake variables: SkipHostEnv keeps
+	// the host's environment out, the allow-list adds back the harmless
+	// part.
+	ccmd.Env = append(pluginEnv(l.privateDir), cmd.Env...)
+	p, err := newProcess(l.f, spec.Path, ccmd, opts.StderrLines, l.log)
+	if err != nil {
+		releaseCgroups(box, opts.Logger)
+		return nil, err
+	}
+	p.contain(box, spec.Confine.cgroupLimits(), opts.Logger)
+	p.socketDir = socketDir
+	l.proc = p
+	return p, nil
+}
+
+// unavailable ends a plugin that did not get through its start, and says
+// why, with its last stderr lines when it said something.
+func (l *launching) unavailable(client *goplugin.Client, check string, err error) (*executorClient, error) {
+	client.Kill()
+	detail := err.Error()
+	if l.proc != nil {
+		l.proc.stop(0)
+		// A plugin that died before its handshake (a confinement it cannot
+		// live with, say) said why on stderr.
+		l.proc.stderr.settle(250 * time.Millisecond)
+		if tail := l.proc.stderr.tail(); tail != "" {
+			detail += "; last stderr lines:\n" + tail
+		}
+	}
+	removeRunDir(l.cleanup)
+	return nil, &UnavailableError{Kind: l.spec.Kind, Check: check, Detail: detail}
 }
 
 func (c *executorClient) Describe(ctx context.Context) (Description, error) {
