@@ -64,6 +64,7 @@ type row struct {
 	target  float64
 	open    func(ctx context.Context, dsn string) (stepper, error)
 	samples []time.Duration
+	wal     int64 // bytes of WAL written while the row's steps ran
 }
 
 func run(ctx context.Context, out io.Writer, dsn string, steps, rounds int) error {
@@ -84,14 +85,27 @@ func run(ctx context.Context, out io.Writer, dsn string, steps, rounds int) erro
 		}
 		defer steppers[i].close()
 	}
+	wal, err := openWAL(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer wal.close()
 	for round := range rounds {
 		fmt.Fprintf(os.Stderr, "river-bench: round %d of %d\n", round+1, rounds)
 		for i, r := range rows {
+			before, err := wal.position(ctx)
+			if err != nil {
+				return err
+			}
 			d, err := steppers[i].steps(ctx, steps)
 			if err != nil {
 				return fmt.Errorf("%s: %w", r.what, err)
 			}
-			r.samples = append(r.samples, d...)
+			after, err := wal.position(ctx)
+			if err != nil {
+				return err
+			}
+			r.samples, r.wal = append(r.samples, d...), r.wal+after-before
 		}
 	}
 	return report(out, settings, rows)
@@ -100,7 +114,7 @@ func run(ctx context.Context, out io.Writer, dsn string, steps, rounds int) erro
 func report(out io.Writer, settings string, rows []*row) error {
 	fmt.Fprintf(out, "PostgreSQL: %s\n\n", settings)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASUREMENT\tN\tMEDIAN\tP95\t× RIVER\tTARGET")
+	fmt.Fprintln(tw, "MEASUREMENT\tN\tMEDIAN\tP95\t× RIVER\tTARGET\tWAL/STEP")
 	base := median(rows[0].samples)
 	var raw, st time.Duration
 	for i, r := range rows {
@@ -118,7 +132,8 @@ func report(out io.Writer, settings string, rows []*row) error {
 		case 2:
 			st = m
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.what, len(r.samples), m.Round(time.Microsecond), p95(r.samples).Round(time.Microsecond), ratio, target)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d B\n", r.what, len(r.samples), m.Round(time.Microsecond), p95(r.samples).Round(time.Microsecond), ratio, target,
+			r.wal/int64(max(1, len(r.samples))))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
