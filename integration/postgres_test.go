@@ -80,8 +80,10 @@ func TestDaemonOnPostgres(t *testing.T) {
 }
 
 // TestBenchCommandPostgres runs taskhost bench on a PostgreSQL store: the
-// step and its floor are measured there, recovery is reported skipped, and
-// a missing DSN variable is a usage error naming it.
+// step and its floor are measured there, 12 tasks on one host and over
+// three hosts of the store (every step of every round counted, and their
+// ratio in fleet_throughput), recovery is reported skipped, and a missing
+// DSN variable is a usage error naming it.
 func TestBenchCommandPostgres(t *testing.T) {
 	t.Setenv(pgDSNEnv, testpg.DSN(t))
 	out, errOut, code := taskhost(t, "bench", "--store", "postgres", "--dsn-env", pgDSNEnv, "--steps", "60", "--reps", "2", "--json")
@@ -95,23 +97,34 @@ func TestBenchCommandPostgres(t *testing.T) {
 			Median int64  `json:"median_ns"`
 			Note   string `json:"note"`
 		} `json:"figures"`
-		StepRatio float64 `json:"step_ratio"`
+		StepRatio       float64 `json:"step_ratio"`
+		FleetThroughput float64 `json:"fleet_throughput"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("bench --json: %v\n%s", err, out)
 	}
-	if r.StepRatio <= 0 || len(r.Figures) < 7 {
+	if r.StepRatio <= 0 || len(r.Figures) < 7 || r.FleetThroughput <= 0 {
 		t.Fatalf("report %+v", r)
 	}
 	skipped := false
+	// 12 tasks of 60 timed steps each, in each of 3 rounds.
+	fleet := map[string]bool{"durable step, 12 tasks on 1 host": false, "durable step, 12 tasks over 3 hosts (one store, one machine)": false}
 	for _, f := range r.Figures {
 		t.Logf("%-70s n=%-4d median %v %s", f.Name, f.N, time.Duration(f.Median), f.Note)
 		skipped = skipped || (f.Name == "start-up recovery" && strings.Contains(f.Note, "SQLite only"))
+		if _, ok := fleet[f.Name]; ok {
+			fleet[f.Name] = f.N == 3*12*60 && f.Median > 0
+		}
 	}
 	if !skipped {
 		t.Errorf("recovery not reported as skipped: %+v", r.Figures)
 	}
-	t.Logf("durable step / floor = %.2f", r.StepRatio)
+	for name, ok := range fleet {
+		if !ok {
+			t.Errorf("no row %q of 3×12×60 steps: %+v", name, r.Figures)
+		}
+	}
+	t.Logf("durable step / floor = %.2f; 3 hosts / 1 host = %.2f", r.StepRatio, r.FleetThroughput)
 	if _, errOut, code := taskhost(t, "bench", "--store", "postgres", "--dsn-env", "TASKHOST_IT_UNSET_DSN"); code != 2 || !strings.Contains(errOut, "TASKHOST_IT_UNSET_DSN") {
 		t.Errorf("bench with the DSN variable unset: exit %d, want 2 naming it\n%s", code, errOut)
 	}

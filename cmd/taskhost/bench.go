@@ -101,7 +101,10 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stdout, "\ndurable step / floor = %.2f (target ≤ 1.5)\n", r.StepRatio)
 	}
 	if r.ConcurrentThroughput > 0 {
-		fmt.Fprintf(e.stdout, "steps/s of 4 tasks at once = %.2f× one task's (target ≥ 3), of 16 = %.2f× (target ≥ 4)\n", r.ConcurrentThroughput, r.ConcurrentThroughput16)
+		fmt.Fprintf(e.stdout, "steps/s of 4 tasks at once = %.2f× one task's (target ≥ 3, on PostgreSQL ≥ 2.5), of 16 = %.2f× (target ≥ 4)\n", r.ConcurrentThroughput, r.ConcurrentThroughput16)
+	}
+	if r.FleetThroughput > 0 {
+		fmt.Fprintf(e.stdout, "steps/s of 12 tasks over 3 hosts of one store = %.2f× on one host (target ≥ 1)\n", r.FleetThroughput)
 	}
 	if r.ShortTaskRatio > 0 {
 		fmt.Fprintf(e.stdout, "one-step tasks with pre-started plugins = %.0f/s, %.2f× without (target ≥ 100/s and ≥ 4×)\n", r.ShortTasksPerSecond, r.ShortTaskRatio)

@@ -64,6 +64,10 @@ type Report struct {
 	// the ratios of rounds that measure 1, 4 and 16 tasks in turn.
 	ConcurrentThroughput   float64 `json:"concurrent_throughput"`
 	ConcurrentThroughput16 float64 `json:"concurrent_throughput_16"`
+	// FleetThroughput is, on PostgreSQL, the steps per second of 12 tasks
+	// spread over 3 hosts of one store in one process over the same 12 on
+	// one host: the median of the ratios of interleaved rounds.
+	FleetThroughput float64 `json:"fleet_throughput,omitempty"`
 	// ShortTasksPerSecond is the one-step tasks completed per second with
 	// 8 clients and pre-started plugins; ShortTaskRatio is that over the
 	// same without them: medians over interleaved rounds.
@@ -215,12 +219,28 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 
 	say("durable steps, %v tasks at once, %d rounds", concurrency, concurrencyRounds)
-	cfs, ratios, err := concurrentRows(ctx, h, who, pids, o.Steps)
+	target4 := 3.0 // SQLite: steps that finish together share one commit
+	if cfg.Store.Driver == config.StorePostgres {
+		target4 = 2.5
+	}
+	cfs, ratios, err := concurrentRows(ctx, h, who, pids, o.Steps, target4)
 	if err != nil {
 		return r, err
 	}
 	r.Figures = append(r.Figures, cfs...)
 	r.ConcurrentThroughput, r.ConcurrentThroughput16 = ratios[4], ratios[16]
+
+	if cfg.Store.Driver == config.StorePostgres {
+		say("durable steps, %d tasks on 1 host and over %d hosts of one store, %d rounds", fleetTasks, fleetHosts, concurrencyRounds)
+		ffs, fr, err := fleetRows(ctx, cfg, dir, o.ExecutorDir, h, who, pids, o.Steps)
+		if err != nil {
+			return r, err
+		}
+		r.Figures = append(r.Figures, ffs...)
+		r.FleetThroughput = fr
+	} else {
+		r.Figures = append(r.Figures, Figure{Name: "durable step, tasks over several hosts", Note: "skipped: a fleet shares a PostgreSQL store (--store postgres)"})
+	}
 
 	say("one-step tasks, %d clients, prestart off and %d, %d rounds", shortClients, shortPrestart, shortRounds)
 	sfs, rate, sratio, err := shortTaskRows(ctx, cfg, dir, o.ExecutorDir, o.ShortTasks)
@@ -377,56 +397,6 @@ func create(ctx context.Context, h *host.Host, who, spec string, steps int64) (s
 	return h.Runner.Create(ctx, who, host.CreateRequest{Executor: executor, Spec: []byte(spec), Limits: host.Limits{Steps: steps}})
 }
 
-// concurrency is how many tasks step at once in the concurrent rows; the
-// bench host's max_concurrent is the largest. concurrencyRounds rounds
-// measure each in turn, so that a change of the machine's load falls on
-// all of them alike.
-var concurrency = []int{1, 4, 16}
-
-const concurrencyRounds = 3
-
-// concurrentRows measures durable steps of 1, 4 and 16 tasks stepping at
-// once, concurrencyRounds times each in turn, and returns a row per
-// count and, by count, the median over rounds of its steps/s over one
-// task's in the same round.
-func concurrentRows(ctx context.Context, h *host.Host, who, gates string, n int) ([]Figure, map[int]float64, error) {
-	intervals := map[int][]time.Duration{}
-	rates := map[int][]float64{}
-	ratios := map[int][]float64{}
-	for range concurrencyRounds {
-		var one float64
-		for _, k := range concurrency {
-			each, perSec, err := concurrentSteps(ctx, h, who, gates, k, n)
-			if err != nil {
-				return nil, nil, err
-			}
-			intervals[k] = append(intervals[k], each...)
-			rates[k] = append(rates[k], perSec)
-			if k == 1 {
-				one = perSec
-			} else if one > 0 {
-				ratios[k] = append(ratios[k], perSec/one)
-			}
-		}
-	}
-	var out []Figure
-	med := map[int]float64{}
-	for _, k := range concurrency {
-		f := figure(fmt.Sprintf("durable step, %d tasks at once", k), intervals[k], "")
-		f.Note = fmt.Sprintf("%.0f steps/s in all", median(rates[k]))
-		if k > 1 {
-			med[k] = median(ratios[k])
-			target := 3.0
-			if k >= 16 {
-				target = 4
-			}
-			f.Note += fmt.Sprintf(" = %.2f× one task's in the same rounds (target ≥ %.0f×)", med[k], target)
-		}
-		out = append(out, f)
-	}
-	return out, med, nil
-}
-
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -436,13 +406,14 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// concurrentSteps runs k tasks of n steps at once and returns every step's
+// concurrentSteps runs k tasks of n steps at once, created in turn on each
+// of hs (each runs on the host it was created on), and returns every step's
 // interval and the steps per second while all k were stepping: the
 // attempts that started between the last task's first attempt and the
 // first task's last, over that time, so that plugin starts and the tasks'
 // ends weigh nothing. Steps that finish together share commits and fsyncs,
 // so k tasks step faster in all than one.
-func concurrentSteps(ctx context.Context, h *host.Host, who, gates string, k, n int) ([]time.Duration, float64, error) {
+func concurrentSteps(ctx context.Context, hs []*host.Host, who, gates string, k, n int) ([]time.Duration, float64, error) {
 	// Every task's first step waits at a gate until all k have started
 	// theirs, so that plugin starts never leave one task stepping alone;
 	// its first step (the wait) is then left out of the measurement.
@@ -457,13 +428,13 @@ func concurrentSteps(ctx context.Context, h *host.Host, who, gates string, k, n 
 	spec := fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d,"wait_file":%q,"wait_first":true}}`, n+2, gate.Name())
 	tasks := make([]store.Task, k)
 	for i := range k {
-		if tasks[i], err = create(ctx, h, who, spec, int64(n+2)); err != nil {
+		if tasks[i], err = create(ctx, hs[i%len(hs)], who, spec, int64(n+2)); err != nil {
 			return nil, 0, err
 		}
 	}
 	deadline := time.Now().Add(time.Minute)
 	for i := 0; i < k; {
-		atts, err := h.Runner.Attempts(ctx, who, tasks[i].ID)
+		atts, err := hs[i%len(hs)].Runner.Attempts(ctx, who, tasks[i].ID)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -484,7 +455,7 @@ func concurrentSteps(ctx context.Context, h *host.Host, who, gates string, k, n 
 	errs := make([]error, k)
 	var wg sync.WaitGroup
 	for i := range k {
-		wg.Go(func() { starts[i], errs[i] = taskStarts(ctx, h, who, tasks[i]) })
+		wg.Go(func() { starts[i], errs[i] = taskStarts(ctx, hs[i%len(hs)], who, tasks[i]) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
