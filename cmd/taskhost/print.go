@@ -9,8 +9,8 @@ import (
 	"github.com/taskhost/taskhost/store"
 )
 
-// printer writes what a foreground run shows: one line per event, then the
-// task's end. With --json every line is a JSON object.
+// printer writes a watched task's events, one line each, and the JSON
+// objects of --json.
 type printer struct {
 	e    *env
 	json bool
@@ -21,14 +21,6 @@ func newPrinter(e *env, jsonOut bool) *printer { return &printer{e: e, json: jso
 func (p *printer) emit(v any) {
 	data, _ := json.Marshal(v)
 	fmt.Fprintln(p.e.stdout, string(data))
-}
-
-func (p *printer) started(t store.Task) {
-	if p.json {
-		p.emit(map[string]any{"kind": "task", "task": taskJSON(t)})
-		return
-	}
-	fmt.Fprintf(p.e.stdout, "task %s (executor %s, run %d)\n", t.ID, t.Executor, t.RunID)
 }
 
 func (p *printer) event(ev store.Event) {
@@ -45,24 +37,6 @@ func (p *printer) event(ev store.Event) {
 		}
 	}
 	fmt.Fprintf(p.e.stdout, "%s  %-22s %s\n", ev.Time.Local().Format("15:04:05.000"), ev.Type, strings.Join(parts, " "))
-}
-
-func (p *printer) finished(t store.Task) {
-	if p.json {
-		p.emit(map[string]any{"kind": "result", "task": taskJSON(t)})
-		return
-	}
-	switch t.Status {
-	case store.StatusCompleted:
-		fmt.Fprintf(p.e.stdout, "task %s completed after %d steps\n", t.ID, t.Budgets.Steps.Used)
-		if len(t.Result) > 0 {
-			fmt.Fprintf(p.e.stdout, "result: %s\n", inert(string(t.Result)))
-		}
-	case store.StatusInterrupted:
-		fmt.Fprintf(p.e.stdout, "task %s interrupted (%s)%s\nresume it with: taskhost run --resume %s\n", t.ID, t.Reason, detail(t.Message), t.ID)
-	default:
-		fmt.Fprintf(p.e.stdout, "task %s %s (%s)%s\n", t.ID, t.Status, t.Reason, detail(t.Message))
-	}
 }
 
 func detail(msg string) string {

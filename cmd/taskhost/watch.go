@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,8 +29,16 @@ type watchOptions struct {
 	// minRun hides the events of earlier runs (a resumed task's history).
 	minRun int64
 	// onEvent, when set, is called for each event after it is printed (the
-	// demo answers approvals from it).
+	// demo kills a plugin from it).
 	onEvent func(ev store.Event)
+	// approvals, when set, answers the task's pending approvals each time
+	// it waits for one (the decider of taskhost run and the demo) and
+	// returns how many it approved; the view then does not point at
+	// 'taskhost approve'.
+	approvals func(taskID string) int
+	// resumeWith is the command an interrupted task is resumed with
+	// (default: taskhost task resume).
+	resumeWith string
 }
 
 // watchTask follows task id until it stops running and returns the exit code
@@ -39,7 +48,7 @@ func watchTask(ctx context.Context, e *env, cf *clientFlags, tc apipb.TaskServic
 	if o.reconnect == 0 {
 		o.reconnect = defaultReconnect
 	}
-	w := &watchView{e: e, json: cf.json}
+	w := &watchView{e: e, json: cf.json, answered: o.approvals != nil, resumeWith: cmp.Or(o.resumeWith, "taskhost task resume")}
 	if !cf.json && !o.noProgress && escapesAllowed(os.Getenv) {
 		w.width, w.progress = terminalWidth(e.stdout)
 	}
@@ -76,6 +85,9 @@ func watchTask(ctx context.Context, e *env, cf *clientFlags, tc apipb.TaskServic
 				w.event(ev)
 				if o.onEvent != nil {
 					o.onEvent(ev)
+				}
+				if o.approvals != nil && ev.Type == host.EventTaskWaitingApproval {
+					o.approvals(id)
 				}
 			case *apipb.WatchTaskResponse_Final:
 				return w.final(taskFromPB(it.Final))
@@ -132,9 +144,13 @@ type watchView struct {
 	e        *env
 	json     bool
 	progress bool
-	width    int  // the terminal's columns
-	shown    bool // the progress line is on screen
-	seenTask bool
+	// answered: the caller answers approvals (watchOptions.approvals).
+	answered bool
+	// resumeWith: the command that resumes an interrupted task.
+	resumeWith string
+	width      int  // the terminal's columns
+	shown      bool // the progress line is on screen
+	seenTask   bool
 
 	id, status, attempt, steps, tools, models, wall string
 	promptTokens, completionTokens                  int64
@@ -218,7 +234,7 @@ func (w *watchView) event(ev store.Event) {
 
 	w.clearProgress()
 	newPrinter(w.e, w.json).event(ev)
-	if !w.json && ev.Type == host.EventTaskWaitingApproval && f.Note != "" {
+	if !w.json && !w.answered && ev.Type == host.EventTaskWaitingApproval && f.Note != "" {
 		fmt.Fprintf(w.e.stdout, "          approval %s is pending: taskhost approve %s (or reject)\n", f.Note, f.Note)
 	}
 	w.drawProgress()
@@ -238,7 +254,7 @@ func (w *watchView) final(t store.Task) int {
 			fmt.Fprintf(w.e.stdout, "result: %s\n", inert(string(t.Result)))
 		}
 	case t.Status == store.StatusInterrupted:
-		fmt.Fprintf(w.e.stdout, "task %s interrupted (%s)%s\nresume it with: taskhost task resume %s\n", t.ID, t.Reason, detail(t.Message), t.ID)
+		fmt.Fprintf(w.e.stdout, "task %s interrupted (%s)%s\nresume it with: %s %s\n", t.ID, t.Reason, detail(t.Message), w.resumeWith, t.ID)
 	default:
 		fmt.Fprintf(w.e.stdout, "task %s %s (%s)%s\n", t.ID, t.Status, t.Reason, detail(t.Message))
 	}
