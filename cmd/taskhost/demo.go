@@ -280,13 +280,13 @@ func (d *demoRun) runTask(t demoTask) int {
 	id := resp.Task.Id
 	row := demoRow{Killed: t.kill}
 	var hunt chan int
-	onEvent := func(ev store.Event) {
+	onEvent := func(ev *apipb.Event) {
 		switch {
-		case ev.Type == host.EventTaskStarted && t.kill:
+		case ev.GetType() == host.EventTaskStarted && t.kill:
 			// The plugin is starting now: find it while it does, so the
 			// kill lands as soon as its step has started.
 			hunt = d.huntPlugin(t.executor, earlier)
-		case ev.Type == host.EventStepStarted && hunt != nil:
+		case ev.GetType() == host.EventStepStarted && hunt != nil:
 			d.killPlugin(t.executor, hunt)
 			hunt = nil
 		}
@@ -319,7 +319,7 @@ func (d *demoRun) runTask(t demoTask) int {
 	if err != nil {
 		return d.cf.fail(d.e, err)
 	}
-	row.Task = taskJSON(taskFromPB(final))
+	row.Task = taskJSON(final)
 	row.Seconds = time.Since(start).Seconds()
 	d.rows = append(d.rows, row)
 	return exitOK
