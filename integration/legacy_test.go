@@ -19,7 +19,7 @@ import (
 func TestLegacyDemoApproveAndReject(t *testing.T) {
 	data := testwait.ShortTempDir(t)
 	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--executor", "legacy", "--goal", "write a report", "--approve-all")
-	if code != 0 || !strings.Contains(out, "completed after 3 steps") || !strings.Contains(out, `{"summary":"report ready"}`) {
+	if code != 0 || !strings.Contains(out, "completed: steps 3/") || !strings.Contains(out, `{"summary":"report ready"}`) {
 		t.Fatalf("approve-all: exit %d\n%s\n%s", code, out, errOut)
 	}
 	if !strings.Contains(errOut, "approved automatically (--approve-all)") {

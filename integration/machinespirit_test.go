@@ -31,7 +31,7 @@ func TestMachineSpiritRun(t *testing.T) {
 	on := conf("[machine_spirit]\nenabled = true\n")
 	out, errOut, code := taskhost(t, "run", "--data-dir", filepath.Join(work, "d"), "--config", on,
 		"--executor", "machinespirit", "--spec-file", spec, "--file", ctxFile)
-	if code != 0 || !strings.Contains(out, "completed after") || !strings.Contains(out, `"answer"`) {
+	if code != 0 || !strings.Contains(out, " completed: steps ") || !strings.Contains(out, `"answer"`) {
 		t.Fatalf("rlm: exit %d\n%s\n%s", code, out, errOut)
 	}
 	for _, tc := range []struct{ name, config, want string }{
@@ -76,7 +76,7 @@ func TestMachineSpiritHandlerModule(t *testing.T) {
 	run := func() (string, string, int) {
 		return taskhost(t, "run", "--data-dir", filepath.Join(work, "d"), "--config", conf, "--executor", "machinespirit", "--spec-file", spec)
 	}
-	if out, errOut, code := run(); code != 0 || !strings.Contains(out, "completed after") {
+	if out, errOut, code := run(); code != 0 || !strings.Contains(out, " completed: steps ") {
 		t.Fatalf("with a pinned module: exit %d\n%s\n%s", code, out, errOut)
 	}
 	if err := os.WriteFile(mod, []byte(strings.Replace(src, "string_upper", "string_lower", 1)), 0o644); err != nil {
@@ -128,7 +128,7 @@ func TestMachineSpiritOperatorGraph(t *testing.T) {
 		return taskhost(t, "run", "--data-dir", data, "--config", conf, "--executor", "machinespirit", "--spec-file", spec)
 	}
 	out, errOut, code := run()
-	if code != 0 || !strings.Contains(out, "completed after") {
+	if code != 0 || !strings.Contains(out, " completed: steps ") {
 		t.Fatalf("an operator graph with a module's handler: exit %d\n%s\n%s", code, out, errOut)
 	}
 	var id string

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"text/tabwriter"
-	"time"
 
 	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
@@ -59,7 +58,7 @@ func approvalsListCmd(ctx context.Context, e *env, args []string) int {
 			tool = "(input)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", a.Id, a.TaskId, a.Attempt, a.Status,
-			fromNanos(a.ExpiresUnixNano).Local().Format(time.DateTime), approvalText(tool, a.Prompt))
+			localTime(a.ExpiresUnixNano), approvalText(tool, a.Prompt))
 	}
 	tw.Flush()
 	if resp.Truncated {

@@ -3,67 +3,96 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/tools"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
 
-// decider answers the approvals of a foreground task: by flag, or by asking
-// at the terminal (y/N; anything else, or end of input, rejects).
+// decider is the one approval decider of a task a command drives itself
+// (taskhost run, the demo): it answers the task's approvals through the
+// API, by flag (with a notice), or by asking at the terminal (y/N;
+// anything else, or end of input, rejects).
 type decider struct {
 	e                     *env
+	ac                    apipb.ApprovalServiceClient
 	approveAll, rejectAll bool
+	// notice, when set, is what says that approveAll approved an
+	// approval (the demo's words); nil: the run's line on stderr.
+	notice func(id, what string)
 	// inputs, when set, answers the task's input questions (run
 	// --input-values); nil leaves them to the other flags or the prompt.
 	inputs *inputScript
 	in     prompter
 }
 
-// decide answers taskID's pending approvals. When ctx ends (Ctrl-C) while
-// it asks, it returns at once and leaves the approval to the host's stop,
-// which cancels it.
-func (d *decider) decide(ctx context.Context, h *host.Host, principal, taskID string) {
+// decide answers taskID's pending approvals and returns how many it
+// approved. When ctx ends (Ctrl-C) while it asks, it returns at once and
+// leaves the approval to the host's stop, which cancels it.
+func (d *decider) decide(ctx context.Context, taskID string) int {
 	bg := context.WithoutCancel(ctx)
-	pending, err := h.Runner.Approvals(bg, principal, store.ApprovalPending)
+	cctx, cancel := context.WithTimeout(bg, callTimeout)
+	resp, err := d.ac.ListApprovals(cctx, &apipb.ListApprovalsRequest{Status: string(store.ApprovalPending)})
+	cancel()
 	if err != nil {
-		errorf(d.e, "approvals: %v", err)
-		return
+		errorf(d.e, "approvals: %v", status.Convert(err).Message())
+		return 0
 	}
-	for _, a := range pending {
-		if a.TaskID != taskID {
+	approved := 0
+	for _, a := range resp.Approvals {
+		if a.TaskId != taskID {
 			continue
 		}
-		if d.inputs != nil && host.ApprovalKind(a) == host.ApprovalKindInput {
-			d.answer(bg, h, principal, a)
+		if d.inputs != nil && a.Kind == host.ApprovalKindInput {
+			d.answer(bg, a)
 			continue
 		}
 		what := approvalText(a.Tool, a.Prompt)
 		approve := d.approveAll
 		switch {
+		case d.approveAll && d.notice != nil:
+			d.notice(a.Id, what)
 		case d.approveAll:
-			fmt.Fprintf(d.e.stderr, "approval %s: %s — approved automatically (--approve-all)\n", a.ID, what)
+			fmt.Fprintf(d.e.stderr, "approval %s: %s — approved automatically (--approve-all)\n", a.Id, what)
 		case d.rejectAll:
-			fmt.Fprintf(d.e.stderr, "approval %s: %s — rejected automatically (--reject-all)\n", a.ID, what)
+			fmt.Fprintf(d.e.stderr, "approval %s: %s — rejected automatically (--reject-all)\n", a.Id, what)
 		default:
 			var answered bool
-			if approve, answered = askYesNo(ctx, d.e, &d.in, fmt.Sprintf("approval %s: %s\nApprove? [y/N] ", a.ID, what)); !answered {
-				return
+			if approve, answered = askYesNo(ctx, d.e, &d.in, fmt.Sprintf("approval %s: %s\nApprove? [y/N] ", a.Id, what)); !answered {
+				return approved
 			}
 		}
-		if approve {
-			_, err = h.Runner.Approve(bg, principal, a.ID)
-		} else {
-			_, err = h.Runner.Reject(bg, principal, a.ID)
-		}
-		if err != nil && !errors.Is(err, store.ErrConflict) {
-			errorf(d.e, "approval %s: %v", a.ID, err)
+		if d.resolve(bg, a.Id, approve, "") && approve {
+			approved++
 		}
 	}
+	return approved
+}
+
+// resolve approves approval id (with value, an input's answer, when not
+// empty) or rejects it. One already resolved (a conflict: it expired, or
+// the task ended) is no failure of the decider's.
+func (d *decider) resolve(ctx context.Context, id string, approve bool, value string) bool {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	req := &apipb.ResolveApprovalRequest{ApprovalId: id, ValueJson: value}
+	var err error
+	if approve {
+		_, err = d.ac.Approve(cctx, req)
+	} else {
+		_, err = d.ac.Reject(cctx, req)
+	}
+	if err != nil && status.Code(err) != codes.FailedPrecondition {
+		errorf(d.e, "approval %s: %s", id, status.Convert(err).Message())
+	}
+	return err == nil
 }
 
 // maxApprovalText bounds an approval's prompt as a terminal shows it; the

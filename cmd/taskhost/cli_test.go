@@ -28,7 +28,15 @@ func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, 
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", "json", name)
+	if want, ok := goldenFile(t, filepath.Join("testdata", "json", name), got); !ok {
+		t.Errorf("%s differs from the golden file (a --json shape changed: update docs/cli.md, then go test -update)\n got: %s\nwant: %s", name, got, want)
+	}
+}
+
+// goldenFile compares got with the file at path, or writes it there under
+// -update; ok is false when they differ.
+func goldenFile(t *testing.T, path, got string) (want string, ok bool) {
+	t.Helper()
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -36,15 +44,13 @@ func golden(t *testing.T, name, got string) {
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return
+		return got, true
 	}
-	want, err := os.ReadFile(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v (run go test -update to create it)", err)
 	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (a --json shape changed: update docs/cli.md, then go test -update)\n got: %s\nwant: %s", name, got, want)
-	}
+	return string(data), got == string(data)
 }
 
 // TestJSONShapes runs every client command with --json against an API
@@ -52,34 +58,7 @@ func golden(t *testing.T, name, got string) {
 // docs/cli.md documents.
 func TestJSONShapes(t *testing.T) {
 	sock := startFakeAPI(t)
-	const id = "t_aaaaaaaaaaaaaaaaaaaaaaaaaa"
-	cases := []struct {
-		golden string
-		args   []string
-		stdin  string
-		code   int
-		stderr bool // the JSON is on stderr (an error)
-	}{
-		{"task_create.json", []string{"task", "create", "--goal", "count to three", "--max-steps", "5"}, "", exitOK, false},
-		{"task_list.json", []string{"task", "list"}, "", exitOK, false},
-		{"task_status.json", []string{"task", "status", id}, "", exitOK, false},
-		{"task_cancel.json", []string{"task", "cancel", id}, "", exitOK, false},
-		{"task_resume.json", []string{"task", "resume", id}, "", exitOK, false},
-		{"task_resolve_effect.json", []string{"task", "resolve-effect", id, "1/2", "--abandon"}, "", exitOK, false},
-		{"error_resolve_effect_conflict.json", []string{"task", "resolve-effect", id, "1/1", "--retry"}, "", exitConflict, true},
-		{"task_watch.jsonl", []string{"task", "watch", id}, "", exitOK, false},
-		{"approvals_list.json", []string{"approvals", "list"}, "", exitOK, false},
-		{"approve.json", []string{"approve", "a_cccccccccccccccccccccccccc"}, "", exitOK, false},
-		{"reject.json", []string{"reject", "a_cccccccccccccccccccccccccc"}, "", exitOK, false},
-		{"executors.json", []string{"executors"}, "", exitOK, false},
-		{"hosts.json", []string{"hosts"}, "", exitOK, false},
-		{"error_not_found.json", []string{"task", "status", "t_missing"}, "", exitNotFound, true},
-		{"error_invalid_argument.json", []string{"task", "create", "--goal", "g", "--max-steps", "500"}, "", exitUsage, true},
-		{"error_conflict.json", []string{"task", "cancel", "t_done"}, "", exitConflict, true},
-		{"error_executor_unavailable.json", []string{"task", "create", "--goal", "g", "--executor", "machinespirit"}, "", exitUnavailable, true},
-		{"error_usage.json", []string{"task", "list", "--limit", "0"}, "", exitUsage, true},
-	}
-	for _, c := range cases {
+	for _, c := range jsonCases() {
 		t.Run(c.golden, func(t *testing.T) {
 			args := append(c.args[:len(c.args):len(c.args)], "--json", "--socket", sock)
 			out, errOut, code := runCLI(t, c.stdin, args...)
@@ -108,6 +87,41 @@ func TestJSONShapes(t *testing.T) {
 		}
 		golden(t, "token_hash.json", out)
 	})
+}
+
+// jsonCase is one client command run with --json against the fake API: its
+// output is compared with testdata/json/GOLDEN, and its shape is pinned in
+// testdata/cli_surface.golden.
+type jsonCase struct {
+	golden string
+	args   []string
+	stdin  string
+	code   int
+	stderr bool // the JSON is on stderr (an error)
+}
+
+func jsonCases() []jsonCase {
+	const id = "t_aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	return []jsonCase{
+		{"task_create.json", []string{"task", "create", "--goal", "count to three", "--max-steps", "5"}, "", exitOK, false},
+		{"task_list.json", []string{"task", "list"}, "", exitOK, false},
+		{"task_status.json", []string{"task", "status", id}, "", exitOK, false},
+		{"task_cancel.json", []string{"task", "cancel", id}, "", exitOK, false},
+		{"task_resume.json", []string{"task", "resume", id}, "", exitOK, false},
+		{"task_resolve_effect.json", []string{"task", "resolve-effect", id, "1/2", "--abandon"}, "", exitOK, false},
+		{"error_resolve_effect_conflict.json", []string{"task", "resolve-effect", id, "1/1", "--retry"}, "", exitConflict, true},
+		{"task_watch.jsonl", []string{"task", "watch", id}, "", exitOK, false},
+		{"approvals_list.json", []string{"approvals", "list"}, "", exitOK, false},
+		{"approve.json", []string{"approve", "a_cccccccccccccccccccccccccc"}, "", exitOK, false},
+		{"reject.json", []string{"reject", "a_cccccccccccccccccccccccccc"}, "", exitOK, false},
+		{"executors.json", []string{"executors"}, "", exitOK, false},
+		{"hosts.json", []string{"hosts"}, "", exitOK, false},
+		{"error_not_found.json", []string{"task", "status", "t_missing"}, "", exitNotFound, true},
+		{"error_invalid_argument.json", []string{"task", "create", "--goal", "g", "--max-steps", "500"}, "", exitUsage, true},
+		{"error_conflict.json", []string{"task", "cancel", "t_done"}, "", exitConflict, true},
+		{"error_executor_unavailable.json", []string{"task", "create", "--goal", "g", "--executor", "machinespirit"}, "", exitUnavailable, true},
+		{"error_usage.json", []string{"task", "list", "--limit", "0"}, "", exitUsage, true},
+	}
 }
 
 func TestNoDaemon(t *testing.T) {

@@ -84,10 +84,9 @@ func controlAllCmd(ctx context.Context, e *env, args []string, action string) in
 			return cf.fail(e, err)
 		}
 		for _, pt := range resp.Tasks {
-			t := taskFromPB(pt)
-			done = append(done, taskJSON(t))
+			done = append(done, taskJSON(pt))
 			if !cf.json {
-				fmt.Fprintf(e.stdout, "task %s %s (run %d)\n", t.ID, t.Status, t.RunID)
+				fmt.Fprintf(e.stdout, "task %s %s (run %d)\n", pt.Id, pt.Status, pt.RunId)
 			}
 		}
 		for _, f := range resp.Failures {

@@ -113,8 +113,7 @@ type demoRun struct {
 	o       demoOptions
 	cf      *clientFlags
 	tc      apipb.TaskServiceClient
-	ac      apipb.ApprovalServiceClient
-	in      prompter
+	dec     *decider // answers the approvals
 	rows    []demoRow
 	dataDir string
 }
@@ -212,7 +211,10 @@ func runDemo(ctx context.Context, e *env, o demoOptions, plan demoPlan) int {
 	}
 	defer conn.Close()
 	d := &demoRun{ctx: ctx, e: e, out: out, o: o, cf: cf, dataDir: dataDir,
-		tc: apipb.NewTaskServiceClient(conn), ac: apipb.NewApprovalServiceClient(conn)}
+		tc: apipb.NewTaskServiceClient(conn)}
+	d.dec = &decider{e: e, ac: apipb.NewApprovalServiceClient(conn), approveAll: !o.interactive, notice: func(id, what string) {
+		fmt.Fprintf(out, "!! approval %s: %s\n!! approved automatically by the demo (run 'taskhost demo --interactive' to decide yourself;\n!! with a daemon you answer with 'taskhost approve %s' or 'taskhost reject %s')\n", id, what, id, id)
+	}}
 	if code := d.checkExecutors(apipb.NewHostServiceClient(conn), plan.executors); code != exitOK {
 		return code
 	}
@@ -278,22 +280,21 @@ func (d *demoRun) runTask(t demoTask) int {
 	id := resp.Task.Id
 	row := demoRow{Killed: t.kill}
 	var hunt chan int
-	onEvent := func(ev store.Event) {
+	onEvent := func(ev *apipb.Event) {
 		switch {
-		case ev.Type == host.EventTaskWaitingApproval:
-			row.Approvals += d.answerApprovals(id)
-		case ev.Type == host.EventTaskStarted && t.kill:
+		case ev.GetType() == host.EventTaskStarted && t.kill:
 			// The plugin is starting now: find it while it does, so the
 			// kill lands as soon as its step has started.
 			hunt = d.huntPlugin(t.executor, earlier)
-		case ev.Type == host.EventStepStarted && hunt != nil:
+		case ev.GetType() == host.EventStepStarted && hunt != nil:
 			d.killPlugin(t.executor, hunt)
 			hunt = nil
 		}
 	}
 	view := &env{stdout: d.out, stderr: d.e.stderr, stdin: d.e.stdin}
 	watch := func(minRun int64) int {
-		return watchTask(d.ctx, view, &clientFlags{socket: d.cf.socket}, d.tc, id, watchOptions{onEvent: onEvent, noProgress: true, minRun: minRun})
+		return watchTask(d.ctx, view, &clientFlags{socket: d.cf.socket}, d.tc, id, watchOptions{onEvent: onEvent, noProgress: true, minRun: minRun,
+			approvals: func(taskID string) int { n := d.dec.decide(d.ctx, taskID); row.Approvals += n; return n }})
 	}
 	code := watch(0)
 	if code == exitInterrupted && t.kill {
@@ -318,7 +319,7 @@ func (d *demoRun) runTask(t demoTask) int {
 	if err != nil {
 		return d.cf.fail(d.e, err)
 	}
-	row.Task = taskJSON(taskFromPB(final))
+	row.Task = taskJSON(final)
 	row.Seconds = time.Since(start).Seconds()
 	d.rows = append(d.rows, row)
 	return exitOK
@@ -329,46 +330,6 @@ func (d *demoRun) get(id string) (*apipb.Task, error) {
 	defer cancel()
 	resp, err := d.tc.GetTask(cctx, &apipb.GetTaskRequest{TaskId: id})
 	return resp.GetTask(), err
-}
-
-// answerApprovals answers the task's pending approvals: automatically with
-// a notice, or by asking with --interactive. It returns how many it
-// approved.
-func (d *demoRun) answerApprovals(taskID string) int {
-	cctx, cancel := context.WithTimeout(d.ctx, callTimeout)
-	defer cancel()
-	resp, err := d.ac.ListApprovals(cctx, &apipb.ListApprovalsRequest{Status: string(store.ApprovalPending)})
-	if err != nil {
-		errorf(d.e, "demo: approvals: %v", err)
-		return 0
-	}
-	approved := 0
-	for _, a := range resp.Approvals {
-		if a.TaskId != taskID {
-			continue
-		}
-		what := approvalText(a.Tool, a.Prompt)
-		ok := true
-		if d.o.interactive {
-			var answered bool
-			if ok, answered = askYesNo(d.ctx, d.e, &d.in, fmt.Sprintf("approval %s: %s\nApprove? [y/N] ", a.Id, what)); !answered {
-				return approved
-			}
-		} else {
-			fmt.Fprintf(d.out, "!! approval %s: %s\n!! approved automatically by the demo (run 'taskhost demo --interactive' to decide yourself;\n!! with a daemon you answer with 'taskhost approve %s' or 'taskhost reject %s')\n", a.Id, what, a.Id, a.Id)
-		}
-		req := &apipb.ResolveApprovalRequest{ApprovalId: a.Id}
-		if ok {
-			_, err = d.ac.Approve(cctx, req)
-			approved++
-		} else {
-			_, err = d.ac.Reject(cctx, req)
-		}
-		if err != nil {
-			errorf(d.e, "demo: approval %s: %v", a.Id, err)
-		}
-	}
-	return approved
 }
 
 // huntPlugin looks for the plugin process of kind that is starting: a

@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/taskhost/taskhost/host"
-	"github.com/taskhost/taskhost/store"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
 // Bounds of `taskhost run --input-values`: at most maxInputValues answers,
@@ -64,21 +63,17 @@ const inputScriptExhausted = "rejected: no answer left in --input-values"
 
 // answer answers input approval a with the script's next value, or rejects
 // it when none is left, saying so on stderr.
-func (d *decider) answer(ctx context.Context, h *host.Host, principal string, a store.Approval) {
+func (d *decider) answer(ctx context.Context, a *apipb.Approval) {
 	what := approvalText("", a.Prompt)
 	s := d.inputs
-	var err error
 	if s.next >= len(s.values) {
-		fmt.Fprintf(d.e.stderr, "input %s: %s — %s (question %d; the file holds %d)\n", a.ID, what, inputScriptExhausted, s.next+1, len(s.values))
+		fmt.Fprintf(d.e.stderr, "input %s: %s — %s (question %d; the file holds %d)\n", a.Id, what, inputScriptExhausted, s.next+1, len(s.values))
 		s.next++
-		_, err = h.Runner.Reject(ctx, principal, a.ID)
-	} else {
-		v := s.values[s.next]
-		s.next++
-		fmt.Fprintf(d.e.stderr, "input %s: %s — answered with value %d of --input-values\n", a.ID, what, s.next)
-		_, err = h.Runner.Answer(ctx, principal, a.ID, v)
+		d.resolve(ctx, a.Id, false, "")
+		return
 	}
-	if err != nil && !errors.Is(err, store.ErrConflict) {
-		errorf(d.e, "input %s: %v", a.ID, err)
-	}
+	v := s.values[s.next]
+	s.next++
+	fmt.Fprintf(d.e.stderr, "input %s: %s — answered with value %d of --input-values\n", a.Id, what, s.next)
+	d.resolve(ctx, a.Id, true, string(v))
 }

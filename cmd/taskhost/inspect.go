@@ -5,12 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/api"
 	"github.com/taskhost/taskhost/internal/text"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -60,21 +61,19 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 		}
 		after = page[len(page)-1].Seq
 	}
+	tasks := make([]*apipb.Task, 0, len(all))
+	for _, t := range all {
+		tasks = append(tasks, api.TaskMessage(t))
+	}
 	if p.json {
-		views := make([]taskView, 0, len(all))
-		for _, t := range all {
+		views := make([]taskView, 0, len(tasks))
+		for _, t := range tasks {
 			views = append(views, taskJSON(t))
 		}
 		p.emit(map[string]any{"tasks": views})
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
-	for _, t := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, t.Executor, t.Status, t.Reason, t.RunID,
-			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
-	}
-	tw.Flush()
+	writeTaskTable(e.stdout, tasks)
 	return exitOK
 }
 
@@ -90,12 +89,17 @@ func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id 
 		errorf(e, "%v", err)
 		return exitCodeFor(err)
 	}
+	task := api.TaskMessage(t)
+	attempts := make([]*apipb.Attempt, 0, len(atts))
+	for _, a := range atts {
+		attempts = append(attempts, api.AttemptMessage(a))
+	}
 	if p.json {
-		views := make([]attemptView, 0, len(atts))
-		for _, a := range atts {
+		views := make([]attemptView, 0, len(attempts))
+		for _, a := range attempts {
 			views = append(views, attemptJSON(a))
 		}
-		out := map[string]any{"task": taskJSON(t), "attempts": views}
+		out := map[string]any{"task": taskJSON(task), "attempts": views}
 		if effects {
 			effs, err := st.ListEffects(ctx, principal, id)
 			if err != nil {
@@ -107,7 +111,7 @@ func inspectOne(ctx context.Context, p *printer, st *store.Store, principal, id 
 		p.emit(out)
 		return exitOK
 	}
-	writeTaskDetail(e.stdout, t, "", nil, atts, 0)
+	writeTaskDetail(e.stdout, task, attempts, 0)
 	return exitOK
 }
 
@@ -127,19 +131,19 @@ type attemptView struct {
 	ModelUsage *usageView `json:"model_usage,omitempty"`
 }
 
-func attemptJSON(a store.Attempt) attemptView {
+func attemptJSON(a *apipb.Attempt) attemptView {
 	v := attemptView{
-		Number: a.Number, RunID: a.RunID, Status: string(a.Status), Outcome: a.Outcome, Reason: string(a.Reason),
-		Message: a.Message, Summary: a.Summary, StderrTail: a.StderrTail, Started: a.StartedAt.UTC().Format(time.RFC3339Nano),
+		Number: a.GetNumber(), RunID: a.GetRunId(), Status: a.GetStatus(), Outcome: a.GetOutcome(), Reason: a.GetReason(),
+		Message: a.GetMessage(), Summary: a.GetSummary(), StderrTail: a.GetStderrTail(), Started: rfc3339Always(a.GetStartedUnixNano()),
 	}
 	switch {
-	case a.ExitSignal != "":
-		v.Exit = "signal " + a.ExitSignal
-	case a.ExitCode >= 0 && a.Status == store.AttemptInterrupted:
-		v.Exit = fmt.Sprintf("exit %d", a.ExitCode)
+	case a.GetExitSignal() != "":
+		v.Exit = "signal " + a.GetExitSignal()
+	case a.GetExitCode() >= 0 && a.GetStatus() == string(store.AttemptInterrupted):
+		v.Exit = fmt.Sprintf("exit %d", a.GetExitCode())
 	}
-	if !a.EndedAt.IsZero() {
-		v.Duration = a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
+	if end := a.GetEndedUnixNano(); end != 0 {
+		v.Duration = time.Duration(end - a.GetStartedUnixNano()).Round(time.Millisecond).String()
 	}
 	return v
 }

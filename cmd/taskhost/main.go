@@ -1,6 +1,7 @@
 // Command taskhost runs persistent, resumable, bounded agent tasks: as a
 // daemon (serve) driven by the same binary over its API, or in the
-// foreground for one task (run).
+// foreground for one task (run: the daemon in this process, on a private
+// socket, driven over the same API).
 //
 // Usage:
 //

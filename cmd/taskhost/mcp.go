@@ -144,7 +144,7 @@ func (m *mcpServer) tools() []mcpTool {
 				if err != nil {
 					return nil, err
 				}
-				return map[string]any{"task": taskJSON(taskFromPB(t))}, nil
+				return map[string]any{"task": taskJSON(t)}, nil
 			}}
 	}
 	budgetUpTo := func(name, what string, most int64) mcpParam {
@@ -284,7 +284,7 @@ func (m *mcpServer) taskCreate(ctx context.Context, a mcpArgs) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"task": taskJSON(taskFromPB(resp.Task))}, nil
+	return map[string]any{"task": taskJSON(resp.Task)}, nil
 }
 
 func (m *mcpServer) taskList(ctx context.Context, a mcpArgs) (any, error) {
@@ -292,11 +292,11 @@ func (m *mcpServer) taskList(ctx context.Context, a mcpArgs) (any, error) {
 	if sortBy == "" {
 		sortBy = "-created"
 	}
-	all, queue, total, err := listTasks(ctx, m.tasks, &apipb.ListTasksRequest{Status: a.strs("status"), Sort: sortBy, Executor: a.str("executor")}, int(a.int("limit", 100)))
+	all, total, err := listTasks(ctx, m.tasks, &apipb.ListTasksRequest{Status: a.strs("status"), Sort: sortBy, Executor: a.str("executor")}, int(a.int("limit", 100)))
 	if err != nil {
 		return nil, err
 	}
-	return taskListJSON(all, queue, total, sortBy), nil
+	return taskListJSON(all, total, sortBy), nil
 }
 
 func (m *mcpServer) taskStatus(ctx context.Context, a mcpArgs) (any, error) {

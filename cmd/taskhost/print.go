@@ -6,11 +6,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/taskhost/taskhost/store"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
-// printer writes what a foreground run shows: one line per event, then the
-// task's end. With --json every line is a JSON object.
+// printer writes a watched task's events, one line each, and the JSON
+// objects of --json.
 type printer struct {
 	e    *env
 	json bool
@@ -23,46 +23,21 @@ func (p *printer) emit(v any) {
 	fmt.Fprintln(p.e.stdout, string(data))
 }
 
-func (p *printer) started(t store.Task) {
+func (p *printer) event(ev *apipb.Event) {
+	at := time.Unix(0, ev.GetTimeUnixNano())
 	if p.json {
-		p.emit(map[string]any{"kind": "task", "task": taskJSON(t)})
-		return
-	}
-	fmt.Fprintf(p.e.stdout, "task %s (executor %s, run %d)\n", t.ID, t.Executor, t.RunID)
-}
-
-func (p *printer) event(ev store.Event) {
-	if p.json {
-		p.emit(map[string]any{"kind": "event", "seq": ev.Seq, "type": ev.Type, "time": ev.Time.UTC().Format(time.RFC3339Nano), "payload": json.RawMessage(ev.Payload)})
+		p.emit(map[string]any{"kind": "event", "seq": ev.GetSeq(), "type": ev.GetType(), "time": at.UTC().Format(time.RFC3339Nano), "payload": json.RawMessage(ev.GetPayload())})
 		return
 	}
 	var f map[string]any
-	_ = json.Unmarshal(ev.Payload, &f)
+	_ = json.Unmarshal(ev.GetPayload(), &f)
 	var parts []string
 	for _, k := range []string{"attempt", "outcome", "reason", "exit", "limit", "note", "steps", "tools", "models", "wall_s", "tokens", "tokens_estimated", "output_bytes", "prompt_tokens", "completion_tokens", "model_ms"} {
 		if v, ok := f[k]; ok {
 			parts = append(parts, inert(fmt.Sprintf("%s=%v", k, v)))
 		}
 	}
-	fmt.Fprintf(p.e.stdout, "%s  %-22s %s\n", ev.Time.Local().Format("15:04:05.000"), ev.Type, strings.Join(parts, " "))
-}
-
-func (p *printer) finished(t store.Task) {
-	if p.json {
-		p.emit(map[string]any{"kind": "result", "task": taskJSON(t)})
-		return
-	}
-	switch t.Status {
-	case store.StatusCompleted:
-		fmt.Fprintf(p.e.stdout, "task %s completed after %d steps\n", t.ID, t.Budgets.Steps.Used)
-		if len(t.Result) > 0 {
-			fmt.Fprintf(p.e.stdout, "result: %s\n", inert(string(t.Result)))
-		}
-	case store.StatusInterrupted:
-		fmt.Fprintf(p.e.stdout, "task %s interrupted (%s)%s\nresume it with: taskhost run --resume %s\n", t.ID, t.Reason, detail(t.Message), t.ID)
-	default:
-		fmt.Fprintf(p.e.stdout, "task %s %s (%s)%s\n", t.ID, t.Status, t.Reason, detail(t.Message))
-	}
+	fmt.Fprintf(p.e.stdout, "%s  %-22s %s\n", at.Local().Format("15:04:05.000"), ev.GetType(), strings.Join(parts, " "))
 }
 
 func detail(msg string) string {
@@ -107,27 +82,36 @@ type meterV struct {
 	EstimatedCalls int64 `json:"estimated_calls,omitempty"`
 }
 
-func taskJSON(t store.Task) taskView {
-	b := t.Budgets
+func taskJSON(t *apipb.Task) taskView {
+	b := t.GetBudgets()
+	m := func(x *apipb.Meter) meterV { return meterV{Used: x.GetUsed(), Limit: x.GetLimit()} }
+	tokens := m(b.GetModelTokens())
+	tokens.EstimatedCalls = b.GetModelTokensEstimatedCalls()
 	v := taskView{
-		ID: t.ID, Principal: t.PrincipalID, Executor: t.Executor, Status: string(t.Status),
-		Reason: string(t.Reason), Message: t.Message, RunID: t.RunID,
+		ID: t.GetId(), Principal: t.GetPrincipal(), Executor: t.GetExecutor(), Status: t.GetStatus(),
+		Reason: t.GetReason(), Message: t.GetMessage(), RunID: t.GetRunId(),
 		Budgets: map[string]meterV{
-			"steps": {b.Steps.Used, b.Steps.Limit, 0}, "tool_calls": {b.ToolCalls.Used, b.ToolCalls.Limit, 0},
-			"model_calls": {b.ModelCalls.Used, b.ModelCalls.Limit, 0}, "depth": {b.Depth.Used, b.Depth.Limit, 0},
-			"wall_ms":      {b.WallMillis.Used, b.WallMillis.Limit, 0},
-			"model_tokens": {b.ModelTokens.Used, b.ModelTokens.Limit, b.TokensEstimated},
-			"output_bytes": {b.OutputBytes.Used, b.OutputBytes.Limit, 0},
+			"steps": m(b.GetSteps()), "tool_calls": m(b.GetToolCalls()), "model_calls": m(b.GetModelCalls()), "depth": m(b.GetDepth()),
+			"wall_ms": m(b.GetWallMs()), "model_tokens": tokens, "output_bytes": m(b.GetOutputBytes()),
 		},
-		Created: t.CreatedAt.UTC().Format(time.RFC3339Nano), Updated: t.UpdatedAt.UTC().Format(time.RFC3339Nano),
-		ParentID: t.ParentID, RootID: t.RootID, TreeDepth: t.TreeDepth,
+		Created: rfc3339Always(t.GetCreatedUnixNano()), Updated: rfc3339Always(t.GetUpdatedUnixNano()),
+		ParentID: t.GetParentTaskId(), RootID: t.GetRootTaskId(), TreeDepth: t.GetTreeDepth(),
 	}
-	if len(t.Result) > 0 {
-		if json.Valid(t.Result) {
-			v.Result = t.Result
+	if r := t.GetResult(); len(r) > 0 {
+		if json.Valid(r) {
+			v.Result = r
 		} else {
-			v.Result, _ = json.Marshal(string(t.Result))
+			v.Result, _ = json.Marshal(string(r))
 		}
 	}
 	return v
+}
+
+// rfc3339Always is n as an RFC 3339 UTC time; 0 is the zero time, as the
+// JSON shapes have always written a missing one.
+func rfc3339Always(n int64) string {
+	if n == 0 {
+		return time.Time{}.Format(time.RFC3339Nano)
+	}
+	return time.Unix(0, n).UTC().Format(time.RFC3339Nano)
 }

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"time"
+	"sync"
 
 	"github.com/taskhost/taskhost/host"
-	"github.com/taskhost/taskhost/store"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
 func runCmd(ctx context.Context, e *env, args []string) int {
@@ -66,8 +66,7 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 			return exitUsage
 		}
 	}
-
-	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: hf.dataDir, Config: cfg, Logger: hf.logger(e), Version: version, Solo: true})
+	d, err := startForegroundDaemon(ctx, hf.logger(e), hf.dataDir, cfg)
 	if err != nil {
 		errorf(e, "%v", err)
 		if errors.Is(err, host.ErrDataDirLocked) {
@@ -76,93 +75,70 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 		return exitUnavailable
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := h.Close(sctx); err != nil {
+		if err := d.stop(ctx); err != nil {
 			errorf(e, "stop: %v", err)
 		}
 	}()
-	for _, id := range h.Recovery.Interrupted {
+	for _, id := range d.h.Recovery.Interrupted {
 		fmt.Fprintf(e.stderr, "recovered: task %s was running when the host stopped; it is interrupted (resume with: taskhost run --resume %s)\n", id, id)
 	}
-
-	principal := localPrincipal()
-	var t store.Task
+	cf := &clientFlags{socket: d.socket, dataDir: hf.dataDir, json: *jsonOut}
+	conn, err := cf.dial()
+	if err != nil {
+		return cf.fail(e, err)
+	}
+	defer conn.Close()
+	tc := apipb.NewTaskServiceClient(conn)
+	var t *apipb.Task
 	if *resume != "" {
-		t, err = h.Runner.Resume(ctx, principal, *resume)
+		t, err = callTask(ctx, func(cctx context.Context) (*apipb.Task, error) { return resumeTask(cctx, tc, *resume) })
 	} else {
-		t, err = h.Runner.Create(ctx, principal, host.CreateRequest{
-			Executor: *executor, Spec: spec, Limits: host.Limits{Steps: *maxSteps, WallSeconds: *maxWall, ModelTokens: *maxTokens, OutputBytes: *maxOutput},
-			Files: files.files,
+		req := &apipb.CreateTaskRequest{Executor: *executor, Spec: spec,
+			Limits: &apipb.Limits{MaxSteps: *maxSteps, MaxWallSeconds: *maxWall, MaxModelTokens: *maxTokens, MaxOutputBytes: *maxOutput}}
+		for _, f := range files.files {
+			req.Files = append(req.Files, &apipb.WorkspaceFile{Name: f.Name, Data: f.Data})
+		}
+		t, err = callTask(ctx, func(cctx context.Context) (*apipb.Task, error) {
+			resp, err := tc.CreateTask(cctx, req)
+			return resp.GetTask(), err
 		})
 	}
 	if err != nil {
-		errorf(e, "%v", err)
-		return exitCodeFor(err)
+		return cf.fail(e, err)
 	}
-	p := newPrinter(e, *jsonOut)
-	p.started(t)
-	d := decider{e: e, approveAll: *approveAll, rejectAll: *rejectAll, inputs: inputs}
-	return follow(ctx, e, h, principal, t.ID, p, d)
+	dec := &decider{e: e, ac: apipb.NewApprovalServiceClient(conn), approveAll: *approveAll, rejectAll: *rejectAll, inputs: inputs}
+	return followForeground(ctx, e, d, cf, tc, t.Id, dec)
 }
 
-// follow prints the task's events until its run ends, then its end state.
-// Ctrl-C stops the host, which interrupts the task.
-func follow(ctx context.Context, e *env, h *host.Host, principal, id string, p *printer, d decider) int {
-	bg := context.WithoutCancel(ctx)
-	runDone := make(chan struct{})
-	go func() { _ = h.Runner.Wait(bg, id); close(runDone) }()
-	evCtx, stopEvents := context.WithCancel(bg)
-	defer stopEvents()
-	go func() {
+// callTask makes one unary call under callTimeout.
+func callTask(ctx context.Context, call func(ctx context.Context) (*apipb.Task, error)) (*apipb.Task, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return call(cctx)
+}
+
+// followForeground watches task id as 'task create --watch' does, its
+// approvals answered by dec. Ctrl-C (ctx ending) does not stop the watch:
+// it stops the host's tasks, and the watch prints the task interrupted.
+func followForeground(ctx context.Context, e *env, d *foregroundDaemon, cf *clientFlags, tc apipb.TaskServiceClient, id string, dec *decider) int {
+	watched := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(watched)
+	wg.Go(func() {
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(e.stderr, "taskhost: stopping the host; the task becomes interrupted")
-			sctx, cancel := context.WithTimeout(bg, 10*time.Second)
-			_ = h.Runner.Shutdown(sctx)
-			cancel()
-		case <-runDone:
-		}
-		<-runDone
-		stopEvents()
-	}()
-	var after int64
-	print := func(evs []store.Event) {
-		for _, ev := range evs {
-			p.event(ev)
-			after = ev.Seq
-			if ev.Type == host.EventTaskWaitingApproval {
-				d.decide(ctx, h, principal, id)
+			if err := d.interrupt(ctx); err != nil {
+				errorf(e, "stop: %v", err)
 			}
+		case <-watched:
 		}
-	}
-	for evCtx.Err() == nil {
-		evs, err := h.Runner.Events(evCtx, principal, id, after)
-		print(evs)
-		if err != nil && evCtx.Err() == nil {
-			errorf(e, "events: %v", err)
-			return exitUnavailable
-		}
-	}
-	// The run has ended: what it recorded last is still to print.
-	evs, err := h.Store.Events(bg, principal, id, after, 1000)
-	if err == nil {
-		print(evs)
-	}
-	t, err := h.Runner.Get(bg, principal, id)
-	if err != nil {
-		errorf(e, "%v", err)
-		return exitUnavailable
-	}
-	p.finished(t)
-	switch t.Status {
-	case store.StatusCompleted:
-		return exitOK
-	case store.StatusInterrupted:
-		return exitInterrupted
-	default:
-		return exitFailed
-	}
+	})
+	return watchTask(context.WithoutCancel(ctx), e, cf, tc, id, watchOptions{
+		noProgress: true, resumeWith: "taskhost run --resume",
+		approvals: func(taskID string) int { return dec.decide(ctx, taskID) },
+	})
 }
 
 // buildSpec makes the task spec from --spec-file and --goal.

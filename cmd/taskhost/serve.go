@@ -101,6 +101,8 @@ type daemonOptions struct {
 	hangups    <-chan os.Signal
 	reopenLog  func() error
 	loadConfig func() (config.Config, error)
+	// solo: a foreground host (taskhost run), host.Options.Solo.
+	solo bool
 }
 
 // configReloader applies the config file's executor settings to a running
@@ -255,7 +257,7 @@ func daemonIdentity(e *env, cfg config.Config) (principals map[uint32]string, gi
 // openDaemonHost opens the host on the data dir and logs what its start
 // found: the tasks recovery interrupted, the executors not available.
 func openDaemonHost(ctx context.Context, log hclog.Logger, o daemonOptions, inst *metrics.Instruments) (*host.Host, error) {
-	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: o.cfg, Logger: log, ExecutorDir: o.executorDir, Observer: inst, Version: version})
+	h, err := host.Open(context.WithoutCancel(ctx), host.Options{DataDir: o.dataDir, Config: o.cfg, Logger: log, ExecutorDir: o.executorDir, Observer: inst, Version: version, Solo: o.solo})
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/taskhost/taskhost/store"
+	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
 // Plain `task status` shows the newest crashed attempt's stderr tail.
@@ -22,22 +22,22 @@ func TestTaskStatusTextShowsStderrTail(t *testing.T) {
 func TestTaskDetailStderrTail(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		atts   []store.Attempt
+		atts   []*apipb.Attempt
 		want   []string
 		absent []string
 	}{
-		{name: "no crash", atts: []store.Attempt{{Number: 1, Status: store.AttemptCompleted}},
+		{name: "no crash", atts: []*apipb.Attempt{{Number: 1, Status: "completed"}},
 			absent: []string{"last stderr lines"}},
 		{name: "the newest crash only",
-			atts: []store.Attempt{{Number: 1, StderrTail: "old crash"}, {Number: 2, StderrTail: "line one\npanic: new crash"}, {Number: 3}},
+			atts: []*apipb.Attempt{{Number: 1, StderrTail: "old crash"}, {Number: 2, StderrTail: "line one\npanic: new crash"}, {Number: 3}},
 			want: []string{"attempt 2: last stderr lines", "  | line one\n  | panic: new crash\n"}, absent: []string{"old crash"}},
 		{name: "terminal escapes are neutralised",
-			atts: []store.Attempt{{Number: 1, StderrTail: "\x1b[2Jcleared\ttab\x07"}},
+			atts: []*apipb.Attempt{{Number: 1, StderrTail: "\x1b[2Jcleared\ttab\x07"}},
 			want: []string{"  | ?[2Jcleared\ttab?\n"}, absent: []string{"\x1b", "\x07"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
-			writeTaskDetail(&b, store.Task{ID: "t_x"}, "", nil, tc.atts, 0)
+			writeTaskDetail(&b, &apipb.Task{Id: "t_x"}, tc.atts, 0)
 			for _, w := range tc.want {
 				if !strings.Contains(b.String(), w) {
 					t.Errorf("output lacks %q:\n%s", w, b.String())
@@ -73,10 +73,10 @@ func TestExecutorLiveState(t *testing.T) {
 // are shown escaped, never obeyed. Before, task status printed them raw.
 func TestModelTextIsInertInTextViews(t *testing.T) {
 	hostile := "done\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\x1b]0;pwned\x07\x1b[2J\rfake\u202eevil\x9b"
-	task := store.Task{ID: "t_x", Status: store.StatusFailed, Message: hostile, Result: []byte(`"` + hostile + `"`)}
-	atts := []store.Attempt{{Number: 1, Status: store.AttemptCompleted, Summary: hostile}}
+	task := &apipb.Task{Id: "t_x", Status: "failed", Message: hostile, Result: []byte(`"` + hostile + `"`)}
+	atts := []*apipb.Attempt{{Number: 1, Status: "completed", Summary: hostile}}
 	var detailOut strings.Builder
-	writeTaskDetail(&detailOut, task, "", nil, atts, 0)
+	writeTaskDetail(&detailOut, task, atts, 0)
 	finished := detail(hostile)
 	for name, out := range map[string]string{"task status": detailOut.String(), "a finished task's line": finished} {
 		for _, raw := range []string{"\x1b", "\x07", "\r", "\u202e", "\u009b"} {

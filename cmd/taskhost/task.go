@@ -98,19 +98,19 @@ func taskCreateCmd(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return cf.fail(e, err)
 	}
-	t := taskFromPB(resp.Task)
+	t := resp.Task
 	if *watch {
 		if !cf.json {
-			fmt.Fprintf(e.stderr, "created task %s (executor %s)\n", t.ID, t.Executor)
+			fmt.Fprintf(e.stderr, "created task %s (executor %s)\n", t.Id, t.Executor)
 		}
-		return watchTask(ctx, e, &cf, tc, t.ID, watchOptions{noProgress: *noProgress})
+		return watchTask(ctx, e, &cf, tc, t.Id, watchOptions{noProgress: *noProgress})
 	}
 	if cf.json {
 		newPrinter(e, true).emit(map[string]any{"task": taskJSON(t)})
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "%s\n", t.ID)
-	fmt.Fprintf(e.stderr, "created task %s (executor %s, %s); follow it with: taskhost task watch %s\n", t.ID, t.Executor, t.Status, t.ID)
+	fmt.Fprintf(e.stdout, "%s\n", t.Id)
+	fmt.Fprintf(e.stderr, "created task %s (executor %s, %s); follow it with: taskhost task watch %s\n", t.Id, t.Executor, t.Status, t.Id)
 	return exitOK
 }
 
@@ -152,13 +152,13 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		return cf.fail(e, err)
 	}
 	defer closeConn()
-	all, queue, total, err := listTasks(ctx, tc, &apipb.ListTasksRequest{Status: filter,
+	all, total, err := listTasks(ctx, tc, &apipb.ListTasksRequest{Status: filter,
 		All: *allPrincipals, Sort: *sortBy, Executor: *executor, SinceUnixNano: sinceNano}, *limit)
 	if err != nil {
 		return cf.fail(e, err)
 	}
 	if cf.json {
-		newPrinter(e, true).emit(taskListJSON(all, queue, total, *sortBy))
+		newPrinter(e, true).emit(taskListJSON(all, total, *sortBy))
 		return exitOK
 	}
 	omitted := total - int64(len(all))
@@ -167,9 +167,9 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	if *allPrincipals {
-		writePrincipalTaskTable(e.stdout, all, queue)
+		writePrincipalTaskTable(e.stdout, all)
 	} else {
-		writeTaskTable(e.stdout, all, queue)
+		writeTaskTable(e.stdout, all)
 	}
 	if omitted > 0 {
 		fmt.Fprintf(e.stderr, "showing %d of %d tasks (--sort %s); %d are not shown (--limit %d shows them all)\n", len(all), total, *sortBy, omitted, total)
@@ -178,10 +178,8 @@ func taskListCmd(ctx context.Context, e *env, args []string) int {
 }
 
 // listTasks reads pages of req until it has limit tasks; the first page's
-// total says how many match. The daemon sorts and filters. queue holds the
-// queue positions of pending tasks.
-func listTasks(ctx context.Context, tc apipb.TaskServiceClient, req *apipb.ListTasksRequest, limit int) (all []store.Task, queue map[string]int64, total int64, err error) {
-	queue = map[string]int64{}
+// total says how many match. The daemon sorts and filters.
+func listTasks(ctx context.Context, tc apipb.TaskServiceClient, req *apipb.ListTasksRequest, limit int) (all []*apipb.Task, total int64, err error) {
 	total = -1
 	for len(all) < limit {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -189,14 +187,9 @@ func listTasks(ctx context.Context, tc apipb.TaskServiceClient, req *apipb.ListT
 		resp, err := tc.ListTasks(cctx, req)
 		cancel()
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, 0, err
 		}
-		for _, t := range resp.Tasks {
-			all = append(all, taskFromPB(t))
-			if t.QueuePosition > 0 {
-				queue[t.Id] = t.QueuePosition
-			}
-		}
+		all = append(all, resp.Tasks...)
 		if total < 0 {
 			total = resp.Total
 		}
@@ -205,15 +198,15 @@ func listTasks(ctx context.Context, tc apipb.TaskServiceClient, req *apipb.ListT
 		}
 	}
 	all = all[:min(len(all), limit)]
-	return all, queue, max(total, int64(len(all))), nil
+	return all, max(total, int64(len(all))), nil
 }
 
 // taskListJSON is the --json shape of `task list`.
-func taskListJSON(all []store.Task, queue map[string]int64, total int64, sortBy string) map[string]any {
+func taskListJSON(all []*apipb.Task, total int64, sortBy string) map[string]any {
 	views := make([]taskView, 0, len(all))
 	for _, t := range all {
 		v := taskJSON(t)
-		v.QueuePosition = queue[t.ID]
+		v.QueuePosition = t.GetQueuePosition()
 		views = append(views, v)
 	}
 	out := map[string]any{"tasks": views, "shown": len(all), "total": total, "sort": sortBy}
@@ -277,25 +270,17 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 		newPrinter(e, true).emit(taskStatusJSON(resp))
 		return exitOK
 	}
-	t := taskFromPB(resp.Task)
-	atts := make([]store.Attempt, 0, len(resp.Attempts))
-	for _, a := range resp.Attempts {
-		atts = append(atts, attemptFromPB(a))
-	}
-	writeTaskDetail(e.stdout, t, resp.Task.GetLeaseHost(), usageFromPB(resp.Task.GetModelUsage()), atts, resp.AttemptsOmitted)
+	t := resp.Task
+	writeTaskDetail(e.stdout, t, resp.Attempts, resp.AttemptsOmitted)
 	if *full {
-		for i, a := range atts {
-			writeAttemptFull(e.stdout, a, usageFromPB(resp.Attempts[i].GetModelUsage()))
+		for _, a := range resp.Attempts {
+			writeAttemptFull(e.stdout, a)
 		}
 	}
-	writeUnsettled(e.stdout, t.ID, resp.UnsettledEffects)
-	tree := make([]store.Task, 0, len(resp.Tree))
-	for _, n := range resp.Tree {
-		tree = append(tree, taskFromPB(n))
-	}
-	writeTree(e.stdout, t.ID, tree)
-	if t.Status == store.StatusInterrupted {
-		fmt.Fprintf(e.stdout, "\nresume it with: taskhost task resume %s\n", t.ID)
+	writeUnsettled(e.stdout, t.GetId(), resp.UnsettledEffects)
+	writeTree(e.stdout, t.GetId(), resp.Tree)
+	if t.GetStatus() == string(store.StatusInterrupted) {
+		fmt.Fprintf(e.stdout, "\nresume it with: taskhost task resume %s\n", t.GetId())
 	}
 	return exitOK
 }
@@ -304,16 +289,16 @@ func taskStatusCmd(ctx context.Context, e *env, args []string) int {
 func taskStatusJSON(resp *apipb.GetTaskResponse) map[string]any {
 	views := make([]attemptView, 0, len(resp.Attempts))
 	for _, a := range resp.Attempts {
-		v := attemptJSON(attemptFromPB(a))
-		v.ModelUsage = usageJSON(usageFromPB(a.GetModelUsage()))
+		v := attemptJSON(a)
+		v.ModelUsage = usageJSON(a.GetModelUsage())
 		views = append(views, v)
 	}
-	tv := taskJSON(taskFromPB(resp.Task))
+	tv := taskJSON(resp.Task)
 	tv.Host = resp.Task.GetLeaseHost()
-	tv.ModelUsage = usageJSON(usageFromPB(resp.Task.GetModelUsage()))
+	tv.ModelUsage = usageJSON(resp.Task.GetModelUsage())
 	tree := make([]taskView, 0, len(resp.Tree))
 	for _, n := range resp.Tree {
-		tree = append(tree, taskJSON(taskFromPB(n)))
+		tree = append(tree, taskJSON(n))
 	}
 	return map[string]any{"task": tv, "attempts": views, "attempts_omitted": resp.AttemptsOmitted,
 		"unsettled_effects": effectsJSON(resp.UnsettledEffects), "tree": tree}
@@ -379,16 +364,15 @@ func taskChange(ctx context.Context, e *env, args []string, verb, description st
 	if err != nil {
 		return cf.fail(e, err)
 	}
-	t := taskFromPB(pt)
 	if *watch {
 		// Only this run's events: the earlier ones are history.
-		return watchTask(ctx, e, &cf, tc, t.ID, watchOptions{minRun: t.RunID, noProgress: *noProgress})
+		return watchTask(ctx, e, &cf, tc, pt.Id, watchOptions{minRun: pt.RunId, noProgress: *noProgress})
 	}
 	if cf.json {
-		newPrinter(e, true).emit(map[string]any{"task": taskJSON(t)})
+		newPrinter(e, true).emit(map[string]any{"task": taskJSON(pt)})
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "task %s %s (run %d)\n", t.ID, t.Status, t.RunID)
+	fmt.Fprintf(e.stdout, "task %s %s (run %d)\n", pt.Id, pt.Status, pt.RunId)
 	return exitOK
 }
 

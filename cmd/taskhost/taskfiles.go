@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/shared/proto/apipb"
-	"github.com/taskhost/taskhost/store"
 )
 
 // fileView is the JSON shape of one workspace entry.
@@ -236,12 +235,12 @@ func taskDeleteCmd(ctx context.Context, e *env, args []string) int {
 
 // writePrincipalTaskTable is the task table with each task's principal,
 // for an admin's 'task list --all'.
-func writePrincipalTaskTable(w io.Writer, tasks []store.Task, queue map[string]int64) {
+func writePrincipalTaskTable(w io.Writer, tasks []*apipb.Task) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPRINCIPAL\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, quoteIfNeeded(t.PrincipalID), t.Executor, queuedStatus(t, queue), t.Reason, t.RunID,
-			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.GetId(), quoteIfNeeded(t.GetPrincipal()), t.GetExecutor(), queuedStatus(t), t.GetReason(), t.GetRunId(),
+			meter(t.GetBudgets().GetSteps()), localTime(t.GetCreatedUnixNano()))
 	}
 	tw.Flush()
 }
@@ -345,10 +344,10 @@ func resumeAllInterrupted(ctx context.Context, e *env, args []string) int {
 			}
 			continue
 		}
-		t := taskFromPB(resp.Task)
+		t := resp.Task
 		resumed = append(resumed, taskJSON(t))
 		if !cf.json {
-			fmt.Fprintf(e.stdout, "task %s %s (run %d)\n", t.ID, t.Status, t.RunID)
+			fmt.Fprintf(e.stdout, "task %s %s (run %d)\n", t.Id, t.Status, t.RunId)
 		}
 	}
 	if cf.json {

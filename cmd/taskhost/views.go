@@ -16,49 +16,17 @@ import (
 	"github.com/taskhost/taskhost/store"
 )
 
-// The client shows the API's messages in the same shapes as `taskhost
-// inspect` and `taskhost run`: they are converted to the store's types and
-// printed by the same code.
+// Every view here prints the API's messages (shared/proto/api.proto):
+// what the daemon sends, and what `taskhost inspect` reads from the store
+// converted as the API converts it (api.TaskMessage).
 
-func fromNanos(n int64) time.Time {
+// localTime is a message's Unix nanoseconds as the local time a person
+// reads ("" for none).
+func localTime(n int64) string {
 	if n == 0 {
-		return time.Time{}
+		return ""
 	}
-	return time.Unix(0, n)
-}
-
-func budgetFromPB(m *apipb.Meter) store.Budget {
-	return store.Budget{Used: m.GetUsed(), Limit: m.GetLimit()}
-}
-
-func taskFromPB(t *apipb.Task) store.Task {
-	b := t.GetBudgets()
-	return store.Task{
-		ID: t.GetId(), PrincipalID: t.GetPrincipal(), Executor: t.GetExecutor(), Spec: t.GetSpec(),
-		Status: store.Status(t.GetStatus()), Reason: store.Reason(t.GetReason()), Message: t.GetMessage(), RunID: t.GetRunId(),
-		Budgets: store.Budgets{
-			Steps: budgetFromPB(b.GetSteps()), ToolCalls: budgetFromPB(b.GetToolCalls()), ModelCalls: budgetFromPB(b.GetModelCalls()),
-			Depth: budgetFromPB(b.GetDepth()), WallMillis: budgetFromPB(b.GetWallMs()),
-			ModelTokens: budgetFromPB(b.GetModelTokens()), OutputBytes: budgetFromPB(b.GetOutputBytes()),
-			TokensEstimated: b.GetModelTokensEstimatedCalls(),
-		},
-		Result: t.GetResult(), CreatedAt: fromNanos(t.GetCreatedUnixNano()), UpdatedAt: fromNanos(t.GetUpdatedUnixNano()),
-		ParentID: t.GetParentTaskId(), RootID: t.GetRootTaskId(), TreeDepth: t.GetTreeDepth(),
-	}
-}
-
-func attemptFromPB(a *apipb.Attempt) store.Attempt {
-	return store.Attempt{
-		Number: a.GetNumber(), RunID: a.GetRunId(), Status: store.AttemptStatus(a.GetStatus()), Outcome: a.GetOutcome(),
-		Summary: a.GetSummary(), Reason: store.Reason(a.GetReason()), Message: a.GetMessage(),
-		StartedAt: fromNanos(a.GetStartedUnixNano()), EndedAt: fromNanos(a.GetEndedUnixNano()),
-		ExitCode: int(a.GetExitCode()), ExitSignal: a.GetExitSignal(), StderrTail: a.GetStderrTail(),
-	}
-}
-
-func eventFromPB(ev *apipb.Event) store.Event {
-	return store.Event{Seq: ev.GetSeq(), TaskID: ev.GetTaskId(), RunID: ev.GetRunId(), Type: ev.GetType(),
-		Time: fromNanos(ev.GetTimeUnixNano()), Payload: ev.GetPayload()}
+	return time.Unix(0, n).Local().Format(time.DateTime)
 }
 
 func rfc3339(n int64) string {
@@ -152,35 +120,28 @@ func nonNil(s []string) []string {
 }
 
 // meters renders a task's budgets as used/limit meters.
-func meters(b store.Budgets) string {
-	return fmt.Sprintf("steps %d/%d  tools %d/%d  models %d/%d  depth %d/%d  wall %.1fs/%ds  %s  output %d/%dB",
-		b.Steps.Used, b.Steps.Limit, b.ToolCalls.Used, b.ToolCalls.Limit, b.ModelCalls.Used, b.ModelCalls.Limit,
-		b.Depth.Used, b.Depth.Limit, float64(b.WallMillis.Used)/1000, b.WallMillis.Limit/1000, tokenMeter(b),
-		b.OutputBytes.Used, b.OutputBytes.Limit)
+func meters(b *apipb.Budgets) string {
+	return fmt.Sprintf("steps %s  tools %s  models %s  depth %s  wall %.1fs/%ds  %s  output %sB",
+		meter(b.GetSteps()), meter(b.GetToolCalls()), meter(b.GetModelCalls()), meter(b.GetDepth()),
+		float64(b.GetWallMs().GetUsed())/1000, b.GetWallMs().GetLimit()/1000, tokenMeter(b), meter(b.GetOutputBytes()))
 }
+
+// meter is one budget as used/limit.
+func meter(m *apipb.Meter) string { return fmt.Sprintf("%d/%d", m.GetUsed(), m.GetLimit()) }
 
 // tokenMeter is the token budget as used/limit, marked when some of it is
 // the host's estimate.
-func tokenMeter(b store.Budgets) string {
-	s := fmt.Sprintf("tokens %d/%d", b.ModelTokens.Used, b.ModelTokens.Limit)
-	if b.TokensEstimated > 0 {
-		s += fmt.Sprintf(" (estimated for %d calls)", b.TokensEstimated)
+func tokenMeter(b *apipb.Budgets) string {
+	s := "tokens " + meter(b.GetModelTokens())
+	if n := b.GetModelTokensEstimatedCalls(); n > 0 {
+		s += fmt.Sprintf(" (estimated for %d calls)", n)
 	}
 	return s
 }
 
-// writeTaskDetail prints one task with its budgets and attempt log; host,
-// when known, is the host that holds (or last held) its run.
 // usageLine is what model calls cost, for a person.
-func usageLine(u store.ModelUsage) string {
-	return fmt.Sprintf("%d calls, %d prompt + %d completion tokens, %.1fs", u.Calls, u.PromptTokens, u.CompletionTokens, float64(u.Millis)/1000)
-}
-
-func usageFromPB(u *apipb.ModelUsage) *store.ModelUsage {
-	if u == nil {
-		return nil
-	}
-	return &store.ModelUsage{Calls: u.GetCalls(), PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens(), Millis: u.GetDurationMs()}
+func usageLine(u *apipb.ModelUsage) string {
+	return fmt.Sprintf("%d calls, %d prompt + %d completion tokens, %.1fs", u.GetCalls(), u.GetPromptTokens(), u.GetCompletionTokens(), float64(u.GetDurationMs())/1000)
 }
 
 // usageView is the stable JSON shape of model usage.
@@ -191,37 +152,38 @@ type usageView struct {
 	DurationMillis   int64 `json:"duration_ms"`
 }
 
-func usageJSON(u *store.ModelUsage) *usageView {
+func usageJSON(u *apipb.ModelUsage) *usageView {
 	if u == nil {
 		return nil
 	}
-	return &usageView{Calls: u.Calls, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, DurationMillis: u.Millis}
+	return &usageView{Calls: u.GetCalls(), PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens(), DurationMillis: u.GetDurationMs()}
 }
 
-// writeTaskDetail prints a task, its attempts and, when known (usage not
-// nil), what its model calls cost.
-func writeTaskDetail(w io.Writer, t store.Task, host string, usage *store.ModelUsage, atts []store.Attempt, omitted int64) {
-	fmt.Fprintf(w, "task      %s\nexecutor  %s\nstatus    %s", t.ID, t.Executor, t.Status)
-	if t.Reason != "" {
-		fmt.Fprintf(w, " (%s)", t.Reason)
+// writeTaskDetail prints a task, its attempts and, when the daemon tells
+// (t.ModelUsage set), what its model calls cost; t.LeaseHost, when set, is
+// the host that holds (or last held) its run.
+func writeTaskDetail(w io.Writer, t *apipb.Task, atts []*apipb.Attempt, omitted int64) {
+	fmt.Fprintf(w, "task      %s\nexecutor  %s\nstatus    %s", t.GetId(), t.GetExecutor(), t.GetStatus())
+	if t.GetReason() != "" {
+		fmt.Fprintf(w, " (%s)", t.GetReason())
 	}
 	fmt.Fprintln(w)
-	if t.Message != "" {
-		fmt.Fprintf(w, "message   %s\n", inert(t.Message))
+	if t.GetMessage() != "" {
+		fmt.Fprintf(w, "message   %s\n", inert(t.GetMessage()))
 	}
-	fmt.Fprintf(w, "run       %d\n", t.RunID)
-	if host != "" {
-		fmt.Fprintf(w, "host      %s\n", host)
+	fmt.Fprintf(w, "run       %d\n", t.GetRunId())
+	if t.GetLeaseHost() != "" {
+		fmt.Fprintf(w, "host      %s\n", t.GetLeaseHost())
 	}
-	fmt.Fprintf(w, "budgets   %s\n", meters(t.Budgets))
-	if usage != nil && usage.Calls > 0 {
-		fmt.Fprintf(w, "model     %s\n", usageLine(*usage))
+	fmt.Fprintf(w, "budgets   %s\n", meters(t.GetBudgets()))
+	if u := t.GetModelUsage(); u.GetCalls() > 0 {
+		fmt.Fprintf(w, "model     %s\n", usageLine(u))
 	}
-	if !t.CreatedAt.IsZero() {
-		fmt.Fprintf(w, "created   %s\n", t.CreatedAt.Local().Format(time.DateTime))
+	if c := localTime(t.GetCreatedUnixNano()); c != "" {
+		fmt.Fprintf(w, "created   %s\n", c)
 	}
-	if len(t.Result) > 0 {
-		fmt.Fprintf(w, "result    %s\n", inert(string(t.Result)))
+	if len(t.GetResult()) > 0 {
+		fmt.Fprintf(w, "result    %s\n", inert(string(t.GetResult())))
 	}
 	if len(atts) == 0 {
 		fmt.Fprintln(w, "\n(no attempts yet)")
@@ -234,14 +196,14 @@ func writeTaskDetail(w io.Writer, t store.Task, host string, usage *store.ModelU
 	fmt.Fprintln(tw, "\nATTEMPT\tRUN\tSTATUS\tOUTCOME\tREASON\tEXIT\tDURATION\tSUMMARY")
 	for _, a := range atts {
 		av := attemptJSON(a)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.RunID, a.Status, a.Outcome, a.Reason, av.Exit, av.Duration, truncateLine(inert(a.Summary), 60))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.GetNumber(), a.GetRunId(), a.GetStatus(), a.GetOutcome(), a.GetReason(), av.Exit, av.Duration, truncateLine(inert(a.GetSummary()), 60))
 	}
 	tw.Flush()
 	// The newest crash's last stderr lines say why it died; older ones
 	// are in --json.
 	for i := len(atts) - 1; i >= 0; i-- {
-		if tail := atts[i].StderrTail; tail != "" {
-			fmt.Fprintf(w, "\nattempt %d: last stderr lines of the plugin\n", atts[i].Number)
+		if tail := atts[i].GetStderrTail(); tail != "" {
+			fmt.Fprintf(w, "\nattempt %d: last stderr lines of the plugin\n", atts[i].GetNumber())
 			for _, l := range strings.Split(tail, "\n") {
 				fmt.Fprintf(w, "  | %s\n", printable(l))
 			}
@@ -251,17 +213,17 @@ func writeTaskDetail(w io.Writer, t store.Task, host string, usage *store.ModelU
 }
 
 // writeAttemptFull prints one attempt's whole summary and message (the
-// table cuts them to a line).
-func writeAttemptFull(w io.Writer, a store.Attempt, usage *store.ModelUsage) {
-	fmt.Fprintf(w, "\nattempt %d (%s", a.Number, a.Status)
-	if a.Reason != "" {
-		fmt.Fprintf(w, ", %s", a.Reason)
+// table cuts them to a line) and what its model calls cost.
+func writeAttemptFull(w io.Writer, a *apipb.Attempt) {
+	fmt.Fprintf(w, "\nattempt %d (%s", a.GetNumber(), a.GetStatus())
+	if a.GetReason() != "" {
+		fmt.Fprintf(w, ", %s", a.GetReason())
 	}
 	fmt.Fprintln(w, ")")
-	if usage != nil && usage.Calls > 0 {
-		fmt.Fprintf(w, "  model:   %s\n", usageLine(*usage))
+	if u := a.GetModelUsage(); u.GetCalls() > 0 {
+		fmt.Fprintf(w, "  model:   %s\n", usageLine(u))
 	}
-	for _, f := range []struct{ label, text string }{{"summary", a.Summary}, {"message", a.Message}} {
+	for _, f := range []struct{ label, text string }{{"summary", a.GetSummary()}, {"message", a.GetMessage()}} {
 		if f.text == "" {
 			continue
 		}
@@ -292,51 +254,51 @@ func printable(s string) string {
 // JSON-escaped.
 func inert(s string) string { return tools.Printable(s, 4*len(s)+16) }
 
-// writeTaskTable prints tasks one per line.
 // queuedStatus is t's status, with its place in the queue when pending:
 // "pending #3".
-func queuedStatus(t store.Task, queue map[string]int64) string {
-	if p := queue[t.ID]; p > 0 && t.Status == store.StatusPending {
-		return fmt.Sprintf("%s #%d", t.Status, p)
+func queuedStatus(t *apipb.Task) string {
+	if p := t.GetQueuePosition(); p > 0 && t.GetStatus() == string(store.StatusPending) {
+		return fmt.Sprintf("%s #%d", t.GetStatus(), p)
 	}
-	return string(t.Status)
+	return t.GetStatus()
 }
 
-func writeTaskTable(w io.Writer, tasks []store.Task, queue map[string]int64) {
-	if slices.ContainsFunc(tasks, func(t store.Task) bool { return t.ParentID != "" }) {
-		writeTreeTaskTable(w, tasks, queue)
+// writeTaskTable prints tasks one per line.
+func writeTaskTable(w io.Writer, tasks []*apipb.Task) {
+	if slices.ContainsFunc(tasks, func(t *apipb.Task) bool { return t.GetParentTaskId() != "" }) {
+		writeTreeTaskTable(w, tasks)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, t.Executor, queuedStatus(t, queue), t.Reason, t.RunID,
-			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.GetId(), t.GetExecutor(), queuedStatus(t), t.GetReason(), t.GetRunId(),
+			meter(t.GetBudgets().GetSteps()), localTime(t.GetCreatedUnixNano()))
 	}
 	tw.Flush()
 }
 
 // writeTreeTaskTable is the task table of a listing with delegated tasks:
 // a PARENT column ("-" for a root) and a CHILDREN count among the listed.
-func writeTreeTaskTable(w io.Writer, tasks []store.Task, queue map[string]int64) {
+func writeTreeTaskTable(w io.Writer, tasks []*apipb.Task) {
 	kids := map[string]int{}
 	for _, t := range tasks {
-		if t.ParentID != "" {
-			kids[t.ParentID]++
+		if p := t.GetParentTaskId(); p != "" {
+			kids[p]++
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPARENT\tCHILDREN\tEXECUTOR\tSTATUS\tREASON\tRUN\tSTEPS\tCREATED")
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d/%d\t%s\n", t.ID, cmp.Or(t.ParentID, "-"), kids[t.ID], t.Executor, queuedStatus(t, queue), t.Reason, t.RunID,
-			t.Budgets.Steps.Used, t.Budgets.Steps.Limit, t.CreatedAt.Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", t.GetId(), cmp.Or(t.GetParentTaskId(), "-"), kids[t.GetId()], t.GetExecutor(), queuedStatus(t), t.GetReason(), t.GetRunId(),
+			meter(t.GetBudgets().GetSteps()), localTime(t.GetCreatedUnixNano()))
 	}
 	tw.Flush()
 }
 
 // writeTree prints a task's tree, one task a line, indented by depth,
 // the shown task marked.
-func writeTree(w io.Writer, shown string, tree []store.Task) {
+func writeTree(w io.Writer, shown string, tree []*apipb.Task) {
 	if len(tree) == 0 {
 		return
 	}
@@ -344,19 +306,19 @@ func writeTree(w io.Writer, shown string, tree []store.Task) {
 	var walk func(parent string)
 	walk = func(parent string) {
 		for _, t := range tree {
-			if t.ParentID != parent {
+			if t.GetParentTaskId() != parent {
 				continue
 			}
 			mark := ""
-			if t.ID == shown {
+			if t.GetId() == shown {
 				mark = "  <- this task"
 			}
 			reason := ""
-			if t.Reason != "" {
-				reason = " (" + string(t.Reason) + ")"
+			if t.GetReason() != "" {
+				reason = " (" + t.GetReason() + ")"
 			}
-			fmt.Fprintf(w, "  %s%s %s%s%s\n", strings.Repeat("  ", int(t.TreeDepth)), t.ID, t.Status, reason, mark)
-			walk(t.ID)
+			fmt.Fprintf(w, "  %s%s %s%s%s\n", strings.Repeat("  ", int(t.GetTreeDepth())), t.GetId(), t.GetStatus(), reason, mark)
+			walk(t.GetId())
 		}
 	}
 	walk("")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,8 +29,16 @@ type watchOptions struct {
 	// minRun hides the events of earlier runs (a resumed task's history).
 	minRun int64
 	// onEvent, when set, is called for each event after it is printed (the
-	// demo answers approvals from it).
-	onEvent func(ev store.Event)
+	// demo kills a plugin from it).
+	onEvent func(ev *apipb.Event)
+	// approvals, when set, answers the task's pending approvals each time
+	// it waits for one (the decider of taskhost run and the demo) and
+	// returns how many it approved; the view then does not point at
+	// 'taskhost approve'.
+	approvals func(taskID string) int
+	// resumeWith is the command an interrupted task is resumed with
+	// (default: taskhost task resume).
+	resumeWith string
 }
 
 // watchTask follows task id until it stops running and returns the exit code
@@ -39,7 +48,7 @@ func watchTask(ctx context.Context, e *env, cf *clientFlags, tc apipb.TaskServic
 	if o.reconnect == 0 {
 		o.reconnect = defaultReconnect
 	}
-	w := &watchView{e: e, json: cf.json}
+	w := &watchView{e: e, json: cf.json, answered: o.approvals != nil, resumeWith: cmp.Or(o.resumeWith, "taskhost task resume")}
 	if !cf.json && !o.noProgress && escapesAllowed(os.Getenv) {
 		w.width, w.progress = terminalWidth(e.stdout)
 	}
@@ -66,19 +75,22 @@ func watchTask(ctx context.Context, e *env, cf *clientFlags, tc apipb.TaskServic
 			connected = true
 			switch it := msg.Item.(type) {
 			case *apipb.WatchTaskResponse_Snapshot:
-				w.snapshot(taskFromPB(it.Snapshot))
+				w.snapshot(it.Snapshot)
 			case *apipb.WatchTaskResponse_Event:
-				ev := eventFromPB(it.Event)
-				after = ev.Seq
-				if ev.RunID < o.minRun {
+				ev := it.Event
+				after = ev.GetSeq()
+				if ev.GetRunId() < o.minRun {
 					continue
 				}
 				w.event(ev)
 				if o.onEvent != nil {
 					o.onEvent(ev)
 				}
+				if o.approvals != nil && ev.GetType() == host.EventTaskWaitingApproval {
+					o.approvals(id)
+				}
 			case *apipb.WatchTaskResponse_Final:
-				return w.final(taskFromPB(it.Final))
+				return w.final(it.Final)
 			}
 		}
 		w.lost()
@@ -132,14 +144,18 @@ type watchView struct {
 	e        *env
 	json     bool
 	progress bool
-	width    int  // the terminal's columns
-	shown    bool // the progress line is on screen
-	seenTask bool
+	// answered: the caller answers approvals (watchOptions.approvals).
+	answered bool
+	// resumeWith: the command that resumes an interrupted task.
+	resumeWith string
+	width      int  // the terminal's columns
+	shown      bool // the progress line is on screen
+	seenTask   bool
 
 	id, status, attempt, steps, tools, models, wall string
 	promptTokens, completionTokens                  int64
 	start                                           time.Time
-	asOf                                            time.Time // the snapshot's time
+	asOf                                            int64 // the snapshot's time, Unix nanoseconds
 }
 
 // tick redraws the progress line every second until stop is closed, so its
@@ -168,15 +184,13 @@ func (w *watchView) lost() {
 	w.clearProgress()
 }
 
-func (w *watchView) snapshot(t store.Task) {
+func (w *watchView) snapshot(t *apipb.Task) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.id, w.status, w.asOf = t.ID, string(t.Status), t.UpdatedAt
-	b := t.Budgets
-	w.steps = fmt.Sprintf("%d/%d", b.Steps.Used, b.Steps.Limit)
-	w.tools = fmt.Sprintf("%d/%d", b.ToolCalls.Used, b.ToolCalls.Limit)
-	w.models = fmt.Sprintf("%d/%d", b.ModelCalls.Used, b.ModelCalls.Limit)
-	w.wall = fmt.Sprintf("%d/%d", b.WallMillis.Used/1000, b.WallMillis.Limit/1000)
+	w.id, w.status, w.asOf = t.GetId(), t.GetStatus(), t.GetUpdatedUnixNano()
+	b := t.GetBudgets()
+	w.steps, w.tools, w.models = meter(b.GetSteps()), meter(b.GetToolCalls()), meter(b.GetModelCalls())
+	w.wall = fmt.Sprintf("%d/%d", b.GetWallMs().GetUsed()/1000, b.GetWallMs().GetLimit()/1000)
 	if w.seenTask { // a snapshot after a reconnect: nothing new to print
 		w.drawProgress()
 		return
@@ -186,21 +200,21 @@ func (w *watchView) snapshot(t store.Task) {
 	case w.json:
 		newPrinter(w.e, true).emit(map[string]any{"kind": "task", "task": taskJSON(t)})
 	default:
-		fmt.Fprintf(w.e.stdout, "task %s (executor %s, run %d, %s)\n", t.ID, t.Executor, t.RunID, t.Status)
+		fmt.Fprintf(w.e.stdout, "task %s (executor %s, run %d, %s)\n", t.GetId(), t.GetExecutor(), t.GetRunId(), t.GetStatus())
 	}
 	w.drawProgress()
 }
 
-func (w *watchView) event(ev store.Event) {
+func (w *watchView) event(ev *apipb.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var f host.EventPayload
-	_ = json.Unmarshal(ev.Payload, &f)
+	_ = json.Unmarshal(ev.GetPayload(), &f)
 	// Each step's event counts its model calls' tokens: summed over the
 	// events the watch is sent, history included.
 	w.promptTokens += f.PromptTokens
 	w.completionTokens += f.CompletionTokens
-	if ev.Time.Before(w.asOf) {
+	if ev.GetTimeUnixNano() < w.asOf {
 		// History older than the snapshot: print it, keep the display.
 		f = host.EventPayload{}
 	}
@@ -218,13 +232,13 @@ func (w *watchView) event(ev store.Event) {
 
 	w.clearProgress()
 	newPrinter(w.e, w.json).event(ev)
-	if !w.json && ev.Type == host.EventTaskWaitingApproval && f.Note != "" {
+	if !w.json && !w.answered && ev.GetType() == host.EventTaskWaitingApproval && f.Note != "" {
 		fmt.Fprintf(w.e.stdout, "          approval %s is pending: taskhost approve %s (or reject)\n", f.Note, f.Note)
 	}
 	w.drawProgress()
 }
 
-func (w *watchView) final(t store.Task) int {
+func (w *watchView) final(t *apipb.Task) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.progress = false
@@ -232,17 +246,23 @@ func (w *watchView) final(t store.Task) int {
 	switch {
 	case w.json:
 		newPrinter(w.e, true).emit(map[string]any{"kind": "result", "task": taskJSON(t)})
-	case t.Status == store.StatusCompleted:
-		fmt.Fprintf(w.e.stdout, "task %s completed: %s\n", t.ID, meters(t.Budgets))
-		if len(t.Result) > 0 {
-			fmt.Fprintf(w.e.stdout, "result: %s\n", inert(string(t.Result)))
+	case t.GetStatus() == string(store.StatusCompleted):
+		fmt.Fprintf(w.e.stdout, "task %s completed: %s\n", t.GetId(), meters(t.GetBudgets()))
+		if len(t.GetResult()) > 0 {
+			fmt.Fprintf(w.e.stdout, "result: %s\n", inert(string(t.GetResult())))
 		}
-	case t.Status == store.StatusInterrupted:
-		fmt.Fprintf(w.e.stdout, "task %s interrupted (%s)%s\nresume it with: taskhost task resume %s\n", t.ID, t.Reason, detail(t.Message), t.ID)
+	case t.GetStatus() == string(store.StatusInterrupted):
+		fmt.Fprintf(w.e.stdout, "task %s interrupted (%s)%s\nresume it with: %s %s\n", t.GetId(), t.GetReason(), detail(t.GetMessage()), w.resumeWith, t.GetId())
 	default:
-		fmt.Fprintf(w.e.stdout, "task %s %s (%s)%s\n", t.ID, t.Status, t.Reason, detail(t.Message))
+		fmt.Fprintf(w.e.stdout, "task %s %s (%s)%s\n", t.GetId(), t.GetStatus(), t.GetReason(), detail(t.GetMessage()))
 	}
-	switch t.Status {
+	return exitForStatus(t.GetStatus())
+}
+
+// exitForStatus is the exit code of a watch, run or demo task that ended
+// in status: 0 completed, 6 interrupted, 1 failed or cancelled.
+func exitForStatus(status string) int {
+	switch store.Status(status) {
 	case store.StatusCompleted:
 		return exitOK
 	case store.StatusInterrupted:

@@ -69,6 +69,14 @@ func taskPB(t store.Task, full bool) *apipb.Task {
 	return v
 }
 
+// TaskMessage is task t as GetTask sends it (spec and result included),
+// for a reader of the store that shows it as the daemon's clients do
+// (taskhost inspect).
+func TaskMessage(t store.Task) *apipb.Task { return taskPB(t, true) }
+
+// AttemptMessage is attempt a as GetTask sends it.
+func AttemptMessage(a store.Attempt) *apipb.Attempt { return attemptPB(a) }
+
 func attemptPB(a store.Attempt) *apipb.Attempt {
 	return &apipb.Attempt{
 		Number: a.Number, RunId: a.RunID, Status: string(a.Status), Outcome: a.Outcome, Summary: a.Summary,
