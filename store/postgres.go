@@ -253,6 +253,12 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 		cfg.DialFunc = opts.dial
 	}
 	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(pool.IdleInTxTimeout.Milliseconds(), 10)
+	// Every statement here is prepared once per session and looks rows up
+	// by a task's or a principal's key: a generic plan is as good as a
+	// custom one, and without this the server plans the step's statement
+	// afresh at every execution (its generic cost estimate stays above the
+	// custom plans'), which measured about 0.9 ms of a 2 ms step.
+	cfg.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
