@@ -210,7 +210,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	}
 	f := store.FinishAttempt{
 		PrincipalID: t.PrincipalID, TaskID: t.ID, RunID: t.RunID, Number: att.Number,
-		Status: v.attempt, Outcome: string(v.outcome), Summary: v.summary,
+		Status: v.attempt, Outcome: v.outcome.String(), Summary: v.summary,
 		Reason: v.reason, Message: v.message,
 		ExitCode: exitCode, ExitSignal: exitSignal, StderrTail: v.stderr,
 		Checkpoint: sealed, Result: v.result, WallMillisUsed: wall,
@@ -275,7 +275,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		if v.checkpoint != nil {
 			ru.cp = v.checkpoint
 		}
-		ru.recent = append(ru.recent, plugin.StepSummary{Step: att.Number, Summary: v.summary})
+		ru.recent = append(ru.recent, plugin.Summary{Step: att.Number, Text: v.summary})
 		if n := r.set.RecentSummaries; len(ru.recent) > n {
 			ru.recent = ru.recent[len(ru.recent)-n:]
 		}
@@ -299,7 +299,7 @@ func (ru *run) outcomeEvents(v verdict, att store.Attempt, wall int64) []store.N
 	if v.taskTo != "" {
 		t.Status = v.taskTo
 	}
-	p := EventPayload{Attempt: att.Number, Outcome: string(v.outcome), Reason: string(v.reason), Limit: v.limit,
+	p := EventPayload{Attempt: att.Number, Outcome: v.outcome.String(), Reason: string(v.reason), Limit: v.limit,
 		PromptTokens: v.usage.PromptTokens, CompletionTokens: v.usage.CompletionTokens, ModelMillis: v.usage.Duration.Milliseconds()}
 	var evs []store.NewEvent
 	if v.attempt == store.AttemptInterrupted {

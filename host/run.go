@@ -40,8 +40,8 @@ type run struct {
 
 	exe    plugin.Executor
 	desc   plugin.Description
-	cp     *plugin.Checkpoint   // the last committed checkpoint, verified
-	recent []plugin.StepSummary // the last completed step summaries, oldest first
+	cp     *plugin.Checkpoint // the last committed checkpoint, verified
+	recent []plugin.Summary   // the last completed step summaries, oldest first
 	// indeterminate are effects left dispatching by a dead attempt of the
 	// step about to run; cleared once an attempt completes.
 	indeterminate []plugin.Effect
@@ -207,7 +207,7 @@ func (ru *run) first() (store.Attempt, bool) {
 		return store.Attempt{}, false
 	}
 	for _, a := range recent {
-		ru.recent = append(ru.recent, plugin.StepSummary{Step: a.Number, Summary: a.Summary})
+		ru.recent = append(ru.recent, plugin.Summary{Step: a.Number, Text: a.Summary})
 	}
 	for _, e := range effs {
 		ru.indeterminate = append(ru.indeterminate, effectView(e))
@@ -445,7 +445,7 @@ func (ru *run) request(att store.Attempt) plugin.StepRequest {
 	t := ru.task
 	return plugin.StepRequest{
 		TaskID: t.ID, RunID: t.RunID, Attempt: att.Number, Spec: t.Spec, Checkpoint: ru.cp,
-		Recent:        append([]plugin.StepSummary(nil), ru.recent...),
+		Recent:        append([]plugin.Summary(nil), ru.recent...),
 		Indeterminate: ru.indeterminate,
 		SummaryChars:  ru.r.set.SummaryChars,
 		Remaining: plugin.Budgets{

@@ -213,7 +213,7 @@ func TestSeamStepOutcomes(t *testing.T) {
 					t.Errorf("result %s, steps used %d", task.Result, task.Budgets.Steps.Used)
 				}
 				reqs := exe.stepRequests()
-				if len(reqs[1].Recent) != 1 || reqs[1].Recent[0].Summary != "went " || reqs[1].TurnToken == reqs[0].TurnToken {
+				if len(reqs[1].Recent) != 1 || reqs[1].Recent[0].Text != "went " || reqs[1].TurnToken == reqs[0].TurnToken {
 					t.Errorf("second request recent %+v, tokens %q %q", reqs[1].Recent, reqs[0].TurnToken, reqs[1].TurnToken)
 				}
 			},
@@ -728,7 +728,7 @@ func TestClassify(t *testing.T) {
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: `"` + strings.Repeat("x", 64) + `"`}},
 		{name: "fail model_unavailable", res: plugin.StepResult{Outcome: plugin.OutcomeFail, Reason: "model_unavailable"},
 			want: want{attempt: store.AttemptInterrupted, taskTo: store.StatusInterrupted, reason: store.ReasonModelUnavailable}},
-		{name: "unknown outcome", res: plugin.StepResult{Outcome: "maybe"},
+		{name: "unknown outcome", res: plugin.StepResult{Outcome: plugin.Outcome(7)},
 			want: want{attempt: store.AttemptFailed, taskTo: store.StatusFailed, reason: store.ReasonExecutorFailed, message: "no outcome"}},
 		{name: "checkpoint at the limit", res: plugin.StepResult{Outcome: plugin.OutcomeContinue, Checkpoint: checkpointOf(8)},
 			want: want{attempt: store.AttemptCompleted}},

@@ -515,7 +515,7 @@ func (c *executorClient) Step(ctx context.Context, req StepRequest) (StepResult,
 		ModelPromptTokens: uint32(min(max(req.ModelPromptTokens, 0), math.MaxUint32)),
 	}
 	for _, s := range req.Recent {
-		preq.Recent = append(preq.Recent, &pb.StepSummary{Step: uint32(s.Step), Summary: s.Summary})
+		preq.Recent = append(preq.Recent, &pb.StepSummary{Step: uint32(s.Step), Summary: s.Text})
 	}
 	for _, ch := range req.Children {
 		preq.Children = append(preq.Children, &pb.ChildTask{TaskId: ch.TaskID, Status: ch.Status, Reason: ch.Reason, Result: ch.Result})

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/tools"
@@ -33,10 +34,11 @@ type Budgets struct {
 	ModelTokens, OutputBytes                         int64
 }
 
-// StepSummary is one completed step's summary.
-type StepSummary struct {
-	Step    int64
-	Summary string
+// Summary is the summary of one completed step (sdk.Summary on the
+// executor's side).
+type Summary struct {
+	Step int64
+	Text string
 }
 
 // StepRequest carries only what DESIGN §4 allows an executor to see.
@@ -46,7 +48,7 @@ type StepRequest struct {
 	Attempt    int64
 	TurnToken  string
 	Spec       []byte
-	Recent     []StepSummary
+	Recent     []Summary
 	Checkpoint *Checkpoint
 	Remaining  Budgets
 	Limits     Budgets
@@ -87,14 +89,31 @@ type Checkpoint struct {
 	Payload []byte
 }
 
-// Outcome is the kind of a step result.
-type Outcome string
+// Outcome is the kind of a step result, as sdk.Outcome on the executor's
+// side; the zero value is no result (a step that crashed or was cut off).
+type Outcome int
 
 const (
-	OutcomeContinue Outcome = "continue"
-	OutcomeComplete Outcome = "complete"
-	OutcomeFail     Outcome = "fail"
+	OutcomeContinue Outcome = iota + 1
+	OutcomeComplete
+	OutcomeFail
 )
+
+// String is the outcome as the store and the events record it: "continue",
+// "complete" or "fail", and "" for no result.
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeContinue:
+		return "continue"
+	case OutcomeComplete:
+		return "complete"
+	case OutcomeFail:
+		return "fail"
+	case 0:
+		return ""
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
 
 // StepResult is an executor's typed answer to one step.
 type StepResult struct {
