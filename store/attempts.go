@@ -46,7 +46,7 @@ func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID 
 	tx.wrote(id)
 	var last int64
 	var running sql.NullInt64
-	if err := tx.QueryRowContext(ctx, qAttemptsHead, id).Scan(&last, &running); err != nil {
+	if err := tx.QueryRowContext(ctx, tx.s.q.attemptsHead, id).Scan(&last, &running); err != nil {
 		return Attempt{}, Task{}, err
 	}
 	if running.Valid {
@@ -64,10 +64,6 @@ const (
 	qClaimTask = `UPDATE tasks SET steps_used = steps_used + 1, updated_ns = ?, events_stored = events_stored + ?
 		WHERE id = ? AND principal_id = ? AND status = 'running' AND run_id = ? AND steps_used < steps_limit
 		RETURNING ` + taskCols + `, events_stored`
-	// Both lookups are index seeks: the last number from the primary key,
-	// a running attempt from the small partial index of running attempts.
-	qAttemptsHead = `SELECT coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1), 0),
-		(SELECT number FROM attempts INDEXED BY attempts_running WHERE task_id = ?1 AND status = 'running' LIMIT 1)`
 	qInsertAttempt = `INSERT INTO attempts (task_id, number, run_id, status, started_ns)
 		VALUES (?, ?, ?, 'running', ?)`
 	qClaimRefused = `SELECT status, run_id, steps_used, steps_limit FROM tasks WHERE id = ? AND principal_id = ?`
@@ -402,7 +398,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		}
 		var err error
 		var stored int64
-		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(f.TaskTo != "", len(from)), args...), &stored)
+		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(tx.s.q, f.TaskTo != "", len(from)), args...), &stored)
 		if errors.Is(err, sql.ErrNoRows) {
 			cur, run, err := taskState(ctx, tx, f.PrincipalID, f.TaskID)
 			if err != nil {
@@ -452,12 +448,12 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 // (?9 of them) are counted, and the status changes only when setStatus —
 // all under the same compare-and-set on run and status. It returns the
 // task and its new count of events.
-func finishTaskSQL(setStatus bool, n int) string {
+func finishTaskSQL(q engineSQL, setStatus bool, n int) string {
 	set, first := "", 10
 	if setStatus {
 		set, first = `, status = ?10, reason = ?11, message = ?12`, 13
 	}
-	return `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?1), checkpoint = coalesce(?2, checkpoint),
+	return `UPDATE tasks SET ` + q.finishTaskWall + `, checkpoint = coalesce(?2, checkpoint),
 			checkpoint_attempt = CASE WHEN ?2 IS NULL THEN checkpoint_attempt ELSE ?8 END,
 			result = coalesce(?3, result), updated_ns = ?4, events_stored = events_stored + ?9` + set + `
 		WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN (` + numbered(first, n) + `)
@@ -473,7 +469,6 @@ const (
 	qAbandonAttempt = `UPDATE attempts SET status = ?, reason = ?, message = ?, ended_ns = ?
 		WHERE task_id = ? AND number = ? AND status = 'running'`
 	qAttemptStatus = `SELECT status FROM attempts WHERE task_id = ? AND number = ?`
-	qChargeWall    = `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?) WHERE id = ?`
 )
 
 // runningAttempt checks, inside tx, that principal's task id has attempt
@@ -571,7 +566,7 @@ func (s *Store) AbandonAttempt(ctx context.Context, a AbandonAttempt) error {
 			}
 			return fmt.Errorf("task %s: attempt %d is already %s: %w", id, number, st, ErrConflict)
 		}
-		if _, err := tx.ExecContext(ctx, qChargeWall, wallMillisUsed, id); err != nil {
+		if _, err := tx.ExecContext(ctx, tx.s.q.chargeWall, wallMillisUsed, id); err != nil {
 			return err
 		}
 		_, err = s.appendEvents(ctx, tx, id, run, events)

@@ -116,14 +116,14 @@ func (t *txn) lockTaskRow(ctx context.Context, id string) error {
 // writeQueries is every statement the write paths run. A query missing here
 // still works, unprepared (and counted in Store.unprepared, which the tests
 // check stays zero).
-func writeQueries() []string {
+func writeQueries(e engineSQL) []string {
 	qs := []string{
-		qInsertTask, qTaskByID, qTaskState, qHeartbeat,
+		qInsertTask, qTaskByID, qTaskState, e.heartbeat,
 		qInsertEvent, qTrimEvents, qCountEvents, qUncountEvents, qCountRunEvents,
-		qClaimTask, qClaimRefused, qAttemptsHead, qInsertAttempt,
-		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, qChargeWall,
+		qClaimTask, qClaimRefused, e.attemptsHead, qInsertAttempt,
+		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, e.chargeWall, e.chargeModel,
 		qFinishClaimTask, qFinishRunningAttempt,
-		qInterruptTasks, qInterruptAttempts,
+		e.interruptTasks, qInterruptAttempts,
 	}
 	qs = append(qs, effectQueries()...)
 	qs = append(qs, approvalQueries()...)
@@ -141,7 +141,7 @@ func writeQueries() []string {
 		qs = append(qs, transitionSQL(n))
 	}
 	for n := 1; n <= len(liveStatuses); n++ {
-		qs = append(qs, finishTaskSQL(false, n), finishTaskSQL(true, n))
+		qs = append(qs, finishTaskSQL(e, false, n), finishTaskSQL(e, true, n))
 	}
 	for n := 1; n <= maxEventRows; n++ {
 		qs = append(qs, insertEventsSQL(n))
@@ -152,7 +152,7 @@ func writeQueries() []string {
 // prepare prepares writeQueries on the writer, in the engine's text.
 func (s *Store) prepare(ctx context.Context) error {
 	s.prepared = make(map[string]*sql.Stmt)
-	for _, q := range writeQueries() {
+	for _, q := range writeQueries(s.q) {
 		st, err := s.w.PrepareContext(ctx, s.d.rebind(q))
 		if err != nil {
 			return fmt.Errorf("prepare %q: %w", q, err)

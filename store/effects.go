@@ -148,11 +148,6 @@ const (
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND tool_calls_used < tool_calls_limit
 			AND output_bytes_used < output_bytes_limit
 		RETURNING ` + taskCols
-	qChargeModel = `UPDATE tasks SET model_calls_used = model_calls_used + 1, depth_used = max(depth_used, ?1)
-		WHERE id = ?2 AND principal_id = ?3 AND run_id = ?4 AND status = 'running'
-			AND model_calls_used < model_calls_limit AND ?1 <= depth_limit
-			AND model_tokens_used + ?5 <= model_tokens_limit AND output_bytes_used < output_bytes_limit
-		RETURNING ` + taskCols
 	qLiveTask = `SELECT ` + taskCols + ` FROM tasks
 		WHERE id = ? AND principal_id = ? AND run_id = ? AND status IN ('running','waiting_approval')`
 	qInsertEffect = `INSERT INTO effects (` + effectInsertCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -222,7 +217,7 @@ const (
 
 // effectQueries are the effect write statements, prepared at Open.
 func effectQueries() []string {
-	return []string{qChargeTool, qChargeModel, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleHostEffects, qSettleTaskEffects,
+	return []string{qChargeTool, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleHostEffects, qSettleTaskEffects,
 		qResolveEffect, qSettleObserved}
 }
 
@@ -282,7 +277,7 @@ func (s *Store) AdmitEffect(ctx context.Context, e NewEffect, events ...NewEvent
 		case e.Kind == EffectTool:
 			t, err = scanTask(tx.QueryRowContext(ctx, qChargeTool, e.TaskID, e.PrincipalID, e.RunID))
 		default:
-			t, err = scanTask(tx.QueryRowContext(ctx, qChargeModel, e.Depth, e.TaskID, e.PrincipalID, e.RunID, modelNeed(e)))
+			t, err = scanTask(tx.QueryRowContext(ctx, tx.s.q.chargeModel, e.Depth, e.TaskID, e.PrincipalID, e.RunID, modelNeed(e)))
 		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return s.chargeRefused(ctx, tx, e)

@@ -257,7 +257,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
-	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits,
+	s := &Store{path: where, d: pgDialect{}, q: pgSQL(), r: db, now: opts.Now, lim: opts.Limits,
 		host: opts.HostID, listenCfg: cfg.Copy(), writeFault: opts.WriteFault}
 	s.observe(opts)
 	if !opts.ReadOnly {

@@ -180,17 +180,3 @@ func (s *Store) QueuePositions(ctx context.Context) (map[string]int64, error) {
 	}
 	return pos, rows.Err()
 }
-
-// queueMigration is the schema of the queue in either engine's integer
-// type: when each pending task entered the queue (older pending tasks
-// entered it when they were created), and the host a task is held for.
-func queueMigration(integer string) []string {
-	return []string{
-		`ALTER TABLE tasks ADD COLUMN queued_ns ` + integer + ` NOT NULL DEFAULT 0`,
-		`ALTER TABLE tasks ADD COLUMN queue_host TEXT NOT NULL DEFAULT '' CHECK (length(queue_host) <= 64)`,
-		`UPDATE tasks SET queued_ns = created_ns WHERE status = 'pending'`,
-		// Admission counts the queue and a free slot reads its head: a
-		// partial index keeps both small however long the history.
-		`CREATE INDEX tasks_queue ON tasks (queued_ns, seq) WHERE status = 'pending'`,
-	}
-}

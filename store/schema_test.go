@@ -203,3 +203,27 @@ func TestSchemaPostgres(t *testing.T) {
 		})
 	}
 }
+
+// TestPostgresSchemaHoldsOnlyTables opens a store in a fresh database and
+// requires the schema it was given to hold the store's tables, their
+// indexes and identity sequences, and nothing else: no function, type,
+// view or operator of ours lands in a schema the user may share.
+func TestPostgresSchemaHoldsOnlyTables(t *testing.T) {
+	dsn := testpg.DSN(t)
+	openPGStore(t, dsn)
+	db := openPGDB(t, dsn)
+	var b strings.Builder
+	dumpRows(t, &b, db, "other relations", `SELECT relkind, relname FROM pg_class
+		WHERE relnamespace = current_schema()::regnamespace AND relkind NOT IN ('r', 'i', 'S') ORDER BY 1, 2`)
+	dumpRows(t, &b, db, "functions", `SELECT proname, pg_get_function_identity_arguments(oid) FROM pg_proc
+		WHERE pronamespace = current_schema()::regnamespace ORDER BY 1, 2`)
+	// A table's row type and its array type come with the table.
+	dumpRows(t, &b, db, "types", `SELECT typname FROM pg_type t
+		WHERE typnamespace = current_schema()::regnamespace AND typrelid = 0
+		AND NOT EXISTS (SELECT 1 FROM pg_type e WHERE e.oid = t.typelem AND e.typrelid <> 0) ORDER BY 1`)
+	dumpRows(t, &b, db, "operators", `SELECT oprname FROM pg_operator WHERE oprnamespace = current_schema()::regnamespace ORDER BY 1`)
+	want := "# other relations\n# functions\n# types\n# operators\n"
+	if got := b.String(); got != want {
+		t.Fatalf("the store's schema holds more than its tables:\n%s", got)
+	}
+}

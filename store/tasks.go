@@ -388,9 +388,6 @@ func (s *Store) CancelFor(ctx context.Context, principal, id string, reason Reas
 	})
 }
 
-const qHeartbeat = `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?)
-	WHERE id = ? AND principal_id = ? AND run_id = ? AND status IN ('running', 'waiting_approval')`
-
 // Heartbeat records the wall time used so far by a live run. Wall time only
 // grows: the stored value becomes max(stored, wallMillisUsed), so a late or
 // reordered heartbeat can never hand time back. It is refused (ErrNotFound or
@@ -401,7 +398,7 @@ func (s *Store) Heartbeat(ctx context.Context, principal, id string, runID int64
 		return invalidf("negative wall time")
 	}
 	return s.write(ctx, func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, qHeartbeat, wallMillisUsed, id, principal, runID)
+		res, err := tx.ExecContext(ctx, tx.s.q.heartbeat, wallMillisUsed, id, principal, runID)
 		if err != nil {
 			return err
 		}

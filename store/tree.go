@@ -35,19 +35,6 @@ const taskStatusList = `'pending','running','waiting_approval','completed','fail
 // trees, as SQLite keeps it in the table's CREATE text.
 const oldTaskStatusCheck = `CHECK (status IN ('pending','running','waiting_approval','completed','failed','cancelled','interrupted'))`
 
-// treeMigration adds the tree columns in either engine's integer type.
-func treeMigration(integer string) []string {
-	return []string{
-		`ALTER TABLE tasks ADD COLUMN parent_task_id TEXT NOT NULL DEFAULT '' CHECK (length(parent_task_id) <= 128)`,
-		`ALTER TABLE tasks ADD COLUMN root_task_id TEXT NOT NULL DEFAULT '' CHECK (length(root_task_id) <= 128)`,
-		`ALTER TABLE tasks ADD COLUMN tree_depth ` + integer + ` NOT NULL DEFAULT 0 CHECK (tree_depth >= 0 AND tree_depth <= 8)`,
-		// Children are read by parent, trees by root; roots are most tasks,
-		// so only children are indexed.
-		`CREATE INDEX tasks_parent ON tasks (parent_task_id) WHERE parent_task_id <> ''`,
-		`CREATE INDEX tasks_root ON tasks (root_task_id) WHERE root_task_id <> ''`,
-	}
-}
-
 // rebuildTasksStatus widens the tasks table's status CHECK to take
 // blocked. SQLite cannot alter a CHECK, so the table is rebuilt as its own
 // documentation says (create the new table, copy, drop, rename, re-create
