@@ -84,22 +84,22 @@ func scanApproval(sc scanner) (Approval, error) {
 }
 
 const (
-	qInsertApproval = `INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL, ?, ?, 'once', '')
+	qInsertApproval = `INSERT INTO approvals (` + approvalCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, NULL, $11, $12, 'once', '')
 		RETURNING ` + approvalCols
-	qResolveApproval = `UPDATE approvals SET status = ?, resolved_ns = ?, scope = ?, pattern = ?
-		WHERE id = ? AND principal_id = ? AND status = 'pending' RETURNING ` + approvalCols
-	qCountGrants = `SELECT count(*) FROM approvals WHERE task_id = ? AND scope = 'task' AND status = 'approved'`
+	qResolveApproval = `UPDATE approvals SET status = $1, resolved_ns = $2, scope = $3, pattern = $4
+		WHERE id = $5 AND principal_id = $6 AND status = 'pending' RETURNING ` + approvalCols
+	qCountGrants = `SELECT count(*) FROM approvals WHERE task_id = $1 AND scope = 'task' AND status = 'approved'`
 	qTaskGrants  = `SELECT ` + approvalCols + ` FROM approvals
-		WHERE task_id = ? AND principal_id = ? AND tool = ? AND scope = 'task' AND status = 'approved'
+		WHERE task_id = $1 AND principal_id = $2 AND tool = $3 AND scope = 'task' AND status = 'approved'
 		ORDER BY created_ns, id LIMIT ` + maxTaskGrantsSQL
-	qApprovalByID    = `SELECT ` + approvalCols + ` FROM approvals WHERE id = ? AND principal_id = ?`
-	qApprovalTask    = `SELECT task_id FROM approvals WHERE id = ? AND principal_id = ?`
-	qCancelApprovals = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE task_id = ? AND status = 'pending'`
-	// The pending approvals of the tasks leased to host ?2 (or to no host).
-	qCancelHostPending = `UPDATE approvals SET status = 'cancelled', resolved_ns = ?1 WHERE status = 'pending'
-		AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = approvals.task_id AND t.lease_host IN (?2, ''))`
-	qListApprovals     = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? ORDER BY created_ns, id LIMIT 1000`
-	qListApprovalsStat = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? AND status = ? ORDER BY created_ns, id LIMIT 1000`
+	qApprovalByID    = `SELECT ` + approvalCols + ` FROM approvals WHERE id = $1 AND principal_id = $2`
+	qApprovalTask    = `SELECT task_id FROM approvals WHERE id = $1 AND principal_id = $2`
+	qCancelApprovals = `UPDATE approvals SET status = 'cancelled', resolved_ns = $1 WHERE task_id = $2 AND status = 'pending'`
+	// The pending approvals of the tasks leased to host $2 (or to no host).
+	qCancelHostPending = `UPDATE approvals SET status = 'cancelled', resolved_ns = $1 WHERE status = 'pending'
+		AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = approvals.task_id AND t.lease_host IN ($2, ''))`
+	qListApprovals     = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = $1 ORDER BY created_ns, id LIMIT 1000`
+	qListApprovalsStat = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = $1 AND status = $2 ORDER BY created_ns, id LIMIT 1000`
 )
 
 // maxTaskGrantsSQL is MaxTaskGrants in a query's text.

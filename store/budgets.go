@@ -25,9 +25,9 @@ type Charge struct {
 // effect has run, and what it cost is counted in full whatever it leaves
 // (the caller fails the task when a budget is passed), nor the task's
 // status: a cancel that landed while the call ran does not make it free.
-const qChargeObserved = `UPDATE tasks SET model_tokens_used = model_tokens_used + ?1,
-		model_tokens_estimated = model_tokens_estimated + ?2, output_bytes_used = output_bytes_used + ?3
-	WHERE id = ?4 AND principal_id = ?5
+const qChargeObserved = `UPDATE tasks SET model_tokens_used = model_tokens_used + $1,
+		model_tokens_estimated = model_tokens_estimated + $2, output_bytes_used = output_bytes_used + $3
+	WHERE id = $4 AND principal_id = $5
 	RETURNING ` + taskCols
 
 func chargeQueries() []string { return []string{qChargeObserved} }

@@ -60,3 +60,16 @@ func TestEngineSQLIsItsEngines(t *testing.T) {
 		}
 	}
 }
+
+// TestStatementsUseDollarParams: every statement the write paths prepare,
+// on either engine, is written with "$N" parameters — none with SQLite's
+// "?", which PostgreSQL would refuse, since nothing rewrites them.
+func TestStatementsUseDollarParams(t *testing.T) {
+	for name, q := range map[string]engineSQL{"sqlite": sqliteSQL(), "postgres": pgSQL()} {
+		for _, stmt := range writeQueries(q) {
+			if strings.Contains(stmt, "?") {
+				t.Errorf("%s: a statement holds \"?\": %s", name, stmt)
+			}
+		}
+	}
+}

@@ -29,9 +29,9 @@ func params(q string) int {
 func TestQueryPlans(t *testing.T) {
 	s := openTest(t)
 	queries := append(writeQueries(sqliteSQL()), qTaskExists, qEvents,
-		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? AND status IN (?, ?) ORDER BY seq LIMIT ?`,
-		`SELECT `+attemptCols+` FROM attempts WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2) ORDER BY number`,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 AND status IN ($3, $4) ORDER BY seq LIMIT $5`,
+		`SELECT `+attemptCols+` FROM attempts WHERE task_id = $1 AND EXISTS (SELECT 1 FROM tasks WHERE id = $1 AND principal_id = $2) ORDER BY number`,
 	)
 	for _, q := range queries {
 		rows, err := s.r.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+q, make([]any, params(q))...)

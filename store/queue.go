@@ -45,9 +45,9 @@ const pgQueueLock = 0x74736b71
 
 const (
 	qCountQueued = `SELECT count(*) FROM tasks WHERE status = 'pending'`
-	qQueueMark   = `UPDATE tasks SET queued_ns = ?, queue_host = ? WHERE id = ?`
-	qQueuedTasks = `SELECT ` + taskListCols + ` FROM tasks WHERE status = 'pending' AND queue_host IN ('', ?) ORDER BY queued_ns, seq LIMIT ?`
-	qQueueOrder  = `SELECT id FROM tasks WHERE status = 'pending' ORDER BY queued_ns, seq LIMIT ?`
+	qQueueMark   = `UPDATE tasks SET queued_ns = $1, queue_host = $2 WHERE id = $3`
+	qQueuedTasks = `SELECT ` + taskListCols + ` FROM tasks WHERE status = 'pending' AND queue_host IN ('', $1) ORDER BY queued_ns, seq LIMIT $2`
+	qQueueOrder  = `SELECT id FROM tasks WHERE status = 'pending' ORDER BY queued_ns, seq LIMIT $1`
 )
 
 // admit takes the queue's lock where the engine needs one and refuses
