@@ -140,7 +140,8 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 		}
 		var err error
 		var stored int64
-		t, stored, err = s.transition(ctx, tx, a.PrincipalID, a.TaskID, []Status{StatusRunning}, StatusWaitingApproval, ReasonNone, "", len(events))
+		t, stored, err = s.transition(ctx, tx, &transitionParams{PrincipalID: a.PrincipalID, TaskID: a.TaskID,
+			From: []Status{StatusRunning}, To: StatusWaitingApproval, Events: len(events)})
 		if err != nil {
 			return err
 		}
@@ -169,7 +170,7 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 // first) nothing is written and a *TransitionError is returned; an approval
 // already resolved gives an *ApprovalResolvedError. Both match ErrConflict.
 func (s *Store) ResolveApproval(ctx context.Context, principal, id string, to ApprovalStatus, events ...NewEvent) (Approval, Task, error) {
-	return s.resolveApproval(ctx, principal, id, to, nil, events)
+	return s.resolveApproval(ctx, &resolveParams{PrincipalID: principal, ID: id, To: to, Events: events})
 }
 
 // GrantApproval approves a pending tool approval as ResolveApproval does,
@@ -182,7 +183,7 @@ func (s *Store) GrantApproval(ctx context.Context, principal, id, pattern string
 	if err := checkSize("approval pattern", len(pattern), MaxGrantPattern); err != nil {
 		return Approval{}, Task{}, err
 	}
-	return s.resolveApproval(ctx, principal, id, ApprovalApproved, &pattern, events)
+	return s.resolveApproval(ctx, &resolveParams{PrincipalID: principal, ID: id, To: ApprovalApproved, Pattern: &pattern, Events: events})
 }
 
 // TaskGrants lists the allow-for-task approvals of principal's task for
@@ -209,9 +210,20 @@ func scanApprovals(rows visibleRows) ([]Approval, error) {
 	return out, rows.Err()
 }
 
-// resolveApproval is ResolveApproval, and GrantApproval when pattern is
+// resolveParams is the resolution of principal's approval ID as To, with
+// its Events; a grant for the rest of the task when Pattern is set.
+type resolveParams struct {
+	PrincipalID string
+	ID          string
+	To          ApprovalStatus
+	Pattern     *string
+	Events      []NewEvent
+}
+
+// resolveApproval is ResolveApproval, and GrantApproval when p.Pattern is
 // set.
-func (s *Store) resolveApproval(ctx context.Context, principal, id string, to ApprovalStatus, pattern *string, events []NewEvent) (Approval, Task, error) {
+func (s *Store) resolveApproval(ctx context.Context, p *resolveParams) (Approval, Task, error) {
+	principal, id, to, pattern, events := p.PrincipalID, p.ID, p.To, p.Pattern, p.Events
 	var taskTo Status
 	var reason Reason
 	switch to {
@@ -256,7 +268,8 @@ func (s *Store) resolveApproval(ctx context.Context, principal, id string, to Ap
 			return err
 		}
 		var stored int64
-		t, stored, err = s.transition(ctx, tx, principal, a.TaskID, []Status{StatusWaitingApproval}, taskTo, reason, "", len(events))
+		t, stored, err = s.transition(ctx, tx, &transitionParams{PrincipalID: principal, TaskID: a.TaskID,
+			From: []Status{StatusWaitingApproval}, To: taskTo, Reason: reason, Events: len(events)})
 		if err != nil {
 			return err
 		}

@@ -65,7 +65,7 @@ func (s *Store) ObserveEffect(ctx context.Context, m MarkEffect, c Charge) (Effe
 	var out Effect
 	var t Task
 	err := s.write(ctx, func(tx *txn) (err error) {
-		if out, err = s.markEffect(ctx, tx, m.PrincipalID, m.TaskID, m.Attempt, m.Seq, m.From, m.To, m.Result); err != nil {
+		if out, err = s.markEffect(ctx, tx, &m); err != nil {
 			return err
 		}
 		t, err = scanTask(tx.QueryRowContext(ctx, qChargeObserved, c.Tokens, estimated, c.OutputBytes, m.TaskID, m.PrincipalID))

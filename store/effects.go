@@ -350,33 +350,33 @@ type MarkEffect struct {
 // no longer in from gives ErrConflict. dispatching must be committed before
 // the effect crosses its boundary.
 func (s *Store) MarkEffect(ctx context.Context, m MarkEffect) (Effect, error) {
-	principal, taskID, attempt, seq, from, to, result := m.PrincipalID, m.TaskID, m.Attempt, m.Seq, m.From, m.To, m.Result
+	from, to := m.From, m.To
 	legal := (from == EffectAdmitted && (to == EffectDispatching || to == EffectFailed)) ||
 		(from == EffectDispatching && (to == EffectObserved || to == EffectFailed || to == EffectIndeterminate))
 	if !legal {
 		return Effect{}, invalidf("effect %s → %s is not a legal change", from, to)
 	}
-	if err := checkSize("effect result", len(result), MaxEffectResult); err != nil {
+	if err := checkSize("effect result", len(m.Result), MaxEffectResult); err != nil {
 		return Effect{}, err
 	}
 	var out Effect
 	err := s.write(ctx, func(tx *txn) (err error) {
-		out, err = s.markEffect(ctx, tx, principal, taskID, attempt, seq, from, to, result)
+		out, err = s.markEffect(ctx, tx, &m)
 		return err
 	})
 	return out, err
 }
 
 // markEffect is MarkEffect's compare-and-set inside tx.
-func (s *Store) markEffect(ctx context.Context, tx *txn, principal, taskID string, attempt, seq int64, from, to EffectStatus, result []byte) (Effect, error) {
+func (s *Store) markEffect(ctx context.Context, tx *txn, m *MarkEffect) (Effect, error) {
 	noResult := 0
-	if result == nil {
+	if m.Result == nil {
 		noResult = 1
 	}
-	out, err := scanEffect(tx.QueryRowContext(ctx, qMarkEffect, string(to), result, nanos(s.now()),
-		taskID, attempt, seq, string(from), principal, noResult))
+	out, err := scanEffect(tx.QueryRowContext(ctx, qMarkEffect, string(m.To), m.Result, nanos(s.now()),
+		m.TaskID, m.Attempt, m.Seq, string(m.From), m.PrincipalID, noResult))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Effect{}, fmt.Errorf("task %s attempt %d effect %d is not %s: %w", taskID, attempt, seq, from, ErrConflict)
+		return Effect{}, fmt.Errorf("task %s attempt %d effect %d is not %s: %w", m.TaskID, m.Attempt, m.Seq, m.From, ErrConflict)
 	}
 	return out, err
 }

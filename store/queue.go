@@ -127,7 +127,8 @@ func (s *Store) Enqueue(ctx context.Context, principal, id string, limit int, ev
 		}
 		var stored int64
 		var err error
-		if t, stored, err = s.transition(ctx, tx, principal, id, []Status{StatusInterrupted}, StatusPending, ReasonNone, "", len(events)); err != nil {
+		if t, stored, err = s.transition(ctx, tx, &transitionParams{PrincipalID: principal, TaskID: id,
+			From: []Status{StatusInterrupted}, To: StatusPending, Events: len(events)}); err != nil {
 			return err
 		}
 		if _, err := tx.exec(ctx, qQueueMark, nanos(s.now()), "", t.ID); err != nil {

@@ -298,7 +298,8 @@ func (s *Store) Transition(ctx context.Context, tr Transition) (Task, error) {
 	err := s.write(ctx, func(tx *txn) error {
 		var err error
 		var stored int64
-		if t, stored, err = s.transition(ctx, tx, principal, id, uniq(from), to, reason, message, len(events)); err != nil {
+		if t, stored, err = s.transition(ctx, tx, &transitionParams{PrincipalID: principal, TaskID: id, From: uniq(from), To: to,
+			Reason: reason, Message: message, Events: len(events)}); err != nil {
 			return err
 		}
 		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, events)
@@ -327,27 +328,38 @@ func transitionSQL(n int) string {
 		RETURNING ` + taskCols + `, events_stored`
 }
 
-// transition is the compare-and-set behind every status change. Arguments
-// are validated and from deduplicated by the caller. It counts events, the
-// number of events the caller stores with the change (storeEvents), and
-// returns the task's new count.
-func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, from []Status, to Status, reason Reason, message string, events int) (Task, int64, error) {
-	args := []any{string(to), string(reason), message, nanos(s.now()), id, principal}
-	for _, f := range from {
+// transitionParams is one status change: principal's task moves from any
+// of From to To, with Reason and Message, and Events events the caller
+// stores with the change (storeEvents) are counted.
+type transitionParams struct {
+	PrincipalID string
+	TaskID      string
+	From        []Status // validated and deduplicated by the caller
+	To          Status
+	Reason      Reason
+	Message     string
+	Events      int
+}
+
+// transition is the compare-and-set behind every status change. It
+// returns the task and its new count of events.
+func (s *Store) transition(ctx context.Context, tx *txn, p *transitionParams) (Task, int64, error) {
+	args := []any{string(p.To), string(p.Reason), p.Message, nanos(s.now()), p.TaskID, p.PrincipalID}
+	for _, f := range p.From {
 		args = append(args, string(f))
 	}
-	args = append(args, s.host, events)
+	args = append(args, s.host, p.Events)
 	var stored int64
-	t, err := scanTask(tx.QueryRowContext(ctx, transitionSQL(len(from)), args...), &stored)
+	t, err := scanTask(tx.QueryRowContext(ctx, transitionSQL(len(p.From)), args...), &stored)
 	if errors.Is(err, sql.ErrNoRows) {
-		cur, _, err := taskState(ctx, tx, principal, id)
+		cur, _, err := taskState(ctx, tx, p.PrincipalID, p.TaskID)
 		if err != nil {
 			return Task{}, 0, err
 		}
-		return Task{}, 0, &TransitionError{TaskID: id, Current: cur, To: to}
+		return Task{}, 0, &TransitionError{TaskID: p.TaskID, Current: cur, To: p.To}
 	}
 	if err == nil {
-		tx.wrote(id)
+		tx.wrote(p.TaskID)
 		err = s.settleApprovals(ctx, tx, t)
 	}
 	return t, stored, err
@@ -380,11 +392,13 @@ func (s *Store) Cancel(ctx context.Context, principal, id string, events ...NewE
 // (user_cancelled, or user_stop_all for a cancel of all of a principal's
 // tasks).
 func (s *Store) CancelFor(ctx context.Context, principal, id string, reason Reason, events ...NewEvent) (Task, error) {
-	return s.moveOnce(ctx, principal, id, cancellable, StatusCancelled, reason, events, func(tx *txn, t Task) error {
-		// A cancelled task's approval can no longer be approved.
+	// A cancelled task's approval can no longer be approved.
+	cancelApprovals := func(tx *txn, t Task) error {
 		_, err := tx.ExecContext(ctx, qCancelApprovals, nanos(s.now()), t.ID)
 		return err
-	})
+	}
+	return s.moveOnce(ctx, &moveParams{PrincipalID: principal, TaskID: id, From: cancellable, To: StatusCancelled,
+		Reason: reason, Events: events, Also: cancelApprovals})
 }
 
 // Heartbeat records the wall time used so far by a live run. Wall time only

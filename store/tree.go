@@ -395,7 +395,8 @@ func (tt *treeTx) move(ctx context.Context, i int, to Status, reason Reason, msg
 	if len(msg) > tt.s.lim.Message {
 		msg = msg[:tt.s.lim.Message]
 	}
-	t, stored, err := tt.s.transition(ctx, tt.tx, cur.PrincipalID, cur.ID, []Status{cur.Status}, to, reason, msg, len(evs))
+	t, stored, err := tt.s.transition(ctx, tt.tx, &transitionParams{PrincipalID: cur.PrincipalID, TaskID: cur.ID,
+		From: []Status{cur.Status}, To: to, Reason: reason, Message: msg, Events: len(evs)})
 	if err != nil {
 		return err
 	}
