@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -39,9 +40,9 @@ func TestDollarParamsBindByNumber(t *testing.T) {
 	})
 }
 
-// TestEngineSQLIsItsEngines: the statements written per engine hold no
-// text of the other's: no INDEXED BY, max or min of two arguments on
-// PostgreSQL, no greatest or least on SQLite.
+// TestEngineSQLIsItsEngines: every statement written per engine is set,
+// and holds no text of the other's: no INDEXED BY, max or min of two
+// arguments on PostgreSQL, no greatest or least on SQLite.
 func TestEngineSQLIsItsEngines(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -51,7 +52,12 @@ func TestEngineSQLIsItsEngines(t *testing.T) {
 		{"sqlite", sqliteSQL(), []string{"greatest(", "least(", "?"}},
 		{"postgres", pgSQL(), []string{"INDEXED BY", "max(wall", "max(depth", "min(wall", "?"}},
 	} {
-		for _, q := range []string{tc.q.heartbeat, tc.q.chargeWall, tc.q.chargeModel, tc.q.interruptTasks, tc.q.attemptsHead, tc.q.finishTaskWall} {
+		v := reflect.ValueOf(tc.q)
+		for i := range v.NumField() {
+			q := v.Field(i).String()
+			if q == "" {
+				t.Errorf("%s: %s is empty", tc.name, v.Type().Field(i).Name)
+			}
 			for _, bad := range tc.refuse {
 				if strings.Contains(q, bad) {
 					t.Errorf("%s statement holds %q: %s", tc.name, bad, q)
