@@ -84,22 +84,22 @@ func scanApproval(sc scanner) (Approval, error) {
 }
 
 const (
-	qInsertApproval = `INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL, ?, ?, 'once', '')
+	qInsertApproval = `INSERT INTO approvals (` + approvalCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, NULL, $11, $12, 'once', '')
 		RETURNING ` + approvalCols
-	qResolveApproval = `UPDATE approvals SET status = ?, resolved_ns = ?, scope = ?, pattern = ?
-		WHERE id = ? AND principal_id = ? AND status = 'pending' RETURNING ` + approvalCols
-	qCountGrants = `SELECT count(*) FROM approvals WHERE task_id = ? AND scope = 'task' AND status = 'approved'`
+	qResolveApproval = `UPDATE approvals SET status = $1, resolved_ns = $2, scope = $3, pattern = $4
+		WHERE id = $5 AND principal_id = $6 AND status = 'pending' RETURNING ` + approvalCols
+	qCountGrants = `SELECT count(*) FROM approvals WHERE task_id = $1 AND scope = 'task' AND status = 'approved'`
 	qTaskGrants  = `SELECT ` + approvalCols + ` FROM approvals
-		WHERE task_id = ? AND principal_id = ? AND tool = ? AND scope = 'task' AND status = 'approved'
+		WHERE task_id = $1 AND principal_id = $2 AND tool = $3 AND scope = 'task' AND status = 'approved'
 		ORDER BY created_ns, id LIMIT ` + maxTaskGrantsSQL
-	qApprovalByID    = `SELECT ` + approvalCols + ` FROM approvals WHERE id = ? AND principal_id = ?`
-	qApprovalTask    = `SELECT task_id FROM approvals WHERE id = ? AND principal_id = ?`
-	qCancelApprovals = `UPDATE approvals SET status = 'cancelled', resolved_ns = ? WHERE task_id = ? AND status = 'pending'`
-	// The pending approvals of the tasks leased to host ?2 (or to no host).
-	qCancelHostPending = `UPDATE approvals SET status = 'cancelled', resolved_ns = ?1 WHERE status = 'pending'
-		AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = approvals.task_id AND t.lease_host IN (?2, ''))`
-	qListApprovals     = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? ORDER BY created_ns, id LIMIT 1000`
-	qListApprovalsStat = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = ? AND status = ? ORDER BY created_ns, id LIMIT 1000`
+	qApprovalByID    = `SELECT ` + approvalCols + ` FROM approvals WHERE id = $1 AND principal_id = $2`
+	qApprovalTask    = `SELECT task_id FROM approvals WHERE id = $1 AND principal_id = $2`
+	qCancelApprovals = `UPDATE approvals SET status = 'cancelled', resolved_ns = $1 WHERE task_id = $2 AND status = 'pending'`
+	// The pending approvals of the tasks leased to host $2 (or to no host).
+	qCancelHostPending = `UPDATE approvals SET status = 'cancelled', resolved_ns = $1 WHERE status = 'pending'
+		AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = approvals.task_id AND t.lease_host IN ($2, ''))`
+	qListApprovals     = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = $1 ORDER BY created_ns, id LIMIT 1000`
+	qListApprovalsStat = `SELECT ` + approvalCols + ` FROM approvals WHERE principal_id = $1 AND status = $2 ORDER BY created_ns, id LIMIT 1000`
 )
 
 // maxTaskGrantsSQL is MaxTaskGrants in a query's text.
@@ -140,7 +140,8 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 		}
 		var err error
 		var stored int64
-		t, stored, err = s.transition(ctx, tx, a.PrincipalID, a.TaskID, []Status{StatusRunning}, StatusWaitingApproval, ReasonNone, "", len(events))
+		t, stored, err = s.transition(ctx, tx, &transitionParams{PrincipalID: a.PrincipalID, TaskID: a.TaskID,
+			From: []Status{StatusRunning}, To: StatusWaitingApproval, Events: len(events)})
 		if err != nil {
 			return err
 		}
@@ -169,7 +170,7 @@ func (s *Store) RequestApproval(ctx context.Context, a NewApproval, events ...Ne
 // first) nothing is written and a *TransitionError is returned; an approval
 // already resolved gives an *ApprovalResolvedError. Both match ErrConflict.
 func (s *Store) ResolveApproval(ctx context.Context, principal, id string, to ApprovalStatus, events ...NewEvent) (Approval, Task, error) {
-	return s.resolveApproval(ctx, principal, id, to, nil, events)
+	return s.resolveApproval(ctx, &resolveParams{PrincipalID: principal, ID: id, To: to, Events: events})
 }
 
 // GrantApproval approves a pending tool approval as ResolveApproval does,
@@ -182,7 +183,7 @@ func (s *Store) GrantApproval(ctx context.Context, principal, id, pattern string
 	if err := checkSize("approval pattern", len(pattern), MaxGrantPattern); err != nil {
 		return Approval{}, Task{}, err
 	}
-	return s.resolveApproval(ctx, principal, id, ApprovalApproved, &pattern, events)
+	return s.resolveApproval(ctx, &resolveParams{PrincipalID: principal, ID: id, To: ApprovalApproved, Pattern: &pattern, Events: events})
 }
 
 // TaskGrants lists the allow-for-task approvals of principal's task for
@@ -209,9 +210,20 @@ func scanApprovals(rows visibleRows) ([]Approval, error) {
 	return out, rows.Err()
 }
 
-// resolveApproval is ResolveApproval, and GrantApproval when pattern is
+// resolveParams is the resolution of principal's approval ID as To, with
+// its Events; a grant for the rest of the task when Pattern is set.
+type resolveParams struct {
+	PrincipalID string
+	ID          string
+	To          ApprovalStatus
+	Pattern     *string
+	Events      []NewEvent
+}
+
+// resolveApproval is ResolveApproval, and GrantApproval when p.Pattern is
 // set.
-func (s *Store) resolveApproval(ctx context.Context, principal, id string, to ApprovalStatus, pattern *string, events []NewEvent) (Approval, Task, error) {
+func (s *Store) resolveApproval(ctx context.Context, p *resolveParams) (Approval, Task, error) {
+	principal, id, to, pattern, events := p.PrincipalID, p.ID, p.To, p.Pattern, p.Events
 	var taskTo Status
 	var reason Reason
 	switch to {
@@ -256,7 +268,8 @@ func (s *Store) resolveApproval(ctx context.Context, principal, id string, to Ap
 			return err
 		}
 		var stored int64
-		t, stored, err = s.transition(ctx, tx, principal, a.TaskID, []Status{StatusWaitingApproval}, taskTo, reason, "", len(events))
+		t, stored, err = s.transition(ctx, tx, &transitionParams{PrincipalID: principal, TaskID: a.TaskID,
+			From: []Status{StatusWaitingApproval}, To: taskTo, Reason: reason, Events: len(events)})
 		if err != nil {
 			return err
 		}

@@ -46,7 +46,7 @@ func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID 
 	tx.wrote(id)
 	var last int64
 	var running sql.NullInt64
-	if err := tx.QueryRowContext(ctx, qAttemptsHead, id).Scan(&last, &running); err != nil {
+	if err := tx.QueryRowContext(ctx, tx.s.q.attemptsHead, id).Scan(&last, &running); err != nil {
 		return Attempt{}, Task{}, err
 	}
 	if running.Valid {
@@ -61,16 +61,12 @@ func (s *Store) claim(ctx context.Context, tx *txn, principal, id string, runID 
 }
 
 const (
-	qClaimTask = `UPDATE tasks SET steps_used = steps_used + 1, updated_ns = ?, events_stored = events_stored + ?
-		WHERE id = ? AND principal_id = ? AND status = 'running' AND run_id = ? AND steps_used < steps_limit
+	qClaimTask = `UPDATE tasks SET steps_used = steps_used + 1, updated_ns = $1, events_stored = events_stored + $2
+		WHERE id = $3 AND principal_id = $4 AND status = 'running' AND run_id = $5 AND steps_used < steps_limit
 		RETURNING ` + taskCols + `, events_stored`
-	// Both lookups are index seeks: the last number from the primary key,
-	// a running attempt from the small partial index of running attempts.
-	qAttemptsHead = `SELECT coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1), 0),
-		(SELECT number FROM attempts INDEXED BY attempts_running WHERE task_id = ?1 AND status = 'running' LIMIT 1)`
 	qInsertAttempt = `INSERT INTO attempts (task_id, number, run_id, status, started_ns)
-		VALUES (?, ?, ?, 'running', ?)`
-	qClaimRefused = `SELECT status, run_id, steps_used, steps_limit FROM tasks WHERE id = ? AND principal_id = ?`
+		VALUES ($1, $2, $3, 'running', $4)`
+	qClaimRefused = `SELECT status, run_id, steps_used, steps_limit FROM tasks WHERE id = $1 AND principal_id = $2`
 )
 
 // insertAttempt inserts attempt number of task id, running since now. The
@@ -355,22 +351,21 @@ const (
 	// task that stays running) and the next claim's charge in one
 	// compare-and-set, counting the step's events; it returns the new
 	// count, and the EXISTS says whether an effect result of an
-	// attempt after the last completed one is left to drop. Plain ?
-	// placeholders and no SQLite-only function, so it reads the same on
-	// PostgreSQL.
+	// attempt after the last completed one is left to drop. No function
+	// of one engine only, so both run the same text.
 	qFinishClaimTask = `UPDATE tasks SET
-			wall_ms_used = CASE WHEN wall_ms_used < ? THEN ? ELSE wall_ms_used END,
-			checkpoint = coalesce(?, checkpoint),
-			checkpoint_attempt = CASE WHEN ? = 1 THEN ? ELSE checkpoint_attempt END,
-			steps_used = steps_used + 1, updated_ns = ?, events_stored = events_stored + ?
-		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND steps_used < steps_limit
-		RETURNING ` + taskCols + `, events_stored, EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND result IS NOT NULL
-			AND attempt > coalesce((SELECT number FROM attempts WHERE task_id = ? AND number < ? AND status = 'completed'
+			wall_ms_used = CASE WHEN wall_ms_used < $1 THEN $2 ELSE wall_ms_used END,
+			checkpoint = coalesce($3, checkpoint),
+			checkpoint_attempt = CASE WHEN $4 = 1 THEN $5 ELSE checkpoint_attempt END,
+			steps_used = steps_used + 1, updated_ns = $6, events_stored = events_stored + $7
+		WHERE id = $8 AND principal_id = $9 AND run_id = $10 AND status = 'running' AND steps_used < steps_limit
+		RETURNING ` + taskCols + `, events_stored, EXISTS (SELECT 1 FROM effects WHERE task_id = $11 AND result IS NOT NULL
+			AND attempt > coalesce((SELECT number FROM attempts WHERE task_id = $12 AND number < $13 AND status = 'completed'
 				ORDER BY number DESC LIMIT 1), 0)),
-			EXISTS (SELECT 1 FROM effects WHERE task_id = ? AND attempt = ? AND resolution = 'unsettled' AND status = 'observed')`
-	qFinishRunningAttempt = `UPDATE attempts SET status = ?, outcome = ?, summary = ?, reason = ?,
-			message = ?, ended_ns = ?, exit_code = ?, exit_signal = ?, stderr_tail = ?
-		WHERE task_id = ? AND number = ? AND run_id = ? AND status = 'running'`
+			EXISTS (SELECT 1 FROM effects WHERE task_id = $14 AND attempt = $15 AND resolution = 'unsettled' AND status = 'observed')`
+	qFinishRunningAttempt = `UPDATE attempts SET status = $1, outcome = $2, summary = $3, reason = $4,
+			message = $5, ended_ns = $6, exit_code = $7, exit_signal = $8, stderr_tail = $9
+		WHERE task_id = $10 AND number = $11 AND run_id = $12 AND status = 'running'`
 )
 
 // finish is FinishAttempt inside tx, after checkFinish.
@@ -402,7 +397,7 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		}
 		var err error
 		var stored int64
-		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(f.TaskTo != "", len(from)), args...), &stored)
+		t, err = scanTask(tx.QueryRowContext(ctx, finishTaskSQL(tx.s.q, f.TaskTo != "", len(from)), args...), &stored)
 		if errors.Is(err, sql.ErrNoRows) {
 			cur, run, err := taskState(ctx, tx, f.PrincipalID, f.TaskID)
 			if err != nil {
@@ -448,32 +443,31 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 
 // finishTaskSQL is the task side of FinishAttempt: wall time only grows, a
 // nil checkpoint or result keeps the stored one, a new checkpoint records the
-// finishing attempt (?8) as the one that wrote it, the outcome's events
-// (?9 of them) are counted, and the status changes only when setStatus —
+// finishing attempt ($8) as the one that wrote it, the outcome's events
+// ($9 of them) are counted, and the status changes only when setStatus —
 // all under the same compare-and-set on run and status. It returns the
 // task and its new count of events.
-func finishTaskSQL(setStatus bool, n int) string {
+func finishTaskSQL(q engineSQL, setStatus bool, n int) string {
 	set, first := "", 10
 	if setStatus {
-		set, first = `, status = ?10, reason = ?11, message = ?12`, 13
+		set, first = `, status = $10, reason = $11, message = $12`, 13
 	}
-	return `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?1), checkpoint = coalesce(?2, checkpoint),
-			checkpoint_attempt = CASE WHEN ?2 IS NULL THEN checkpoint_attempt ELSE ?8 END,
-			result = coalesce(?3, result), updated_ns = ?4, events_stored = events_stored + ?9` + set + `
-		WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN (` + numbered(first, n) + `)
+	return `UPDATE tasks SET ` + q.finishTaskWall + `, checkpoint = coalesce($2, checkpoint),
+			checkpoint_attempt = CASE WHEN $2 IS NULL THEN checkpoint_attempt ELSE $8 END,
+			result = coalesce($3, result), updated_ns = $4, events_stored = events_stored + $9` + set + `
+		WHERE id = $5 AND principal_id = $6 AND run_id = $7 AND status IN (` + numbered(first, n) + `)
 		RETURNING ` + taskCols + `, events_stored`
 }
 
 const (
-	qFinishAttemptRow = `UPDATE attempts SET status = ?, outcome = ?, summary = ?, reason = ?,
-			message = ?, ended_ns = ?, exit_code = ?, exit_signal = ?, stderr_tail = ?
-		WHERE task_id = ? AND number = ? AND status = 'running'`
+	qFinishAttemptRow = `UPDATE attempts SET status = $1, outcome = $2, summary = $3, reason = $4,
+			message = $5, ended_ns = $6, exit_code = $7, exit_signal = $8, stderr_tail = $9
+		WHERE task_id = $10 AND number = $11 AND status = 'running'`
 	qRunningAttempt = `SELECT a.status, a.run_id FROM attempts a JOIN tasks t ON t.id = a.task_id
-		WHERE a.task_id = ? AND a.number = ? AND t.principal_id = ?`
-	qAbandonAttempt = `UPDATE attempts SET status = ?, reason = ?, message = ?, ended_ns = ?
-		WHERE task_id = ? AND number = ? AND status = 'running'`
-	qAttemptStatus = `SELECT status FROM attempts WHERE task_id = ? AND number = ?`
-	qChargeWall    = `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?) WHERE id = ?`
+		WHERE a.task_id = $1 AND a.number = $2 AND t.principal_id = $3`
+	qAbandonAttempt = `UPDATE attempts SET status = $1, reason = $2, message = $3, ended_ns = $4
+		WHERE task_id = $5 AND number = $6 AND status = 'running'`
+	qAttemptStatus = `SELECT status FROM attempts WHERE task_id = $1 AND number = $2`
 )
 
 // runningAttempt checks, inside tx, that principal's task id has attempt
@@ -571,7 +565,7 @@ func (s *Store) AbandonAttempt(ctx context.Context, a AbandonAttempt) error {
 			}
 			return fmt.Errorf("task %s: attempt %d is already %s: %w", id, number, st, ErrConflict)
 		}
-		if _, err := tx.ExecContext(ctx, qChargeWall, wallMillisUsed, id); err != nil {
+		if _, err := tx.ExecContext(ctx, tx.s.q.chargeWall, wallMillisUsed, id); err != nil {
 			return err
 		}
 		_, err = s.appendEvents(ctx, tx, id, run, events)
@@ -582,7 +576,7 @@ func (s *Store) AbandonAttempt(ctx context.Context, a AbandonAttempt) error {
 // ListAttempts returns all of a task's attempts, oldest first.
 func (s *Store) ListAttempts(ctx context.Context, principal, id string) ([]Attempt, error) {
 	return s.attempts(ctx, principal, id, `SELECT `+attemptCols+` FROM attempts
-		WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2)
+		WHERE task_id = $1 AND EXISTS (SELECT 1 FROM tasks WHERE id = $1 AND principal_id = $2)
 		ORDER BY number`)
 }
 
@@ -592,14 +586,14 @@ func (s *Store) ListAttempts(ctx context.Context, principal, id string) ([]Attem
 func (s *Store) RecentSummaries(ctx context.Context, principal, id string, n int) ([]Attempt, error) {
 	n = min(max(n, 0), 1000)
 	out, err := s.attempts(ctx, principal, id, `SELECT `+attemptCols+` FROM attempts
-		WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2)
+		WHERE task_id = $1 AND EXISTS (SELECT 1 FROM tasks WHERE id = $1 AND principal_id = $2)
 			AND status = 'completed' AND outcome IN ('continue', 'complete')
-		ORDER BY number DESC LIMIT ?3`, n)
+		ORDER BY number DESC LIMIT $3`, n)
 	slices.Reverse(out)
 	return out, err
 }
 
-// attempts runs an attempts query whose ?1 is the task id and ?2 the
+// attempts runs an attempts query whose $1 is the task id and $2 the
 // principal; an empty answer is told apart from a missing task.
 func (s *Store) attempts(ctx context.Context, principal, id, query string, extra ...any) ([]Attempt, error) {
 	rows, err := s.readRows(ctx, query, append([]any{id, principal}, extra...)...)

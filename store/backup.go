@@ -41,7 +41,7 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 		os.Remove(path)
 		return fmt.Errorf("backup: %w", err)
 	}
-	_, err = conn.ExecContext(ctx, `VACUUM INTO ?`, path)
+	_, err = conn.ExecContext(ctx, `VACUUM INTO $1`, path)
 	if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA query_only = 1`); rerr != nil {
 		// A reader that could write must not go back to the pool.
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })

@@ -25,9 +25,9 @@ type Charge struct {
 // effect has run, and what it cost is counted in full whatever it leaves
 // (the caller fails the task when a budget is passed), nor the task's
 // status: a cancel that landed while the call ran does not make it free.
-const qChargeObserved = `UPDATE tasks SET model_tokens_used = model_tokens_used + ?1,
-		model_tokens_estimated = model_tokens_estimated + ?2, output_bytes_used = output_bytes_used + ?3
-	WHERE id = ?4 AND principal_id = ?5
+const qChargeObserved = `UPDATE tasks SET model_tokens_used = model_tokens_used + $1,
+		model_tokens_estimated = model_tokens_estimated + $2, output_bytes_used = output_bytes_used + $3
+	WHERE id = $4 AND principal_id = $5
 	RETURNING ` + taskCols
 
 func chargeQueries() []string { return []string{qChargeObserved} }
@@ -65,7 +65,7 @@ func (s *Store) ObserveEffect(ctx context.Context, m MarkEffect, c Charge) (Effe
 	var out Effect
 	var t Task
 	err := s.write(ctx, func(tx *txn) (err error) {
-		if out, err = s.markEffect(ctx, tx, m.PrincipalID, m.TaskID, m.Attempt, m.Seq, m.From, m.To, m.Result); err != nil {
+		if out, err = s.markEffect(ctx, tx, &m); err != nil {
 			return err
 		}
 		t, err = scanTask(tx.QueryRowContext(ctx, qChargeObserved, c.Tokens, estimated, c.OutputBytes, m.TaskID, m.PrincipalID))

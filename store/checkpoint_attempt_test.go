@@ -110,7 +110,7 @@ func TestMigrateV3BackfillsCheckpointAttempt(t *testing.T) {
 	for i, tc := range cases {
 		if _, err := db.ExecContext(ctx, `INSERT INTO tasks (id, principal_id, executor, spec, status, steps_limit, tool_calls_limit,
 			model_calls_limit, depth_limit, wall_ms_limit, checkpoint, created_ns, updated_ns)
-			VALUES (?, 'p', 'legacy', x'7b7d', 'interrupted', 10, 0, 0, 0, 1000, ?, 1, 1)`, fmt.Sprintf("t%d", i), tc.cp); err != nil {
+			VALUES ($1, 'p', 'legacy', x'7b7d', 'interrupted', 10, 0, 0, 0, 1000, $2, 1, 1)`, fmt.Sprintf("t%d", i), tc.cp); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 	}

@@ -63,7 +63,7 @@ func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *s
 		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
 	t.s.unprepared.Add(1)
-	return t.tx.QueryRowContext(ctx, t.s.d.rebind(query), args...)
+	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
 func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
@@ -73,7 +73,7 @@ func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql
 		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
 	t.s.unprepared.Add(1)
-	return t.tx.QueryContext(ctx, t.s.d.rebind(query), args...)
+	return t.tx.QueryContext(ctx, query, args...)
 }
 
 func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -83,18 +83,18 @@ func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
 	t.s.unprepared.Add(1)
-	return t.tx.ExecContext(ctx, t.s.d.rebind(query), args...)
+	return t.tx.ExecContext(ctx, query, args...)
 }
 
 // exec runs a statement that is not worth preparing (a bulk fill), in the
 // engine's text.
 func (t *txn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return t.tx.ExecContext(ctx, t.s.d.rebind(query), t.s.d.bind(args)...)
+	return t.tx.ExecContext(ctx, query, t.s.d.bind(args)...)
 }
 
 // query is exec for a query that returns rows.
 func (t *txn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(ctx, t.s.d.rebind(query), t.s.d.bind(args)...)
+	return t.tx.QueryContext(ctx, query, t.s.d.bind(args)...)
 }
 
 // lockTaskRow locks task id's row until tx ends, where the engine locks
@@ -116,14 +116,14 @@ func (t *txn) lockTaskRow(ctx context.Context, id string) error {
 // writeQueries is every statement the write paths run. A query missing here
 // still works, unprepared (and counted in Store.unprepared, which the tests
 // check stays zero).
-func writeQueries() []string {
+func writeQueries(e engineSQL) []string {
 	qs := []string{
-		qInsertTask, qTaskByID, qTaskState, qHeartbeat,
+		qInsertTask, qTaskByID, qTaskState, e.heartbeat,
 		qInsertEvent, qTrimEvents, qCountEvents, qUncountEvents, qCountRunEvents,
-		qClaimTask, qClaimRefused, qAttemptsHead, qInsertAttempt,
-		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, qChargeWall,
+		qClaimTask, qClaimRefused, e.attemptsHead, qInsertAttempt,
+		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, e.chargeWall, e.chargeModel,
 		qFinishClaimTask, qFinishRunningAttempt,
-		qInterruptTasks, qInterruptAttempts,
+		e.interruptTasks, qInterruptAttempts,
 	}
 	qs = append(qs, effectQueries()...)
 	qs = append(qs, approvalQueries()...)
@@ -141,7 +141,7 @@ func writeQueries() []string {
 		qs = append(qs, transitionSQL(n))
 	}
 	for n := 1; n <= len(liveStatuses); n++ {
-		qs = append(qs, finishTaskSQL(false, n), finishTaskSQL(true, n))
+		qs = append(qs, finishTaskSQL(e, false, n), finishTaskSQL(e, true, n))
 	}
 	for n := 1; n <= maxEventRows; n++ {
 		qs = append(qs, insertEventsSQL(n))
@@ -152,8 +152,8 @@ func writeQueries() []string {
 // prepare prepares writeQueries on the writer, in the engine's text.
 func (s *Store) prepare(ctx context.Context) error {
 	s.prepared = make(map[string]*sql.Stmt)
-	for _, q := range writeQueries() {
-		st, err := s.w.PrepareContext(ctx, s.d.rebind(q))
+	for _, q := range writeQueries(s.q) {
+		st, err := s.w.PrepareContext(ctx, q)
 		if err != nil {
 			return fmt.Errorf("prepare %q: %w", q, err)
 		}
@@ -186,9 +186,9 @@ const maxReadTries = 4
 // queryRow runs query once on a cached statement (or directly, where the
 // prepare failed: the query then reports the same error).
 func (s *Store) queryRow(ctx context.Context, query string, args []any) *sql.Row {
-	st, err := s.readStmts.get(ctx, s.r, query, s.d.rebind)
+	st, err := s.readStmts.get(ctx, s.r, query)
 	if err != nil {
-		return s.r.QueryRowContext(ctx, s.d.rebind(query), args...)
+		return s.r.QueryRowContext(ctx, query, args...)
 	}
 	return st.QueryRowContext(ctx, args...)
 }
@@ -204,7 +204,7 @@ func (s *Store) readRows(ctx context.Context, query string, args ...any) (visibl
 	for range maxReadTries {
 		var st *sql.Stmt
 		var rows *sql.Rows
-		if st, err = s.readStmts.get(ctx, s.r, query, s.d.rebind); err == nil {
+		if st, err = s.readStmts.get(ctx, s.r, query); err == nil {
 			if rows, err = st.QueryContext(ctx, args...); err == nil {
 				return visibleRows{rows, s}, nil
 			}
@@ -227,13 +227,13 @@ type stmtCache struct {
 	m  map[string]*sql.Stmt
 }
 
-func (c *stmtCache) get(ctx context.Context, db *sql.DB, query string, rebind func(string) string) (*sql.Stmt, error) {
+func (c *stmtCache) get(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st, ok := c.m[query]; ok {
 		return st, nil
 	}
-	st, err := db.PrepareContext(ctx, rebind(query))
+	st, err := db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +336,7 @@ func taskState(ctx context.Context, tx *txn, principal, id string) (Status, int6
 	return st, run, err
 }
 
-const qTaskState = `SELECT status, run_id FROM tasks WHERE id = ? AND principal_id = ?`
+const qTaskState = `SELECT status, run_id FROM tasks WHERE id = $1 AND principal_id = $2`
 
 func notFound(id string) error { return fmt.Errorf("task %s: %w", id, ErrNotFound) }
 

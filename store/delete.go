@@ -14,13 +14,13 @@ const MaxSweepBatch = 100
 
 // The children go first: the schema's foreign keys are enforced.
 const (
-	qDeleteApprovals = `DELETE FROM approvals WHERE task_id = ?`
-	qDeleteEffects   = `DELETE FROM effects WHERE task_id = ?`
-	qDeleteEvents    = `DELETE FROM events WHERE task_id = ?`
-	qDeleteAttempts  = `DELETE FROM attempts WHERE task_id = ?`
-	qDeleteTask      = `DELETE FROM tasks WHERE id = ? AND principal_id = ? AND status IN ('completed','failed','cancelled')`
+	qDeleteApprovals = `DELETE FROM approvals WHERE task_id = $1`
+	qDeleteEffects   = `DELETE FROM effects WHERE task_id = $1`
+	qDeleteEvents    = `DELETE FROM events WHERE task_id = $1`
+	qDeleteAttempts  = `DELETE FROM attempts WHERE task_id = $1`
+	qDeleteTask      = `DELETE FROM tasks WHERE id = $1 AND principal_id = $2 AND status IN ('completed','failed','cancelled')`
 	qFinishedBefore  = `SELECT id, principal_id FROM tasks
-		WHERE status IN ('completed','failed','cancelled') AND updated_ns < ? ORDER BY updated_ns LIMIT ?`
+		WHERE status IN ('completed','failed','cancelled') AND updated_ns < $1 ORDER BY updated_ns LIMIT $2`
 )
 
 // deleteQueries are prepared on the writer with the other write queries;

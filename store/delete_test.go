@@ -17,7 +17,7 @@ func rowCounts(t *testing.T, s *Store, id string) map[string]int {
 		{"tasks", "id"}, {"attempts", "task_id"}, {"events", "task_id"}, {"effects", "task_id"}, {"approvals", "task_id"},
 	} {
 		var n int
-		if err := s.readRow(context.Background(), `SELECT count(*) FROM `+q.table+` WHERE `+q.col+` = ?`, id).Scan(&n); err != nil {
+		if err := s.readRow(context.Background(), `SELECT count(*) FROM `+q.table+` WHERE `+q.col+` = $1`, id).Scan(&n); err != nil {
 			t.Fatalf("count %s: %v", q.table, err)
 		}
 		out[q.table] = n

@@ -6,21 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// dialect is what differs between the SQL engines behind a Store. The
-// queries are written once, in SQLite's text with "?" and "?N" parameters;
-// a dialect turns that text into its engine's, says how write transactions
-// begin and which failures are worth another try, and classifies errors. Open
-// and OpenPostgres choose one; nothing outside the store sees it.
+// dialect is how the SQL engines behind a Store behave apart from their
+// statements' text (engineSQL holds the statements written per engine):
+// how write transactions begin, which failures are worth another try, how
+// errors classify and rows lock. No statement's text is rewritten: each
+// is sent as written. Open and OpenPostgres choose one; nothing outside the
+// store sees it.
 type dialect interface {
-	// rebind rewrites a query written for SQLite into the engine's text.
-	rebind(query string) string
 	// bind adjusts arguments the engine would refuse (see pgDialect.bind).
 	bind(args []any) []any
 	// writeTx and readTx are the options of a write transaction and of a
@@ -40,7 +37,7 @@ type dialect interface {
 	classify(where string, err error) error
 	// constraint reports a violated constraint: a unique key, a CHECK.
 	constraint(err error) bool
-	// lockTask is a statement that locks task ?1's row until the
+	// lockTask is a statement that locks task $1's row until the
 	// transaction ends, or "" where the single writer already serialises.
 	lockTask() string
 	// forUpdate is the clause that makes a SELECT lock the rows of table
@@ -53,7 +50,6 @@ type dialect interface {
 // and one writer connection serialises every write.
 type sqliteDialect struct{}
 
-func (sqliteDialect) rebind(q string) string        { return q }
 func (sqliteDialect) bind(args []any) []any         { return args }
 func (sqliteDialect) writeTx() *sql.TxOptions       { return nil } // IMMEDIATE, from the DSN
 func (sqliteDialect) readTx() *sql.TxOptions        { return nil } // a WAL snapshot
@@ -191,27 +187,6 @@ func retryCode(err error) string {
 		return code
 	}
 	return "connection"
-}
-
-// sqlParamRE matches SQLite's parameters: "?" or "?N".
-var sqlParamRE = regexp.MustCompile(`\?(\d*)`)
-
-// indexedByRE matches SQLite's index hint, which other engines do not know.
-var indexedByRE = regexp.MustCompile(`(?i)\s+INDEXED\s+BY\s+\w+`)
-
-// numberParams rewrites "?" and "?N" to "$N", as SQLite numbers them: "?N"
-// is N, and a bare "?" is one more than the largest number so far. The
-// store's queries hold no "?" inside a string literal.
-func numberParams(q string) string {
-	last := 0
-	return sqlParamRE.ReplaceAllStringFunc(q, func(m string) string {
-		n := last + 1
-		if len(m) > 1 {
-			n, _ = strconv.Atoi(m[1:])
-		}
-		last = max(last, n)
-		return "$" + strconv.Itoa(n)
-	})
 }
 
 // cleanText makes s acceptable to a PostgreSQL text column without changing

@@ -103,13 +103,19 @@
 //     application's tables, or has a newer schema; its errors never repeat
 //     the DSN's password.
 //
-// The engines differ only in a dialect inside the package: the queries are
-// written once, in SQLite's text, and rebound centrally for PostgreSQL
-// ("?N" to "$N", SQLite's INDEXED BY hint dropped; two-argument max and min
-// exist as SQL functions there). Each engine has its own migration list
-// (SQLite: PRAGMA user_version, v1..v7; PostgreSQL: the
-// taskhost_schema_version table, v1..v4, whose v1 is SQLite's v4, applied under an
-// advisory lock so that hosts starting together migrate once).
+// The engines differ only inside the package, and no statement's text is
+// rewritten between them: the statements are written once in the SQL both
+// take, with "$N" parameters (both bind them by number), except the few
+// written per engine (engineSQL: greatest and least on PostgreSQL for
+// SQLite's two-argument max and min, SQLite's INDEXED BY hint; the
+// dialect's row locks; PostgreSQL's one-round-trip step, pgstep.go). Each
+// engine has its own migrations, embedded SQL files
+// (migrations/sqlite/NNNN_name.sql, recorded in PRAGMA user_version;
+// migrations/postgres/NNNN_name.sql, recorded in the
+// taskhost_schema_version table and applied under an advisory lock so
+// that hosts starting together migrate once; its v1 is SQLite's v4). The
+// store creates nothing in a PostgreSQL schema but its tables, their
+// indexes and sequences.
 //
 // What differs, and is so by design:
 //

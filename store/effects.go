@@ -145,84 +145,79 @@ const (
 	// An effect is admitted only while output is left: what it hands
 	// back is known only once it ran.
 	qChargeTool = `UPDATE tasks SET tool_calls_used = tool_calls_used + 1
-		WHERE id = ? AND principal_id = ? AND run_id = ? AND status = 'running' AND tool_calls_used < tool_calls_limit
+		WHERE id = $1 AND principal_id = $2 AND run_id = $3 AND status = 'running' AND tool_calls_used < tool_calls_limit
 			AND output_bytes_used < output_bytes_limit
 		RETURNING ` + taskCols
-	qChargeModel = `UPDATE tasks SET model_calls_used = model_calls_used + 1, depth_used = max(depth_used, ?1)
-		WHERE id = ?2 AND principal_id = ?3 AND run_id = ?4 AND status = 'running'
-			AND model_calls_used < model_calls_limit AND ?1 <= depth_limit
-			AND model_tokens_used + ?5 <= model_tokens_limit AND output_bytes_used < output_bytes_limit
-		RETURNING ` + taskCols
 	qLiveTask = `SELECT ` + taskCols + ` FROM tasks
-		WHERE id = ? AND principal_id = ? AND run_id = ? AND status IN ('running','waiting_approval')`
-	qInsertEffect = `INSERT INTO effects (` + effectInsertCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		WHERE id = $1 AND principal_id = $2 AND run_id = $3 AND status IN ('running','waiting_approval')`
+	qInsertEffect = `INSERT INTO effects (` + effectInsertCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 		RETURNING ` + effectCols
 	// A tool effect becomes unsettled as it becomes indeterminate, or
-	// observed without a result a re-run could replay (?9 = 1: no result;
-	// a parameter of its own, as PostgreSQL cannot type "?2 IS NULL").
-	qMarkEffect = `UPDATE effects SET status = ?1, result = ?2, updated_ns = ?3,
-			resolution = CASE WHEN kind = 'tool' AND (?1 = 'indeterminate' OR (?1 = 'observed' AND ?9 = 1 AND replayed = 0))
+	// observed without a result a re-run could replay ($9 = 1: no result;
+	// a parameter of its own, as PostgreSQL cannot type "$2 IS NULL").
+	qMarkEffect = `UPDATE effects SET status = $1, result = $2, updated_ns = $3,
+			resolution = CASE WHEN kind = 'tool' AND ($1 = 'indeterminate' OR ($1 = 'observed' AND $9 = 1 AND replayed = 0))
 				THEN 'unsettled' ELSE resolution END
-		WHERE task_id = ?4 AND attempt = ?5 AND seq = ?6 AND status = ?7
-			AND EXISTS (SELECT 1 FROM tasks WHERE id = ?4 AND principal_id = ?8)
+		WHERE task_id = $4 AND attempt = $5 AND seq = $6 AND status = $7
+			AND EXISTS (SELECT 1 FROM tasks WHERE id = $4 AND principal_id = $8)
 		RETURNING ` + effectCols
 	qReplayable = `SELECT ` + effectCols + ` FROM effects
-		WHERE task_id = ? AND attempt < ? AND seq = ? AND fingerprint = ? AND status = 'observed' AND result IS NOT NULL
+		WHERE task_id = $1 AND attempt < $2 AND seq = $3 AND fingerprint = $4 AND status = 'observed' AND result IS NOT NULL
 		ORDER BY attempt DESC LIMIT 1`
 	// The effects' own runs (not replays) with a kept result, from the
-	// attempts before ?2 (results are kept only while no attempt of the
+	// attempts before $2 (results are kept only while no attempt of the
 	// task committed: the step's), in recorded order. Approvals keep to
 	// their place.
 	qReplayCandidates = `SELECT fingerprint, attempt, seq FROM effects
-		WHERE task_id = ? AND attempt < ? AND kind <> 'approval' AND status = 'observed' AND result IS NOT NULL AND replayed = 0
+		WHERE task_id = $1 AND attempt < $2 AND kind <> 'approval' AND status = 'observed' AND result IS NOT NULL AND replayed = 0
 		ORDER BY attempt, seq LIMIT ` + maxReplayCandidates
 	qReplayableAt = `SELECT ` + effectCols + ` FROM effects
-		WHERE task_id = ? AND attempt = ? AND seq = ? AND status = 'observed' AND result IS NOT NULL`
+		WHERE task_id = $1 AND attempt = $2 AND seq = $3 AND status = 'observed' AND result IS NOT NULL`
 	// What a step is told: the task's unresolved tool effects, whatever
 	// attempt left them, and the model and approval effects left
 	// indeterminate since the last completed attempt (those are not
 	// gated: a model call re-runs at a charge, an approval is asked
 	// again).
-	qIndeterminate = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ?1 AND (resolution = 'unsettled'
+	qIndeterminate = `SELECT ` + effectCols + ` FROM effects WHERE task_id = $1 AND (resolution = 'unsettled'
 			OR (kind <> 'tool' AND status = 'indeterminate'
-				AND attempt > coalesce((SELECT max(number) FROM attempts WHERE task_id = ?1 AND status = 'completed'), 0)))
+				AND attempt > coalesce((SELECT max(number) FROM attempts WHERE task_id = $1 AND status = 'completed'), 0)))
 		ORDER BY attempt, seq LIMIT ` + maxUnsettledListed
-	// The gate: the unresolved tool effects a call with fingerprint ?2 or
-	// idempotency key ?3 would re-admit. An observed one of the attempt
-	// in flight (?4) is that attempt's own, which its executor saw.
-	qUnsettled = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ?1 AND resolution = 'unsettled' AND kind = 'tool'
-			AND (fingerprint = ?2 OR (?3 <> '' AND idempotency_key = ?3)) AND (status = 'indeterminate' OR attempt < ?4)
+	// The gate: the unresolved tool effects a call with fingerprint $2 or
+	// idempotency key $3 would re-admit. An observed one of the attempt
+	// in flight ($4) is that attempt's own, which its executor saw.
+	qUnsettled = `SELECT ` + effectCols + ` FROM effects WHERE task_id = $1 AND resolution = 'unsettled' AND kind = 'tool'
+			AND (fingerprint = $2 OR ($3 <> '' AND idempotency_key = $3)) AND (status = 'indeterminate' OR attempt < $4)
 		ORDER BY attempt DESC, seq LIMIT ` + maxUnsettledListed
 	// Every effect that was unsettled, newest first, as status shows them.
-	qUnsettledHistory = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ? AND resolution <> ''
+	qUnsettledHistory = `SELECT ` + effectCols + ` FROM effects WHERE task_id = $1 AND resolution <> ''
 		ORDER BY attempt DESC, seq DESC LIMIT ` + maxUnsettledListed
-	qResolveEffect = `UPDATE effects SET resolution = ?1, resolved_by = ?2, resolved_ns = ?3
-		WHERE task_id = ?4 AND attempt = ?5 AND seq = ?6 AND resolution = 'unsettled'
+	qResolveEffect = `UPDATE effects SET resolution = $1, resolved_by = $2, resolved_ns = $3
+		WHERE task_id = $4 AND attempt = $5 AND seq = $6 AND resolution = 'unsettled'
 		RETURNING ` + effectCols
-	qEffectByKey = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ? AND attempt = ? AND seq = ?`
+	qEffectByKey = `SELECT ` + effectCols + ` FROM effects WHERE task_id = $1 AND attempt = $2 AND seq = $3`
 	// An attempt whose outcome committed settles what it observed: its
 	// executor saw those results, and no step re-runs it.
 	qSettleObserved = `UPDATE effects SET resolution = ''
-		WHERE task_id = ? AND attempt = ? AND status = 'observed' AND resolution = 'unsettled'`
-	qListEffects = `SELECT ` + effectCols + ` FROM effects WHERE task_id = ? ORDER BY attempt, seq LIMIT 10000`
+		WHERE task_id = $1 AND attempt = $2 AND status = 'observed' AND resolution = 'unsettled'`
+	qListEffects = `SELECT ` + effectCols + ` FROM effects WHERE task_id = $1 ORDER BY attempt, seq LIMIT 10000`
 	// An attempt's outcome committed: no step re-runs it, so no result of
 	// the task is kept for replay.
-	qDropEffectResults = `UPDATE effects SET result = NULL WHERE task_id = ? AND result IS NOT NULL`
-	// The unsettled effects of the tasks leased to host ?2 (or to no host).
+	qDropEffectResults = `UPDATE effects SET result = NULL WHERE task_id = $1 AND result IS NOT NULL`
+	// The unsettled effects of the tasks leased to host $2 (or to no host).
 	qSettleHostEffects = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
 			resolution = CASE WHEN status = 'dispatching' AND kind = 'tool' THEN 'unsettled' ELSE resolution END,
-			updated_ns = ?1 WHERE status IN ('admitted','dispatching')
-			AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = effects.task_id AND t.lease_host IN (?2, ''))`
+			updated_ns = $1 WHERE status IN ('admitted','dispatching')
+			AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = effects.task_id AND t.lease_host IN ($2, ''))`
 	qSettleTaskEffects = `UPDATE effects SET status = CASE status WHEN 'dispatching' THEN 'indeterminate' ELSE 'failed' END,
 			resolution = CASE WHEN status = 'dispatching' AND kind = 'tool' THEN 'unsettled' ELSE resolution END,
-			updated_ns = ?1 WHERE task_id = ?2 AND status IN ('admitted','dispatching')
-			AND NOT EXISTS (SELECT 1 FROM attempts WHERE task_id = ?2 AND status = 'running')
-			AND EXISTS (SELECT 1 FROM tasks WHERE id = ?2 AND principal_id = ?3)`
+			updated_ns = $1 WHERE task_id = $2 AND status IN ('admitted','dispatching')
+			AND NOT EXISTS (SELECT 1 FROM attempts WHERE task_id = $2 AND status = 'running')
+			AND EXISTS (SELECT 1 FROM tasks WHERE id = $2 AND principal_id = $3)`
 )
 
 // effectQueries are the effect write statements, prepared at Open.
 func effectQueries() []string {
-	return []string{qChargeTool, qChargeModel, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleHostEffects, qSettleTaskEffects,
+	return []string{qChargeTool, qLiveTask, qInsertEffect, qMarkEffect, qDropEffectResults, qSettleHostEffects, qSettleTaskEffects,
 		qResolveEffect, qSettleObserved}
 }
 
@@ -282,7 +277,7 @@ func (s *Store) AdmitEffect(ctx context.Context, e NewEffect, events ...NewEvent
 		case e.Kind == EffectTool:
 			t, err = scanTask(tx.QueryRowContext(ctx, qChargeTool, e.TaskID, e.PrincipalID, e.RunID))
 		default:
-			t, err = scanTask(tx.QueryRowContext(ctx, qChargeModel, e.Depth, e.TaskID, e.PrincipalID, e.RunID, modelNeed(e)))
+			t, err = scanTask(tx.QueryRowContext(ctx, tx.s.q.chargeModel, e.Depth, e.TaskID, e.PrincipalID, e.RunID, modelNeed(e)))
 		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return s.chargeRefused(ctx, tx, e)
@@ -355,33 +350,33 @@ type MarkEffect struct {
 // no longer in from gives ErrConflict. dispatching must be committed before
 // the effect crosses its boundary.
 func (s *Store) MarkEffect(ctx context.Context, m MarkEffect) (Effect, error) {
-	principal, taskID, attempt, seq, from, to, result := m.PrincipalID, m.TaskID, m.Attempt, m.Seq, m.From, m.To, m.Result
+	from, to := m.From, m.To
 	legal := (from == EffectAdmitted && (to == EffectDispatching || to == EffectFailed)) ||
 		(from == EffectDispatching && (to == EffectObserved || to == EffectFailed || to == EffectIndeterminate))
 	if !legal {
 		return Effect{}, invalidf("effect %s → %s is not a legal change", from, to)
 	}
-	if err := checkSize("effect result", len(result), MaxEffectResult); err != nil {
+	if err := checkSize("effect result", len(m.Result), MaxEffectResult); err != nil {
 		return Effect{}, err
 	}
 	var out Effect
 	err := s.write(ctx, func(tx *txn) (err error) {
-		out, err = s.markEffect(ctx, tx, principal, taskID, attempt, seq, from, to, result)
+		out, err = s.markEffect(ctx, tx, &m)
 		return err
 	})
 	return out, err
 }
 
 // markEffect is MarkEffect's compare-and-set inside tx.
-func (s *Store) markEffect(ctx context.Context, tx *txn, principal, taskID string, attempt, seq int64, from, to EffectStatus, result []byte) (Effect, error) {
+func (s *Store) markEffect(ctx context.Context, tx *txn, m *MarkEffect) (Effect, error) {
 	noResult := 0
-	if result == nil {
+	if m.Result == nil {
 		noResult = 1
 	}
-	out, err := scanEffect(tx.QueryRowContext(ctx, qMarkEffect, string(to), result, nanos(s.now()),
-		taskID, attempt, seq, string(from), principal, noResult))
+	out, err := scanEffect(tx.QueryRowContext(ctx, qMarkEffect, string(m.To), m.Result, nanos(s.now()),
+		m.TaskID, m.Attempt, m.Seq, string(m.From), m.PrincipalID, noResult))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Effect{}, fmt.Errorf("task %s attempt %d effect %d is not %s: %w", taskID, attempt, seq, from, ErrConflict)
+		return Effect{}, fmt.Errorf("task %s attempt %d effect %d is not %s: %w", m.TaskID, m.Attempt, m.Seq, m.From, ErrConflict)
 	}
 	return out, err
 }

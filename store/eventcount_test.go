@@ -20,8 +20,8 @@ import (
 func wantEventsCounted(t testing.TB, s *Store, id string) int64 {
 	t.Helper()
 	var stored, n int64
-	err := s.readRow(context.Background(), `SELECT events_stored, (SELECT count(*) FROM events WHERE task_id = ?1)
-		FROM tasks WHERE id = ?1`, id).Scan(&stored, &n)
+	err := s.readRow(context.Background(), `SELECT events_stored, (SELECT count(*) FROM events WHERE task_id = $1)
+		FROM tasks WHERE id = $1`, id).Scan(&stored, &n)
 	if err != nil {
 		t.Fatalf("events of %s: %v", id, err)
 	}
@@ -148,7 +148,7 @@ func TestEventsCountedOnEveryWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		var n int
-		if err := s.readRow(ctx, `SELECT count(*) FROM events WHERE task_id = ?`, "t").Scan(&n); err != nil || n != 0 {
+		if err := s.readRow(ctx, `SELECT count(*) FROM events WHERE task_id = $1`, "t").Scan(&n); err != nil || n != 0 {
 			t.Fatalf("%d events (%v) left of a deleted task", n, err)
 		}
 	})
@@ -274,19 +274,19 @@ var oldTasks = map[string]int{"none": 0, "some": 3, "many": migratedLimit + 5}
 const migratedLimit = 10
 
 // fillOldStore writes oldTasks, running in run 1, into a store at a schema
-// version before the events counter, in the engine's text (rebind).
-func fillOldStore(t *testing.T, db *sql.DB, rebind func(string) string) {
+// version before the events counter.
+func fillOldStore(t *testing.T, db *sql.DB) {
 	t.Helper()
 	ctx := context.Background()
 	for id, n := range oldTasks {
-		if _, err := db.ExecContext(ctx, rebind(`INSERT INTO tasks (id, principal_id, executor, spec, status, run_id,
+		if _, err := db.ExecContext(ctx, `INSERT INTO tasks (id, principal_id, executor, spec, status, run_id,
 				steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns)
-			VALUES (?, 'p', 'legacy', ?, 'running', 1, 10, 10, 10, 1, 1000000, 1, 1)`), id, []byte(`{}`)); err != nil {
+			VALUES ($1, 'p', 'legacy', $2, 'running', 1, 10, 10, 10, 1, 1000000, 1, 1)`, id, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 		for i := range n {
-			if _, err := db.ExecContext(ctx, rebind(`INSERT INTO events (task_id, run_id, type, time_ns, payload)
-				VALUES (?, 1, ?, 1, ?)`), id, fmt.Sprint("old", i), []byte(`{}`)); err != nil {
+			if _, err := db.ExecContext(ctx, `INSERT INTO events (task_id, run_id, type, time_ns, payload)
+				VALUES ($1, 1, $2, 1, $3)`, id, fmt.Sprint("old", i), []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -317,7 +317,7 @@ func wantMigratedCounts(t *testing.T, s *Store) {
 func TestMigrateCountsEvents(t *testing.T) {
 	ctx := context.Background()
 	path, db := sqliteAtVersion(t, 5)
-	fillOldStore(t, db, func(q string) string { return q })
+	fillOldStore(t, db)
 	db.Close()
 	s, err := Open(ctx, path, Options{Limits: Limits{EventsPerTask: migratedLimit}})
 	if err != nil {
@@ -336,7 +336,7 @@ func TestPostgresMigrateCountsEvents(t *testing.T) {
 	if err := migratePG(ctx, db, 2); err != nil {
 		t.Fatal(err)
 	}
-	fillOldStore(t, db, pgDialect{}.rebind)
+	fillOldStore(t, db)
 	s, err := OpenPostgres(ctx, dsn, Options{Limits: Limits{EventsPerTask: migratedLimit}}, PoolOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -110,26 +110,29 @@ func (s *Store) insertEvents(ctx context.Context, tx *txn, taskID string, runID,
 // insertEventsSQL inserts n events; seq comes from AUTOINCREMENT in the
 // order of the rows.
 func insertEventsSQL(n int) string {
-	return `INSERT INTO events (task_id, run_id, type, time_ns, payload) VALUES (?, ?, ?, ?, ?)` +
-		strings.Repeat(`, (?, ?, ?, ?, ?)`, n-1)
+	rows := make([]string, n)
+	for i := range rows {
+		rows[i] = `(` + numbered(5*i+1, 5) + `)`
+	}
+	return `INSERT INTO events (task_id, run_id, type, time_ns, payload) VALUES ` + strings.Join(rows, ", ")
 }
 
 const (
-	qInsertEvent = `INSERT INTO events (task_id, run_id, type, time_ns, payload) VALUES (?, ?, ?, ?, ?) RETURNING seq`
-	// qCountEvents adds ? events to the task's count and returns the new
-	// count; qUncountEvents takes ? away.
-	qCountEvents   = `UPDATE tasks SET events_stored = events_stored + ? WHERE id = ? RETURNING events_stored`
-	qUncountEvents = `UPDATE tasks SET events_stored = events_stored - ? WHERE id = ?`
-	// qCountRunEvents is qCountEvents for principal ?3's task in run ?4 only.
-	qCountRunEvents = `UPDATE tasks SET events_stored = events_stored + ?1
-		WHERE id = ?2 AND principal_id = ?3 AND run_id = ?4 RETURNING events_stored`
-	// Delete the task's oldest ?2 events: an index walk of exactly those
+	qInsertEvent = `INSERT INTO events (task_id, run_id, type, time_ns, payload) VALUES ($1, $2, $3, $4, $5) RETURNING seq`
+	// qCountEvents adds $1 events to the task's count and returns the new
+	// count; qUncountEvents takes $1 away.
+	qCountEvents   = `UPDATE tasks SET events_stored = events_stored + $1 WHERE id = $2 RETURNING events_stored`
+	qUncountEvents = `UPDATE tasks SET events_stored = events_stored - $1 WHERE id = $2`
+	// qCountRunEvents is qCountEvents for principal $3's task in run $4 only.
+	qCountRunEvents = `UPDATE tasks SET events_stored = events_stored + $1
+		WHERE id = $2 AND principal_id = $3 AND run_id = $4 RETURNING events_stored`
+	// Delete the task's oldest $2 events: an index walk of exactly those
 	// entries, however many the task holds.
 	qTrimEvents = `DELETE FROM events WHERE seq IN (
-		SELECT seq FROM events WHERE task_id = ? ORDER BY seq LIMIT ?)`
+		SELECT seq FROM events WHERE task_id = $1 ORDER BY seq LIMIT $2)`
 	qEvents = `SELECT seq, task_id, run_id, type, time_ns, payload FROM events
-		WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?`
-	qTaskExists = `SELECT 1 FROM tasks WHERE id = ? AND principal_id = ?`
+		WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`
+	qTaskExists = `SELECT 1 FROM tasks WHERE id = $1 AND principal_id = $2`
 )
 
 // AppendEvents appends events to a task's current run. runID must be the

@@ -90,39 +90,39 @@ type Lease struct {
 func (s *Store) HostID() string { return s.host }
 
 const (
-	qRegisterHost = `INSERT INTO hosts (id, version, started_ns, heartbeat_ns) VALUES (?1, ?2, ?3, ?3)
+	qRegisterHost = `INSERT INTO hosts (id, version, started_ns, heartbeat_ns) VALUES ($1, $2, $3, $3)
 		ON CONFLICT (id) DO UPDATE SET version = excluded.version, started_ns = excluded.started_ns,
 			heartbeat_ns = excluded.heartbeat_ns`
 	// A heartbeat never moves backwards (a late one after a newer one).
-	qHeartbeatHost = `UPDATE hosts SET heartbeat_ns = CASE WHEN heartbeat_ns < ?1 THEN ?1 ELSE heartbeat_ns END WHERE id = ?2`
+	qHeartbeatHost = `UPDATE hosts SET heartbeat_ns = CASE WHEN heartbeat_ns < $1 THEN $1 ELSE heartbeat_ns END WHERE id = $2`
 	qListHosts     = `SELECT id, version, started_ns, heartbeat_ns FROM hosts ORDER BY id LIMIT 1000`
-	// Live tasks of hosts other than ?1 whose heartbeat is older than ?2 —
+	// Live tasks of hosts other than $1 whose heartbeat is older than $2 —
 	// or that have no row at all.
 	qLostLeases = `SELECT id, run_id, lease_host FROM tasks
-		WHERE status IN ('running', 'waiting_approval') AND lease_host <> '' AND lease_host <> ?1
-			AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.id = tasks.lease_host AND h.heartbeat_ns >= ?2)
-		ORDER BY seq LIMIT ?3`
+		WHERE status IN ('running', 'waiting_approval') AND lease_host <> '' AND lease_host <> $1
+			AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.id = tasks.lease_host AND h.heartbeat_ns >= $2)
+		ORDER BY seq LIMIT $3`
 	// The compare-and-set of one takeover: the task must still be live in
-	// the run and on the host the sweep saw. Wall time grows by ?3, capped
+	// the run and on the host the sweep saw. Wall time grows by $3, capped
 	// at the limit (never lowered).
-	// qLoseLease charges the lost run ?3 ms of wall time, but never more
+	// qLoseLease charges the lost run $3 ms of wall time, but never more
 	// than has passed since the task's row was last written (no reading of
 	// the run's wall time is older than that write), so a task lost a
 	// moment after it started is not charged time that never passed.
-	qLoseLease = `UPDATE tasks SET status = 'interrupted', reason = ?7, message = ?1,
+	qLoseLease = `UPDATE tasks SET status = 'interrupted', reason = $7, message = $1,
 			wall_ms_used = CASE WHEN wall_ms_used >= wall_ms_limit THEN wall_ms_used
 				WHEN wall_ms_used + ` + lostCharge + ` < wall_ms_limit THEN wall_ms_used + ` + lostCharge + ` ELSE wall_ms_limit END,
-			updated_ns = ?2
-		WHERE id = ?4 AND run_id = ?5 AND lease_host = ?6 AND status IN ('running', 'waiting_approval')
+			updated_ns = $2
+		WHERE id = $4 AND run_id = $5 AND lease_host = $6 AND status IN ('running', 'waiting_approval')
 		RETURNING ` + taskCols
-	qLoseAttempts = `UPDATE attempts SET status = 'interrupted', reason = ?3, ended_ns = ?1
-		WHERE task_id = ?2 AND status = 'running'`
-	qTaskLease = `SELECT status, reason, run_id, lease_host FROM tasks WHERE id = ? AND principal_id = ?`
+	qLoseAttempts = `UPDATE attempts SET status = 'interrupted', reason = $3, ended_ns = $1
+		WHERE task_id = $2 AND status = 'running'`
+	qTaskLease = `SELECT status, reason, run_id, lease_host FROM tasks WHERE id = $1 AND principal_id = $2`
 )
 
-// lostCharge is min(?3, the milliseconds from the row's last write to ?2),
+// lostCharge is min($3, the milliseconds from the row's last write to $2),
 // at least 0, in SQL both engines read alike.
-const lostCharge = `(CASE WHEN ?2 <= updated_ns THEN 0 WHEN (?2 - updated_ns) / 1000000 < ?3 THEN (?2 - updated_ns) / 1000000 ELSE ?3 END)`
+const lostCharge = `(CASE WHEN $2 <= updated_ns THEN 0 WHEN ($2 - updated_ns) / 1000000 < $3 THEN ($2 - updated_ns) / 1000000 ELSE $3 END)`
 
 func hostQueries() []string {
 	return []string{qRegisterHost, qHeartbeatHost, qLostLeases, qLoseLease, qLoseAttempts, qEndRun}
@@ -164,7 +164,7 @@ func (s *Store) HeartbeatHost(ctx context.Context) error {
 	if db == nil {
 		db = s.w
 	}
-	res, err := db.ExecContext(ctx, s.d.rebind(qHeartbeatHost), nanos(s.now()), s.host)
+	res, err := db.ExecContext(ctx, qHeartbeatHost, nanos(s.now()), s.host)
 	if err != nil {
 		return s.dbErr(err)
 	}
@@ -287,8 +287,8 @@ func (s *Store) TaskLease(ctx context.Context, principal, id string) (Lease, err
 	return l, err
 }
 
-const qEndRun = `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4, events_stored = events_stored + ?8
-	WHERE id = ?5 AND principal_id = ?6 AND run_id = ?7 AND status IN ('running', 'waiting_approval')
+const qEndRun = `UPDATE tasks SET status = $1, reason = $2, message = $3, updated_ns = $4, events_stored = events_stored + $8
+	WHERE id = $5 AND principal_id = $6 AND run_id = $7 AND status IN ('running', 'waiting_approval')
 	RETURNING ` + taskCols + `, events_stored`
 
 // EndRun is the end of a task's run outside any attempt.
@@ -364,7 +364,7 @@ type HostLoad struct {
 // The count reads the tasks_lease partial index, one probe per host.
 const qHostLoads = `SELECT h.id, h.version, h.started_ns, h.heartbeat_ns,
 		(SELECT COUNT(*) FROM tasks t WHERE t.lease_host = h.id AND t.status IN ('running', 'waiting_approval'))
-	FROM hosts h ORDER BY h.id LIMIT ?`
+	FROM hosts h ORDER BY h.id LIMIT $1`
 
 // HostLoads returns up to limit (1..MaxHostLoads) hosts by id, each with
 // the live tasks it owns, in one read; more reports that there are further

@@ -25,7 +25,7 @@ type RunRef struct {
 const MaxLeasedRuns = 1000
 
 const qLeasedRuns = `SELECT principal_id, id, run_id FROM tasks
-	WHERE status IN ('running', 'waiting_approval') AND lease_host = ?1 ORDER BY seq LIMIT ?2`
+	WHERE status IN ('running', 'waiting_approval') AND lease_host = $1 ORDER BY seq LIMIT $2`
 
 // LeasedRuns lists the live (running or waiting_approval) tasks leased to
 // this host (Options.HostID; "" for the unnamed host), oldest first, at most

@@ -6,16 +6,75 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"testing/fstest"
 )
 
-func TestMigrationList(t *testing.T) {
-	for i, m := range migrations {
-		if m.version != i+1 {
-			t.Fatalf("migration %d has version %d: versions must be 1, 2, 3, ... in order", i, m.version)
+// TestMigrationFiles loads both engines' embedded migrations: versions
+// 1, 2, 3, ... each with statements, and the Go steps at the versions
+// they complete.
+func TestMigrationFiles(t *testing.T) {
+	for _, list := range [][]migration{sqliteMigrations(), pgMigrations()} {
+		for i, m := range list {
+			if m.version != i+1 || m.name == "" || len(m.stmts) == 0 {
+				t.Fatalf("migration %d: version %d, name %q, %d statements", i, m.version, m.name, len(m.stmts))
+			}
+			for _, stmt := range m.stmts {
+				if strings.HasSuffix(stmt, ";") || strings.HasPrefix(stmt, "--") {
+					t.Errorf("v%d: statement not split clean: %q", m.version, stmt)
+				}
+			}
 		}
-		if m.name == "" || len(m.stmts) == 0 {
-			t.Fatalf("migration %d is empty or unnamed", m.version)
+	}
+	if ms := sqliteMigrations(); ms[2].fill == nil || !ms[9].rebuildsTables || ms[9].fill == nil {
+		t.Fatal("SQLite's v3 and v10 lost their Go steps")
+	}
+}
+
+// TestLoadMigrationsRefuses checks the loader's refusals: a gap in the
+// versions, a misnamed file, a statement without its ";", a Go step
+// without a file.
+func TestLoadMigrationsRefuses(t *testing.T) {
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	tests := []struct {
+		name  string
+		files fstest.MapFS
+		steps map[int]goStep
+		want  string
+	}{
+		{"gap", fstest.MapFS{"m/0001_a.sql": file("SELECT 1;\n"), "m/0003_c.sql": file("SELECT 1;\n")}, nil, "version 3 follows version 1"},
+		{"misnamed", fstest.MapFS{"m/1_a.sql": file("SELECT 1;\n")}, nil, "named NNNN_name.sql"},
+		{"no name", fstest.MapFS{"m/0001.sql": file("SELECT 1;\n")}, nil, "named NNNN_name.sql"},
+		{"unterminated", fstest.MapFS{"m/0001_a.sql": file("SELECT 1;\nSELECT 2\n")}, nil, "does not end"},
+		{"only comments", fstest.MapFS{"m/0001_a.sql": file("-- nothing\n")}, nil, "no statement"},
+		{"empty dir", fstest.MapFS{"m/README": file("")}, nil, "named NNNN_name.sql"},
+		{"step without file", fstest.MapFS{"m/0001_a.sql": file("SELECT 1;\n")}, map[int]goStep{2: {}}, "version 2, which has no file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadMigrations(tt.files, "m", tt.steps)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one saying %q", err, tt.want)
+			}
+		})
+	}
+	ms, err := loadMigrations(fstest.MapFS{"m/0001_two_steps.sql": file("-- why\nCREATE TABLE a (\n\tx INTEGER\n);\n\nSELECT 1;  \n")}, "m", nil)
+	if err != nil || len(ms) != 1 || ms[0].name != "two steps" ||
+		!reflect.DeepEqual(ms[0].stmts, []string{"CREATE TABLE a (\n\tx INTEGER\n)", "SELECT 1"}) {
+		t.Fatalf("loaded %+v, %v", ms, err)
+	}
+}
+
+// TestUnbudgetedDefaults: the defaults SQL gives the budget columns of
+// older tasks are the Go constants the host reads as "never asked for
+// less".
+func TestUnbudgetedDefaults(t *testing.T) {
+	s := openTest(t)
+	for col, want := range map[string]int64{"model_tokens_limit": UnbudgetedModelTokens, "output_bytes_limit": UnbudgetedOutputBytes} {
+		var got int64
+		if err := s.r.QueryRow(`SELECT dflt_value FROM pragma_table_info('tasks') WHERE name = $1`, col).Scan(&got); err != nil || got != want {
+			t.Errorf("%s DEFAULT %d (%v), want %d", col, got, err, want)
 		}
 	}
 }

@@ -34,7 +34,7 @@ func fillCheckpointAttempts(ctx context.Context, tx *sql.Tx) error {
 	}
 	// Only each envelope's prefix is read: checkpoints can be hundreds of
 	// KiB each, headers are at most a few.
-	rows, err := tx.QueryContext(ctx, `SELECT id, substr(checkpoint, 1, ?) FROM tasks WHERE checkpoint IS NOT NULL`, envelopePrefix)
+	rows, err := tx.QueryContext(ctx, `SELECT id, substr(checkpoint, 1, $1) FROM tasks WHERE checkpoint IS NOT NULL`, envelopePrefix)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func fillCheckpointAttempts(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	for _, f := range fills {
-		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET checkpoint_attempt = ? WHERE id = ?`, f.attempt, f.id); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET checkpoint_attempt = $1 WHERE id = $2`, f.attempt, f.id); err != nil {
 			return err
 		}
 	}

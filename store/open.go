@@ -24,10 +24,11 @@ import (
 // in-process and each is one IMMEDIATE transaction; reads use a separate pool
 // of query-only connections that see the last committed state (WAL).
 type Store struct {
-	path string  // the SQLite file, or a PostgreSQL database described without its password
-	d    dialect // the engine's differences
-	w    *sql.DB // the single writer; nil when opened read-only
-	r    *sql.DB // query-only readers
+	path string    // the SQLite file, or a PostgreSQL database described without its password
+	d    dialect   // the engine's differences
+	q    engineSQL // the statements written per engine
+	w    *sql.DB   // the single writer; nil when opened read-only
+	r    *sql.DB   // query-only readers
 	now  func() time.Time
 	lim  Limits
 	// observeCommit, observeRetry and observeFenced are Options', or
@@ -80,7 +81,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, d: sqliteDialect{}, now: opts.Now, lim: opts.Limits, host: opts.HostID, writeFault: opts.WriteFault}
+	s := &Store{path: path, d: sqliteDialect{}, q: sqliteSQL(), now: opts.Now, lim: opts.Limits, host: opts.HostID, writeFault: opts.WriteFault}
 	s.observe(opts)
 	if err := s.open(ctx, opts); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one to report

@@ -64,7 +64,7 @@ func rootPage(t *testing.T, path, name string) int64 {
 	}
 	defer db.Close()
 	var page int64
-	if err := db.QueryRow(`SELECT rootpage FROM sqlite_schema WHERE name = ?`, name).Scan(&page); err != nil {
+	if err := db.QueryRow(`SELECT rootpage FROM sqlite_schema WHERE name = $1`, name).Scan(&page); err != nil {
 		t.Fatal(err)
 	}
 	return page

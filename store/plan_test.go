@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-var paramRE = regexp.MustCompile(`\?(\d*)`)
+var paramRE = regexp.MustCompile(`[?$](\d*)`)
 
-// params counts a query's parameters ("?" or "?N", not mixed here).
+// params counts a query's parameters ("?", "?N" or "$N", not mixed here).
 func params(q string) int {
 	n := 0
 	for _, m := range paramRE.FindAllStringSubmatch(q, -1) {
@@ -28,10 +28,10 @@ func params(q string) int {
 // size grows with the store's history.
 func TestQueryPlans(t *testing.T) {
 	s := openTest(t)
-	queries := append(writeQueries(), qTaskExists, qEvents,
-		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? AND status IN (?, ?) ORDER BY seq LIMIT ?`,
-		`SELECT `+attemptCols+` FROM attempts WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2) ORDER BY number`,
+	queries := append(writeQueries(sqliteSQL()), qTaskExists, qEvents,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 AND status IN ($3, $4) ORDER BY seq LIMIT $5`,
+		`SELECT `+attemptCols+` FROM attempts WHERE task_id = $1 AND EXISTS (SELECT 1 FROM tasks WHERE id = $1 AND principal_id = $2) ORDER BY number`,
 	)
 	for _, q := range queries {
 		rows, err := s.r.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+q, make([]any, params(q))...)

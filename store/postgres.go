@@ -92,10 +92,6 @@ type PoolOptions struct {
 // SQLSTATE (Options.ObserveRetry); they should be rare.
 type pgDialect struct{}
 
-func (pgDialect) rebind(q string) string {
-	return numberParams(indexedByRE.ReplaceAllString(q, ""))
-}
-
 // bind cleans every string argument (cleanText): PostgreSQL's text refuses
 // NUL and invalid UTF-8, which a plugin's stderr or summary may hold, and
 // refusing the write would lose the step's outcome over a byte.
@@ -164,7 +160,7 @@ func (pgDialect) constraint(err error) bool { return strings.HasPrefix(pgCode(er
 // outside transactions, so without it two transactions could number a
 // task's events in one order and commit them in the other, and a watcher
 // past the later number would miss the earlier.
-func (pgDialect) lockTask() string { return `SELECT 1 FROM tasks WHERE id = ?1 FOR NO KEY UPDATE` }
+func (pgDialect) lockTask() string { return `SELECT 1 FROM tasks WHERE id = $1 FOR NO KEY UPDATE` }
 
 // forUpdate: NO KEY, as lockTask.
 func (pgDialect) forUpdate(table string, skipLocked bool) string {
@@ -263,7 +259,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, pool PoolOption
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
-	s := &Store{path: where, d: pgDialect{}, r: db, now: opts.Now, lim: opts.Limits,
+	s := &Store{path: where, d: pgDialect{}, q: pgSQL(), r: db, now: opts.Now, lim: opts.Limits,
 		host: opts.HostID, listenCfg: cfg.Copy(), writeFault: opts.WriteFault}
 	s.observe(opts)
 	if !opts.ReadOnly {

@@ -18,26 +18,6 @@ import (
 	"github.com/taskhost/taskhost/internal/testpg"
 )
 
-func TestNumberParams(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"SELECT 1", "SELECT 1"},
-		{"a = ? AND b = ?", "a = $1 AND b = $2"},
-		{"a = ?1 AND b = ?2 AND c = ?1", "a = $1 AND b = $2 AND c = $1"},
-		// SQLite: a bare ? is one more than the largest number so far.
-		{"a = ?3 AND b = ?", "a = $3 AND b = $4"},
-		{"IN (?7, ?8, ?9)", "IN ($7, $8, $9)"},
-		{"a = ?12", "a = $12"},
-	}
-	for _, tc := range tests {
-		if got := numberParams(tc.in); got != tc.want {
-			t.Errorf("numberParams(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-	if got := (pgDialect{}).rebind(qAttemptsHead); strings.Contains(got, "INDEXED") || strings.Contains(got, "?") {
-		t.Errorf("rebind left SQLite-only text: %s", got)
-	}
-}
-
 func TestCleanText(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"", ""},
@@ -369,15 +349,15 @@ func TestPostgresQueryPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	queries := append(writeQueries(), qTaskExists, qEvents,
-		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = ? AND seq > ? AND status IN (?, ?) ORDER BY seq LIMIT ?`,
-		`SELECT `+attemptCols+` FROM attempts WHERE task_id = ?1 AND EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND principal_id = ?2) ORDER BY number`,
+	queries := append(writeQueries(pgSQL()), qTaskExists, qEvents,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 AND status IN ($3, $4) ORDER BY seq LIMIT $5`,
+		`SELECT `+attemptCols+` FROM attempts WHERE task_id = $1 AND EXISTS (SELECT 1 FROM tasks WHERE id = $1 AND principal_id = $2) ORDER BY number`,
 		(pgDialect{}).lockTask(),
 	)
 	for i, q := range queries {
 		name := fmt.Sprintf("q%d", i)
-		if _, err := conn.ExecContext(ctx, `PREPARE `+name+` AS `+(pgDialect{}).rebind(q)); err != nil {
+		if _, err := conn.ExecContext(ctx, `PREPARE `+name+` AS `+q); err != nil {
 			t.Fatalf("prepare %s: %v", q, err)
 		}
 		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params(q)), ", ")

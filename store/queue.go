@@ -45,9 +45,9 @@ const pgQueueLock = 0x74736b71
 
 const (
 	qCountQueued = `SELECT count(*) FROM tasks WHERE status = 'pending'`
-	qQueueMark   = `UPDATE tasks SET queued_ns = ?, queue_host = ? WHERE id = ?`
-	qQueuedTasks = `SELECT ` + taskListCols + ` FROM tasks WHERE status = 'pending' AND queue_host IN ('', ?) ORDER BY queued_ns, seq LIMIT ?`
-	qQueueOrder  = `SELECT id FROM tasks WHERE status = 'pending' ORDER BY queued_ns, seq LIMIT ?`
+	qQueueMark   = `UPDATE tasks SET queued_ns = $1, queue_host = $2 WHERE id = $3`
+	qQueuedTasks = `SELECT ` + taskListCols + ` FROM tasks WHERE status = 'pending' AND queue_host IN ('', $1) ORDER BY queued_ns, seq LIMIT $2`
+	qQueueOrder  = `SELECT id FROM tasks WHERE status = 'pending' ORDER BY queued_ns, seq LIMIT $1`
 )
 
 // admit takes the queue's lock where the engine needs one and refuses
@@ -127,7 +127,8 @@ func (s *Store) Enqueue(ctx context.Context, principal, id string, limit int, ev
 		}
 		var stored int64
 		var err error
-		if t, stored, err = s.transition(ctx, tx, principal, id, []Status{StatusInterrupted}, StatusPending, ReasonNone, "", len(events)); err != nil {
+		if t, stored, err = s.transition(ctx, tx, &transitionParams{PrincipalID: principal, TaskID: id,
+			From: []Status{StatusInterrupted}, To: StatusPending, Events: len(events)}); err != nil {
 			return err
 		}
 		if _, err := tx.exec(ctx, qQueueMark, nanos(s.now()), "", t.ID); err != nil {
@@ -179,18 +180,4 @@ func (s *Store) QueuePositions(ctx context.Context) (map[string]int64, error) {
 		pos[id] = int64(len(pos) + 1)
 	}
 	return pos, rows.Err()
-}
-
-// queueMigration is the schema of the queue in either engine's integer
-// type: when each pending task entered the queue (older pending tasks
-// entered it when they were created), and the host a task is held for.
-func queueMigration(integer string) []string {
-	return []string{
-		`ALTER TABLE tasks ADD COLUMN queued_ns ` + integer + ` NOT NULL DEFAULT 0`,
-		`ALTER TABLE tasks ADD COLUMN queue_host TEXT NOT NULL DEFAULT '' CHECK (length(queue_host) <= 64)`,
-		`UPDATE tasks SET queued_ns = created_ns WHERE status = 'pending'`,
-		// Admission counts the queue and a free slot reads its head: a
-		// partial index keeps both small however long the history.
-		`CREATE INDEX tasks_queue ON tasks (queued_ns, seq) WHERE status = 'pending'`,
-	}
 }

@@ -44,13 +44,10 @@ func (s *Store) InterruptRunning(ctx context.Context, reason Reason, events func
 }
 
 const (
-	qLiveOfHost     = `SELECT id FROM tasks WHERE status IN ('running', 'waiting_approval') AND lease_host IN (?1, '') ORDER BY seq`
-	qInterruptTasks = `UPDATE tasks SET status = 'interrupted', reason = ?1, message = '', updated_ns = ?2,
-			wall_ms_used = MAX(wall_ms_used, MIN(wall_ms_used + ?3, wall_ms_limit))
-		WHERE status IN ('running', 'waiting_approval') AND lease_host IN (?4, '') RETURNING ` + taskCols
-	qInterruptAttempts = `UPDATE attempts SET status = 'interrupted', reason = ?1, ended_ns = ?2
+	qLiveOfHost        = `SELECT id FROM tasks WHERE status IN ('running', 'waiting_approval') AND lease_host IN ($1, '') ORDER BY seq`
+	qInterruptAttempts = `UPDATE attempts SET status = 'interrupted', reason = $1, ended_ns = $2
 		WHERE status = 'running'
-			AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = attempts.task_id AND t.lease_host IN (?3, ''))`
+			AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = attempts.task_id AND t.lease_host IN ($3, ''))`
 )
 
 func (s *Store) interrupt(ctx context.Context, reason Reason, chargeWallMillis int64, events func(t Task) []NewEvent) ([]string, int, error) {
@@ -68,7 +65,7 @@ func (s *Store) interrupt(ctx context.Context, reason Reason, chargeWallMillis i
 				return err
 			}
 		}
-		rows, err := tx.QueryContext(ctx, qInterruptTasks, string(reason), now, chargeWallMillis, s.host)
+		rows, err := tx.QueryContext(ctx, tx.s.q.interruptTasks, string(reason), now, chargeWallMillis, s.host)
 		if err != nil {
 			return err
 		}

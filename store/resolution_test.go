@@ -208,7 +208,7 @@ func TestMigrateEffectResolutions(t *testing.T) {
 	}
 	t.Run("sqlite", func(t *testing.T) {
 		path, db := sqliteAtVersion(t, 6)
-		fillOldEffects(t, db, func(q string) string { return q })
+		fillOldEffects(t, db)
 		db.Close()
 		s, err := Open(context.Background(), path, Options{})
 		if err != nil {
@@ -224,7 +224,7 @@ func TestMigrateEffectResolutions(t *testing.T) {
 		if err := migratePG(ctx, db, 3); err != nil {
 			t.Fatal(err)
 		}
-		fillOldEffects(t, db, pgDialect{}.rebind)
+		fillOldEffects(t, db)
 		s, err := OpenPostgres(ctx, dsn, Options{}, PoolOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -237,20 +237,20 @@ func TestMigrateEffectResolutions(t *testing.T) {
 // fillOldEffects writes, as an older binary would have, task t with
 // attempts 1 (interrupted), 2 (completed), 3 (interrupted) and effects
 // named by their summary.
-func fillOldEffects(t *testing.T, db *sql.DB, rebind func(string) string) {
+func fillOldEffects(t *testing.T, db *sql.DB) {
 	t.Helper()
 	ctx := context.Background()
 	exec := func(q string, args ...any) {
 		t.Helper()
-		if _, err := db.ExecContext(ctx, rebind(q), args...); err != nil {
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
 	exec(`INSERT INTO tasks (id, principal_id, executor, spec, status, run_id,
 			steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns)
-		VALUES ('t', 'p', 'legacy', ?, 'interrupted', 1, 10, 10, 10, 1, 1000000, 1, 1)`, []byte(`{}`))
+		VALUES ('t', 'p', 'legacy', $1, 'interrupted', 1, 10, 10, 10, 1, 1000000, 1, 1)`, []byte(`{}`))
 	for n, st := range []string{"interrupted", "completed", "interrupted"} {
-		exec(`INSERT INTO attempts (task_id, number, run_id, status, started_ns, ended_ns) VALUES ('t', ?, 1, ?, 1, 2)`, n+1, st)
+		exec(`INSERT INTO attempts (task_id, number, run_id, status, started_ns, ended_ns) VALUES ('t', $1, 1, $2, 1, 2)`, n+1, st)
 	}
 	for _, e := range []struct {
 		attempt, seq       int
@@ -267,7 +267,7 @@ func fillOldEffects(t *testing.T, db *sql.DB, rebind func(string) string) {
 		{3, 5, "tool", "failed", "late-failed", nil, 0},
 	} {
 		exec(`INSERT INTO effects (task_id, attempt, seq, kind, fingerprint, status, summary, replayed, result, created_ns, updated_ns)
-			VALUES ('t', ?, ?, ?, 'f', ?, ?, ?, ?, 1, 1)`, e.attempt, e.seq, e.kind, e.status, e.name, e.replayed, e.result)
+			VALUES ('t', $1, $2, $3, 'f', $4, $5, $6, $7, 1, 1)`, e.attempt, e.seq, e.kind, e.status, e.name, e.replayed, e.result)
 	}
 }
 

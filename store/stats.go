@@ -63,7 +63,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 			func(a, b string, n int64) { st.Attempts[AttemptKey{AttemptStatus(a), b}] = n }},
 		{"effects", `SELECT kind, status, count(*) FROM effects GROUP BY kind, status`, nil,
 			func(a, b string, n int64) { st.Effects[EffectKey{EffectKind(a), EffectStatus(b)}] = n }},
-		{"budgets", `SELECT reason, '', count(*) FROM tasks WHERE reason IN (` + placeholders(len(budget)) + `) GROUP BY reason`, budget,
+		{"budgets", `SELECT reason, '', count(*) FROM tasks WHERE reason IN (` + numbered(1, len(budget)) + `) GROUP BY reason`, budget,
 			func(a, _ string, n int64) {
 				if k, ok := BudgetOf(Reason(a)); ok {
 					st.BudgetExhausted[k] = n
@@ -71,7 +71,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 			}},
 	}
 	for _, c := range counts {
-		if err := groupCount(ctx, tx, s.d.rebind(c.query), s.d.bind(c.args), c.add); err != nil {
+		if err := groupCount(ctx, tx, c.query, s.d.bind(c.args), c.add); err != nil {
 			return Stats{}, s.dbErr(fmt.Errorf("store stats: %s: %w", c.what, err))
 		}
 	}

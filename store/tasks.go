@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -22,7 +23,7 @@ type NewTask struct {
 const qInsertTask = `INSERT INTO tasks (id, principal_id, executor, spec, status,
 		steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns, events_stored,
 		model_tokens_limit, output_bytes_limit)
-	VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ` + taskCols
+	VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING ` + taskCols
 
 // CreateTask stores a new pending task (RunID 0, nothing used) and its
 // events in one transaction.
@@ -84,7 +85,7 @@ func (s *Store) checkNewTask(nt NewTask, events []NewEvent) error {
 	return s.checkEvents(events)
 }
 
-const qTaskByID = `SELECT ` + taskCols + ` FROM tasks WHERE id = ? AND principal_id = ?`
+const qTaskByID = `SELECT ` + taskCols + ` FROM tasks WHERE id = $1 AND principal_id = $2`
 
 // GetTask returns principal's task id, or ErrNotFound — also when the task
 // exists but belongs to another principal.
@@ -96,7 +97,7 @@ func (s *Store) GetTask(ctx context.Context, principal, id string) (Task, error)
 	return t, err
 }
 
-const qTaskOwner = `SELECT principal_id FROM tasks WHERE id = ?`
+const qTaskOwner = `SELECT principal_id FROM tasks WHERE id = $1`
 
 // TaskOwner returns the principal of task id, whoever asks: for an admin
 // acting on another principal's task. ErrNotFound when there is none.
@@ -150,31 +151,31 @@ const MaxExecutorBytes = 64
 
 // listWhere is the WHERE clause and its arguments of q's filters, without
 // the cursor.
-func listWhere(principal string, q ListQuery) (string, []any, error) {
-	where, args := `principal_id = ?`, []any{principal}
-	if q.AllPrincipals {
-		where, args = `1`, nil
+func listWhere(principal string, q ListQuery) (string, *argList, error) {
+	args := &argList{}
+	where := `TRUE`
+	if !q.AllPrincipals {
+		where = `principal_id = ` + args.add(principal)
 	}
 	if len(q.Status) > 0 {
 		sts := uniq(q.Status)
-		for _, st := range sts {
+		marks := make([]string, len(sts))
+		for i, st := range sts {
 			if !st.valid() {
 				return "", nil, invalidf("unknown status %q", st)
 			}
-			args = append(args, string(st))
+			marks[i] = args.add(string(st))
 		}
-		where += ` AND status IN (` + placeholders(len(sts)) + `)`
+		where += ` AND status IN (` + strings.Join(marks, ", ") + `)`
 	}
 	if q.Executor != "" {
 		if len(q.Executor) > MaxExecutorBytes {
 			return "", nil, invalidf("executor is %d bytes, at most %d", len(q.Executor), MaxExecutorBytes)
 		}
-		where += ` AND executor = ?`
-		args = append(args, q.Executor)
+		where += ` AND executor = ` + args.add(q.Executor)
 	}
 	if !q.Since.IsZero() {
-		where += ` AND created_ns >= ?`
-		args = append(args, q.Since.UnixNano())
+		where += ` AND created_ns >= ` + args.add(q.Since.UnixNano())
 	}
 	return where, args, nil
 }
@@ -189,26 +190,24 @@ func (s *Store) ListTasks(ctx context.Context, principal string, q ListQuery) ([
 	var order string
 	switch q.Order {
 	case OrderCreated:
-		where += ` AND seq > ?`
-		args = append(args, q.AfterSeq)
+		where += ` AND seq > ` + args.add(q.AfterSeq)
 		order = `seq`
 	case OrderNewest:
 		if q.AfterSeq > 0 {
-			where += ` AND seq < ?`
-			args = append(args, q.AfterSeq)
+			where += ` AND seq < ` + args.add(q.AfterSeq)
 		}
 		order = `seq DESC`
 	case OrderStatus:
 		if q.AfterSeq > 0 {
-			where += ` AND (status > ? OR (status = ? AND seq < ?))`
-			args = append(args, string(q.AfterStatus), string(q.AfterStatus), q.AfterSeq)
+			st := args.add(string(q.AfterStatus))
+			where += ` AND (status > ` + st + ` OR (status = ` + st + ` AND seq < ` + args.add(q.AfterSeq) + `))`
 		}
 		order = `status, seq DESC`
 	default:
 		return nil, invalidf("unknown list order %d", q.Order)
 	}
-	args = append(args, pageSize(q.Limit))
-	return s.queryTasks(ctx, `SELECT `+taskListCols+` FROM tasks WHERE `+where+` ORDER BY `+order+` LIMIT ?`, args...)
+	limit := args.add(pageSize(q.Limit))
+	return s.queryTasks(ctx, `SELECT `+taskListCols+` FROM tasks WHERE `+where+` ORDER BY `+order+` LIMIT `+limit, args.values...)
 }
 
 // CountTasks counts the tasks ListTasks would list over all its pages: q's
@@ -219,7 +218,7 @@ func (s *Store) CountTasks(ctx context.Context, principal string, q ListQuery) (
 		return 0, err
 	}
 	var n int64
-	if err := s.readRow(ctx, `SELECT count(*) FROM tasks WHERE `+where, args...).Scan(&n); err != nil {
+	if err := s.readRow(ctx, `SELECT count(*) FROM tasks WHERE `+where, args.values...).Scan(&n); err != nil {
 		return 0, s.dbErr(fmt.Errorf("store: count tasks: %w", err))
 	}
 	return n, nil
@@ -299,7 +298,8 @@ func (s *Store) Transition(ctx context.Context, tr Transition) (Task, error) {
 	err := s.write(ctx, func(tx *txn) error {
 		var err error
 		var stored int64
-		if t, stored, err = s.transition(ctx, tx, principal, id, uniq(from), to, reason, message, len(events)); err != nil {
+		if t, stored, err = s.transition(ctx, tx, &transitionParams{PrincipalID: principal, TaskID: id, From: uniq(from), To: to,
+			Reason: reason, Message: message, Events: len(events)}); err != nil {
 			return err
 		}
 		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, events)
@@ -320,35 +320,46 @@ func (s *Store) Transition(ctx context.Context, tr Transition) (Task, error) {
 // with the change are counted (the argument after the host) and the new
 // count returned.
 func transitionSQL(n int) string {
-	return `UPDATE tasks SET status = ?1, reason = ?2, message = ?3, updated_ns = ?4,
-			events_stored = events_stored + ?` + fmt.Sprint(8+n) + `,
-			run_id = run_id + CASE WHEN ?1 = 'running' AND status IN ('pending', 'interrupted') THEN 1 ELSE 0 END,
-			lease_host = CASE WHEN ?1 = 'running' AND status IN ('pending', 'interrupted') THEN ?` + fmt.Sprint(7+n) + ` ELSE lease_host END
-		WHERE id = ?5 AND principal_id = ?6 AND status IN (` + numbered(7, n) + `)
+	return `UPDATE tasks SET status = $1, reason = $2, message = $3, updated_ns = $4,
+			events_stored = events_stored + $` + strconv.Itoa(8+n) + `,
+			run_id = run_id + CASE WHEN $1 = 'running' AND status IN ('pending', 'interrupted') THEN 1 ELSE 0 END,
+			lease_host = CASE WHEN $1 = 'running' AND status IN ('pending', 'interrupted') THEN $` + strconv.Itoa(7+n) + ` ELSE lease_host END
+		WHERE id = $5 AND principal_id = $6 AND status IN (` + numbered(7, n) + `)
 		RETURNING ` + taskCols + `, events_stored`
 }
 
-// transition is the compare-and-set behind every status change. Arguments
-// are validated and from deduplicated by the caller. It counts events, the
-// number of events the caller stores with the change (storeEvents), and
-// returns the task's new count.
-func (s *Store) transition(ctx context.Context, tx *txn, principal, id string, from []Status, to Status, reason Reason, message string, events int) (Task, int64, error) {
-	args := []any{string(to), string(reason), message, nanos(s.now()), id, principal}
-	for _, f := range from {
+// transitionParams is one status change: principal's task moves from any
+// of From to To, with Reason and Message, and Events events the caller
+// stores with the change (storeEvents) are counted.
+type transitionParams struct {
+	PrincipalID string
+	TaskID      string
+	From        []Status // validated and deduplicated by the caller
+	To          Status
+	Reason      Reason
+	Message     string
+	Events      int
+}
+
+// transition is the compare-and-set behind every status change. It
+// returns the task and its new count of events.
+func (s *Store) transition(ctx context.Context, tx *txn, p *transitionParams) (Task, int64, error) {
+	args := []any{string(p.To), string(p.Reason), p.Message, nanos(s.now()), p.TaskID, p.PrincipalID}
+	for _, f := range p.From {
 		args = append(args, string(f))
 	}
-	args = append(args, s.host, events)
+	args = append(args, s.host, p.Events)
 	var stored int64
-	t, err := scanTask(tx.QueryRowContext(ctx, transitionSQL(len(from)), args...), &stored)
+	t, err := scanTask(tx.QueryRowContext(ctx, transitionSQL(len(p.From)), args...), &stored)
 	if errors.Is(err, sql.ErrNoRows) {
-		cur, _, err := taskState(ctx, tx, principal, id)
+		cur, _, err := taskState(ctx, tx, p.PrincipalID, p.TaskID)
 		if err != nil {
 			return Task{}, 0, err
 		}
-		return Task{}, 0, &TransitionError{TaskID: id, Current: cur, To: to}
+		return Task{}, 0, &TransitionError{TaskID: p.TaskID, Current: cur, To: p.To}
 	}
 	if err == nil {
-		tx.wrote(id)
+		tx.wrote(p.TaskID)
 		err = s.settleApprovals(ctx, tx, t)
 	}
 	return t, stored, err
@@ -381,15 +392,14 @@ func (s *Store) Cancel(ctx context.Context, principal, id string, events ...NewE
 // (user_cancelled, or user_stop_all for a cancel of all of a principal's
 // tasks).
 func (s *Store) CancelFor(ctx context.Context, principal, id string, reason Reason, events ...NewEvent) (Task, error) {
-	return s.moveOnce(ctx, principal, id, cancellable, StatusCancelled, reason, events, func(tx *txn, t Task) error {
-		// A cancelled task's approval can no longer be approved.
+	// A cancelled task's approval can no longer be approved.
+	cancelApprovals := func(tx *txn, t Task) error {
 		_, err := tx.ExecContext(ctx, qCancelApprovals, nanos(s.now()), t.ID)
 		return err
-	})
+	}
+	return s.moveOnce(ctx, &moveParams{PrincipalID: principal, TaskID: id, From: cancellable, To: StatusCancelled,
+		Reason: reason, Events: events, Also: cancelApprovals})
 }
-
-const qHeartbeat = `UPDATE tasks SET wall_ms_used = max(wall_ms_used, ?)
-	WHERE id = ? AND principal_id = ? AND run_id = ? AND status IN ('running', 'waiting_approval')`
 
 // Heartbeat records the wall time used so far by a live run. Wall time only
 // grows: the stored value becomes max(stored, wallMillisUsed), so a late or
@@ -401,7 +411,7 @@ func (s *Store) Heartbeat(ctx context.Context, principal, id string, runID int64
 		return invalidf("negative wall time")
 	}
 	return s.write(ctx, func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, qHeartbeat, wallMillisUsed, id, principal, runID)
+		res, err := tx.ExecContext(ctx, tx.s.q.heartbeat, wallMillisUsed, id, principal, runID)
 		if err != nil {
 			return err
 		}
@@ -421,16 +431,20 @@ func staleRun(ctx context.Context, tx *txn, principal, id string, runID int64) e
 	return &TransitionError{TaskID: id, Current: cur, RunID: run, WantRunID: runID}
 }
 
-// placeholders returns "?, ?, ..." with n marks.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-// numbered returns "?first, ?first+1, ..." with n marks.
+// numbered returns "$first, $first+1, ..." with n marks.
 func numbered(first, n int) string {
 	marks := make([]string, n)
 	for i := range marks {
-		marks[i] = fmt.Sprintf("?%d", first+i)
+		marks[i] = "$" + strconv.Itoa(first+i)
 	}
 	return strings.Join(marks, ", ")
+}
+
+// argList collects a statement's arguments as its text is built and
+// gives each one its placeholder, "$1", "$2", ... in the order added.
+type argList struct{ values []any }
+
+func (a *argList) add(v any) string {
+	a.values = append(a.values, v)
+	return "$" + strconv.Itoa(len(a.values))
 }

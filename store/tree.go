@@ -35,19 +35,6 @@ const taskStatusList = `'pending','running','waiting_approval','completed','fail
 // trees, as SQLite keeps it in the table's CREATE text.
 const oldTaskStatusCheck = `CHECK (status IN ('pending','running','waiting_approval','completed','failed','cancelled','interrupted'))`
 
-// treeMigration adds the tree columns in either engine's integer type.
-func treeMigration(integer string) []string {
-	return []string{
-		`ALTER TABLE tasks ADD COLUMN parent_task_id TEXT NOT NULL DEFAULT '' CHECK (length(parent_task_id) <= 128)`,
-		`ALTER TABLE tasks ADD COLUMN root_task_id TEXT NOT NULL DEFAULT '' CHECK (length(root_task_id) <= 128)`,
-		`ALTER TABLE tasks ADD COLUMN tree_depth ` + integer + ` NOT NULL DEFAULT 0 CHECK (tree_depth >= 0 AND tree_depth <= 8)`,
-		// Children are read by parent, trees by root; roots are most tasks,
-		// so only children are indexed.
-		`CREATE INDEX tasks_parent ON tasks (parent_task_id) WHERE parent_task_id <> ''`,
-		`CREATE INDEX tasks_root ON tasks (root_task_id) WHERE root_task_id <> ''`,
-	}
-}
-
 // rebuildTasksStatus widens the tasks table's status CHECK to take
 // blocked. SQLite cannot alter a CHECK, so the table is rebuilt as its own
 // documentation says (create the new table, copy, drop, rename, re-create
@@ -189,14 +176,14 @@ type NewChild struct {
 }
 
 const (
-	qTreeSize     = `SELECT count(*) FROM tasks WHERE root_task_id = ?`
-	qChargeParent = `UPDATE tasks SET steps_used = steps_used + ?1, tool_calls_used = tool_calls_used + ?2,
-			model_calls_used = model_calls_used + ?3, model_tokens_used = model_tokens_used + ?4,
-			output_bytes_used = output_bytes_used + ?5, updated_ns = ?6
-		WHERE id = ?7 AND steps_used + ?1 <= steps_limit AND tool_calls_used + ?2 <= tool_calls_limit
-			AND model_calls_used + ?3 <= model_calls_limit AND model_tokens_used + ?4 <= model_tokens_limit
-			AND output_bytes_used + ?5 <= output_bytes_limit`
-	qMarkChild = `UPDATE tasks SET parent_task_id = ?, root_task_id = ?, tree_depth = ? WHERE id = ?`
+	qTreeSize     = `SELECT count(*) FROM tasks WHERE root_task_id = $1`
+	qChargeParent = `UPDATE tasks SET steps_used = steps_used + $1, tool_calls_used = tool_calls_used + $2,
+			model_calls_used = model_calls_used + $3, model_tokens_used = model_tokens_used + $4,
+			output_bytes_used = output_bytes_used + $5, updated_ns = $6
+		WHERE id = $7 AND steps_used + $1 <= steps_limit AND tool_calls_used + $2 <= tool_calls_limit
+			AND model_calls_used + $3 <= model_calls_limit AND model_tokens_used + $4 <= model_tokens_limit
+			AND output_bytes_used + $5 <= output_bytes_limit`
+	qMarkChild = `UPDATE tasks SET parent_task_id = $1, root_task_id = $2, tree_depth = $3 WHERE id = $4`
 )
 
 // CreateChild stores a delegated child task, pending at the tail of the
@@ -300,7 +287,7 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-const qTreeOf = `SELECT ` + taskListCols + ` FROM tasks WHERE (id = ?1 OR root_task_id = ?1) AND principal_id = ?2 ORDER BY seq`
+const qTreeOf = `SELECT ` + taskListCols + ` FROM tasks WHERE (id = $1 OR root_task_id = $1) AND principal_id = $2 ORDER BY seq`
 
 // Tree returns every task of the tree principal's task id belongs to, its
 // root first, in creation order (at most max_subagents + 1 tasks), without
@@ -366,7 +353,7 @@ type treeTx struct {
 // lockTree locks (on PostgreSQL) and reads the tree of root.
 func (s *Store) lockTree(ctx context.Context, tx *txn, root, principal string, events TreeEvents) (*treeTx, error) {
 	if lock := s.d.forUpdate("tasks", false); lock != "" {
-		if _, err := tx.exec(ctx, `SELECT id FROM tasks WHERE (id = ?1 OR root_task_id = ?1) ORDER BY seq`+lock, root); err != nil {
+		if _, err := tx.exec(ctx, `SELECT id FROM tasks WHERE (id = $1 OR root_task_id = $1) ORDER BY seq`+lock, root); err != nil {
 			return nil, err
 		}
 	}
@@ -408,7 +395,8 @@ func (tt *treeTx) move(ctx context.Context, i int, to Status, reason Reason, msg
 	if len(msg) > tt.s.lim.Message {
 		msg = msg[:tt.s.lim.Message]
 	}
-	t, stored, err := tt.s.transition(ctx, tt.tx, cur.PrincipalID, cur.ID, []Status{cur.Status}, to, reason, msg, len(evs))
+	t, stored, err := tt.s.transition(ctx, tt.tx, &transitionParams{PrincipalID: cur.PrincipalID, TaskID: cur.ID,
+		From: []Status{cur.Status}, To: to, Reason: reason, Message: msg, Events: len(evs)})
 	if err != nil {
 		return err
 	}

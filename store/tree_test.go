@@ -221,10 +221,10 @@ func TestTreeMigrationKeepsTasks(t *testing.T) {
 		id := fmt.Sprintf("old%d", i)
 		ids = append(ids, id)
 		if _, err := db.ExecContext(ctx, `INSERT INTO tasks (id, principal_id, executor, spec, status, steps_limit, tool_calls_limit, model_calls_limit, depth_limit, wall_ms_limit, created_ns, updated_ns)
-			VALUES (?, 'p', 'legacy', X'7B7D', 'running', 5, 5, 5, 1, 1000, 1, 1)`, id); err != nil {
+			VALUES ($1, 'p', 'legacy', X'7B7D', 'running', 5, 5, 5, 1, 1000, 1, 1)`, id); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO attempts (task_id, number, run_id, status, started_ns) VALUES (?, 1, 1, 'running', 1)`, id); err != nil {
+		if _, err := db.ExecContext(ctx, `INSERT INTO attempts (task_id, number, run_id, status, started_ns) VALUES ($1, 1, 1, 'running', 1)`, id); err != nil {
 			t.Fatal(err)
 		}
 	}

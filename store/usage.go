@@ -29,15 +29,15 @@ const maxUsageAdd = 1 << 40
 // writes.
 const (
 	qAddUsage = `INSERT INTO model_usage (task_id, attempt, calls, prompt_tokens, completion_tokens, model_ms)
-		SELECT id, ?, ?, ?, ?, ? FROM tasks WHERE id = ? AND principal_id = ?
+		SELECT id, $1, $2, $3, $4, $5 FROM tasks WHERE id = $6 AND principal_id = $7
 		ON CONFLICT (task_id, attempt) DO UPDATE SET calls = model_usage.calls + excluded.calls,
 			prompt_tokens = model_usage.prompt_tokens + excluded.prompt_tokens,
 			completion_tokens = model_usage.completion_tokens + excluded.completion_tokens,
 			model_ms = model_usage.model_ms + excluded.model_ms`
 	qUsageByAttempt = `SELECT u.attempt, u.calls, u.prompt_tokens, u.completion_tokens, u.model_ms
 		FROM model_usage u JOIN tasks t ON t.id = u.task_id
-		WHERE u.task_id = ? AND t.principal_id = ? ORDER BY u.attempt`
-	qDeleteUsage = `DELETE FROM model_usage WHERE task_id = ?`
+		WHERE u.task_id = $1 AND t.principal_id = $2 ORDER BY u.attempt`
+	qDeleteUsage = `DELETE FROM model_usage WHERE task_id = $1`
 )
 
 func usageQueries() []string { return []string{qAddUsage, qDeleteUsage} }
