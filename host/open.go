@@ -22,6 +22,7 @@ import (
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/host/tools"
+	"github.com/taskhost/taskhost/internal/uids"
 	"github.com/taskhost/taskhost/store"
 )
 
@@ -130,89 +131,24 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.close()
 		return nil, err
 	}
-	// The key comes first: unless [fleet] host_id names this host, its id
-	// in the store is derived from the key.
-	key, err := loadOrCreateKey(filepath.Join(dir, KeyFile))
+	key, hostID, err := hostIdentity(dir, cfg)
 	if err != nil {
 		return fail(err)
-	}
-	hostID := cfg.Fleet.HostID
-	switch {
-	case hostID == "" && cfg.Store.Driver == config.StorePostgres:
-		// The hosts of a fleet share one key (a checkpoint sealed on one
-		// must verify on another): the machine and the data dir tell
-		// them apart.
-		machine, _ := os.Hostname()
-		hostID = HostIDFromKey(key, machine, dir)
-	case hostID == "":
-		hostID = HostIDFromKey(key)
 	}
 	obs := opts.Observer
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	h.Store, err = openStore(ctx, dir, cfg, store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted,
-		ObserveRetry: obs.StoreRetried, ObserveFenced: obs.StoreFenced, HostID: hostID, WriteFault: opts.StoreFault, Limits: store.Limits{
-			Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
-			Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
-			Result:        cfg.Limits.ResultBytes,
-			EventPayload:  cfg.Limits.EventBytes,
-			EventsPerTask: cfg.Limits.EventsPerTask,
-		}})
+	if h.Store, err = openStore(ctx, dir, cfg, storeOptions(cfg, opts, obs, hostID)); err != nil {
+		return fail(err)
+	}
+	pool, err := h.openRegistry(cfg, &opts, log)
 	if err != nil {
 		return fail(err)
 	}
-	if opts.Trampoline == "" {
-		if h.trampoline, err = findTrampoline(executorDirOf(opts.ExecutorDir)); err != nil {
-			log.Warn("plugins start through the taskhost binary instead, about 10 ms slower each", "error", err)
-		}
-		if h.trampoline != nil {
-			log.Info("plugin trampoline", "path", h.trampoline.path, "sha256", h.trampoline.sha256)
-			opts.Trampoline = h.trampoline.execPath()
-		}
-	}
-	pool, err := uidPool(cfg.Confinement, log)
+	svc, err := h.openServices(cfg, opts.Trampoline, pool, log)
 	if err != nil {
 		return fail(err)
-	}
-	// The data dir is locked: what a dead daemon left of its plugins' run
-	// dirs (their tmpfs) is nobody's now.
-	if n := plugin.SweepRunDirs(filepath.Join(dir, SocketDirName)); n > 0 {
-		log.Info("plugin run dirs a previous daemon left removed", "count", n)
-	}
-	h.Registry, err = plugin.NewRegistry(plugin.PluginOptions{
-		UIDs:         pool,
-		SocketDir:    filepath.Join(dir, SocketDirName),
-		StartTimeout: time.Duration(cfg.Limits.PluginStartSeconds) * time.Second,
-		StopGrace:    time.Duration(cfg.Limits.PluginStopGraceSeconds) * time.Second,
-		MaxMessage:   cfg.Limits.GRPCMessageBytes,
-		Logger:       log.Named("plugin"),
-		Trampoline:   opts.Trampoline,
-		// Each running task holds a uid for its plugin and one for its
-		// shell.run command: pre-started plugins never take those.
-		UIDReserve: 2 * cfg.Tasks.MaxConcurrent,
-
-		RequireConfinement: cfg.Confinement.Required,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	svc := ServiceConfig{ApprovalTimeout: time.Duration(cfg.Approvals.TimeoutSeconds) * time.Second}
-	if svc.Model, err = model.New(cfg.Model, os.Getenv); err != nil {
-		return fail(fmt.Errorf("model provider: %w", err))
-	}
-	if svc.Tools, err = tools.New(tools.Options{Tools: cfg.Tools, WorkspaceRoot: filepath.Join(dir, WorkspaceDirName),
-		Trampoline: opts.Trampoline, RequireConfinement: cfg.Confinement.Required, UIDs: pool, Logger: log.Named("tools")}); err != nil {
-		return fail(fmt.Errorf("tools: %w", err))
-	}
-	h.tools = svc.Tools
-	for _, err := range untrustedWorkspaces(filepath.Join(dir, WorkspaceDirName), svc.Tools.CheckWorkspace) {
-		log.Warn("a task's workspace is untrusted: that task's tools refuse it and it cannot be resumed until it is fixed", "error", err)
-	}
-	if svc.Tools.Landlocked() {
-		log.Info("shell.run confinement", "confinement", svc.Tools.Confinement())
-	} else {
-		log.Warn("the kernel offers no Landlock: shell.run commands are not confined to their workspace", "confinement", svc.Tools.Confinement())
 	}
 	set := settingsFrom(cfg)
 	set.Solo = opts.Solo
@@ -224,9 +160,120 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err := h.Runner.StartFleet(ctx, opts.Version); err != nil {
 		return fail(fmt.Errorf("fleet registration: %w", err))
 	}
-	specs, err := executorSpecs(opts.ExecutorDir, filepath.Join(dir, CacheDirName), h.trampolinePath(), pool != nil, cfg)
-	if err != nil {
+	if err := h.registerExecutors(ctx, cfg, opts, pool != nil, log); err != nil {
 		return fail(err)
+	}
+	h.startModelCheck(ctx, cfg, svc.Model, log)
+	return h, nil
+}
+
+// hostIdentity loads the data dir's key, or makes it, and names this host
+// in the store. The key comes first: unless [fleet] host_id names this
+// host, its id is derived from the key.
+func hostIdentity(dir string, cfg config.Config) (key []byte, hostID string, err error) {
+	if key, err = loadOrCreateKey(filepath.Join(dir, KeyFile)); err != nil {
+		return nil, "", err
+	}
+	hostID = cfg.Fleet.HostID
+	switch {
+	case hostID == "" && cfg.Store.Driver == config.StorePostgres:
+		// The hosts of a fleet share one key (a checkpoint sealed on one
+		// must verify on another): the machine and the data dir tell
+		// them apart.
+		machine, _ := os.Hostname()
+		hostID = HostIDFromKey(key, machine, dir)
+	case hostID == "":
+		hostID = HostIDFromKey(key)
+	}
+	return key, hostID, nil
+}
+
+// storeOptions are the store's options from the config: its limits in
+// bytes, the observer's hooks, this host's id.
+func storeOptions(cfg config.Config, opts Options, obs Observer, hostID string) store.Options {
+	return store.Options{Synchronous: opts.Synchronous, ObserveCommit: obs.StoreCommitted,
+		ObserveRetry: obs.StoreRetried, ObserveFenced: obs.StoreFenced, HostID: hostID, WriteFault: opts.StoreFault, Limits: store.Limits{
+			Summary:       cfg.Limits.SummaryChars * 4, // characters of up to 4 UTF-8 bytes
+			Checkpoint:    cfg.Tasks.CheckpointMaxBytes + 4096,
+			Result:        cfg.Limits.ResultBytes,
+			EventPayload:  cfg.Limits.EventBytes,
+			EventsPerTask: cfg.Limits.EventsPerTask,
+		}}
+}
+
+// openRegistry finds the plugin trampoline (setting opts.Trampoline when
+// the caller named none), opens the uid pool, sweeps a dead daemon's run
+// dirs and opens the plugin registry. The pool is nil where plugins take
+// no uids of their own.
+func (h *Host) openRegistry(cfg config.Config, opts *Options, log hclog.Logger) (*uids.Pool, error) {
+	if opts.Trampoline == "" {
+		var err error
+		if h.trampoline, err = findTrampoline(executorDirOf(opts.ExecutorDir)); err != nil {
+			log.Warn("plugins start through the taskhost binary instead, about 10 ms slower each", "error", err)
+		}
+		if h.trampoline != nil {
+			log.Info("plugin trampoline", "path", h.trampoline.path, "sha256", h.trampoline.sha256)
+			opts.Trampoline = h.trampoline.execPath()
+		}
+	}
+	pool, err := uidPool(cfg.Confinement, log)
+	if err != nil {
+		return nil, err
+	}
+	// The data dir is locked: what a dead daemon left of its plugins' run
+	// dirs (their tmpfs) is nobody's now.
+	if n := plugin.SweepRunDirs(filepath.Join(h.DataDir, SocketDirName)); n > 0 {
+		log.Info("plugin run dirs a previous daemon left removed", "count", n)
+	}
+	h.Registry, err = plugin.NewRegistry(plugin.PluginOptions{
+		UIDs:         pool,
+		SocketDir:    filepath.Join(h.DataDir, SocketDirName),
+		StartTimeout: time.Duration(cfg.Limits.PluginStartSeconds) * time.Second,
+		StopGrace:    time.Duration(cfg.Limits.PluginStopGraceSeconds) * time.Second,
+		MaxMessage:   cfg.Limits.GRPCMessageBytes,
+		Logger:       log.Named("plugin"),
+		Trampoline:   opts.Trampoline,
+		// Each running task holds a uid for its plugin and one for its
+		// shell.run command: pre-started plugins never take those.
+		UIDReserve: 2 * cfg.Tasks.MaxConcurrent,
+
+		RequireConfinement: cfg.Confinement.Required,
+	})
+	return pool, err
+}
+
+// openServices opens what the host serves executors besides their steps:
+// the model provider and the tools, which it checks the workspaces for.
+func (h *Host) openServices(cfg config.Config, trampoline string, pool *uids.Pool, log hclog.Logger) (ServiceConfig, error) {
+	svc := ServiceConfig{ApprovalTimeout: time.Duration(cfg.Approvals.TimeoutSeconds) * time.Second}
+	var err error
+	if svc.Model, err = model.New(cfg.Model, os.Getenv); err != nil {
+		return svc, fmt.Errorf("model provider: %w", err)
+	}
+	root := filepath.Join(h.DataDir, WorkspaceDirName)
+	if svc.Tools, err = tools.New(tools.Options{Tools: cfg.Tools, WorkspaceRoot: root,
+		Trampoline: trampoline, RequireConfinement: cfg.Confinement.Required, UIDs: pool, Logger: log.Named("tools")}); err != nil {
+		return svc, fmt.Errorf("tools: %w", err)
+	}
+	h.tools = svc.Tools
+	for _, err := range untrustedWorkspaces(root, svc.Tools.CheckWorkspace) {
+		log.Warn("a task's workspace is untrusted: that task's tools refuse it and it cannot be resumed until it is fixed", "error", err)
+	}
+	if svc.Tools.Landlocked() {
+		log.Info("shell.run confinement", "confinement", svc.Tools.Confinement())
+	} else {
+		log.Warn("the kernel offers no Landlock: shell.run commands are not confined to their workspace", "confinement", svc.Tools.Confinement())
+	}
+	return svc, nil
+}
+
+// registerExecutors registers every executor kind the config and the
+// executor dir name; one that fails its checks is logged and left
+// unavailable, not fatal.
+func (h *Host) registerExecutors(ctx context.Context, cfg config.Config, opts Options, ownUIDs bool, log hclog.Logger) error {
+	specs, err := executorSpecs(opts.ExecutorDir, filepath.Join(h.DataDir, CacheDirName), h.trampolinePath(), ownUIDs, cfg)
+	if err != nil {
+		return err
 	}
 	if opts.Solo {
 		// A foreground host runs its one task: nothing to start ahead.
@@ -242,6 +289,13 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if !cfg.MachineSpirit.Enabled {
 		h.Registry.MarkUnavailable("machinespirit", "disabled", machineSpiritDisabled)
 	}
+	return nil
+}
+
+// startModelCheck sets up the model endpoint's check and, with
+// [model] preflight, runs it once in the background: a slow endpoint must
+// not hold up the start.
+func (h *Host) startModelCheck(ctx context.Context, cfg config.Config, m model.Provider, log hclog.Logger) {
 	provider := cfg.Model.Provider
 	if provider == "" {
 		provider = config.ProviderScripted
@@ -252,18 +306,17 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if cfg.Model.TimeoutSeconds <= 0 {
 		timeout = time.Minute + 5*time.Second
 	}
-	h.Model = newModelChecker(svc.Model, ModelStatus{Provider: provider, Name: cfg.Model.Name, Preflight: cfg.Model.Preflight}, timeout, log.Named("model"))
-	if cfg.Model.Preflight {
-		// In the background: a slow endpoint must not hold up the start.
-		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		h.stopPreflight = cancel
-		h.preflightDone = make(chan struct{})
-		go func() {
-			defer close(h.preflightDone)
-			h.Model.Check(pctx)
-		}()
+	h.Model = newModelChecker(m, ModelStatus{Provider: provider, Name: cfg.Model.Name, Preflight: cfg.Model.Preflight}, timeout, log.Named("model"))
+	if !cfg.Model.Preflight {
+		return
 	}
-	return h, nil
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.stopPreflight = cancel
+	h.preflightDone = make(chan struct{})
+	go func() {
+		defer close(h.preflightDone)
+		h.Model.Check(pctx)
+	}()
 }
 
 // Close stops every run (DESIGN §6 graceful stop) and closes the data dir.
