@@ -414,62 +414,8 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 		if !cfg.MachineSpirit.Enabled {
 			delete(found, config.ExecutorMachineSpirit)
 		} else {
-			// The pinned runtime travels as flags; the plugin's preflight
-			// checks it and reports the result in Describe.
-			ms.Args = append(ms.Args, "--swipl", cfg.MachineSpirit.SwiplPath, "--swipl-version", cfg.MachineSpirit.SwiplVersion,
-				"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes),
-				"--worker-memory-mb", strconv.Itoa(cfg.MachineSpirit.WorkerMemoryMB),
-				"--worker-cpu-seconds", strconv.Itoa(cfg.MachineSpirit.WorkerCPUSeconds),
-				"--max-parallel-model-calls", strconv.Itoa(cfg.MachineSpiritParallel()))
-			if cfg.MachineSpirit.RLMGoalMode {
-				ms.Args = append(ms.Args, "--rlm-goal-mode")
-			}
-			// The plugin reads each module once, checks its pin on those
-			// bytes and loads them; Landlock lets it read only these files.
-			for _, name := range slices.Sorted(maps.Keys(cfg.MachineSpirit.HandlerModules)) {
-				hm := cfg.MachineSpirit.HandlerModules[name]
-				ms.Args = append(ms.Args, "--handler-module", hm.Path+"="+hm.SHA256)
-				ms.Confine.ReadOnly = append(slices.Clip(ms.Confine.ReadOnly), hm.Path)
-			}
-			// Operator graphs: the plugin reads each pinned NAME.pl of the
-			// dir once and checks its pin on those bytes.
-			if len(cfg.MachineSpirit.GraphPins) > 0 {
-				ms.Args = append(ms.Args, "--graphs-dir", cfg.MachineSpirit.GraphsDir)
-				for _, name := range slices.Sorted(maps.Keys(cfg.MachineSpirit.GraphPins)) {
-					ms.Args = append(ms.Args, "--graph-pin", name+"="+cfg.MachineSpirit.GraphPins[name])
-				}
-				ms.Confine.ReadOnly = append(slices.Clip(ms.Confine.ReadOnly), cfg.MachineSpirit.GraphsDir)
-			}
-			// It runs its pinned swipl as a worker process.
-			ms.Confine.Subprocesses = true
-			ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, cfg.MachineSpirit.SwiplPath)
-			if trampoline != "" {
-				// Its own binary would do, at ~8 ms more per worker start.
-				ms.Args = append(ms.Args, "--trampoline", trampoline)
-				ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, trampoline)
-			} else {
-				// It starts its worker through its own binary, by path:
-				// under a uid of its own that path must be reachable.
-				ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, ms.Path)
-			}
-			// Its compiled saved state is kept across starts (~0.4 s each
-			// to build), in a cache only the daemon's uid reaches. A
-			// plugin under a uid of the pool gets a copy of it per launch
-			// (a cache its uid could write would let one task's process
-			// plant the state a later task's worker loads); one run as
-			// another user builds at every start.
-			if ms.Confine.User == "" {
-				msCache := filepath.Join(cacheDir, config.ExecutorMachineSpirit)
-				if err := os.MkdirAll(msCache, 0o700); err != nil {
-					return nil, fmt.Errorf("executor cache dir: %w", err)
-				}
-				if pooled {
-					// A copy per launch, seeded by probes only.
-					ms.Confine.SeedCache, ms.Confine.SeedCacheFlag = msCache, "--state-cache-dir"
-				} else {
-					ms.Args = append(ms.Args, "--state-cache-dir", msCache)
-					ms.Confine.ReadWrite = append(slices.Clip(ms.Confine.ReadWrite), msCache)
-				}
+			if err := machineSpiritArgs(&ms, cacheDir, trampoline, pooled, cfg); err != nil {
+				return nil, err
 			}
 			found[config.ExecutorMachineSpirit] = ms
 		}
@@ -480,6 +426,70 @@ func executorSpecs(dir, cacheDir, trampoline string, pooled bool, cfg config.Con
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Kind < specs[j].Kind })
 	return specs, nil
+}
+
+// machineSpiritArgs fits the machinespirit plugin's spec to the config: its
+// pinned runtime, handler modules and operator graphs as flags, what its
+// confinement must let it read, and its saved-state cache.
+func machineSpiritArgs(ms *plugin.PluginSpec, cacheDir, trampoline string, pooled bool, cfg config.Config) error {
+	// The pinned runtime travels as flags; the plugin's preflight
+	// checks it and reports the result in Describe.
+	ms.Args = append(ms.Args, "--swipl", cfg.MachineSpirit.SwiplPath, "--swipl-version", cfg.MachineSpirit.SwiplVersion,
+		"--checkpoint-max-bytes", strconv.Itoa(cfg.Tasks.CheckpointMaxBytes),
+		"--worker-memory-mb", strconv.Itoa(cfg.MachineSpirit.WorkerMemoryMB),
+		"--worker-cpu-seconds", strconv.Itoa(cfg.MachineSpirit.WorkerCPUSeconds),
+		"--max-parallel-model-calls", strconv.Itoa(cfg.MachineSpiritParallel()))
+	if cfg.MachineSpirit.RLMGoalMode {
+		ms.Args = append(ms.Args, "--rlm-goal-mode")
+	}
+	// The plugin reads each module once, checks its pin on those
+	// bytes and loads them; Landlock lets it read only these files.
+	for _, name := range slices.Sorted(maps.Keys(cfg.MachineSpirit.HandlerModules)) {
+		hm := cfg.MachineSpirit.HandlerModules[name]
+		ms.Args = append(ms.Args, "--handler-module", hm.Path+"="+hm.SHA256)
+		ms.Confine.ReadOnly = append(slices.Clip(ms.Confine.ReadOnly), hm.Path)
+	}
+	// Operator graphs: the plugin reads each pinned NAME.pl of the
+	// dir once and checks its pin on those bytes.
+	if len(cfg.MachineSpirit.GraphPins) > 0 {
+		ms.Args = append(ms.Args, "--graphs-dir", cfg.MachineSpirit.GraphsDir)
+		for _, name := range slices.Sorted(maps.Keys(cfg.MachineSpirit.GraphPins)) {
+			ms.Args = append(ms.Args, "--graph-pin", name+"="+cfg.MachineSpirit.GraphPins[name])
+		}
+		ms.Confine.ReadOnly = append(slices.Clip(ms.Confine.ReadOnly), cfg.MachineSpirit.GraphsDir)
+	}
+	// It runs its pinned swipl as a worker process.
+	ms.Confine.Subprocesses = true
+	ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, cfg.MachineSpirit.SwiplPath)
+	if trampoline != "" {
+		// Its own binary would do, at ~8 ms more per worker start.
+		ms.Args = append(ms.Args, "--trampoline", trampoline)
+		ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, trampoline)
+	} else {
+		// It starts its worker through its own binary, by path:
+		// under a uid of its own that path must be reachable.
+		ms.Confine.ReadOnly = append(ms.Confine.ReadOnly, ms.Path)
+	}
+	// Its compiled saved state is kept across starts (~0.4 s each
+	// to build), in a cache only the daemon's uid reaches. A
+	// plugin under a uid of the pool gets a copy of it per launch
+	// (a cache its uid could write would let one task's process
+	// plant the state a later task's worker loads); one run as
+	// another user builds at every start.
+	if ms.Confine.User == "" {
+		msCache := filepath.Join(cacheDir, config.ExecutorMachineSpirit)
+		if err := os.MkdirAll(msCache, 0o700); err != nil {
+			return fmt.Errorf("executor cache dir: %w", err)
+		}
+		if pooled {
+			// A copy per launch, seeded by probes only.
+			ms.Confine.SeedCache, ms.Confine.SeedCacheFlag = msCache, "--state-cache-dir"
+		} else {
+			ms.Args = append(ms.Args, "--state-cache-dir", msCache)
+			ms.Confine.ReadWrite = append(slices.Clip(ms.Confine.ReadWrite), msCache)
+		}
+	}
+	return nil
 }
 
 // executorDirOf is the directory executors (and the trampoline) are found
