@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,50 +32,24 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 	if _, code, ok := parseArgs(e, fs, args, 0, 0); !ok {
 		return code
 	}
-	var recSizes []int
-	for _, f := range strings.Split(*sizes, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > 1_000_000 {
-			errorf(e, "bench: --recovery-sizes: %q is not a size from 1 to 1000000", f)
-			return exitUsage
-		}
-		recSizes = append(recSizes, n)
-	}
-	if recSizes == nil {
-		recSizes = []int{}
+	recSizes, err := recoverySizes(*sizes)
+	if err != nil {
+		errorf(e, "bench: --recovery-sizes: %v", err)
+		return exitUsage
 	}
 	if *steps < 10 || *steps > 100000 || *reps < 1 || *reps > 1000 {
 		errorf(e, "bench: --steps must be 10..100000 and --reps 1..1000")
 		return exitUsage
 	}
-	st := config.Default().Store
-	switch *storeDriver {
-	case config.StoreSQLite:
-	case config.StorePostgres:
-		if os.Getenv(*dsnEnv) == "" {
-			errorf(e, "bench: --store postgres: the environment variable %s (--dsn-env) is unset or empty: set it to the DSN of a database for benchmarks", *dsnEnv)
-			return exitUsage
-		}
-		st.Driver, st.DSNEnv = config.StorePostgres, *dsnEnv
-	default:
-		errorf(e, "bench: --store must be sqlite or postgres, not %q", *storeDriver)
+	st, err := benchStore(*storeDriver, *dsnEnv)
+	if err != nil {
+		errorf(e, "bench: %v", err)
 		return exitUsage
 	}
-	exe, err := os.Executable()
+	execDir, err := benchExecutorDir()
 	if err != nil {
 		errorf(e, "bench: %v", err)
 		return exitUnavailable
-	}
-	// make build keeps the test executor out of the daemon's executor
-	// directory, in test/ below it.
-	execDir := filepath.Dir(exe)
-	if _, err := os.Stat(filepath.Join(execDir, "taskhost-executor-testexec")); err != nil {
-		if _, err := os.Stat(filepath.Join(execDir, "test", "taskhost-executor-testexec")); err == nil {
-			execDir = filepath.Join(execDir, "test")
-		}
 	}
 	r, err := bench.Run(ctx, bench.Options{
 		ExecutorDir: execDir, Steps: *steps, Reps: *reps, RecoverySizes: recSizes, Store: st,
@@ -89,26 +64,7 @@ func benchCmd(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stdout, string(data))
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASUREMENT\tN\tMEDIAN\tP95\tNOTE")
-	for _, f := range r.Figures {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, f.N, round(f.Median), round(f.P95), f.Note)
-	}
-	tw.Flush()
-	if r.StepRatioNormal > 0 {
-		fmt.Fprintf(e.stdout, "\ndurable step / floor = %.2f at synchronous=FULL (target ≤ 1.5), %.2f at NORMAL (target ≤ 2)\n", r.StepRatio, r.StepRatioNormal)
-	} else {
-		fmt.Fprintf(e.stdout, "\ndurable step / floor = %.2f (target ≤ 1.5)\n", r.StepRatio)
-	}
-	if r.ConcurrentThroughput > 0 {
-		fmt.Fprintf(e.stdout, "steps/s of 4 tasks at once = %.2f× one task's (target ≥ 3, on PostgreSQL ≥ 2.5), of 16 = %.2f× (target ≥ 4)\n", r.ConcurrentThroughput, r.ConcurrentThroughput16)
-	}
-	if r.FleetThroughput > 0 {
-		fmt.Fprintf(e.stdout, "steps/s of 12 tasks over 3 hosts of one store = %.2f× on one host (target ≥ 1)\n", r.FleetThroughput)
-	}
-	if r.ShortTaskRatio > 0 {
-		fmt.Fprintf(e.stdout, "one-step tasks with pre-started plugins = %.0f/s, %.2f× without (target ≥ 100/s and ≥ 4×)\n", r.ShortTasksPerSecond, r.ShortTaskRatio)
-	}
+	printBench(e.stdout, r)
 	return exitOK
 }
 
@@ -120,5 +76,81 @@ func round(d time.Duration) string {
 		return d.Round(time.Microsecond).String()
 	default:
 		return d.Round(10 * time.Microsecond).String()
+	}
+}
+
+// recoverySizes parses --recovery-sizes: store sizes from 1 to 1,000,000,
+// comma-separated; empty is none.
+func recoverySizes(list string) ([]int, error) {
+	sizes := []int{}
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 1_000_000 {
+			return nil, fmt.Errorf("%q is not a size from 1 to 1000000", f)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
+}
+
+// benchStore is the store --store names: a temporary SQLite file, or the
+// PostgreSQL database whose DSN is in the variable dsnEnv.
+func benchStore(driver, dsnEnv string) (config.Store, error) {
+	st := config.Default().Store
+	switch driver {
+	case config.StoreSQLite:
+	case config.StorePostgres:
+		if os.Getenv(dsnEnv) == "" {
+			return st, fmt.Errorf("--store postgres: the environment variable %s (--dsn-env) is unset or empty: set it to the DSN of a database for benchmarks", dsnEnv)
+		}
+		st.Driver, st.DSNEnv = config.StorePostgres, dsnEnv
+	default:
+		return st, fmt.Errorf("--store must be sqlite or postgres, not %q", driver)
+	}
+	return st, nil
+}
+
+// benchExecutorDir is the directory holding the test executor: beside the
+// binary, or in test/ below it, where make build keeps it out of the
+// daemon's executor directory.
+func benchExecutorDir() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Dir(exe)
+	if _, err := os.Stat(filepath.Join(dir, "taskhost-executor-testexec")); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, "test", "taskhost-executor-testexec")); err == nil {
+			dir = filepath.Join(dir, "test")
+		}
+	}
+	return dir, nil
+}
+
+// printBench prints the report as a table and the ratios against their
+// targets.
+func printBench(w io.Writer, r bench.Report) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEASUREMENT\tN\tMEDIAN\tP95\tNOTE")
+	for _, f := range r.Figures {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, f.N, round(f.Median), round(f.P95), f.Note)
+	}
+	tw.Flush()
+	if r.StepRatioNormal > 0 {
+		fmt.Fprintf(w, "\ndurable step / floor = %.2f at synchronous=FULL (target ≤ 1.5), %.2f at NORMAL (target ≤ 2)\n", r.StepRatio, r.StepRatioNormal)
+	} else {
+		fmt.Fprintf(w, "\ndurable step / floor = %.2f (target ≤ 1.5)\n", r.StepRatio)
+	}
+	if r.ConcurrentThroughput > 0 {
+		fmt.Fprintf(w, "steps/s of 4 tasks at once = %.2f× one task's (target ≥ 3, on PostgreSQL ≥ 2.5), of 16 = %.2f× (target ≥ 4)\n", r.ConcurrentThroughput, r.ConcurrentThroughput16)
+	}
+	if r.FleetThroughput > 0 {
+		fmt.Fprintf(w, "steps/s of 12 tasks over 3 hosts of one store = %.2f× on one host (target ≥ 1)\n", r.FleetThroughput)
+	}
+	if r.ShortTaskRatio > 0 {
+		fmt.Fprintf(w, "one-step tasks with pre-started plugins = %.0f/s, %.2f× without (target ≥ 100/s and ≥ 4×)\n", r.ShortTasksPerSecond, r.ShortTaskRatio)
 	}
 }
