@@ -151,21 +151,9 @@ func runDemo(ctx context.Context, e *env, o demoOptions, plan demoPlan) int {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	cfgPath := filepath.Join(tmp, "taskhost.toml")
-	if err := os.WriteFile(cfgPath, []byte(plan.config), 0o600); err != nil {
-		errorf(e, "demo: %v", err)
-		return exitUnavailable
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		errorf(e, "demo: %v", err)
-		return exitUsage
-	}
-	if s := confine.Probe(); s.LandlockABI < 1 {
-		// [confinement] required fails closed on such a kernel; the demo
-		// opts out, and says so, rather than show nothing at all.
-		cfg.Confinement.Required = false
-		fmt.Fprintf(out, "note: this kernel offers no Landlock (%s): the demo runs its plugins and commands without filesystem confinement ([confinement] required = false)\n", s)
+	cfg, code := demoConfig(e, out, tmp, plan)
+	if code != exitOK {
+		return code
 	}
 	logFile, err := os.OpenFile(filepath.Join(tmp, "daemon.log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -179,28 +167,11 @@ func runDemo(ctx context.Context, e *env, o demoOptions, plan demoPlan) int {
 	stdlog.SetOutput(logFile)
 	defer func() { stdlog.SetOutput(prevOut); stdlog.SetFlags(prevFlags) }()
 	dataDir := filepath.Join(tmp, "data")
-
-	// The daemon runs in this process, served on its socket like any other.
-	dctx, stopDaemon := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopDaemon()
-	ready := make(chan string, 1)
-	exited := make(chan int, 1)
-	log := hclog.New(&hclog.LoggerOptions{Name: "taskhost", Output: logFile, Level: hclog.Info})
-	go func() {
-		exited <- runDaemon(dctx, &env{stdout: logFile, stderr: logFile, stdin: strings.NewReader("")}, log,
-			daemonOptions{dataDir: dataDir, cfg: cfg, executorDir: o.executorDir}, ready)
-	}()
-	var socket string
-	select {
-	case socket = <-ready:
-	case code := <-exited:
-		errorf(e, "demo: the daemon did not start (exit %d); its log:\n%s", code, readTail(logFile.Name()))
-		return exitUnavailable
+	socket, stop, code := startDemoDaemon(ctx, e, logFile, daemonOptions{dataDir: dataDir, cfg: cfg, executorDir: o.executorDir})
+	if code != exitOK {
+		return code
 	}
-	defer func() {
-		stopDaemon()
-		<-exited
-	}()
+	defer stop()
 	fmt.Fprintf(out, "taskhost demo: a daemon on %s (temporary data dir, scripted model)\n", socket)
 
 	cf := &clientFlags{socket: socket, dataDir: dataDir}
@@ -225,6 +196,51 @@ func runDemo(ctx context.Context, e *env, o demoOptions, plan demoPlan) int {
 		}
 	}
 	return d.summary()
+}
+
+// demoConfig writes the plan's config into tmp and loads it; on a kernel
+// without Landlock it opts out of required confinement, and says so.
+func demoConfig(e *env, out io.Writer, tmp string, plan demoPlan) (config.Config, int) {
+	cfgPath := filepath.Join(tmp, "taskhost.toml")
+	if err := os.WriteFile(cfgPath, []byte(plan.config), 0o600); err != nil {
+		errorf(e, "demo: %v", err)
+		return config.Config{}, exitUnavailable
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		errorf(e, "demo: %v", err)
+		return config.Config{}, exitUsage
+	}
+	if s := confine.Probe(); s.LandlockABI < 1 {
+		// [confinement] required fails closed on such a kernel; the demo
+		// opts out, and says so, rather than show nothing at all.
+		cfg.Confinement.Required = false
+		fmt.Fprintf(out, "note: this kernel offers no Landlock (%s): the demo runs its plugins and commands without filesystem confinement ([confinement] required = false)\n", s)
+	}
+	return cfg, exitOK
+}
+
+// startDemoDaemon runs the daemon in this process, served on its socket
+// like any other, logging to logFile; stop ends it and waits for it.
+func startDemoDaemon(ctx context.Context, e *env, logFile *os.File, do daemonOptions) (socket string, stop func(), code int) {
+	dctx, stopDaemon := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan string, 1)
+	exited := make(chan int, 1)
+	log := hclog.New(&hclog.LoggerOptions{Name: "taskhost", Output: logFile, Level: hclog.Info})
+	go func() {
+		exited <- runDaemon(dctx, &env{stdout: logFile, stderr: logFile, stdin: strings.NewReader("")}, log, do, ready)
+	}()
+	select {
+	case socket = <-ready:
+	case code := <-exited:
+		stopDaemon()
+		errorf(e, "demo: the daemon did not start (exit %d); its log:\n%s", code, readTail(logFile.Name()))
+		return "", nil, exitUnavailable
+	}
+	return socket, func() {
+		stopDaemon()
+		<-exited
+	}, exitOK
 }
 
 // checkExecutors refuses to start when an executor the plan needs failed
