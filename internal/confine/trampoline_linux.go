@@ -33,6 +33,11 @@ func Main() {
 }
 
 // trampoline returns only on failure, naming the step that failed.
+//
+// It is one function, longer than most here, on purpose: its order is the
+// confinement's argument (cgroups before anything runs, the target opened
+// before Landlock closes the filesystem, capabilities dropped before the
+// credentials change, seccomp last), and reads best as one sequence.
 func trampoline(enc string, argv []string) (string, error) {
 	var w wire
 	if err := json.Unmarshal([]byte(enc), &w); err != nil {

@@ -65,11 +65,7 @@ func Drive(ctx context.Context, stream HostStream, req *pb.StepRequest, srv pb.H
 		lim.MaxCalls = MaxCallsInFlight
 	}
 	callCtx, cancelCalls := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancelCalls()
-		wg.Wait()
-	}()
+	defer cancelCalls()
 	var sendMu sync.Mutex
 	send := func(m *pb.HostMessage) error {
 		sendMu.Lock()
@@ -79,11 +75,11 @@ func Drive(ctx context.Context, stream HostStream, req *pb.StepRequest, srv pb.H
 	if err := send(&pb.HostMessage{Msg: &pb.HostMessage_Step{Step: req}}); err != nil {
 		return nil, recvError(ctx, err, lim)
 	}
-	var (
-		mu       sync.Mutex
-		inflight = map[uint64]context.CancelFunc{}
-		lastID   uint64
-	)
+	calls := &callTable{inflight: map[uint64]context.CancelFunc{}, max: lim.MaxCalls}
+	defer func() {
+		cancelCalls()
+		calls.wg.Wait()
+	}()
 	for {
 		m, err := stream.Recv()
 		if err != nil {
@@ -96,48 +92,22 @@ func Drive(ctx context.Context, stream HostStream, req *pb.StepRequest, srv pb.H
 			}
 			return x.Result, nil
 		case *pb.PluginMessage_Cancel:
-			id := x.Cancel.GetCallId()
-			if id == 0 || id > lastID {
-				return nil, &ProtocolError{Detail: fmt.Sprintf("cancel of call id %d, which was never sent (last call id %d)", id, lastID)}
+			if err := calls.cancel(x.Cancel.GetCallId()); err != nil {
+				return nil, err
 			}
-			mu.Lock()
-			if cancel, ok := inflight[id]; ok {
-				cancel()
-			}
-			mu.Unlock()
 		case *pb.PluginMessage_Call:
-			call := x.Call
-			id := call.GetCallId()
-			if id <= lastID {
-				return nil, &ProtocolError{Detail: fmt.Sprintf("call id %d repeated or not above the step's last call id %d", id, lastID)}
+			cctx, done, err := calls.start(callCtx, x.Call)
+			if err != nil {
+				return nil, err
 			}
-			if call.GetRequest() == nil {
-				return nil, &ProtocolError{Detail: fmt.Sprintf("call %d has no request of a known kind", id)}
-			}
-			mu.Lock()
-			n := len(inflight)
-			mu.Unlock()
-			if n >= lim.MaxCalls {
-				return nil, &ProtocolError{Detail: fmt.Sprintf("call %d would be call %d in flight; the limit is %d", id, n+1, lim.MaxCalls)}
-			}
-			lastID = id
-			cctx, cancel := context.WithCancel(callCtx)
-			mu.Lock()
-			inflight[id] = cancel
-			mu.Unlock()
-			wg.Add(1)
 			go func() {
-				defer wg.Done()
-				reply := Dispatch(cctx, srv, req.GetTurnToken(), call)
-				mu.Lock()
-				delete(inflight, id)
-				mu.Unlock()
-				cancel()
+				defer done()
+				reply := Dispatch(cctx, srv, req.GetTurnToken(), x.Call)
 				if lim.MaxMessage > 0 {
 					if n := proto.Size(&pb.HostMessage{Msg: &pb.HostMessage_Reply{Reply: reply}}); n > lim.MaxMessage {
 						// The SDK reads grpc's wording of an oversized message as
 						// the executor's request being too large, not a budget.
-						reply = errorReply(id, status.Errorf(codes.ResourceExhausted, "reply of %d bytes is larger than max (%d bytes)", n, lim.MaxMessage))
+						reply = errorReply(reply.GetCallId(), status.Errorf(codes.ResourceExhausted, "reply of %d bytes is larger than max (%d bytes)", n, lim.MaxMessage))
 					}
 				}
 				// A send after the step ended fails; nobody waits for it.
@@ -147,6 +117,59 @@ func Drive(ctx context.Context, stream HostStream, req *pb.StepRequest, srv pb.H
 			return nil, &ProtocolError{Detail: "a message of no known kind"}
 		}
 	}
+}
+
+// callTable is a step's service calls in flight: their ids, strictly
+// increasing, and the cancel of each.
+type callTable struct {
+	mu       sync.Mutex
+	inflight map[uint64]context.CancelFunc
+	lastID   uint64 // read and written by Drive's loop only
+	max      int
+	wg       sync.WaitGroup
+}
+
+// start admits call: a new id, above the last, within the bound of calls
+// in flight. It returns the call's context and what its goroutine calls
+// when it has answered.
+func (c *callTable) start(ctx context.Context, call *pb.ServiceCall) (context.Context, func(), error) {
+	id := call.GetCallId()
+	if id <= c.lastID {
+		return nil, nil, &ProtocolError{Detail: fmt.Sprintf("call id %d repeated or not above the step's last call id %d", id, c.lastID)}
+	}
+	if call.GetRequest() == nil {
+		return nil, nil, &ProtocolError{Detail: fmt.Sprintf("call %d has no request of a known kind", id)}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.inflight); n >= c.max {
+		return nil, nil, &ProtocolError{Detail: fmt.Sprintf("call %d would be call %d in flight; the limit is %d", id, n+1, c.max)}
+	}
+	c.lastID = id
+	cctx, cancel := context.WithCancel(ctx)
+	c.inflight[id] = cancel
+	c.wg.Add(1)
+	return cctx, func() {
+		c.mu.Lock()
+		delete(c.inflight, id)
+		c.mu.Unlock()
+		cancel()
+		c.wg.Done()
+	}, nil
+}
+
+// cancel cancels call id if it is still in flight; an id never sent breaks
+// the protocol.
+func (c *callTable) cancel(id uint64) error {
+	if id == 0 || id > c.lastID {
+		return &ProtocolError{Detail: fmt.Sprintf("cancel of call id %d, which was never sent (last call id %d)", id, c.lastID)}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cancel, ok := c.inflight[id]; ok {
+		cancel()
+	}
+	return nil
 }
 
 // recvError is the error of a broken stream as Drive reports it: the
