@@ -69,11 +69,12 @@ func TestCrashLatencyGrandchildHoldingStderr(t *testing.T) {
 	slices.Sort(plain)
 	slices.Sort(held)
 	mp, mh := plain[reps/2], held[reps/2]
-	t.Logf("SIGKILL → interrupted persisted, median of %d: %v without a grandchild, %v with one (%.2fx)", reps, mp, mh, float64(mh)/float64(mp))
-	// The target is 10 ms on a quiet machine; the margin is for a loaded
-	// one, and half the 50 ms bound that caps the drain when EOF never
-	// comes (so a settle that waits for EOF fails here).
-	if mh > mp+25*time.Millisecond {
-		t.Errorf("the grandchild delays crash detection: median %v, %v without", mh, mp)
+	t.Logf("SIGKILL → interrupted persisted, median of %d: %v without a grandchild, %v with one (%.2fx); fastest %v and %v", reps, mp, mh, float64(mh)/float64(mp), plain[0], held[0])
+	// The target is 10 ms on a quiet machine. A settle that waits for EOF
+	// adds the 50 ms bound that caps the drain to every sample, so the
+	// fastest of each kind are compared: a loaded machine's stalls do not
+	// hit all seven, the bug would. The margin is half that bound.
+	if held[0] > plain[0]+25*time.Millisecond {
+		t.Errorf("the grandchild delays crash detection: fastest %v, %v without (medians %v, %v)", held[0], plain[0], mh, mp)
 	}
 }
