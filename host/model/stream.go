@@ -138,33 +138,12 @@ func (p *openAI) readStream(ctx, actx context.Context, body io.Reader, status, p
 	event := func() *Error {
 		payload := bytes.TrimSpace(data)
 		data = data[:0]
-		if len(payload) == 0 {
-			return nil
-		}
-		if bytes.Equal(payload, []byte("[DONE]")) {
-			return &Error{cause: errStreamDone}
-		}
-		var c streamChunk
-		if err := json.Unmarshal(payload, &c); err != nil {
-			return p.fail(KindBadResponse, status, err, "a streamed chunk is not valid JSON: %v", err)
-		}
-		if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
-			// Classified as if it had been the status of the response.
-			var code struct {
-				Code int `json:"code"`
-			}
-			_ = json.Unmarshal(c.Error, &code)
-			if code.Code < 400 || code.Code > 599 {
-				code.Code = 500
-			}
-			e := p.statusError(code.Code, nil, payload)
-			e.RetryAfter = 0
+		if e := p.streamEvent(&sr, payload, status); e != nil {
 			return e
 		}
-		if kind, problem := sr.add(c); problem != "" {
-			return p.fail(kind, status, nil, "%s", problem)
+		if len(payload) > 0 {
+			report()
 		}
-		report()
 		return nil
 	}
 	for {
@@ -207,6 +186,39 @@ func (p *openAI) readStream(ctx, actx context.Context, body io.Reader, status, p
 			return p.streamed(&sr, status, priorCalls, names)
 		}
 	}
+}
+
+// streamEvent adds one server-sent event's payload to sr: nothing for an
+// empty one, errStreamDone for [DONE], a chunk's error classified as the
+// response's status would be.
+func (p *openAI) streamEvent(sr *streamReply, payload []byte, status int) *Error {
+	if len(payload) == 0 {
+		return nil
+	}
+	if bytes.Equal(payload, []byte("[DONE]")) {
+		return &Error{cause: errStreamDone}
+	}
+	var c streamChunk
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return p.fail(KindBadResponse, status, err, "a streamed chunk is not valid JSON: %v", err)
+	}
+	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
+		// Classified as if it had been the status of the response.
+		var code struct {
+			Code int `json:"code"`
+		}
+		_ = json.Unmarshal(c.Error, &code)
+		if code.Code < 400 || code.Code > 599 {
+			code.Code = 500
+		}
+		e := p.statusError(code.Code, nil, payload)
+		e.RetryAfter = 0
+		return e
+	}
+	if kind, problem := sr.add(c); problem != "" {
+		return p.fail(kind, status, nil, "%s", problem)
+	}
+	return nil
 }
 
 // appendData adds an SSE line's "data:" value to the event's data.
