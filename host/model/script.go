@@ -153,24 +153,8 @@ func loadScript(path string) (*script, error) {
 
 func compileRule(index int, sr scriptRule) (rule, error) {
 	w := sr.When
-	switch w.LastRole {
-	case "", RoleSystem, RoleUser, RoleAssistant, RoleTool:
-	default:
-		return rule{}, fmt.Errorf("when.last_role = %q: must be %q, %q, %q or %q", excerpt(w.LastRole, 40), RoleSystem, RoleUser, RoleAssistant, RoleTool)
-	}
-	if w.Tool != "" {
-		if w.LastRole != "" && w.LastRole != RoleTool {
-			return rule{}, fmt.Errorf("when.tool is set with when.last_role = %q: a tool result's role is %q", w.LastRole, RoleTool)
-		}
-		if len(w.Tool) > MaxToolNameBytes {
-			return rule{}, fmt.Errorf("when.tool is longer than %d bytes", MaxToolNameBytes)
-		}
-	}
-	if w.Depth != nil && *w.Depth < 0 {
-		return rule{}, fmt.Errorf("when.depth = %d: must be 0 or more", *w.Depth)
-	}
-	if w.AssistantTurns != nil && *w.AssistantTurns < 0 {
-		return rule{}, fmt.Errorf("when.assistant_turns = %d: must be 0 or more", *w.AssistantTurns)
+	if err := checkWhen(w); err != nil {
+		return rule{}, err
 	}
 	r := rule{index: index, name: sr.Name, when: w}
 
@@ -179,19 +163,9 @@ func compileRule(index int, sr scriptRule) (rule, error) {
 		if rp.Content != "" || len(rp.ToolCalls) > 0 {
 			return rule{}, errors.New("reply.error excludes reply.content and reply.tool_calls")
 		}
-		kind, ok := kindByName(rp.Error.Kind)
-		if !ok {
-			return rule{}, fmt.Errorf("reply.error.kind = %q: not a known error kind (e.g. %q, %q, %q)", excerpt(rp.Error.Kind, 40), KindScript, KindServer, KindRateLimited)
-		}
-		if rp.Error.Status < 0 || rp.Error.Status > 599 {
-			return rule{}, fmt.Errorf("reply.error.status = %d: must be 0 or an HTTP status", rp.Error.Status)
-		}
-		msg := rp.Error.Message
-		if msg == "" {
-			msg = "scripted error"
-		}
-		r.err = &Error{Kind: kind, Status: rp.Error.Status, Message: excerpt(msg, 1024)}
-		return r, nil
+		var err error
+		r.err, err = scriptedError(rp.Error)
+		return r, err
 	}
 	if rp.Content == "" && len(rp.ToolCalls) == 0 {
 		return rule{}, errors.New("reply is empty: give reply.content, reply.tool_calls or reply.error")
@@ -216,27 +190,77 @@ func compileRule(index int, sr scriptRule) (rule, error) {
 		r.usage = Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Reported: true}
 	}
 	for i, tc := range rp.ToolCalls {
-		field := fmt.Sprintf("reply.tool_calls[%d]", i)
-		if tc.Name == "" || len(tc.Name) > MaxToolNameBytes {
-			return rule{}, fmt.Errorf("%s.name must be 1 to %d bytes", field, MaxToolNameBytes)
+		call, err := scriptedToolCall(fmt.Sprintf("reply.tool_calls[%d]", i), tc.Name, tc.Arguments)
+		if err != nil {
+			return rule{}, err
 		}
-		args := "{}"
-		if raw := bytes.TrimSpace(tc.Arguments); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
-			if raw[0] != '{' {
-				return rule{}, fmt.Errorf("%s.arguments must be a JSON object", field)
-			}
-			var buf bytes.Buffer
-			if err := json.Compact(&buf, raw); err != nil {
-				return rule{}, fmt.Errorf("%s.arguments: %w", field, err)
-			}
-			args = buf.String()
-		}
-		if len(args) > MaxArgumentsBytes {
-			return rule{}, fmt.Errorf("%s.arguments are %d bytes; at most %d are allowed", field, len(args), MaxArgumentsBytes)
-		}
-		r.calls = append(r.calls, ToolCall{Name: tc.Name, Arguments: args})
+		r.calls = append(r.calls, call)
 	}
 	return r, nil
+}
+
+// checkWhen refuses a rule's condition that no message could meet or that
+// is out of bounds.
+func checkWhen(w scriptWhen) error {
+	switch w.LastRole {
+	case "", RoleSystem, RoleUser, RoleAssistant, RoleTool:
+	default:
+		return fmt.Errorf("when.last_role = %q: must be %q, %q, %q or %q", excerpt(w.LastRole, 40), RoleSystem, RoleUser, RoleAssistant, RoleTool)
+	}
+	if w.Tool != "" {
+		if w.LastRole != "" && w.LastRole != RoleTool {
+			return fmt.Errorf("when.tool is set with when.last_role = %q: a tool result's role is %q", w.LastRole, RoleTool)
+		}
+		if len(w.Tool) > MaxToolNameBytes {
+			return fmt.Errorf("when.tool is longer than %d bytes", MaxToolNameBytes)
+		}
+	}
+	if w.Depth != nil && *w.Depth < 0 {
+		return fmt.Errorf("when.depth = %d: must be 0 or more", *w.Depth)
+	}
+	if w.AssistantTurns != nil && *w.AssistantTurns < 0 {
+		return fmt.Errorf("when.assistant_turns = %d: must be 0 or more", *w.AssistantTurns)
+	}
+	return nil
+}
+
+// scriptedError is the error a rule's reply.error makes its call fail with.
+func scriptedError(se *scriptError) (*Error, error) {
+	kind, ok := kindByName(se.Kind)
+	if !ok {
+		return nil, fmt.Errorf("reply.error.kind = %q: not a known error kind (e.g. %q, %q, %q)", excerpt(se.Kind, 40), KindScript, KindServer, KindRateLimited)
+	}
+	if se.Status < 0 || se.Status > 599 {
+		return nil, fmt.Errorf("reply.error.status = %d: must be 0 or an HTTP status", se.Status)
+	}
+	msg := se.Message
+	if msg == "" {
+		msg = "scripted error"
+	}
+	return &Error{Kind: kind, Status: se.Status, Message: excerpt(msg, 1024)}, nil
+}
+
+// scriptedToolCall is a rule's tool call, its arguments compacted, named
+// field in errors.
+func scriptedToolCall(field, name string, arguments json.RawMessage) (ToolCall, error) {
+	if name == "" || len(name) > MaxToolNameBytes {
+		return ToolCall{}, fmt.Errorf("%s.name must be 1 to %d bytes", field, MaxToolNameBytes)
+	}
+	args := "{}"
+	if raw := bytes.TrimSpace(arguments); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		if raw[0] != '{' {
+			return ToolCall{}, fmt.Errorf("%s.arguments must be a JSON object", field)
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			return ToolCall{}, fmt.Errorf("%s.arguments: %w", field, err)
+		}
+		args = buf.String()
+	}
+	if len(args) > MaxArgumentsBytes {
+		return ToolCall{}, fmt.Errorf("%s.arguments are %d bytes; at most %d are allowed", field, len(args), MaxArgumentsBytes)
+	}
+	return ToolCall{Name: name, Arguments: args}, nil
 }
 
 // decodeStrict decodes exactly one JSON value into v, refusing unknown
