@@ -223,29 +223,8 @@ func (s *Store) CreateChild(ctx context.Context, c NewChild, events ...NewEvent)
 		}
 		root := cmpOr(p.RootID, p.ID)
 		depth := p.TreeDepth + 1
-		if depth > int64(c.MaxDepth) {
-			return &TreeLimitError{Bound: "max_depth", Limit: int64(c.MaxDepth), Value: depth, Root: root}
-		}
-		var n int64
-		if err := tx.QueryRowContext(ctx, qTreeSize, root).Scan(&n); err != nil {
+		if err := checkTreeRoom(ctx, tx, c, p, root, depth); err != nil {
 			return err
-		}
-		if n >= int64(c.MaxSubagents) {
-			return &TreeLimitError{Bound: "max_subagents", Limit: int64(c.MaxSubagents), Value: n, Root: root}
-		}
-		for _, b := range []struct {
-			name       string
-			want, left int64
-		}{
-			{"max_steps", ch.Steps.Used, p.Budgets.Steps.Remaining()},
-			{"max_tool_calls", ch.ToolCalls.Used, p.Budgets.ToolCalls.Remaining()},
-			{"max_model_calls", ch.ModelCalls.Used, p.Budgets.ModelCalls.Remaining()},
-			{"max_model_tokens", ch.ModelTokens.Used, p.Budgets.ModelTokens.Remaining()},
-			{"max_output_bytes", ch.OutputBytes.Used, p.Budgets.OutputBytes.Remaining()},
-		} {
-			if b.want > b.left {
-				return &TreeLimitError{Bound: b.name, Limit: b.left, Value: b.want, Root: root}
-			}
 		}
 		now := nanos(s.now())
 		res, err := tx.exec(ctx, qChargeParent, ch.Steps.Used, ch.ToolCalls.Used, ch.ModelCalls.Used,
@@ -278,6 +257,38 @@ func (s *Store) CreateChild(ctx context.Context, c NewChild, events ...NewEvent)
 		return Task{}, err
 	}
 	return t, nil
+}
+
+// checkTreeRoom refuses a child that would pass the tree's bounds (its
+// depth, its count of tasks) or a budget the parent p has left for its
+// charge; root is p's tree, depth the child's.
+func checkTreeRoom(ctx context.Context, tx *txn, c NewChild, p Task, root string, depth int64) error {
+	if depth > int64(c.MaxDepth) {
+		return &TreeLimitError{Bound: "max_depth", Limit: int64(c.MaxDepth), Value: depth, Root: root}
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, qTreeSize, root).Scan(&n); err != nil {
+		return err
+	}
+	if n >= int64(c.MaxSubagents) {
+		return &TreeLimitError{Bound: "max_subagents", Limit: int64(c.MaxSubagents), Value: n, Root: root}
+	}
+	ch := c.Charge
+	for _, b := range []struct {
+		name       string
+		want, left int64
+	}{
+		{"max_steps", ch.Steps.Used, p.Budgets.Steps.Remaining()},
+		{"max_tool_calls", ch.ToolCalls.Used, p.Budgets.ToolCalls.Remaining()},
+		{"max_model_calls", ch.ModelCalls.Used, p.Budgets.ModelCalls.Remaining()},
+		{"max_model_tokens", ch.ModelTokens.Used, p.Budgets.ModelTokens.Remaining()},
+		{"max_output_bytes", ch.OutputBytes.Used, p.Budgets.OutputBytes.Remaining()},
+	} {
+		if b.want > b.left {
+			return &TreeLimitError{Bound: b.name, Limit: b.left, Value: b.want, Root: root}
+		}
+	}
+	return nil
 }
 
 func cmpOr(a, b string) string {
