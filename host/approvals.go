@@ -345,7 +345,7 @@ func (s *taskServices) coveredByGrant(ctx context.Context, ts *turnState, tool, 
 		}
 		e := store.NewEffect{Kind: store.EffectApproval, Fingerprint: fingerprint([]byte("grant"), []byte(g.ID), []byte(fp)),
 			Summary: "covered by " + g.ID}
-		if _, _, err := s.ledgered(ctx, ts, e, nil, true, func(context.Context) ([]byte, store.Charge, error) {
+		if _, _, err := s.ledgered(ctx, ts, e, nil, true, replayEarlier, func(context.Context) ([]byte, store.Charge, error) {
 			return []byte(`"approved"`), store.Charge{}, nil
 		}); err != nil {
 			return "", false, err

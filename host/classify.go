@@ -196,6 +196,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		ru.abandon(att, v)
 		return store.Attempt{}, false
 	}
+	wsChange, wsNext, v := ru.stepWorkspace(ctx, v, att)
 	var sealed []byte
 	if v.checkpoint != nil && v.attempt == store.AttemptCompleted {
 		sealed = r.seal.seal(owner{TaskID: t.ID, PrincipalID: t.PrincipalID, Executor: t.Executor}, att.Number, *v.checkpoint)
@@ -215,7 +216,8 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		ExitCode: exitCode, ExitSignal: exitSignal, StderrTail: v.stderr,
 		Checkpoint: sealed, Result: v.result, WallMillisUsed: wall,
 		TaskTo: v.taskTo, TaskReason: v.reason, TaskMessage: v.message,
-		Events: ru.outcomeEvents(v, att, wall),
+		Events:    ru.outcomeEvents(v, att, wall),
+		Workspace: wsChange,
 	}
 	var nt store.Task
 	var next *store.Attempt
@@ -259,6 +261,9 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		return store.Attempt{}, false
 	}
 	ru.task = nt
+	if wsNext != nil {
+		ru.ws.committed(wsNext)
+	}
 	// The next attempt is told the task's unresolved effects as they are
 	// then: this one may have left some, or an operator resolved some. An
 	// attempt told of none that recorded none left the set empty (an

@@ -15,7 +15,9 @@ import (
 )
 
 // The hostile review's disk filler, through the daemon: a task's approved
-// command writes 200 MB into its workspace on a data dir of 96 MiB. Its
+// command writes 200 MB into its workspace on a data dir of 256 MiB (room
+// for the workspace's 64 MiB twice over and the store's log of it: a
+// step's workspace is stored with the step). Its
 // writes stop at the workspace's 64 MiB (the command's own filesystem is
 // full, not the data dir's), its task fails only by its own step budget, and a task running beside
 // it and one created after it complete — none ends store_error, no create
@@ -25,7 +27,7 @@ func TestDiskFillerCommandTouchesNoOtherTask(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the filesystem bound of a command's writes needs a root daemon")
 	}
-	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 96<<20)
+	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 256<<20)
 	h := openHost(t, dir, shellNoApproval)
 	ctl := testwait.PluginDir(t) // off the data dir
 	release := filepath.Join(ctl, "release")

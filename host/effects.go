@@ -336,6 +336,33 @@ func rerunSafe(name string, args []byte) bool {
 	return false
 }
 
+// replayRule says whether an effect may be answered from an earlier
+// attempt of its step instead of running.
+type replayRule bool
+
+const (
+	replayEarlier replayRule = true
+	// replayNever: the effect runs again on a re-run of its step. A
+	// workspace tool's and shell.run's do: the earlier attempt did not
+	// commit, so the run that re-runs the step started from the
+	// workspace as of the last committed step (host/workspace.go),
+	// without what the earlier run wrote; answering from the ledger would
+	// claim a write whose file is gone, or a read of a file as it no
+	// longer is.
+	replayNever replayRule = false
+)
+
+// toolReplay is a tool's replayRule: the workspace tools and shell.run
+// answer of the workspace, which a re-run's run restored, so they run
+// again.
+func toolReplay(name string) replayRule {
+	switch name {
+	case tools.ToolWorkspaceWrite, tools.ToolWorkspaceRead, tools.ToolWorkspaceList, tools.ToolShellRun:
+		return replayNever
+	}
+	return replayEarlier
+}
+
 // idempotentMark ends the ledger summary of a tool effect the executor
 // marked idempotent under its key (sdk.ToolRequest.Idempotent).
 const idempotentMark = " (idempotent)"
@@ -452,7 +479,7 @@ type runFunc func(ctx context.Context) ([]byte, store.Charge, error)
 // whose charge takes the task past its token or output budget is refused
 // to the executor after it ran (overBudget); so is a replay in a task that
 // is past one already.
-func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.NewEffect, gate gateFunc, rerunSafe bool, run runFunc) ([]byte, bool, error) {
+func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.NewEffect, gate gateFunc, rerunSafe bool, replay replayRule, run runFunc) ([]byte, bool, error) {
 	ts.inflight.Add(1)
 	defer ts.inflight.Done()
 	// The effect's context derives from the step's, not from the
@@ -468,8 +495,10 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 	st := s.r.store
 	e.PrincipalID, e.TaskID, e.RunID, e.Attempt = ts.principal, ts.taskID, ts.runID, ts.attempt
 	e.Seq = ts.nextSeq(e.Kind)
-	if result, ok, err := s.replay(ctx, ts, e); err != nil || ok {
-		return result, ok, err
+	if replay == replayEarlier {
+		if result, ok, err := s.replay(ctx, ts, e); err != nil || ok {
+			return result, ok, err
+		}
 	}
 	if e.Kind == store.EffectModel {
 		// After the replay, which reaches no model, and before admission:
@@ -655,7 +684,7 @@ func (s *taskServices) CallModel(ctx context.Context, call plugin.ModelCall) (pl
 	e := store.NewEffect{Kind: store.EffectModel, Depth: depth, Tokens: promptTokens,
 		Fingerprint: fingerprint([]byte("model"), canon, toolsJSON),
 		Summary:     fmt.Sprintf("model{messages:%d,tools:%d,depth:%d}", len(mreq.Messages), len(mreq.Tools), depth)}
-	out, replayed, err := s.ledgered(ctx, ts, e, nil, true, func(ctx context.Context) ([]byte, store.Charge, error) {
+	out, replayed, err := s.ledgered(ctx, ts, e, nil, true, replayEarlier, func(ctx context.Context) ([]byte, store.Charge, error) {
 		resp, err := s.r.svc.Model.Complete(ctx, s.fitReply(ts, mreq, promptTokens))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -819,7 +848,7 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 			return id, err
 		}
 	}
-	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), func(ctx context.Context) ([]byte, store.Charge, error) {
+	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), toolReplay(name), func(ctx context.Context) ([]byte, store.Charge, error) {
 		if tools.IsTaskTool(name) {
 			// The host owns the tasks: its task tools are served here.
 			res, err := s.r.taskTool(ctx, ts.turn, name, args)
@@ -876,7 +905,7 @@ func (s *taskServices) RequestApproval(ctx context.Context, tok, prompt string) 
 		id, err = s.r.awaitApproval(ctx, ts, seq, "", prompt, binding{})
 		return id, err
 	}
-	if _, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, store.Charge, error) {
+	if _, _, err := s.ledgered(ctx, ts, e, gate, true, replayEarlier, func(context.Context) ([]byte, store.Charge, error) {
 		return []byte(`"approved"`), store.Charge{}, nil
 	}); err != nil {
 		return err
@@ -918,7 +947,7 @@ func (s *taskServices) RequestInput(ctx context.Context, tok, question string) (
 		id, answer, err = s.r.awaitAnswer(ctx, ts, seq, inputTool, question, binding{})
 		return id, err
 	}
-	out, _, err := s.ledgered(ctx, ts, e, gate, true, func(context.Context) ([]byte, store.Charge, error) {
+	out, _, err := s.ledgered(ctx, ts, e, gate, true, replayEarlier, func(context.Context) ([]byte, store.Charge, error) {
 		return answer, store.Charge{}, nil
 	})
 	if err != nil {

@@ -65,9 +65,10 @@ import (
 //
 // Create and resume start on the host that receives them when it has a
 // free slot; beyond its max_concurrent the task waits in the store's one
-// queue and starts on whichever host frees a slot first (queue.go). A task's workspace lives in the data dir of the host that
-// created it: a resume on another host starts with that host's (normally
-// empty) workspace for the task — files are not carried over.
+// queue and starts on whichever host frees a slot first (queue.go). A
+// task's workspace lives in the store as of its last committed step, and
+// every run, on any host, starts by making that host's copy of it match
+// (workspace.go).
 
 // FleetSettings are the Runner's fleet timings ([fleet]).
 type FleetSettings struct {

@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -421,46 +420,6 @@ func TestHostIDFromKey(t *testing.T) {
 	if err := store.CheckHostID(id1); err != nil {
 		t.Fatalf("derived id %s: %v", id1, err)
 	}
-}
-
-// TestFleetResumeElsewhereHasNoFiles pins the documented workspace rule: a
-// workspace lives in the data dir of the host that wrote it, so a task
-// resumed on another host starts there without the files it had.
-func TestFleetResumeElsewhereHasNoFiles(t *testing.T) {
-	forFleetDrivers(t, func(t *testing.T, driver string) {
-		dir := newSharedStore(t, driver)
-		a := newFleetHost(t, dir, "host-a", silent)
-		started, _ := blockedStep(a.exe)
-		task, err := a.r.Create(context.Background(), alice, CreateRequest{Spec: []byte(`{"goal":"fleet"}`),
-			Files: []File{{Name: "notes.md", Data: []byte("from A")}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		recv(t, started, "A's step")
-		b := newFleetHost(t, dir, "host-b", quick)
-		testwait.Until(t, 10*time.Second, "host_lost on B", func() bool {
-			return getTaskOf(t, b.st, task.ID).Status == store.StatusInterrupted
-		})
-		seen := make(chan []string, 1)
-		b.exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
-			entries, _ := os.ReadDir(b.r.workspace(req.TaskID))
-			var names []string
-			for _, e := range entries {
-				names = append(names, e.Name())
-			}
-			seen <- names
-			return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "done"}, nil
-		}
-		if _, err := b.r.Resume(context.Background(), alice, task.ID); err != nil {
-			t.Fatal(err)
-		}
-		if names := recv(t, seen, "B's step"); len(names) != 0 {
-			t.Fatalf("B's workspace for the task holds %v: files are not carried between hosts", names)
-		}
-		if data, err := os.ReadFile(filepath.Join(a.r.workspace(task.ID), "notes.md")); err != nil || string(data) != "from A" {
-			t.Fatalf("A's copy: %q, %v", data, err)
-		}
-	})
 }
 
 // TestFleetNotifyWakesOwner: on PostgreSQL a cancel through B reaches A's

@@ -4,46 +4,36 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
-// The plugin dies while the second of a step's two tool calls runs. On
-// resume the executor first asks an approval to retry (as legacy and
-// machinespirit do), then makes the same calls again: the first, observed
-// by the dead attempt, is replayed — never written a second time — and only
-// the in-flight one, approved, runs again. (The approval used to take the
-// step's first sequence number, so every call after it missed its replay
-// and ran again: more real writes than a person or a budget allowed.)
+// The plugin dies right after a step's two shell.run calls were observed,
+// before the step committed. The resume starts from the workspace as of
+// the last committed step (host/workspace.go), without the dead attempt's
+// writes, so neither call is answered from the ledger: both run again, and
+// the workspace holds each write once — never the dead attempt's copy and
+// the re-run's. (Replaying them would claim writes whose files are gone;
+// before workspaces were stored, the replay kept them from being written
+// twice.)
 func TestResumeWritesObservedEffectAtMostOnce(t *testing.T) {
 	h := openHost(t, "", shellNoApproval)
 	ctx := context.Background()
-	dir := testwait.PluginDir(t)
-	pidFile := filepath.Join(dir, "pid")
 	te := map[string]any{
-		"pid_file": pidFile, "approve_retry": true,
-		"call_tool_first": map[string]any{"name": "shell.run", "args": map[string]any{"command": "echo first >> writes"}},
-		// In flight at the kill the first time; done at once when retried.
-		"call_tool": map[string]any{"name": "shell.run", "args": map[string]any{
-			"command": "echo second >> writes; [ -e retried ] && exit 0; touch retried; echo $$ > tool.pid; sleep 300"}},
+		"kill_after_tool_at_attempt": 1,
+		"call_tool_first":            map[string]any{"name": "shell.run", "args": map[string]any{"command": "echo first >> writes"}},
+		"call_tool":                  map[string]any{"name": "shell.run", "args": map[string]any{"command": "echo second >> writes"}},
 	}
 	task := create(t, h, alice, te, Limits{Steps: 3})
-	ws := h.Runner.workspace(task.ID)
-	readPid(t, filepath.Join(ws, "tool.pid"))
-	if err := syscallKill(readPid(t, pidFile)); err != nil {
-		t.Fatal(err)
-	}
 	task = waitEnd(t, h, alice, task.ID)
 	wantStatus(t, task, store.StatusInterrupted, store.ReasonExecutorCrashed)
+	ws := h.Runner.workspace(task.ID)
+	if data, err := os.ReadFile(filepath.Join(ws, "writes")); err != nil || string(data) != "first\nsecond\n" {
+		t.Fatalf("the dead attempt's writes: %q, %v", data, err)
+	}
 
 	if _, err := h.Runner.Resume(ctx, alice, task.ID); err != nil {
-		t.Fatal(err)
-	}
-	a := waitApproval(t, h, alice, task.ID)
-	if _, err := h.Runner.Approve(ctx, alice, a.ID); err != nil {
 		t.Fatal(err)
 	}
 	task = waitEnd(t, h, alice, task.ID)
@@ -53,24 +43,20 @@ func TestResumeWritesObservedEffectAtMostOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := string(data), "first\nsecond\nsecond\n"; got != want {
-		t.Fatalf("real writes = %q, want %q: the observed call once, the in-flight one again after its approval", got, want)
+	if got, want := string(data), "first\nsecond\n"; got != want {
+		t.Fatalf("writes = %q, want %q: the dead attempt's writes rolled back, the re-run's once", got, want)
 	}
-	// Charged: first, second, and its approved retry.
-	if task.Budgets.ToolCalls.Used != 3 {
-		t.Errorf("tool calls charged = %d, want 3", task.Budgets.ToolCalls.Used)
+	// Charged: both calls of each attempt.
+	if task.Budgets.ToolCalls.Used != 4 {
+		t.Errorf("tool calls charged = %d, want 4", task.Budgets.ToolCalls.Used)
 	}
 	effs, err := h.Store.ListEffects(ctx, alice, task.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var replayed int
 	for _, e := range effs {
 		if e.Kind == store.EffectTool && e.Replayed {
-			replayed++
+			t.Errorf("tool effect %d of attempt %d was replayed; a workspace write runs again after a rollback", e.Seq, e.Attempt)
 		}
-	}
-	if replayed != 1 || !strings.Contains(string(data), "first") {
-		t.Errorf("%d tool effects replayed, want the first call's one", replayed)
 	}
 }

@@ -59,6 +59,9 @@ type run struct {
 	delegated    atomic.Bool
 	children     []plugin.ChildTask
 	childrenRead bool
+	// ws is the task's stored workspace as this run knows it
+	// (workspace.go), read at the run's start.
+	ws *workspaceSync
 }
 
 func (ru *run) log(msg string, args ...any) {
@@ -178,6 +181,7 @@ func (ru *run) first() (store.Attempt, bool) {
 	r := ru.r
 	var recent []store.Attempt
 	var effs []store.Effect
+	var ws *workspaceSync
 	err := ru.retryWrite(func() error {
 		t, err := r.store.GetTask(ru.ctx, ru.principal, ru.id)
 		if err != nil {
@@ -190,7 +194,10 @@ func (ru *run) first() (store.Attempt, bool) {
 		if recent, err = r.store.RecentSummaries(ru.ctx, t.PrincipalID, t.ID, r.set.RecentSummaries); err != nil {
 			return err
 		}
-		effs, err = r.store.IndeterminateEffects(ru.ctx, t.PrincipalID, t.ID)
+		if effs, err = r.store.IndeterminateEffects(ru.ctx, t.PrincipalID, t.ID); err != nil {
+			return err
+		}
+		ws, err = r.loadWorkspace(ru.ctx, t.PrincipalID, t.ID)
 		return err
 	})
 	switch {
@@ -211,6 +218,9 @@ func (ru *run) first() (store.Attempt, bool) {
 	}
 	for _, e := range effs {
 		ru.indeterminate = append(ru.indeterminate, effectView(e))
+	}
+	if !ru.prepareWorkspace(ws) {
+		return store.Attempt{}, false
 	}
 	// The checkpoint is verified before a step is charged for it.
 	if ru.cp, err = ru.loadCheckpoint(); err != nil {

@@ -246,7 +246,8 @@ func (r *Runner) Create(ctx context.Context, principal string, req CreateRequest
 	if err := r.accepting(); err != nil {
 		return store.Task{}, err
 	}
-	nt := store.NewTask{ID: newTaskID(), PrincipalID: principal, Executor: req.Executor, Spec: req.Spec, Limits: limits}
+	nt := store.NewTask{ID: newTaskID(), PrincipalID: principal, Executor: req.Executor, Spec: req.Spec, Limits: limits,
+		Workspace: seedChange(req.Files)}
 	// The workspace is seeded before the row exists: a task is never
 	// visible without the files its creator gave it.
 	if err := r.seedWorkspace(nt.ID, req.Files); err != nil {

@@ -40,6 +40,7 @@ type seamOptions struct {
 	svc      ServiceConfig
 	launcher func(*fakeLauncher)
 	dir      string // store directory; empty: a fresh temp dir
+	limits   store.Limits
 }
 
 func newSeam(t *testing.T, o seamOptions) *seam {
@@ -48,7 +49,7 @@ func newSeam(t *testing.T, o seamOptions) *seam {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	st, err := store.Open(context.Background(), filepath.Join(dir, StoreFile), store.Options{Synchronous: "NORMAL"})
+	st, err := store.Open(context.Background(), filepath.Join(dir, StoreFile), store.Options{Synchronous: "NORMAL", Limits: o.limits})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

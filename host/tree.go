@@ -143,7 +143,7 @@ func (r *Runner) delegate(ctx context.Context, tr turn, a delegateArgs) (store.T
 	if err != nil {
 		return store.Task{}, err
 	}
-	nt := store.NewTask{ID: newTaskID(), PrincipalID: tr.principal, Executor: kind, Spec: raw, Limits: limits}
+	nt := store.NewTask{ID: newTaskID(), PrincipalID: tr.principal, Executor: kind, Spec: raw, Limits: limits, Workspace: seedChange(nil)}
 	ev := newEvent(EventTaskCreated, store.Task{ID: nt.ID, Executor: kind, Status: store.StatusPending, Budgets: limits}, EventPayload{Note: "delegated by " + parent.ID})
 	t, err := r.store.CreateChild(ctx, store.NewChild{Task: nt, ParentID: parent.ID, ParentRunID: tr.runID, Charge: charge,
 		MaxSubagents: r.set.MaxSubagents, MaxDepth: r.set.MaxTreeDepth, QueueLimit: r.set.MaxQueued}, ev)

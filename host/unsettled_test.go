@@ -26,11 +26,14 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 		// tool runs.
 		large, approve bool
 		status         store.EffectStatus
-		runs           int // how often the tool ran in the end
+		// runs is how often the tool ran after the resume, which restored
+		// the workspace as of the last committed step (without the killed
+		// run's count).
+		runs int
 	}{
-		{name: "indeterminate, re-issued without approval", status: store.EffectIndeterminate, runs: 1},
-		{name: "observed_unreplayable, re-issued without approval", large: true, status: store.EffectObservedUnreplayable, runs: 1},
-		{name: "observed_unreplayable, retry approved", large: true, approve: true, status: store.EffectObservedUnreplayable, runs: 2},
+		{name: "indeterminate, re-issued without approval", status: store.EffectIndeterminate, runs: 0},
+		{name: "observed_unreplayable, re-issued without approval", large: true, status: store.EffectObservedUnreplayable, runs: 0},
+		{name: "observed_unreplayable, retry approved", large: true, approve: true, status: store.EffectObservedUnreplayable, runs: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,6 +59,9 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 			}
 			task = waitEnd(t, h, alice, task.ID)
 			wantStatus(t, task, store.StatusInterrupted, store.ReasonExecutorCrashed)
+			if data, _ := os.ReadFile(count); strings.Count(string(data), "ran") != 1 {
+				t.Fatalf("before the resume the tool ran %q, want once", data)
+			}
 			if tc.large {
 				effs, err := h.Store.ListEffects(ctx, alice, task.ID)
 				if err != nil || len(effs) != 1 || effs[0].Status != store.EffectObserved || effs[0].Result != nil {
@@ -81,7 +87,7 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 			}
 			data, _ := os.ReadFile(count)
 			if n := strings.Count(string(data), "ran"); n != tc.runs {
-				t.Fatalf("the tool ran %d times, want %d", n, tc.runs)
+				t.Fatalf("the tool ran %d times after the resume, want %d", n, tc.runs)
 			}
 			atts, err := h.Store.ListAttempts(ctx, alice, task.ID)
 			if err != nil || len(atts) < 2 {

@@ -121,6 +121,10 @@ type FinishAttempt struct {
 	TaskMessage string
 
 	Events []NewEvent
+
+	// Workspace is what the attempt changed in the task's workspace,
+	// stored with its outcome (workspace.go); nil stores nothing.
+	Workspace *WorkspaceChange
 }
 
 // liveStatuses are the task statuses in which an attempt may finish.
@@ -160,6 +164,9 @@ func (s *Store) checkFinish(f *FinishAttempt) ([]Status, error) {
 		}
 	}
 	if err := s.checkEvents(f.Events); err != nil {
+		return nil, err
+	}
+	if err := s.checkWorkspaceChange(f.TaskID, f.Workspace); err != nil {
 		return nil, err
 	}
 	if f.TaskTo == "" {
@@ -227,7 +234,9 @@ func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents 
 	// pgStep trims only events older than the step's: a step of more
 	// events than the limit takes finishAndClaimFast.
 	_, pg := s.d.(pgDialect)
-	pg = pg && f.Status != AttemptInterrupted && len(f.Events)+len(nextEvents) <= s.lim.EventsPerTask
+	// A step that changed its workspace takes the general path, whose
+	// transaction stores the change with the outcome.
+	pg = pg && f.Status != AttemptInterrupted && len(f.Events)+len(nextEvents) <= s.lim.EventsPerTask && f.Workspace == nil
 	if pg {
 		t, next, ok, err := s.pgStep(ctx, f, append(slices.Clip(f.Events), nextEvents...))
 		if err != nil || ok {
@@ -239,8 +248,11 @@ func (s *Store) FinishAndClaim(ctx context.Context, f FinishAttempt, nextEvents 
 		var err error
 		var fast bool
 		if !pg { // pgStep found the task outside the common case
-			if t, next, fast, err = s.finishAndClaimFast(ctx, tx, f, nextEvents); fast || err != nil {
+			if t, next, fast, err = s.finishAndClaimFast(ctx, tx, f, nextEvents); err != nil {
 				return err
+			}
+			if fast {
+				return s.putWorkspace(ctx, tx, f.TaskID, f.Number, f.Workspace)
 			}
 		}
 		if t, err = s.finish(ctx, tx, f, from); err != nil {
@@ -435,8 +447,10 @@ func (s *Store) finish(ctx context.Context, tx *txn, f FinishAttempt, from []Sta
 		if err := s.settleApprovals(ctx, tx, t); err != nil {
 			return err
 		}
-		_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, f.Events)
-		return err
+		if _, err = s.storeEvents(ctx, tx, t.ID, t.RunID, stored, f.Events); err != nil {
+			return err
+		}
+		return s.putWorkspace(ctx, tx, f.TaskID, f.Number, f.Workspace)
 	}()
 	return t, err
 }

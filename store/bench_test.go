@@ -143,20 +143,7 @@ func benchFinishAndClaim(b *testing.B, eventsPerTask func(n int) int) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			budgets := defaultBudgets()
-			budgets.Steps.Limit = int64(b.N) + 2
-			if _, err := s.CreateTask(ctx, NewTask{ID: "bench", PrincipalID: "p", Executor: "legacy",
-				Spec: []byte(`{"goal":"bench"}`), Limits: budgets}); err != nil {
-				b.Fatal(err)
-			}
-			task, err := s.StartRun(ctx, "p", "bench", StatusPending)
-			if err != nil {
-				b.Fatal(err)
-			}
-			a, _, err := s.ClaimAttempt(ctx, "p", "bench", task.RunID)
-			if err != nil {
-				b.Fatal(err)
-			}
+			task, a := benchClaimed(b, s, int64(b.N)+2)
 			checkpoint := make([]byte, 1024)
 			started := []byte(`{"attempt":2,"steps":"2/20"}`)
 			completed := []byte(`{"attempt":1,"outcome":"continue","steps":"1/20"}`)
@@ -179,6 +166,28 @@ func benchFinishAndClaim(b *testing.B, eventsPerTask func(n int) int) {
 			b.ReportMetric(float64(s.statements.Load()-before)/float64(b.N), "stmts/step")
 		})
 	}
+}
+
+// benchClaimed creates task "bench" of p with a step budget of steps,
+// starts its run and claims its first attempt.
+func benchClaimed(b *testing.B, s *Store, steps int64) (Task, Attempt) {
+	b.Helper()
+	ctx := context.Background()
+	budgets := defaultBudgets()
+	budgets.Steps.Limit = steps
+	if _, err := s.CreateTask(ctx, NewTask{ID: "bench", PrincipalID: "p", Executor: "legacy",
+		Spec: []byte(`{"goal":"bench"}`), Limits: budgets}); err != nil {
+		b.Fatal(err)
+	}
+	task, err := s.StartRun(ctx, "p", "bench", StatusPending)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, _, err := s.ClaimAttempt(ctx, "p", "bench", task.RunID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return task, a
 }
 
 // BenchmarkAppendEventsAtLimit appends one event to a task whose log

@@ -129,6 +129,7 @@ func writeQueries(e engineSQL) []string {
 	qs = append(qs, approvalQueries()...)
 	qs = append(qs, deleteQueries()...)
 	qs = append(qs, usageQueries()...)
+	qs = append(qs, workspaceQueries()...)
 	qs = append(qs, chargeQueries()...)
 	qs = append(qs, hostQueries()...)
 	// The status lists of a compare-and-set are deduplicated and every

@@ -31,11 +31,11 @@ func deleteQueries() []string {
 }
 
 // DeleteTask removes principal's task id and everything recorded about it
-// — attempts, events, effects, approvals — in one transaction. Only a
-// terminal task (completed, failed, cancelled) can be deleted: any other is
-// ErrConflict naming its status, and nothing is removed. Another
-// principal's task is ErrNotFound. The task's workspace is the caller's to
-// remove.
+// — attempts, events, effects, approvals, its stored workspace — in one
+// transaction. Only a terminal task (completed, failed, cancelled) can be
+// deleted: any other is ErrConflict naming its status, and nothing is
+// removed. Another principal's task is ErrNotFound. The task's workspace
+// directory on a host is the caller's to remove.
 func (s *Store) DeleteTask(ctx context.Context, principal, id string) error {
 	return s.write(ctx, func(tx *txn) error {
 		if err := tx.lockTaskRow(ctx, id); err != nil {
@@ -58,7 +58,7 @@ func deleteRows(ctx context.Context, tx *txn, principal, id string) error {
 	if err := tx.lockTaskRow(ctx, id); err != nil {
 		return fmt.Errorf("delete task %s: %w", id, err)
 	}
-	for _, q := range []string{qDeleteApprovals, qDeleteEffects, qDeleteEvents, qDeleteUsage, qDeleteAttempts} {
+	for _, q := range []string{qDeleteApprovals, qDeleteEffects, qDeleteEvents, qDeleteUsage, qDeleteWorkspaceFiles, qDeleteWorkspace, qDeleteAttempts} {
 		if _, err := tx.ExecContext(ctx, q, id); err != nil {
 			return fmt.Errorf("delete task %s: %w", id, err)
 		}

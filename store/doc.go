@@ -96,6 +96,15 @@
 //     would re-run, in any later attempt, run or host of the task, so the
 //     host's gate never depends on one attempt's memory; a completed
 //     attempt settles only what it observed itself.
+//   - A task's workspace as of its last committed step is in the store
+//     (workspace.go): a step's changed files and removed paths are
+//     written in the transaction of its outcome (FinishAttempt.Workspace),
+//     so the stored workspace is always exactly some committed step's; a
+//     crashed attempt's files never reach it. The totals are kept from the
+//     rows a step replaces, so a step costs statements for its changed
+//     files only, and past Limits.WorkspaceBytes or WorkspaceFiles the
+//     whole step is refused (*WorkspaceLimitError), nothing written. A
+//     step that changed nothing keeps PostgreSQL's one-batch path.
 //   - Open fails closed, with an *OpenError that says what to do, on a file
 //     that is missing, read-only, not a taskhost store, corrupt, or of a
 //     newer schema, and never writes to a file it refuses. OpenPostgres

@@ -17,7 +17,8 @@ func jsonOfSize(n int) []byte {
 
 func TestDefaultLimits(t *testing.T) {
 	want := Limits{Spec: 16384, Summary: 2000, Message: 2000, Checkpoint: 256*1024 + 4*1024,
-		Result: 64 * 1024, EventPayload: 1024, EventsPerTask: 500, StderrTail: 4096}
+		Result: 64 * 1024, EventPayload: 1024, EventsPerTask: 500, StderrTail: 4096,
+		WorkspaceBytes: 64 << 20, WorkspaceFiles: 65536}
 	if got := DefaultLimits(); got != want {
 		t.Fatalf("DefaultLimits() = %+v, want %+v", got, want)
 	}

@@ -518,3 +518,6 @@ func (s *Store) PoolStats() sql.DBStats {
 
 // Path is the store file's path as given to Open.
 func (s *Store) Path() string { return s.path }
+
+// Limits returns the store's limits, defaults filled in.
+func (s *Store) Limits() Limits { return s.lim }

@@ -70,6 +70,11 @@ type Limits struct {
 	EventPayload  int // one event's JSON payload, default 1024
 	EventsPerTask int // events kept per task (older ones are deleted), default 500
 	StderrTail    int // plugin stderr tail kept for a crashed attempt, default 4096
+	// WorkspaceBytes and WorkspaceFiles bound a task's stored workspace
+	// (workspace.go): its files' total size, default 64 MiB, and their
+	// number, default 65536.
+	WorkspaceBytes int
+	WorkspaceFiles int
 }
 
 // DefaultLimits returns the limits a zero Limits field stands for. It is a
@@ -84,6 +89,9 @@ func DefaultLimits() Limits {
 		EventPayload:  1024,
 		EventsPerTask: 500,
 		StderrTail:    4096,
+
+		WorkspaceBytes: DefaultWorkspaceBytes,
+		WorkspaceFiles: DefaultWorkspaceFiles,
 	}
 }
 
@@ -105,6 +113,9 @@ func (l Limits) withDefaults() Limits {
 		EventPayload:  pick(l.EventPayload, d.EventPayload),
 		EventsPerTask: pick(l.EventsPerTask, d.EventsPerTask),
 		StderrTail:    pick(l.StderrTail, d.StderrTail),
+
+		WorkspaceBytes: pick(l.WorkspaceBytes, d.WorkspaceBytes),
+		WorkspaceFiles: pick(l.WorkspaceFiles, d.WorkspaceFiles),
 	}
 }
 

@@ -18,6 +18,9 @@ type NewTask struct {
 	Executor    string  // executor kind; 1..64 bytes
 	Spec        []byte  // JSON, at most Limits.Spec bytes
 	Limits      Budgets // only each Budget's Limit is read; Used starts at 0
+	// Workspace is the files the task starts with (workspace.go), stored
+	// as attempt 0's; nil stores none: a task of no stored workspace.
+	Workspace *WorkspaceChange
 }
 
 const qInsertTask = `INSERT INTO tasks (id, principal_id, executor, spec, status,
@@ -45,6 +48,9 @@ func (s *Store) CreateTask(ctx context.Context, nt NewTask, events ...NewEvent) 
 // insertTask inserts new pending task nt created at now, and its events,
 // inside tx.
 func (s *Store) insertTask(ctx context.Context, tx *txn, nt NewTask, now int64, events []NewEvent) (Task, error) {
+	if err := s.checkWorkspaceChange(nt.ID, nt.Workspace); err != nil {
+		return Task{}, err
+	}
 	l := nt.Limits
 	t, err := scanTask(tx.QueryRowContext(ctx, qInsertTask, nt.ID, nt.PrincipalID, nt.Executor, nt.Spec,
 		l.Steps.Limit, l.ToolCalls.Limit, l.ModelCalls.Limit, l.Depth.Limit, l.WallMillis.Limit, now, now, len(events),
@@ -55,8 +61,10 @@ func (s *Store) insertTask(ctx context.Context, tx *txn, nt NewTask, now int64, 
 	if err != nil {
 		return Task{}, err
 	}
-	_, err = s.storeEvents(ctx, tx, t.ID, t.RunID, int64(len(events)), events)
-	return t, err
+	if _, err = s.storeEvents(ctx, tx, t.ID, t.RunID, int64(len(events)), events); err != nil {
+		return Task{}, err
+	}
+	return t, s.putWorkspace(ctx, tx, t.ID, 0, nt.Workspace)
 }
 
 // checkNewTask validates a new task and its events before a transaction

@@ -125,6 +125,10 @@ const (
 	// ReasonOutputBudgetExhausted: the bytes the task's effects handed
 	// back to its executor reached max_output_bytes.
 	ReasonOutputBudgetExhausted Reason = "output_budget_exhausted"
+	// ReasonWorkspaceTooLarge: at a step's end the task's workspace was
+	// past a limit of the stored workspace (Limits.WorkspaceBytes or
+	// WorkspaceFiles); nothing of the step was stored.
+	ReasonWorkspaceTooLarge Reason = "workspace_too_large"
 )
 
 var reasons = map[Reason]bool{
@@ -138,7 +142,7 @@ var reasons = map[Reason]bool{
 	ReasonHostLost: true, ReasonRunLost: true, ReasonUserPause: true, ReasonUserStopAll: true,
 	ReasonModelBadReply: true, ReasonModelContextExceeded: true,
 	ReasonWaitingChildren: true, ReasonChildFailed: true, ReasonParentEnded: true,
-	ReasonTokenBudgetExhausted: true, ReasonOutputBudgetExhausted: true,
+	ReasonTokenBudgetExhausted: true, ReasonOutputBudgetExhausted: true, ReasonWorkspaceTooLarge: true,
 }
 
 // Valid reports whether r is one of the closed set of reason codes.

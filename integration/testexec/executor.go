@@ -205,6 +205,16 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			return sdk.StepResult{}, err
 		}
 	}
+	if o.StepFiles {
+		if err := stepFiles(ctx, host, n, req.Attempt); err != nil {
+			return sdk.StepResult{}, err
+		}
+	}
+	if o.WriteBytes > 0 {
+		if err := writeStepFile(ctx, host, n, o.WriteBytes); err != nil {
+			return sdk.StepResult{}, err
+		}
+	}
 	if o.CallToolFirst != nil {
 		if _, err := host.CallTool(ctx, sdk.ToolRequest{Name: o.CallToolFirst.Name, Arguments: string(o.CallToolFirst.Args)}); err != nil {
 			if ctx.Err() != nil {
@@ -570,6 +580,37 @@ func naiveCalls(ctx context.Context, host sdk.Host, c *toolCall, memory string, 
 	}
 	if err := writeFileAtomic(memory, b.String()); err != nil {
 		return fmt.Errorf("testexec: naive memory: %w", err)
+	}
+	return nil
+}
+
+// writeStepFile writes write_bytes' file of step n.
+func writeStepFile(ctx context.Context, host sdk.Host, n, size int) error {
+	args, _ := json.Marshal(map[string]string{"path": fmt.Sprintf("w-%d.txt", n), "content": strings.Repeat("x", size)})
+	return callChecked(ctx, host, sdk.ToolRequest{Name: "workspace.write", Arguments: string(args)})
+}
+
+// callChecked makes tool call c; a tool error or a refusal is an error.
+func callChecked(ctx context.Context, host sdk.Host, c sdk.ToolRequest) error {
+	res, err := host.CallTool(ctx, c)
+	if err != nil {
+		return fmt.Errorf("testexec: %s: %w", c.Name, err)
+	}
+	if res.IsError {
+		return fmt.Errorf("testexec: %s reported an error: %s", c.Name, res.Result)
+	}
+	return nil
+}
+
+// stepFiles writes step_files' two files of step n, attempt a; a tool
+// error or a refusal fails the step.
+func stepFiles(ctx context.Context, host sdk.Host, n int, a int64) error {
+	write, _ := json.Marshal(map[string]string{"path": fmt.Sprintf("w-%d.txt", n), "content": fmt.Sprintf("step %d attempt %d", n, a)})
+	shell, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("echo step %d > s-%d.txt", n, a)})
+	for _, c := range []sdk.ToolRequest{{Name: "workspace.write", Arguments: string(write)}, {Name: "shell.run", Arguments: string(shell)}} {
+		if err := callChecked(ctx, host, c); err != nil {
+			return fmt.Errorf("step_files: %w", err)
+		}
 	}
 	return nil
 }

@@ -44,6 +44,16 @@ type options struct {
 	LongSleepMS      int  `json:"long_sleep_ms"`
 	MisbehaveAtStep  int  `json:"misbehave_at_step"`
 
+	// StepFiles makes each step n of attempt a write two files before
+	// its other tool calls: w-n.txt ("step n attempt a") with
+	// workspace.write and s-a.txt with shell.run — a test of the stored
+	// workspace tells from them which steps and attempts its files are
+	// of.
+	StepFiles bool `json:"step_files"`
+	// WriteBytes makes each step n write w-n.txt of that many bytes with
+	// workspace.write, and nothing else: the bench's workspace row.
+	WriteBytes int `json:"write_bytes"`
+
 	CallTool *toolCall `json:"call_tool"`
 	// CallToolFirst is a tool call made before call_tool, each step.
 	CallToolFirst   *toolCall `json:"call_tool_first"`

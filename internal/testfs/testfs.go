@@ -1,7 +1,7 @@
 // Package testfs gives tests a real filesystem that runs out of space: a
 // small tmpfs mounted on a directory of the test's, and a filler that takes
 // every byte left on it. Tests that need it skip, with the reason, where
-// mounting is not allowed.
+// mounting is not allowed. Tree reads a directory's files back.
 package testfs
 
 import (

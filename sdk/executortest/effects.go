@@ -33,6 +33,12 @@ const idempotentMark = " (idempotent)"
 // repeats no effect, so the count leaves them out.
 var sideEffectFree = []string{"workspace.read", "workspace.list", "time.sleep", "task.list", "task.status"}
 
+// rolledBack are the tools whose runs in an attempt that died the host
+// undoes: the resume restores the task's workspace as of its last
+// committed step and runs them again (docs/operations.md, "Workspaces live
+// in the store"), so such a run is no repeat.
+var rolledBack = []string{"workspace.write", "shell.run"}
+
 func (e ledgerEffect) tool() string {
 	name, _, _ := strings.Cut(e.Summary, "{")
 	name, _, _ = strings.Cut(name, "(")
@@ -84,6 +90,9 @@ func countCalls(v inspectView) map[int]map[string]*callCount {
 			continue
 		}
 		s := stepOf[e.Attempt]
+		if e.Attempt != final[s] && slices.Contains(rolledBack, e.tool()) {
+			continue
+		}
 		id, keyed := e.tool(), strings.HasSuffix(e.Summary, idempotentMark)
 		if keyed {
 			id += " key " + fmt.Sprintf("%q", text.Clip(e.IdempotencyKey, 128))
@@ -117,7 +126,8 @@ func countCalls(v inspectView) map[int]map[string]*callCount {
 // task ran twice for one call: each tool call that ran in an attempt that
 // died must be replayed by the re-run of its step (the same call at the same
 // place), not run again. A tool the host lets run again because it changes
-// nothing is not counted, and a keyed call the tool de-duplicates counts
+// nothing is not counted, nor a killed attempt's run of one whose work the
+// resume rolls back (rolledBack), and a keyed call the tool de-duplicates counts
 // once. how names the crash, for the message.
 func (k *kit) checkEffects(t *testing.T, scenario, how string, v inspectView) {
 	t.Helper()

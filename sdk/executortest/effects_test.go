@@ -10,9 +10,11 @@ import (
 // TestCountCalls checks the count the effect check judges by, on ledgers
 // as `taskhost inspect --effects` prints them: a replay counts as a call
 // but not a run, a call of a killed attempt run again counts twice, a keyed
-// idempotent call once, and a tool that changes nothing not at all.
+// idempotent call once, and a tool that changes nothing not at all, nor a
+// killed attempt's run of one whose work the resume rolls back.
 func TestCountCalls(t *testing.T) {
-	const write = "workspace.write{append:4B,content:6B,path:3B}"
+	const write = "task.create{spec:9B}"
+	const wsWrite = "workspace.write{append:4B,content:6B,path:3B}"
 	attempts := []attemptView{{Attempt: 1, Status: "completed"}, {Attempt: 2, Status: "interrupted"}, {Attempt: 3, Status: "completed"}, {Attempt: 4, Status: "completed"}}
 	eff := func(attempt, seq int64, summary, status string, replayed bool) ledgerEffect {
 		return ledgerEffect{Attempt: attempt, Seq: seq, Kind: "tool", Summary: summary, Status: status, Replayed: replayed, Fingerprint: "f"}
@@ -30,12 +32,13 @@ func TestCountCalls(t *testing.T) {
 		inDoubt, step, nCalls int
 		repeated              bool
 	}{
-		{"replayed", []ledgerEffect{eff(2, 1, write, "observed", false), eff(3, 1, write, "observed", true)}, "workspace.write", 1, 1, 1, 0, 2, 1, false},
-		{"run again", []ledgerEffect{eff(2, 1, write, "observed", false), eff(3, 1, write, "observed", false)}, "workspace.write", 2, 1, 0, 0, 2, 1, true},
-		{"cut off, then run", []ledgerEffect{eff(2, 1, write, "indeterminate", false), eff(3, 1, write, "observed", false)}, "workspace.write", 1, 1, 0, 1, 2, 1, false},
-		{"keyed twice", []ledgerEffect{keyed(2, "k"), keyed(3, "k")}, `workspace.write key "k"`, 1, 1, 0, 0, 2, 1, false},
-		{"two keys", []ledgerEffect{keyed(2, "a"), keyed(3, "b")}, `workspace.write key "a"`, 1, 0, 0, 0, 2, 2, false},
-		{"a later step's own call", []ledgerEffect{eff(3, 1, write, "observed", false), eff(4, 1, write, "observed", false)}, "workspace.write", 1, 1, 0, 0, 3, 1, false},
+		{"replayed", []ledgerEffect{eff(2, 1, write, "observed", false), eff(3, 1, write, "observed", true)}, "task.create", 1, 1, 1, 0, 2, 1, false},
+		{"run again", []ledgerEffect{eff(2, 1, write, "observed", false), eff(3, 1, write, "observed", false)}, "task.create", 2, 1, 0, 0, 2, 1, true},
+		{"cut off, then run", []ledgerEffect{eff(2, 1, write, "indeterminate", false), eff(3, 1, write, "observed", false)}, "task.create", 1, 1, 0, 1, 2, 1, false},
+		{"keyed twice", []ledgerEffect{keyed(2, "k"), keyed(3, "k")}, `task.create key "k"`, 1, 1, 0, 0, 2, 1, false},
+		{"two keys", []ledgerEffect{keyed(2, "a"), keyed(3, "b")}, `task.create key "a"`, 1, 0, 0, 0, 2, 2, false},
+		{"a later step's own call", []ledgerEffect{eff(3, 1, write, "observed", false), eff(4, 1, write, "observed", false)}, "task.create", 1, 1, 0, 0, 3, 1, false},
+		{"a workspace write run again after its rollback", []ledgerEffect{eff(2, 1, wsWrite, "observed", false), eff(3, 1, wsWrite, "observed", false)}, "workspace.write", 1, 1, 0, 0, 2, 1, false},
 		{"no side effect", []ledgerEffect{eff(2, 1, "time.sleep{seconds:1B}", "observed", false), eff(3, 1, "time.sleep{seconds:1B}", "observed", false)}, "", 0, 0, 0, 0, 2, 0, false},
 		{"model calls are not tool calls", []ledgerEffect{{Attempt: 2, Seq: 1, Kind: "model", Summary: "model{messages:1,tools:0,depth:1}", Status: "observed"}}, "", 0, 0, 0, 0, 2, 0, false},
 	}

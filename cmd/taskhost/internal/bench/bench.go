@@ -1,6 +1,7 @@
 // Package bench measures what taskhost promises about speed, each figure
 // against a baseline taken in the same run: the durable step overhead
-// against a floor of one go-plugin round trip plus one store commit, crash
+// against a floor of one go-plugin round trip plus one store commit, the
+// same step writing a workspace file (stored with the step), crash
 // and cancel latencies, plugin start, machinespirit plugin start with and
 // without its cached saved state, a machinespirit node step, and start-up
 // recovery of a large store.
@@ -197,6 +198,15 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	ff, sf := figure("floor: plugin RPC + store commit", floor, ""), figure("durable step (testexec no-op)", steps, "")
 	r.Figures = append(r.Figures, ff, sf)
 	r.StepRatio = ratio(sf, ff)
+
+	say("durable step that writes a %d-byte workspace file", workspaceRowBytes)
+	wsteps, err := stepIntervals(ctx, h, who, fmt.Sprintf(`{"goal":"workspace","testexec":{"steps":%d,"write_bytes":%d}}`, o.Steps+1, workspaceRowBytes), o.Steps+1)
+	if err != nil {
+		return r, err
+	}
+	wf := figure(fmt.Sprintf("durable step + %d KiB workspace.write", workspaceRowBytes>>10), wsteps, "")
+	wf.Note = fmt.Sprintf("%.2f× the durable step: the tool call (its ledger's commits), the write, the workspace's stat walk (up to %d files) and the changed file stored with the step", ratio(wf, sf), o.Steps)
+	r.Figures = append(r.Figures, wf)
 
 	if cfg.Store.Driver != config.StorePostgres {
 		// The same pair on a store at synchronous=NORMAL (a commit is not
@@ -396,6 +406,10 @@ func create(ctx context.Context, h *host.Host, who, spec string, steps int64) (s
 	}
 	return h.Runner.Create(ctx, who, host.CreateRequest{Executor: executor, Spec: []byte(spec), Limits: host.Limits{Steps: steps}})
 }
+
+// workspaceRowBytes is the file each step of the workspace row writes
+// (one new file per step): what the store is handed per step.
+const workspaceRowBytes = 4 << 10
 
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
