@@ -654,15 +654,9 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 			f := m.f
 			switch f.Type {
 			case "effect":
-				// Only model calls run side by side, and at most
-				// maxInFlight of them: the worker's plan asks for its
-				// parallelism, this is what bounds it.
 				kind := admissionKind(f)
-				switch {
-				case inFlight > 0 && (kind != "model" || inFlightKind != "model"):
-					return st.malformed(fmt.Errorf("a %s effect while a %s effect is in flight (only model calls without tools run concurrently)", truncate(kind, 32), inFlightKind))
-				case inFlight >= maxInFlight:
-					return st.malformed(fmt.Errorf("more than %d model calls in flight at once", maxInFlight))
+				if err := checkAdmission(kind, inFlightKind, inFlight, maxInFlight); err != nil {
+					return st.malformed(err)
 				}
 				inFlight++
 				inFlightKind = kind
@@ -689,15 +683,7 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 			if ctx.Err() != nil {
 				continue // the cancel case below answers
 			}
-			d.frame.Type, d.frame.ID = "effect_result", d.id
-			if err := st.w.send(d.frame); err != nil {
-				if errors.Is(err, errFrameTooLarge) {
-					err2 := st.w.send(effectResultFrame{Type: "effect_result", ID: d.id, Error: &effectError{Kind: "too_large", Message: truncate(err.Error(), 500)}})
-					if err2 == nil {
-						continue
-					}
-					err = err2
-				}
+			if err := st.reply(d); err != nil {
 				return st.lost(err)
 			}
 		case <-exited:
@@ -711,6 +697,30 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 			return st.cancel(ctx)
 		}
 	}
+}
+
+// checkAdmission bounds the effects in flight: only model calls run side
+// by side, and at most max of them. The worker's plan asks for its
+// parallelism; this is what bounds it.
+func checkAdmission(kind, inFlightKind string, inFlight, max int) error {
+	switch {
+	case inFlight > 0 && (kind != "model" || inFlightKind != "model"):
+		return fmt.Errorf("a %s effect while a %s effect is in flight (only model calls without tools run concurrently)", truncate(kind, 32), inFlightKind)
+	case inFlight >= max:
+		return fmt.Errorf("more than %d model calls in flight at once", max)
+	}
+	return nil
+}
+
+// reply sends an effect's result to the worker; one too large for a frame
+// is sent as a too_large error instead.
+func (st *stepState) reply(d effectDone) error {
+	d.frame.Type, d.frame.ID = "effect_result", d.id
+	err := st.w.send(d.frame)
+	if errors.Is(err, errFrameTooLarge) {
+		err = st.w.send(effectResultFrame{Type: "effect_result", ID: d.id, Error: &effectError{Kind: "too_large", Message: truncate(err.Error(), 500)}})
+	}
+	return err
 }
 
 // cancel asks the worker to abandon the run (thread_signal in its task
