@@ -156,6 +156,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	cfg := config.Default()
 	cfg.Tasks.MaxConcurrent = slices.Max(concurrency)
 	cfg.Tasks.MaxStepsCap = 100000
+	// The workspace row makes a tool call a step, --steps of them.
+	cfg.Tasks.MaxToolCallsCap = 100000
+	cfg.Tasks.MaxToolCalls = 100000
 	cfg.MachineSpirit.Enabled = true
 	// Every row but the short tasks' times starts of the plugin itself.
 	cfg.Tasks.Prestart = 0
