@@ -17,7 +17,7 @@ import (
 // scripted model reporting 10,000 tokens a call, max_model_tokens 35,000.
 // Step 1 costs 10,000; step 2's first call 10,000 more, then its shell.run is
 // SIGKILLed with the plugin. The resumed step replays its first call (not
-// charged again), runs the command again (approved), and its next call
+// charged again), runs the command again (approved; past the moment it blocks), and its next call
 // reports 26,000 tokens: 46,000/35,000, failed, token_budget_exhausted.
 // Had the resume reset the budget, that call would have left 9,000 and
 // step 3 (15 tokens) would have completed the task. (The figures are large
@@ -26,15 +26,19 @@ import (
 // it runs.)
 func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
+	// Well past the first run's command, which starts within seconds.
+	armed := time.Now().Add(20 * time.Second).Truncate(time.Second).Add(time.Second)
 	usage := func(p, c int) map[string]any { return map[string]any{"prompt_tokens": p, "completion_tokens": c} }
 	script := map[string]any{"version": 1, "rules": []any{
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 1/"},
 			"reply": map[string]any{"content": "read the goal", "usage": usage(9000, 1000)}},
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 2/"},
 			"reply": map[string]any{"usage": usage(9000, 1000), "tool_calls": []any{map[string]any{"name": "shell.run", "arguments": map[string]any{
-				// Blocks the first time (until the plugin is killed), returns
-				// at once when the resumed step runs it again.
-				"command": "test -f tool.pid && exit 0; echo $$ > tool.pid; sleep 300"}}}}},
+				// Blocks until the plugin is killed when run before
+				// the moment armed, returns at once when the resumed step
+				// runs it again after it: the resume starts from the last
+				// committed workspace, so no file it wrote can tell.
+				"command": fmt.Sprintf("test $(date +%%s) -ge %d && exit 0; echo $$ > tool.pid; sleep 300", armed.Unix())}}}}},
 		map[string]any{"when": map[string]any{"last_role": "tool"}, "reply": map[string]any{"content": "ran it", "usage": usage(9000, 17000)}},
 		map[string]any{"when": map[string]any{}, "reply": map[string]any{"content": "TASK_COMPLETE: done", "usage": usage(10, 5)}},
 	}}
@@ -58,6 +62,7 @@ func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
 		t.Fatalf("after the crash: model_tokens %+v, want 20000/35000 (both answered calls charged)", b)
 	}
 
+	testwait.Until(t, 30*time.Second, "the moment the command no longer blocks", func() bool { return time.Now().After(armed) })
 	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--config", cfg, "--resume", id, "--approve-all")
 	if code != 1 || !strings.Contains(out, "failed (token_budget_exhausted)") {
 		t.Fatalf("resume: exit %d, want 1 and token_budget_exhausted\n%s\n%s", code, out, errOut)
