@@ -205,28 +205,70 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 	// outcome, the next step.started included: an event never shows more
 	// than was stored, so none after it can show less.
 	wall := ru.wall.used()
+	f := ru.attemptEnd(v, att, sealed, wall)
+	f.Workspace = wsChange
+	nt, next, exhausted, err := ru.commitOutcome(ctx, f, v, att, wall)
+	r.notify()
+	if errors.Is(err, store.ErrFenced) {
+		r.log.Error("step outcome refused: the run lost its lease to a newer run; nothing more is written for it",
+			"task", ru.id, "run", ru.runID, "attempt", att.Number, "error", err)
+		return store.Attempt{}, false
+	}
+	if errors.Is(err, store.ErrConflict) {
+		// The task moved first (a cancel committed before this outcome):
+		// the outcome loses and the attempt closes as what the task became.
+		ru.abandon(att, v)
+		return store.Attempt{}, false
+	}
+	if err != nil {
+		ru.storeFailed(&att, err)
+		return store.Attempt{}, false
+	}
+	ru.committed(v, att, nt, quiet)
+	if wsNext != nil {
+		ru.ws.committed(wsNext)
+	}
+	switch {
+	case v.taskTo != "":
+		return store.Attempt{}, false
+	case exhausted != nil:
+		ru.endRun(store.StatusFailed, exhausted.Budget.Reason(), exhausted.Error())
+		return store.Attempt{}, false
+	case next == nil:
+		return store.Attempt{}, false // waiting for an approval
+	}
+	return *next, true
+}
+
+// attemptEnd is the store's record of attempt att ending as v: the one
+// place an attempt's end is built, for a step's outcome and for a run
+// the store failed (recordStoreError). sealed is its checkpoint, sealed;
+// wall the task's wall time at the end.
+func (ru *run) attemptEnd(v verdict, att store.Attempt, sealed []byte, wall int64) store.FinishAttempt {
+	t := ru.task
 	exitCode, exitSignal := -1, ""
 	if v.crashed {
 		exitCode, exitSignal = v.exit.Code, v.exit.Signal
 	}
-	f := store.FinishAttempt{
+	return store.FinishAttempt{
 		PrincipalID: t.PrincipalID, TaskID: t.ID, RunID: t.RunID, Number: att.Number,
 		Status: v.attempt, Outcome: v.outcome.String(), Summary: v.summary,
 		Reason: v.reason, Message: v.message,
 		ExitCode: exitCode, ExitSignal: exitSignal, StderrTail: v.stderr,
 		Checkpoint: sealed, Result: v.result, WallMillisUsed: wall,
 		TaskTo: v.taskTo, TaskReason: v.reason, TaskMessage: v.message,
-		Events:    ru.outcomeEvents(v, att, wall),
-		Workspace: wsChange,
+		Events: ru.outcomeEvents(v, att, wall),
 	}
-	var nt store.Task
-	var next *store.Attempt
-	var exhausted *store.BudgetError
-	// A try that failed unavailable may still have committed: the next
-	// try then finds the attempt closed, and adopts the attempt the lost
-	// commit claimed next when it is this run's.
+}
+
+// commitOutcome records f, and claims the next attempt in the same
+// transaction when the task goes on. A try that failed unavailable may
+// still have committed: the next try then finds the attempt closed, and
+// adopts the attempt the lost commit claimed next when it is this run's.
+func (ru *run) commitOutcome(ctx context.Context, f store.FinishAttempt, v verdict, att store.Attempt, wall int64) (nt store.Task, next *store.Attempt, exhausted *store.BudgetError, err error) {
+	r, t := ru.r, ru.task
 	uncertain := false
-	err := ru.retryWrite(func() error {
+	err = ru.retryWrite(func() error {
 		var err error
 		if v.taskTo == "" {
 			after := t
@@ -244,26 +286,14 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		uncertain = uncertain || errors.Is(err, store.ErrUnavailable)
 		return err
 	})
-	r.notify()
-	if errors.Is(err, store.ErrFenced) {
-		r.log.Error("step outcome refused: the run lost its lease to a newer run; nothing more is written for it",
-			"task", ru.id, "run", ru.runID, "attempt", att.Number, "error", err)
-		return store.Attempt{}, false
-	}
-	if errors.Is(err, store.ErrConflict) {
-		// The task moved first (a cancel committed before this outcome):
-		// the outcome loses and the attempt closes as what the task became.
-		ru.abandon(att, v)
-		return store.Attempt{}, false
-	}
-	if err != nil {
-		ru.storeFailed(&att, err)
-		return store.Attempt{}, false
-	}
+	return nt, next, exhausted, err
+}
+
+// committed is the run's bookkeeping once attempt att's outcome v is in
+// the store as task nt.
+func (ru *run) committed(v verdict, att store.Attempt, nt store.Task, quiet bool) {
+	r := ru.r
 	ru.task = nt
-	if wsNext != nil {
-		ru.ws.committed(wsNext)
-	}
 	// The next attempt is told the task's unresolved effects as they are
 	// then: this one may have left some, or an operator resolved some. An
 	// attempt told of none that recorded none left the set empty (an
@@ -273,7 +303,7 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 		ru.settleEffects()
 	}
 	if v.crashed {
-		r.set.Observer.PluginCrashed(t.Executor, string(v.reason))
+		r.set.Observer.PluginCrashed(nt.Executor, string(v.reason))
 		ru.log("executor crashed", "attempt", att.Number, "exit", v.exit.String())
 	}
 	if v.attempt == store.AttemptCompleted {
@@ -285,16 +315,6 @@ func (ru *run) finish(v verdict, att store.Attempt) (store.Attempt, bool) {
 			ru.recent = ru.recent[len(ru.recent)-n:]
 		}
 	}
-	switch {
-	case v.taskTo != "":
-		return store.Attempt{}, false
-	case exhausted != nil:
-		ru.endRun(store.StatusFailed, exhausted.Budget.Reason(), exhausted.Error())
-		return store.Attempt{}, false
-	case next == nil:
-		return store.Attempt{}, false // waiting for an approval
-	}
-	return *next, true
 }
 
 // outcomeEvents are the events recording v for attempt att.

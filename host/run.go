@@ -374,7 +374,18 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 		ru.task.Budgets.ModelTokens, ru.task.Budgets.OutputBytes, ru.task.Budgets.TokensEstimated = b.ModelTokens, b.OutputBytes, b.TokensEstimated
 	}
 
-	v := ru.classify(res, stepErr, cause)
+	v := ru.amend(ru.classify(res, stepErr, cause), ts, att)
+	v.usage, v.calls = ts.stepUsage()
+	r.set.Observer.StepFinished(ru.task.Executor, string(v.attempt), time.Since(began))
+	ru.quiet = len(ru.indeterminate) == 0 && ts.effectless()
+	return ru.finish(v, att)
+}
+
+// amend is verdict v of attempt att as the step's effects (ts) revise it:
+// a spent budget, a model outage or refusal the executor gave up on, a
+// failed ledger write, or children still live.
+func (ru *run) amend(v verdict, ts *turnState, att store.Attempt) verdict {
+	r := ru.r
 	if reason, msg := ts.exhaustedReason(); reason != "" && (v.attempt == store.AttemptCompleted || v.outcome == plugin.OutcomeFail) {
 		// An effect was refused for a spent budget: whatever the executor
 		// made of it, the task fails with that budget's reason.
@@ -415,10 +426,7 @@ func (ru *run) step(att store.Attempt) (store.Attempt, bool) {
 			v.taskTo, v.reason = store.StatusBlocked, store.ReasonWaitingChildren
 		}
 	}
-	v.usage, v.calls = ts.stepUsage()
-	r.set.Observer.StepFinished(ru.task.Executor, string(v.attempt), time.Since(began))
-	ru.quiet = len(ru.indeterminate) == 0 && ts.effectless()
-	return ru.finish(v, att)
+	return v
 }
 
 // endForCause ends the run, between attempts, for the reason its context

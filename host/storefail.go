@@ -131,15 +131,7 @@ func (ru *run) recordStoreError(att *store.Attempt, v verdict) error {
 	if att == nil {
 		return ru.recordEnd(store.StatusInterrupted, store.ReasonStoreError, v.message)
 	}
-	t := ru.task
-	wall := ru.wall.used()
-	nt, err := ru.r.store.FinishAttempt(context.Background(), store.FinishAttempt{
-		PrincipalID: t.PrincipalID, TaskID: t.ID, RunID: t.RunID, Number: att.Number,
-		Status: v.attempt, Reason: v.reason, Message: v.message, ExitCode: -1,
-		WallMillisUsed: wall,
-		TaskTo:         v.taskTo, TaskReason: v.reason, TaskMessage: v.message,
-		Events: ru.outcomeEvents(v, *att, wall),
-	})
+	nt, err := ru.r.store.FinishAttempt(context.Background(), ru.attemptEnd(v, *att, nil, ru.wall.used()))
 	ru.r.notify()
 	if err == nil {
 		ru.task = nt
