@@ -778,16 +778,9 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 	if reg == nil {
 		return plugin.ToolAnswer{}, plugin.Refuse(plugin.ErrNotConfigured, "no tools are configured")
 	}
-	name, args := call.Name, call.Arguments
-	if len(args) == 0 {
-		args = []byte("{}")
-	}
-	// Each tool bounds its own arguments; this is the largest any allows.
-	if len(args) > tools.MaxWriteArgsBytes {
-		return plugin.ToolAnswer{}, &plugin.FieldError{Field: "arguments_json", Message: fmt.Sprintf("tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)}
-	}
-	if !json.Valid(args) {
-		return plugin.ToolAnswer{}, &plugin.FieldError{Field: "arguments_json", Message: "tool arguments are not valid JSON"}
+	name, args, err := toolArgs(call)
+	if err != nil {
+		return plugin.ToolAnswer{}, err
 	}
 	pol, ok := reg.Policy(name)
 	if !ok || !pol.Enabled {
@@ -811,44 +804,86 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 		}
 		e.IdempotencyKey, e.Summary, env.IdempotencyKey = key, e.Summary+idempotentMark, key
 	}
-	var gate gateFunc
-	if pol.NeedsApproval {
-		// The approver sees what would run, all of it; the approval
-		// record is the owner's, unlike the ledger and events, which keep
-		// no argument values. A command too long to show is refused
-		// before it is admitted: it costs no budget.
-		desc, n, whole := tools.DescribeForApproval(name, args)
-		if !whole {
-			return plugin.ToolAnswer{}, &plugin.FieldError{Field: "arguments_json.command", Message: fmt.Sprintf(
-				"the command shows as %d bytes and an approval shows at most %d: an approver must see the whole command; write it to a script with workspace.write and run `sh SCRIPT`",
-				n, tools.MaxApprovalCommandBytes)}
-		}
-		gate = func(seq int64, rerun []store.Effect) (string, error) {
-			if len(rerun) == 0 {
-				// An allow-for-task approval may cover it; never the
-				// retry of a call that may already have run.
-				if id, ok, err := s.coveredByGrant(ctx, ts, name, desc, e.Fingerprint); err != nil || ok {
-					return id, err
-				}
-			}
-			shown := desc
-			d, isDiff := writeDiff{}, false
-			if name == tools.ToolWorkspaceWrite {
-				// Approve a diff: the approver sees the change to the
-				// file, and the write is refused if the file changed
-				// after they saw it.
-				if d, isDiff = diffForApproval(ctx, reg, env, args); isDiff {
-					shown = d.prompt
-				}
-			}
-			id, err := s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(shown, rerun), binding{fingerprint: e.Fingerprint, subject: desc})
-			if err == nil && isDiff {
-				err = checkBase(ctx, reg, env, d)
-			}
-			return id, err
-		}
+	gate, err := s.toolGate(ctx, ts, reg, env, e.Fingerprint, name, args, pol.NeedsApproval)
+	if err != nil {
+		return plugin.ToolAnswer{}, err
 	}
-	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), toolReplay(name), func(ctx context.Context) ([]byte, store.Charge, error) {
+	out, replayed, err := s.ledgered(ctx, ts, e, gate, rerunSafe(name, args), toolReplay(name), s.runTool(ts, reg, env, name, args))
+	if err != nil {
+		return plugin.ToolAnswer{}, err
+	}
+	var res tools.Result
+	if err := json.Unmarshal(out, &res); err != nil {
+		return plugin.ToolAnswer{}, fmt.Errorf("tool result not readable: %w", err)
+	}
+	return plugin.ToolAnswer{Output: res.Output, IsError: res.IsError, Replayed: replayed}, nil
+}
+
+// toolArgs are a tool call's name and arguments, "{}" for none, within the
+// largest bound any tool allows and valid JSON.
+func toolArgs(call plugin.ToolCall) (string, []byte, error) {
+	args := call.Arguments
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	// Each tool bounds its own arguments; this is the largest any allows.
+	if len(args) > tools.MaxWriteArgsBytes {
+		return "", nil, &plugin.FieldError{Field: "arguments_json", Message: fmt.Sprintf("tool arguments are %d bytes, limit %d", len(args), tools.MaxWriteArgsBytes)}
+	}
+	if !json.Valid(args) {
+		return "", nil, &plugin.FieldError{Field: "arguments_json", Message: "tool arguments are not valid JSON"}
+	}
+	return call.Name, args, nil
+}
+
+// toolGate is the approval a call of tool name needs before it runs (nil
+// when its policy needs none): covered by an allow-for-task grant unless it
+// retries a call that may already have run, else asked, showing a
+// workspace.write as its diff.
+func (s *taskServices) toolGate(ctx context.Context, ts *turnState, reg *tools.Registry, env tools.Env, fp, name string, args []byte, needed bool) (gateFunc, error) {
+	if !needed {
+		return nil, nil
+	}
+	// The approver sees what would run, all of it; the approval record is
+	// the owner's, unlike the ledger and events, which keep no argument
+	// values. A command too long to show is refused before it is
+	// admitted: it costs no budget.
+	desc, n, whole := tools.DescribeForApproval(name, args)
+	if !whole {
+		return nil, &plugin.FieldError{Field: "arguments_json.command", Message: fmt.Sprintf(
+			"the command shows as %d bytes and an approval shows at most %d: an approver must see the whole command; write it to a script with workspace.write and run `sh SCRIPT`",
+			n, tools.MaxApprovalCommandBytes)}
+	}
+	return func(seq int64, rerun []store.Effect) (string, error) {
+		if len(rerun) == 0 {
+			// An allow-for-task approval may cover it; never the retry of
+			// a call that may already have run.
+			if id, ok, err := s.coveredByGrant(ctx, ts, name, desc, fp); err != nil || ok {
+				return id, err
+			}
+		}
+		shown := desc
+		d, isDiff := writeDiff{}, false
+		if name == tools.ToolWorkspaceWrite {
+			// Approve a diff: the approver sees the change to the file,
+			// and the write is refused if the file changed after they
+			// saw it.
+			if d, isDiff = diffForApproval(ctx, reg, env, args); isDiff {
+				shown = d.prompt
+			}
+		}
+		id, err := s.r.awaitApproval(ctx, ts, seq, name, rerunPrompt(shown, rerun), binding{fingerprint: fp, subject: desc})
+		if err == nil && isDiff {
+			err = checkBase(ctx, reg, env, d)
+		}
+		return id, err
+	}, nil
+}
+
+// runTool runs a call of tool name: the host's own task tools here, every
+// other in the registry.
+func (s *taskServices) runTool(ts *turnState, reg *tools.Registry, env tools.Env, name string, args []byte) runFunc {
+	return func(ctx context.Context) ([]byte, store.Charge, error) {
 		if tools.IsTaskTool(name) {
 			// The host owns the tasks: its task tools are served here.
 			res, err := s.r.taskTool(ctx, ts.turn, name, args)
@@ -871,15 +906,7 @@ func (s *taskServices) CallTool(ctx context.Context, call plugin.ToolCall) (plug
 		}
 		out, err := json.Marshal(res)
 		return out, store.Charge{OutputBytes: int64(len(res.Output))}, err
-	})
-	if err != nil {
-		return plugin.ToolAnswer{}, err
 	}
-	var res tools.Result
-	if err := json.Unmarshal(out, &res); err != nil {
-		return plugin.ToolAnswer{}, fmt.Errorf("tool result not readable: %w", err)
-	}
-	return plugin.ToolAnswer{Output: res.Output, IsError: res.IsError, Replayed: replayed}, nil
 }
 
 // RequestApproval asks the task's principal to decide; the task waits in
