@@ -551,6 +551,14 @@ func (s *taskServices) ledgered(callCtx context.Context, ts *turnState, e store.
 	if _, err := st.MarkEffect(ctx, store.MarkEffect{PrincipalID: ts.principal, TaskID: ts.taskID, Attempt: ts.attempt, Seq: e.Seq, From: store.EffectAdmitted, To: store.EffectDispatching}); err != nil {
 		return fail(effectError(ts, err))
 	}
+	return s.runEffect(ctx, ts, e, run)
+}
+
+// runEffect runs dispatching effect e and records how it ended: observed,
+// with its bounded result and its charge, or failed — indeterminate when a
+// cancel cut it off, since it may have done part of its work.
+func (s *taskServices) runEffect(ctx context.Context, ts *turnState, e store.NewEffect, run runFunc) ([]byte, bool, error) {
+	st := s.r.store
 	out, charge, err := run(ctx)
 	bg := context.WithoutCancel(ctx)
 	if err != nil {
