@@ -91,19 +91,59 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			}
 		}()
 	}
+	if r, err := e.prepare(ctx, host, o, req); r != nil || err != nil {
+		return deref(r), err
+	}
+
+	done, err := readCheckpoint(req.Checkpoint)
+	if err != nil {
+		return sdk.Fail("checkpoint_incompatible", "testexec: "+err.Error()), nil
+	}
+	n := done + 1
+
+	if o.Progress {
+		if err := host.Progress(ctx, fmt.Sprintf("step %d", n)); err != nil && !errors.Is(err, sdk.ErrUnimplemented) {
+			return sdk.StepResult{}, fmt.Errorf("testexec: progress: %w", err)
+		}
+	}
+	if r, err := modelCalls(ctx, host, sp.Goal, o, n); r != nil || err != nil {
+		return deref(r), err
+	}
+	if r, err := toolCalls(ctx, host, o, req, n); r != nil || err != nil {
+		return deref(r), err
+	}
+	return end(ctx, o, req, n)
+}
+
+// deref is r's result, or none.
+func deref(r *sdk.StepResult) sdk.StepResult {
+	if r == nil {
+		return sdk.StepResult{}
+	}
+	return *r
+}
+
+// early is a step's own result, ending it before its later phases.
+func early(r sdk.StepResult) (*sdk.StepResult, error) { return &r, nil }
+
+// prepare does what a step's options ask before it reads its checkpoint:
+// files naming the process and its attempt, log and stderr lines, the
+// misbehaviours, waits, resource hogs, and the indeterminate effects
+// told. A non-nil result or error ends the step.
+func (e *executor) prepare(ctx context.Context, host sdk.Host, o options, req sdk.StepRequest) (*sdk.StepResult, error) {
 	if o.EnvFile != "" {
 		if err := writeFileAtomic(o.EnvFile, strings.Join(os.Environ(), "\n")); err != nil {
-			return sdk.StepResult{}, fmt.Errorf("testexec: env file: %w", err)
+			return nil, fmt.Errorf("testexec: env file: %w", err)
 		}
 	}
 	if o.PIDFile != "" {
 		if err := recordAttempt(o.PIDFile, int(req.Attempt)); err != nil {
-			return sdk.StepResult{}, fmt.Errorf("testexec: pid file: %w", err)
+			return nil, fmt.Errorf("testexec: pid file: %w", err)
 		}
 	}
 	if o.SpawnGrandchild {
 		if err := e.spawnGrandchild(o.PIDFile + ".grandchild"); err != nil {
-			return sdk.StepResult{}, fmt.Errorf("testexec: grandchild: %w", err)
+			return nil, fmt.Errorf("testexec: grandchild: %w", err)
 		}
 	}
 	if o.LogWarn != "" {
@@ -121,15 +161,15 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 	misbehave(o, int(req.Attempt))
 	if o.WaitFile != "" && o.WaitFirst {
 		if err := waitFile(ctx, o.WaitFile); err != nil {
-			return sdk.StepResult{}, fmt.Errorf("testexec: wait_file: %w", err)
+			return nil, fmt.Errorf("testexec: wait_file: %w", err)
 		}
 	}
 	e.hogMemory(o.HogMemoryMB)
 	if err := e.fork(ctx, o.ForkProcesses); err != nil {
-		return sdk.Fail("executor_failed", "testexec: "+err.Error()), nil
+		return early(sdk.Fail("executor_failed", "testexec: "+err.Error()))
 	}
 	if err := fillTmp(o.FillTmpMB); err != nil {
-		return sdk.Fail("executor_failed", "testexec: fill_tmp_mb: "+err.Error()), nil
+		return early(sdk.Fail("executor_failed", "testexec: fill_tmp_mb: "+err.Error()))
 	}
 	if o.IndeterminateFile != "" {
 		var b strings.Builder
@@ -137,43 +177,37 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 			fmt.Fprintf(&b, "%d %d %s %s\n", ef.Attempt, ef.Seq, ef.Kind, ef.Status)
 		}
 		if err := writeFileAtomic(o.IndeterminateFile, b.String()); err != nil {
-			return sdk.StepResult{}, fmt.Errorf("testexec: indeterminate file: %w", err)
+			return nil, fmt.Errorf("testexec: indeterminate file: %w", err)
 		}
 	}
 	if o.ApproveRetry && len(req.Indeterminate) > 0 {
 		if _, err := host.RequestApproval(ctx, fmt.Sprintf("retry %d unsettled effect(s)?", len(req.Indeterminate))); err != nil {
-			return sdk.StepResult{}, fmt.Errorf("testexec: retry approval: %w", err)
+			return nil, fmt.Errorf("testexec: retry approval: %w", err)
 		}
 	}
+	return nil, nil
+}
 
-	done, err := readCheckpoint(req.Checkpoint)
-	if err != nil {
-		return sdk.Fail("checkpoint_incompatible", "testexec: "+err.Error()), nil
-	}
-	n := done + 1
-
-	if o.Progress {
-		if err := host.Progress(ctx, fmt.Sprintf("step %d", n)); err != nil && !errors.Is(err, sdk.ErrUnimplemented) {
-			return sdk.StepResult{}, fmt.Errorf("testexec: progress: %w", err)
-		}
-	}
+// modelCalls makes the model calls a step's options ask for. A non-nil
+// result or error ends the step.
+func modelCalls(ctx context.Context, host sdk.Host, goal string, o options, n int) (*sdk.StepResult, error) {
 	if o.CallModel {
 		_, err := host.CallModel(ctx, sdk.ModelRequest{Messages: []sdk.Message{
-			{Role: "system", Content: sp.Goal},
+			{Role: "system", Content: goal},
 			{Role: "user", Content: fmt.Sprintf("step %d", n)},
 		}})
 		if err != nil {
 			if ctx.Err() != nil {
-				return sdk.StepResult{}, fmt.Errorf("testexec: model: %w", err)
+				return nil, fmt.Errorf("testexec: model: %w", err)
 			}
 			if o.ModelErrorText {
 				kind := "none"
 				if merr, ok := errors.AsType[*sdk.ModelError](err); ok {
 					kind = string(merr.Kind)
 				}
-				return sdk.Continue(fmt.Sprintf("model error: %s: %s: %v", hostErrorKind(err), kind, err), nil), nil
+				return early(sdk.Continue(fmt.Sprintf("model error: %s: %s: %v", hostErrorKind(err), kind, err), nil))
 			}
-			return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
+			return early(sdk.Continue("model error: "+hostErrorKind(err), nil))
 		}
 	}
 	parent := o.ParentToken
@@ -184,43 +218,49 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return sdk.StepResult{}, fmt.Errorf("testexec: model: %w", err)
+				return nil, fmt.Errorf("testexec: model: %w", err)
 			}
-			return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
+			return early(sdk.Continue("model error: "+hostErrorKind(err), nil))
 		}
 	}
 	if err := parallelModelCalls(ctx, host, o.ParallelModelCalls, n); err != nil {
 		if ctx.Err() != nil {
-			return sdk.StepResult{}, fmt.Errorf("testexec: parallel model calls: %w", err)
+			return nil, fmt.Errorf("testexec: parallel model calls: %w", err)
 		}
-		return sdk.Continue("model error: "+hostErrorKind(err), nil), nil
+		return early(sdk.Continue("model error: "+hostErrorKind(err), nil))
 	}
+	return nil, nil
+}
+
+// toolCalls makes the approval request and tool calls a step's options
+// ask for. A non-nil result or error ends the step.
+func toolCalls(ctx context.Context, host sdk.Host, o options, req sdk.StepRequest, n int) (*sdk.StepResult, error) {
 	if o.RequestApproval {
 		if _, err := host.RequestApproval(ctx, fmt.Sprintf("may step %d proceed?", n)); err != nil {
-			return sdk.StepResult{}, fmt.Errorf("testexec: approval: %w", err)
+			return nil, fmt.Errorf("testexec: approval: %w", err)
 		}
 	}
 	if o.NaiveCall != nil {
 		if err := naiveCalls(ctx, host, o.NaiveCall, o.NaiveMemory, req.Indeterminate, n); err != nil {
-			return sdk.StepResult{}, err
+			return nil, err
 		}
 	}
 	if o.StepFiles {
 		if err := stepFiles(ctx, host, n, req.Attempt); err != nil {
-			return sdk.StepResult{}, err
+			return nil, err
 		}
 	}
 	if o.WriteBytes > 0 {
 		if err := writeStepFile(ctx, host, n, o.WriteBytes); err != nil {
-			return sdk.StepResult{}, err
+			return nil, err
 		}
 	}
 	if o.CallToolFirst != nil {
 		if _, err := host.CallTool(ctx, sdk.ToolRequest{Name: o.CallToolFirst.Name, Arguments: string(o.CallToolFirst.Args)}); err != nil {
 			if ctx.Err() != nil {
-				return sdk.StepResult{}, fmt.Errorf("testexec: first tool: %w", err)
+				return nil, fmt.Errorf("testexec: first tool: %w", err)
 			}
-			return sdk.Continue("first tool error: "+hostErrorKind(err), nil), nil
+			return early(sdk.Continue("first tool error: "+hostErrorKind(err), nil))
 		}
 	}
 	if o.CallTool != nil {
@@ -231,18 +271,24 @@ func (e *executor) Step(ctx context.Context, host sdk.Host, req sdk.StepRequest)
 		res, err := host.CallTool(ctx, sdk.ToolRequest{Name: o.CallTool.Name, Arguments: args, IdempotencyKey: fmt.Sprintf("%s/%d", req.TaskID, req.Attempt)})
 		if err != nil {
 			if ctx.Err() != nil {
-				return sdk.StepResult{}, fmt.Errorf("testexec: tool: %w", err)
+				return nil, fmt.Errorf("testexec: tool: %w", err)
 			}
-			return sdk.Continue("tool error: "+hostErrorKind(err), nil), nil
+			return early(sdk.Continue("tool error: "+hostErrorKind(err), nil))
 		}
 		if int64(o.KillAfterToolAtAttempt) == req.Attempt {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			hang()
 		}
 		if res.IsError {
-			return sdk.Continue("tool reported an error", nil), nil
+			return early(sdk.Continue("tool reported an error", nil))
 		}
 	}
+	return nil, nil
+}
+
+// end waits and sleeps as a step's options ask, then fails the step as
+// scripted or returns its result with its checkpoint.
+func end(ctx context.Context, o options, req sdk.StepRequest, n int) (sdk.StepResult, error) {
 	if o.WaitFile != "" && !o.WaitFirst {
 		if err := waitFile(ctx, o.WaitFile); err != nil {
 			return sdk.StepResult{}, fmt.Errorf("testexec: wait_file: %w", err)
