@@ -164,8 +164,18 @@ func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, rou
 			t.Fatal(err)
 		}
 	}
+	// A run starts by rolling its workspace back to the last committed
+	// step's, which has no "go": it is kept there (and in a running
+	// command's view) until the round is over, so a command that polls
+	// for it ends.
+	keep := func() {
+		// Not fatal here: the workspace may be between its rollback's
+		// removal and its next write; the next tick writes it again.
+		_ = testwait.WriteLive(filepath.Join(ws, "go"), nil, 0o644)
+	}
 	if !b.blockTool {
 		release()
+		defer keepReleased(keep)()
 	}
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, "taskhost.db")+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
@@ -194,7 +204,10 @@ func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, rou
 	if _, err := fmt.Sscan(string(toolPID), &pid); err == nil {
 		testwait.Until(t, 10*time.Second, "the in-flight tool to die with its host", func() bool { return !alive(pid) })
 	}
-	release()
+	if b.blockTool {
+		release()
+		defer keepReleased(keep)()
+	}
 	if err := os.WriteFile(waitFile, []byte("go"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +241,26 @@ func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, rou
 		t.Fatalf("round %d (%s, %v): writes %q: want each call once per step, and the observed ones never again", round, b.name, sig, writes)
 	}
 	return lines
+}
+
+// keepReleased calls release every 20 ms until the returned stop is
+// called.
+func keepReleased(release func()) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				release()
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 // inflightHost is the host process a round kills.
