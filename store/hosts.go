@@ -262,18 +262,59 @@ func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeW
 // again, exactly as another host's sweep would have — interrupted
 // (host_lost, message), its running attempt closed, its effects settled,
 // its approvals cancelled, events(t) appended. ok is false, with nothing
-// written, when the task is no longer live in that run on this host (a
-// sweep, a cancel got there first).
+// written but the closing of that run's attempt if it is still running
+// (closeStoppedAttempt), when the task is no longer live in that run on this
+// host (a sweep, a cancel got there first).
 func (s *Store) LoseOwnRun(ctx context.Context, id string, runID int64, message string, events func(t Task) []NewEvent) (ok bool, err error) {
 	if err := checkSize("message", len(message), s.lim.Message); err != nil {
 		return false, err
 	}
 	err = s.write(ctx, func(tx *txn) error {
-		_, ok, err = s.loseRun(ctx, tx, lostRun{id: id, run: runID, host: s.host, reason: ReasonHostLost, message: message}, nanos(s.now()), 0, events)
-		return err
+		ns := nanos(s.now())
+		_, ok, err = s.loseRun(ctx, tx, lostRun{id: id, run: runID, host: s.host, reason: ReasonHostLost, message: message}, ns, 0, events)
+		if err != nil || ok {
+			return err
+		}
+		return closeStoppedAttempt(ctx, tx, id, runID, ns)
 	})
 	return ok, err
 }
+
+// closeStoppedAttempt closes, inside tx, the attempt run runID of task id
+// left running when the run was stopped: the task left the run under it (a
+// cancel from another host while this one could not reach the store), so
+// no sweep will close it, and the runner that would have (abandon) wrote
+// nothing once fenced. The attempt ends as its task did: cancelled with the
+// task's reason, otherwise interrupted (host_lost). A newer run's attempts
+// are never touched, nor is anything written when none is running.
+func closeStoppedAttempt(ctx context.Context, tx *txn, id string, runID, ns int64) error {
+	if err := tx.lockTaskRow(ctx, id); err != nil {
+		return err
+	}
+	var st Status
+	var reason Reason
+	err := tx.QueryRowContext(ctx, qTaskEnd, id).Scan(&st, &reason)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // deleted since
+	}
+	if err != nil {
+		return err
+	}
+	status := AttemptInterrupted
+	if st == StatusCancelled {
+		status = AttemptCancelled
+	} else {
+		reason = ReasonHostLost
+	}
+	_, err = tx.ExecContext(ctx, qCloseRunAttempt, string(status), string(reason), ns, id, runID)
+	return err
+}
+
+const (
+	qTaskEnd         = `SELECT status, reason FROM tasks WHERE id = $1`
+	qCloseRunAttempt = `UPDATE attempts SET status = $1, reason = $2, ended_ns = $3
+		WHERE task_id = $4 AND run_id = $5 AND status = 'running'`
+)
 
 // TaskLease returns who holds principal's task id and in which run: a host
 // polls it for the runs it holds, to learn of a cancel, an approval or a

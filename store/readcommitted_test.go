@@ -524,6 +524,44 @@ func TestLoseOwnRun(t *testing.T) {
 	})
 }
 
+// TestLoseOwnRunAfterRemoteCancel: a task cancelled through another host
+// while its own host could not reach the store leaves no attempt running
+// once that host ends the run it stopped: no sweep takes a cancelled task,
+// and the fenced runner itself wrote nothing.
+func TestLoseOwnRunAfterRemoteCancel(t *testing.T) {
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		_, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		task, _ := claimedTask(t, a, "p", "t1")
+		if _, err := b.Cancel(ctx, "p", "t1"); err != nil {
+			t.Fatal(err)
+		}
+		if as := listAttempts(t, a, "p", "t1"); as[0].Status != AttemptRunning {
+			t.Fatalf("attempt %s after the cancel, want running (its runner closes it)", as[0].Status)
+		}
+		ok, err := a.LoseOwnRun(ctx, "t1", task.RunID, "host-a could not reach the store", lostEvents)
+		if err != nil || ok {
+			t.Fatalf("LoseOwnRun = %v, %v; want the task left as it is", ok, err)
+		}
+		got := getTask(t, a, "p", "t1")
+		if got.Status != StatusCancelled || got.Reason != ReasonUserCancelled {
+			t.Fatalf("task %s (%s), want cancelled user_cancelled", got.Status, got.Reason)
+		}
+		as := listAttempts(t, a, "p", "t1")
+		if as[0].Status != AttemptCancelled || as[0].Reason != ReasonUserCancelled || as[0].EndedAt.IsZero() {
+			t.Fatalf("attempt %s (%s) ended %v, want cancelled user_cancelled with an end", as[0].Status, as[0].Reason, as[0].EndedAt)
+		}
+		before := snap(t, a, "p", "t1")
+		if ok, err := a.LoseOwnRun(ctx, "t1", task.RunID, "again", lostEvents); err != nil || ok {
+			t.Fatalf("second LoseOwnRun = %v, %v; want nothing done", ok, err)
+		}
+		if after := snap(t, a, "p", "t1"); !reflect.DeepEqual(after, before) {
+			t.Fatalf("a second LoseOwnRun wrote: %+v, want %+v", after, before)
+		}
+	})
+}
+
 // TestPostgresReadSurvivesTerminatedBackends: as for writes, every session
 // is ended between reads; each read of a task, a listing and events then
 // succeeds at the first call (a read holds nothing and runs again on a
