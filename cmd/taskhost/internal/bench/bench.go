@@ -505,7 +505,7 @@ func concurrentSteps(ctx context.Context, hs []*host.Host, who, gates string, k,
 		}
 	}
 	if !to.After(from) || steps == 0 {
-		return out, 0, fmt.Errorf("%d bench tasks never stepped all at once (raise --steps)", k)
+		return out, 0, fmt.Errorf("%d tasks, %d tries: %w", k, overlapTries, errNoOverlap)
 	}
 	return out, float64(steps) / to.Sub(from).Seconds(), nil
 }
