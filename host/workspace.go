@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskhost/taskhost/host/plugin"
+	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/store"
 )
@@ -455,4 +456,32 @@ func seedChange(files []File) *store.WorkspaceChange {
 			SHA256: hashOf(f.Data), Content: f.Data})
 	}
 	return c
+}
+
+// StoredWorkspace lists principal's task id's workspace as the store
+// holds it (as of its last committed step), for a task whose run this host
+// neither holds nor last held: its own copy of such a task is absent or
+// stale (a task resumed on another host of a fleet). ok is false where this
+// host's copy is the task's, or where the store holds none (a task from
+// before workspaces were stored); the caller then reads the host's copy.
+func (r *Runner) StoredWorkspace(ctx context.Context, principal, id string) (files []tools.StoredFile, ok bool, err error) {
+	l, err := r.store.TaskLease(ctx, principal, id)
+	if err != nil || l.Host == r.store.HostID() {
+		return nil, false, err
+	}
+	w, err := r.store.TaskWorkspace(ctx, principal, id)
+	if err != nil || !w.Stored {
+		return nil, false, err
+	}
+	files = make([]tools.StoredFile, len(w.Files))
+	for i, f := range w.Files {
+		files[i] = tools.StoredFile{Path: f.Path, Symlink: f.Mode&syscall.S_IFMT == syscall.S_IFLNK, Size: f.Size}
+	}
+	return files, true, nil
+}
+
+// StoredWorkspaceFile is the stored content of the file at path of
+// principal's task id's workspace (store.ErrNotFound when it holds none).
+func (r *Runner) StoredWorkspaceFile(ctx context.Context, principal, id, path string) ([]byte, error) {
+	return r.store.WorkspaceContent(ctx, principal, id, path)
 }

@@ -94,6 +94,29 @@ func TestFleetWorkspaceAfterHostKill(t *testing.T) {
 	if got := workspaceFiles(t, b.dataDir, id); len(got) != 0 {
 		t.Fatalf("B holds files of the task before resuming it: %v", got)
 	}
+	// B has no copy, yet task files through it gives steps 1–3 as A
+	// committed them, from the store.
+	committed := map[string]string{}
+	for _, name := range []string{"w-1.txt", "w-2.txt", "w-3.txt", "s-1.txt", "s-2.txt", "s-3.txt"} {
+		committed[name] = wsAfterResume[name]
+	}
+	var list filesJSON
+	b.cliJSON(t, &list, "task", "files", id)
+	listed := map[string]int64{}
+	for _, f := range list.Files {
+		listed[f.Path] = f.Size
+	}
+	for name, content := range committed {
+		if out, errOut, code := b.cli(t, "task", "files", id, name); code != 0 || out != content {
+			t.Errorf("task files %s through B: exit %d, %q (%s); want %q", name, code, out, errOut, content)
+		}
+		if listed[name] != int64(len(content)) {
+			t.Errorf("B lists %s with %d bytes, want %d", name, listed[name], len(content))
+		}
+	}
+	if len(listed) != len(committed) {
+		t.Errorf("B lists %v, want exactly steps 1–3's files %v", listed, committed)
+	}
 	resumeToEnd(t, b, id)
 }
 

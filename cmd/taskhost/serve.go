@@ -303,6 +303,7 @@ func newAPIServer(h *host.Host, cfg config.Config, principals map[uint32]string,
 		Admins:                 cfg.API.Admins,
 		AdminActs:              h.Runner,
 		Fleet:                  h.Runner,
+		StoredWorkspaces:       h.Runner,
 		Effects:                h.Runner,
 		Ready:                  hostHealth{h.Store, h.Runner, h.Registry}.Ping,
 		Listener: api.ListenerLimits{

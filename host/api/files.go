@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,24 @@ const (
 // Deleter removes a finished task; *host.Runner implements it.
 type Deleter interface {
 	Delete(ctx context.Context, principal, id string) error
+}
+
+// StoredWorkspaces reads, from the store, the workspace of a task whose run
+// this host neither holds nor last held; *host.Runner implements it.
+type StoredWorkspaces interface {
+	// StoredWorkspace lists the task's stored files; ok is false where
+	// the host's own copy is the task's.
+	StoredWorkspace(ctx context.Context, principal, id string) (files []tools.StoredFile, ok bool, err error)
+	StoredWorkspaceFile(ctx context.Context, principal, id, path string) ([]byte, error)
+}
+
+// stored is the task's workspace as the store holds it, where that is the
+// one to read (ok false: the host's copy under the workspace root).
+func (ts *taskService) stored(ctx context.Context, principal, id string) ([]tools.StoredFile, bool, error) {
+	if ts.s.opts.StoredWorkspaces == nil {
+		return nil, false, nil
+	}
+	return ts.s.opts.StoredWorkspaces.StoredWorkspace(ctx, principal, id)
 }
 
 // workspaceOf checks that the caller owns task id (another principal's
@@ -74,7 +93,17 @@ func (ts *taskService) ListTaskFiles(ctx context.Context, req *apipb.ListTaskFil
 	if err != nil {
 		return nil, err
 	}
-	entries, truncated, err := tools.ListExport(ctx, root, req.TaskId, req.Path)
+	files, fromStore, err := ts.stored(ctx, p, req.TaskId)
+	if err != nil {
+		return nil, ts.s.toStatus(ctx, err, "task", req.TaskId)
+	}
+	var entries []tools.ExportEntry
+	var truncated bool
+	if fromStore {
+		entries, truncated, err = tools.ListStored(ctx, files, req.Path)
+	} else {
+		entries, truncated, err = tools.ListExport(ctx, root, req.TaskId, req.Path)
+	}
 	if err != nil {
 		return nil, ts.fileStatus(ctx, err, req.TaskId, req.Path)
 	}
@@ -105,16 +134,11 @@ func (ts *taskService) ReadTaskFile(req *apipb.ReadTaskFileRequest, stream apipb
 	default:
 		return statusError(codes.ResourceExhausted, ReasonExportLimit, fmt.Sprintf("%d files are being read already; retry shortly", cap(ts.s.exports)))
 	}
-	f, fi, err := tools.OpenExport(root, req.TaskId, req.Path)
+	f, size, err := ts.openFile(ctx, p, root, req.TaskId, req.Path)
 	if err != nil {
-		return ts.fileStatus(ctx, err, req.TaskId, req.Path)
+		return err
 	}
 	defer f.Close()
-	size, limit := fi.Size(), ts.s.opts.MaxExportFileBytes
-	if size > limit {
-		return statusError(codes.FailedPrecondition, ReasonFileTooLarge,
-			fmt.Sprintf("%s of task %s is %d bytes; the daemon sends files of at most %d", text.Clip(req.Path, 100), req.TaskId, size, limit))
-	}
 	if err := stream.Send(&apipb.ReadTaskFileResponse{Size: size}); err != nil {
 		return err
 	}
@@ -140,6 +164,43 @@ func (ts *taskService) ReadTaskFile(req *apipb.ReadTaskFileRequest, stream apipb
 			return statusError(codes.Internal, ReasonInternal, "reading the file failed; the daemon's log has the details")
 		}
 	}
+}
+
+// openFile opens the file path of task id's workspace for ReadTaskFile,
+// from the store or from the host's copy (stored), within the daemon's
+// bound of a file it sends; errors are statuses.
+func (ts *taskService) openFile(ctx context.Context, principal, root, id, path string) (io.ReadCloser, int64, error) {
+	files, fromStore, err := ts.stored(ctx, principal, id)
+	if err != nil {
+		return nil, 0, ts.s.toStatus(ctx, err, "task", id)
+	}
+	tooLarge := func(size int64) error {
+		return statusError(codes.FailedPrecondition, ReasonFileTooLarge,
+			fmt.Sprintf("%s of task %s is %d bytes; the daemon sends files of at most %d", text.Clip(path, 100), id, size, ts.s.opts.MaxExportFileBytes))
+	}
+	if fromStore {
+		sf, err := tools.FindStored(files, path)
+		if err != nil {
+			return nil, 0, ts.fileStatus(ctx, err, id, path)
+		}
+		if sf.Size > ts.s.opts.MaxExportFileBytes {
+			return nil, 0, tooLarge(sf.Size)
+		}
+		b, err := ts.s.opts.StoredWorkspaces.StoredWorkspaceFile(ctx, principal, id, sf.Path)
+		if err != nil {
+			return nil, 0, ts.fileStatus(ctx, err, id, path)
+		}
+		return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+	}
+	f, fi, err := tools.OpenExport(root, id, path)
+	if err != nil {
+		return nil, 0, ts.fileStatus(ctx, err, id, path)
+	}
+	if fi.Size() > ts.s.opts.MaxExportFileBytes {
+		f.Close()
+		return nil, 0, tooLarge(fi.Size())
+	}
+	return f, fi.Size(), nil
 }
 
 func (ts *taskService) DeleteTask(ctx context.Context, req *apipb.DeleteTaskRequest) (*apipb.DeleteTaskResponse, error) {

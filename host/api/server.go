@@ -136,6 +136,11 @@ type Options struct {
 	// WorkspaceRoot holds the task workspaces ListTaskFiles and
 	// ReadTaskFile read; "" disables both (Unimplemented).
 	WorkspaceRoot string
+	// StoredWorkspaces, when set, gives ListTaskFiles and ReadTaskFile the
+	// workspace of a task whose run this host neither holds nor last held
+	// as the store holds it (its last committed step), not the host's
+	// absent or stale copy.
+	StoredWorkspaces StoredWorkspaces
 	// MaxExportFileBytes bounds a file ReadTaskFile sends (default
 	// DefaultMaxExportFileBytes).
 	MaxExportFileBytes int64

@@ -133,7 +133,8 @@ func TestListExport(t *testing.T) {
 	}
 }
 
-// The listing bounds, entries and bytes, each at the limit and one past it.
+// The listing bounds, entries and bytes, each at the limit and one past it,
+// on disk and stored.
 func TestListExportBound(t *testing.T) {
 	root := t.TempDir()
 	ws := filepath.Join(root, "t1")
@@ -163,6 +164,11 @@ func TestListExportBound(t *testing.T) {
 			}
 			if len(got) != tc.want || truncated != tc.wantTruncated {
 				t.Fatalf("%d entries, truncated %v; want %d, %v", len(got), truncated, tc.want, tc.wantTruncated)
+			}
+			// The same tree as the store holds it is cut alike.
+			got, truncated, err = listStored(context.Background(), storedOf(t, root), "", tc.maxEntries, tc.maxBytes)
+			if err != nil || len(got) != tc.want || truncated != tc.wantTruncated {
+				t.Fatalf("stored: %d entries, truncated %v, %v; want %d, %v", len(got), truncated, err, tc.want, tc.wantTruncated)
 			}
 		})
 	}
