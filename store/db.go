@@ -122,7 +122,7 @@ func writeQueries(e engineSQL) []string {
 		qInsertEvent, qTrimEvents, qCountEvents, qUncountEvents, qCountRunEvents,
 		qClaimTask, qClaimRefused, e.attemptsHead, qInsertAttempt,
 		qRunningAttempt, qFinishAttemptRow, qAbandonAttempt, qAttemptStatus, e.chargeWall, e.chargeModel,
-		qFinishClaimTask, qFinishRunningAttempt, qTaskEnd, qCloseRunAttempt,
+		qFinishClaimTask, qFinishRunningAttempt, qCloseRunAttempt, qCloseLostAttempts,
 		e.interruptTasks, qInterruptAttempts,
 	}
 	qs = append(qs, effectQueries()...)

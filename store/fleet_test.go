@@ -162,6 +162,67 @@ func TestSweepLostHost(t *testing.T) {
 	})
 }
 
+// TestSweepClosesAttemptsOfLeftRuns: tasks cancelled, failed or paused
+// through host B while host A runs them keep A's attempts running for A's
+// runner to close; once A is lost, B's sweep closes each as that runner
+// would have, and not a moment before.
+func TestSweepClosesAttemptsOfLeftRuns(t *testing.T) {
+	t.Parallel()
+	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
+		ctx := context.Background()
+		clock, hs := openFleet("host-a", "host-b")
+		a, b := hs[0], hs[1]
+		claimedTask(t, a, "p", "cancelled")
+		claimedTask(t, a, "p", "paused")
+		claimedTask(t, a, "p", "live")
+		if _, err := b.Cancel(ctx, "p", "cancelled"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Pause(ctx, "p", "paused", ReasonUserPause); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		attempt := func(id string) Attempt {
+			t.Helper()
+			return listAttempts(t, b, "p", id)[0]
+		}
+		// A is alive: its runner closes them.
+		if _, err := b.SweepLostHosts(ctx, testLease, 0, lostEvents); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"cancelled", "paused", "live"} {
+			if att := attempt(id); att.Status != AttemptRunning {
+				t.Fatalf("%s: attempt %s while its host lives, want running", id, att.Status)
+			}
+		}
+		clock.advance(testLease + time.Second)
+		if err := b.HeartbeatHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ids, err := b.SweepLostHosts(ctx, testLease, 0, lostEvents)
+		if err != nil || !reflect.DeepEqual(ids, []string{"live"}) {
+			t.Fatalf("sweep: %v, %v; want [live] taken", ids, err)
+		}
+		for id, want := range map[string]struct {
+			status AttemptStatus
+			reason Reason
+		}{
+			"cancelled": {AttemptCancelled, ReasonUserCancelled},
+			"paused":    {AttemptInterrupted, ReasonUserPause},
+			"live":      {AttemptInterrupted, ReasonHostLost},
+		} {
+			if att := attempt(id); att.Status != want.status || att.Reason != want.reason || att.EndedAt.IsZero() {
+				t.Errorf("%s: attempt %s (%s) ended %v, want %s (%s)", id, att.Status, att.Reason, att.EndedAt, want.status, want.reason)
+			}
+		}
+	})
+}
+
 // TestSweepCancelsApproval: a task waiting for an approval on a lost host
 // is interrupted and its approval can no longer be approved.
 func TestSweepCancelsApproval(t *testing.T) {

@@ -203,7 +203,9 @@ func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
 // transaction. chargeWallMillis is charged to each (capped at its limit):
 // the owner's last wall heartbeat is up to that old. It returns the ids of
 // the tasks it took, oldest first; a task another sweeper (or its owner)
-// changed first is skipped.
+// changed first is skipped. The same transaction closes the attempts a
+// lost host left running under tasks that left their run meanwhile (a
+// cancel or a pause through another host), as their runner would have.
 func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeWallMillis int64, events func(t Task) []NewEvent) ([]string, error) {
 	switch {
 	case lease <= 0:
@@ -247,7 +249,10 @@ func (s *Store) SweepLostHosts(ctx context.Context, lease time.Duration, chargeW
 			msg := fmt.Sprintf("host %s missed its heartbeats for over %s", l.host, lease)
 			runs[i] = lostRun{id: l.id, run: l.run, host: l.host, reason: ReasonHostLost, message: msg}
 		}
-		ids, err = s.loseRuns(ctx, tx, runs, nanos(now), chargeWallMillis, events)
+		if ids, err = s.loseRuns(ctx, tx, runs, nanos(now), chargeWallMillis, events); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, qCloseLostAttempts, nanos(now), s.host, nanos(now.Add(-lease)))
 		return err
 	})
 	if err != nil {
@@ -280,40 +285,42 @@ func (s *Store) LoseOwnRun(ctx context.Context, id string, runID int64, message 
 	return ok, err
 }
 
-// closeStoppedAttempt closes, inside tx, the attempt run runID of task id
-// left running when the run was stopped: the task left the run under it (a
-// cancel from another host while this one could not reach the store), so
-// no sweep will close it, and the runner that would have (abandon) wrote
-// nothing once fenced. The attempt ends as its task did: cancelled with the
-// task's reason, otherwise interrupted (host_lost). A newer run's attempts
-// are never touched, nor is anything written when none is running.
+// closeStoppedAttempt closes, inside tx, the attempt of run runID of task
+// id left running when the run was stopped: the task left the run under it
+// (a cancel from another host while this one could not reach the store),
+// so no sweep of live tasks closes it, and the runner that would have
+// (abandon) wrote nothing once fenced. A newer run's attempts are never
+// touched, nor is anything written when none is running.
 func closeStoppedAttempt(ctx context.Context, tx *txn, id string, runID, ns int64) error {
 	if err := tx.lockTaskRow(ctx, id); err != nil {
 		return err
 	}
-	var st Status
-	var reason Reason
-	err := tx.QueryRowContext(ctx, qTaskEnd, id).Scan(&st, &reason)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil // deleted since
-	}
-	if err != nil {
-		return err
-	}
-	status := AttemptInterrupted
-	if st == StatusCancelled {
-		status = AttemptCancelled
-	} else {
-		reason = ReasonHostLost
-	}
-	_, err = tx.ExecContext(ctx, qCloseRunAttempt, string(status), string(reason), ns, id, runID)
+	_, err := tx.ExecContext(ctx, qCloseRunAttempt, ns, id, runID)
 	return err
 }
 
+// attemptEndsAsTask sets an attempt left running under a task that left
+// its run to the end its runner would have given it (abandon): cancelled
+// or failed with the task's reason, interrupted with user_pause for a
+// pause, otherwise interrupted (host_lost). $1 is the time.
+const attemptEndsAsTask = `UPDATE attempts SET ended_ns = $1,
+		status = (SELECT CASE WHEN t.status IN ('cancelled', 'failed') THEN t.status ELSE 'interrupted' END
+			FROM tasks t WHERE t.id = attempts.task_id),
+		reason = (SELECT CASE WHEN t.status IN ('cancelled', 'failed') OR t.reason = 'user_pause' THEN t.reason ELSE 'host_lost' END
+			FROM tasks t WHERE t.id = attempts.task_id)`
+
 const (
-	qTaskEnd         = `SELECT status, reason FROM tasks WHERE id = $1`
-	qCloseRunAttempt = `UPDATE attempts SET status = $1, reason = $2, ended_ns = $3
-		WHERE task_id = $4 AND run_id = $5 AND status = 'running'`
+	qCloseRunAttempt = attemptEndsAsTask + `
+		WHERE task_id = $2 AND run_id = $3 AND status = 'running'`
+	// The running attempts of tasks that left their run (cancelled,
+	// failed, paused through another host) on a host lost since: its
+	// runner will never close them. $2 is this host, $3 the oldest
+	// heartbeat a live host has.
+	qCloseLostAttempts = attemptEndsAsTask + `
+		WHERE status = 'running' AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = attempts.task_id
+			AND t.run_id = attempts.run_id AND t.status NOT IN ('running', 'waiting_approval')
+			AND t.lease_host <> '' AND t.lease_host <> $2
+			AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.id = t.lease_host AND h.heartbeat_ns >= $3))`
 )
 
 // TaskLease returns who holds principal's task id and in which run: a host
