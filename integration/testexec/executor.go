@@ -306,10 +306,6 @@ func end(ctx context.Context, o options, req sdk.StepRequest, n int) (sdk.StepRe
 			return sdk.StepResult{}, err
 		}
 	}
-	if o.FailAtStep == n {
-		return sdk.Fail(o.FailReason, "scripted failure"), nil
-	}
-
 	cp, err := checkpoint(n, o)
 	if err != nil {
 		return sdk.StepResult{}, err

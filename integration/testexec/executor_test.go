@@ -71,7 +71,6 @@ func TestStepRetryDoesNotCountTwice(t *testing.T) {
 }
 
 func TestStepScriptedOutcomes(t *testing.T) {
-	okCP := &sdk.Checkpoint{Schema: "testexec/1", Payload: []byte(`{"done":1}`)}
 	tests := []struct {
 		name        string
 		spec        string
@@ -81,9 +80,6 @@ func TestStepScriptedOutcomes(t *testing.T) {
 		wantText    string // in the message (fail) or summary
 	}{
 		{"invalid spec", `{"testexec":{"sleep":1}}`, nil, sdk.OutcomeFail, "executor_failed", `testexec: spec: json: unknown field "sleep"`},
-		{"fail at step", `{"testexec":{"steps":5,"fail_at_step":2}}`, okCP, sdk.OutcomeFail, "executor_failed", "scripted failure"},
-		{"fail reason", `{"testexec":{"steps":5,"fail_at_step":1,"fail_reason":"no_progress"}}`, nil, sdk.OutcomeFail, "no_progress", "scripted failure"},
-		{"fail at a later step only", `{"testexec":{"steps":5,"fail_at_step":3}}`, okCP, sdk.OutcomeContinue, "", "step 2"},
 		{"foreign checkpoint schema", `{"testexec":{"steps":5}}`, &sdk.Checkpoint{Schema: "other/1", Payload: []byte(`{}`)}, sdk.OutcomeFail, "checkpoint_incompatible", `schema "other/1"`},
 		{"corrupt checkpoint", `{"testexec":{"steps":5}}`, &sdk.Checkpoint{Schema: "testexec/1", Payload: []byte(`{`)}, sdk.OutcomeFail, "checkpoint_incompatible", "checkpoint payload"},
 	}

@@ -71,10 +71,6 @@
 //	checkpoint_bytes  int     pad the checkpoint payload to this many bytes.
 //	result_bytes      int     pad the result to this many bytes.
 //	bad_schema        bool    return checkpoints with schema "testexec/999".
-//	fail_at_step      int     at step n == this, return Fail(fail_reason,
-//	                          "scripted failure").
-//	fail_reason       string  the reason code of fail_at_step (default
-//	                          "executor_failed").
 //	progress          bool    call host.Progress("step n") each step; a host
 //	                          without the service (ErrUnimplemented) is fine.
 //	call_model        bool    call host.CallModel once per step; on an error,

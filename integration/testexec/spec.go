@@ -33,8 +33,6 @@ type options struct {
 	CheckpointBytes int    `json:"checkpoint_bytes"`
 	ResultBytes     int    `json:"result_bytes"`
 	BadSchema       bool   `json:"bad_schema"`
-	FailAtStep      int    `json:"fail_at_step"`
-	FailReason      string `json:"fail_reason"`
 	Progress        bool   `json:"progress"`
 	CallModel       bool   `json:"call_model"`
 	ModelErrorText  bool   `json:"model_error_text"`
@@ -143,9 +141,6 @@ func parseSpec(raw []byte) (spec, error) {
 	if s.Testexec.Steps == 0 {
 		s.Testexec.Steps = 1
 	}
-	if s.Testexec.FailReason == "" {
-		s.Testexec.FailReason = "executor_failed"
-	}
 	return s, nil
 }
 
@@ -162,7 +157,6 @@ func (o options) validate() error {
 		{"panic_at_attempt", o.PanicAtAttempt},
 		{"checkpoint_bytes", o.CheckpointBytes},
 		{"result_bytes", o.ResultBytes},
-		{"fail_at_step", o.FailAtStep},
 		{"sleep_at_attempt", o.SleepAtAttempt},
 		{"long_sleep_ms", o.LongSleepMS},
 		{"misbehave_at_step", o.MisbehaveAtStep},

@@ -12,17 +12,17 @@ func TestParseSpec(t *testing.T) {
 		want    options
 		wantErr string
 	}{
-		{name: "goal only takes the defaults", spec: `{"goal":"g"}`, want: options{Steps: 1, FailReason: "executor_failed"}},
-		{name: "empty options", spec: `{"goal":"g","testexec":{}}`, want: options{Steps: 1, FailReason: "executor_failed"}},
+		{name: "goal only takes the defaults", spec: `{"goal":"g"}`, want: options{Steps: 1}},
+		{name: "empty options", spec: `{"goal":"g","testexec":{}}`, want: options{Steps: 1}},
 		{
 			name: "every option",
 			spec: `{"goal":"g","testexec":{"steps":3,"sleep_ms":10,"cancel_marker":"/m","pid_file":"/p","exit_at_attempt":1,
 				"kill_at_attempt":2,"kill_after_ms":5,"panic_at_attempt":3,"ignore_ctx":true,"spawn_grandchild":true,
-				"checkpoint_bytes":100,"result_bytes":200,"bad_schema":true,"fail_at_step":2,"fail_reason":"no_progress",
+				"checkpoint_bytes":100,"result_bytes":200,"bad_schema":true,
 				"progress":true,"call_model":true}}`,
 			want: options{Steps: 3, SleepMS: 10, CancelMarker: "/m", PIDFile: "/p", ExitAtAttempt: 1, KillAtAttempt: 2,
 				KillAfterMS: 5, PanicAtAttempt: 3, IgnoreCtx: true, SpawnGrandchild: true, CheckpointBytes: 100,
-				ResultBytes: 200, BadSchema: true, FailAtStep: 2, FailReason: "no_progress", Progress: true, CallModel: true},
+				ResultBytes: 200, BadSchema: true, Progress: true, CallModel: true},
 		},
 		{name: "bad JSON", spec: `{"goal":`, wantErr: "unexpected EOF"},
 		{name: "not an object", spec: `[1]`, wantErr: "cannot unmarshal array"},
@@ -32,7 +32,7 @@ func TestParseSpec(t *testing.T) {
 		{name: "trailing data", spec: `{"goal":"g"} {}`, wantErr: "trailing data"},
 		{name: "negative", spec: `{"testexec":{"sleep_ms":-1}}`, wantErr: "testexec.sleep_ms: must not be negative"},
 		{name: "parallel_model_calls at its bound", spec: `{"testexec":{"parallel_model_calls":32}}`,
-			want: options{Steps: 1, FailReason: "executor_failed", ParallelModelCalls: 32}},
+			want: options{Steps: 1, ParallelModelCalls: 32}},
 		{name: "parallel_model_calls past its bound", spec: `{"testexec":{"parallel_model_calls":33}}`,
 			wantErr: "testexec.parallel_model_calls: at most 32 (the protocol's calls in flight per step), got 33"},
 		{name: "parallel_model_calls negative", spec: `{"testexec":{"parallel_model_calls":-1}}`,
