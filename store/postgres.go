@@ -38,7 +38,7 @@ const (
 // Pool bounds for OpenPostgres: PoolOptions' zero fields take the defaults.
 const (
 	DefaultMaxOpenConns    = 16
-	DefaultMaxIdleConns    = 4
+	DefaultMaxIdleConns    = 16
 	DefaultConnMaxLifetime = 30 * time.Minute
 	DefaultIdleInTxTimeout = 10 * time.Second
 )

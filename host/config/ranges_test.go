@@ -73,7 +73,7 @@ var intKeys = []struct {
 	{key: "confinement.uid_first", def: 2000000000, min: 65536, max: 2147418111},
 	{key: "confinement.uid_count", def: 65536, min: 0, max: 1048576},
 	{key: "store.max_open_conns", def: 16, min: 2, max: 1000, minWith: "max_idle_conns = 0"},
-	{key: "store.max_idle_conns", def: 4, min: 0, max: 16},
+	{key: "store.max_idle_conns", def: 16, min: 0, max: 16},
 	{key: "store.conn_max_lifetime_seconds", def: 1800, min: 1, max: 86400},
 }
 

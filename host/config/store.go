@@ -29,7 +29,7 @@ const (
 )
 
 func defaultStore() Store {
-	return Store{Driver: StoreSQLite, MaxOpenConns: 16, MaxIdleConns: 4, ConnMaxLifetimeSeconds: 1800}
+	return Store{Driver: StoreSQLite, MaxOpenConns: 16, MaxIdleConns: 16, ConnMaxLifetimeSeconds: 1800}
 }
 
 func (s Store) validate(ps *problems) {
