@@ -94,21 +94,27 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// open opens the store's connections: a read-only store's readers alone;
+// otherwise the file checked on a read-only connection first, then the
+// one writer (which migrates it) and the readers.
 func (s *Store) open(ctx context.Context, opts Options) error {
 	if opts.ReadOnly {
-		r, err := sql.Open("sqlite", dsn(s.path, opts, "mode=ro", "_pragma=query_only(1)"))
-		if err != nil {
-			return s.openErr("sqlite", err)
-		}
-		s.r = r
-		r.SetMaxOpenConns(readerConns)
-		r.SetMaxIdleConns(readerConns)
-		return s.check(ctx, r, true)
+		return s.openReaders(ctx, opts, "mode=ro")
 	}
+	if err := s.probe(ctx, opts); err != nil {
+		return err
+	}
+	if err := s.openWriter(ctx, opts); err != nil {
+		return err
+	}
+	s.group = &committer{}
+	return s.openReaders(ctx, opts)
+}
 
-	// The checks run on a read-only connection: nothing may be written to a
-	// file before it has passed them — not even the checkpoint of a crashed
-	// host's WAL that a read-write connection performs when it closes.
+// probe checks the file on a read-only connection: nothing may be written
+// to a file before it has passed the checks — not even the checkpoint of a
+// crashed host's WAL that a read-write connection performs when it closes.
+func (s *Store) probe(ctx context.Context, opts Options) error {
 	probe, err := sql.Open("sqlite", dsn(s.path, opts, "mode=ro", "_pragma=query_only(1)"))
 	if err != nil {
 		return s.openErr("sqlite", err)
@@ -117,10 +123,12 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	if cerr := probe.Close(); err == nil && cerr != nil {
 		err = s.openErr("sqlite", cerr)
 	}
-	if err != nil {
-		return err
-	}
+	return err
+}
 
+// openWriter opens the one writing connection in WAL mode, migrates the
+// file to this binary's schema and prepares the write statements.
+func (s *Store) openWriter(ctx context.Context, opts Options) error {
 	wopts := opts
 	if opts.Synchronous == "FULL" {
 		// The commit writes the log; walSync syncs it, outside the
@@ -163,15 +171,23 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	if err := s.prepare(ctx); err != nil {
 		return s.openErr("sqlite", err)
 	}
-	s.group = &committer{}
+	return nil
+}
 
-	r, err := sql.Open("sqlite", dsn(s.path, opts, "_pragma=query_only(1)"))
+// openReaders opens the pool of query-only reading connections (extra:
+// more DSN parameters, "mode=ro" for a read-only store, which checks the
+// file through them as it opens).
+func (s *Store) openReaders(ctx context.Context, opts Options, extra ...string) error {
+	r, err := sql.Open("sqlite", dsn(s.path, opts, append(extra, "_pragma=query_only(1)")...))
 	if err != nil {
 		return s.openErr("sqlite", err)
 	}
 	s.r = r
 	r.SetMaxOpenConns(readerConns)
 	r.SetMaxIdleConns(readerConns)
+	if opts.ReadOnly {
+		return s.check(ctx, r, true)
+	}
 	if err := r.PingContext(ctx); err != nil {
 		return s.openErr("sqlite", err)
 	}
@@ -256,23 +272,8 @@ func checkFile(path string, readOnly bool) (created bool, err error) {
 		}
 	}
 	if !readOnly {
-		for _, suffix := range []string{"-wal", "-shm", "-journal"} {
-			side := path + suffix
-			sfi, err := os.Lstat(side)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			if err == nil {
-				err = checkOwned(path, "store file", side, sfi)
-			}
-			if err == nil && !sfi.Mode().IsRegular() {
-				err = &OpenError{Path: path, Op: "file",
-					Err:  fmt.Errorf("store file %s is not a regular file (%s)", side, sfi.Mode().Type()),
-					Hint: "move it aside"}
-			}
-			if err != nil {
-				return false, err
-			}
+		if err := checkSideFiles(path); err != nil {
+			return false, err
 		}
 	}
 	switch {
@@ -314,20 +315,49 @@ func checkFile(path string, readOnly bool) (created bool, err error) {
 		}
 		return false, nil // a new, empty store; migrations will fill it
 	}
+	return false, checkHeader(path)
+}
+
+// checkSideFiles checks the store file's WAL, shared-memory and journal
+// files, where they exist: regular files of the daemon's.
+func checkSideFiles(path string) error {
+	for _, suffix := range []string{"-wal", "-shm", "-journal"} {
+		side := path + suffix
+		sfi, err := os.Lstat(side)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			err = checkOwned(path, "store file", side, sfi)
+		}
+		if err == nil && !sfi.Mode().IsRegular() {
+			err = &OpenError{Path: path, Op: "file",
+				Err:  fmt.Errorf("store file %s is not a regular file (%s)", side, sfi.Mode().Type()),
+				Hint: "move it aside"}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkHeader refuses a non-empty store file that does not start with a
+// SQLite header. A header is 100 bytes; anything shorter, or not starting
+// with the magic string, is not a database at all. Checking it here keeps
+// SQLite from ever opening (and possibly writing to) such a file.
+func checkHeader(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return false, &OpenError{Path: path, Op: "file", Err: fmt.Errorf("store file %s: %w", path, err),
+		return &OpenError{Path: path, Op: "file", Err: fmt.Errorf("store file %s: %w", path, err),
 			Hint: "check the store file's permissions"}
 	}
 	defer f.Close()
-	// A SQLite header is 100 bytes; anything shorter, or not starting with
-	// the magic string, is not a database at all. Checking it here keeps
-	// SQLite from ever opening (and possibly writing to) such a file.
 	hdr := make([]byte, 100)
 	if _, err := io.ReadFull(f, hdr); err != nil || string(hdr[:len(sqliteMagic)]) != sqliteMagic {
-		return false, notAStore(path, "no SQLite header")
+		return notAStore(path, "no SQLite header")
 	}
-	return false, nil
+	return nil
 }
 
 // checkOwned refuses entry (the store's directory, its file or a companion
