@@ -137,58 +137,74 @@ func (f *inFrame) validate() error {
 		if err := needID(); err != nil {
 			return err
 		}
-		if f.Tools != nil && f.Kind != "model" {
-			return bad("only a model effect names tools")
-		}
-		switch f.Kind {
-		case "model":
-			if len(f.Messages) == 0 || f.Parent == nil {
-				return bad("a model effect needs messages and parent")
-			}
-			if err := checkToolNames(f.Tools); err != nil {
-				return bad("%v", err)
-			}
-		case "tool":
-			if f.Name == "" || !isJSONObject(f.Arguments) {
-				return bad("a tool effect needs a name and an arguments object")
-			}
-		case "approval":
-			if f.Prompt == "" {
-				return bad("an approval effect needs a prompt")
-			}
-		case "spirit":
-			if f.Graph == "" || f.Parent == nil || f.Depth == nil {
-				return bad("a spirit effect needs graph, parent and depth")
-			}
-		case "progress":
-		default:
-			return bad("unknown effect kind %q", f.Kind)
+		if msg := f.effectProblem(); msg != "" {
+			return bad("%s", msg)
 		}
 	case "result":
 		if err := needID(); err != nil {
 			return err
 		}
-		switch f.Outcome {
-		case "continue", "interrupt":
-			if !isJSONObject(f.Checkpoint) {
-				return bad("outcome %s needs a checkpoint object", f.Outcome)
-			}
-		case "complete":
-			if !isJSONObject(f.Checkpoint) || len(f.Result) == 0 {
-				return bad("outcome complete needs a checkpoint object and a result")
-			}
-		case "fail":
-			if f.Code == "" {
-				return bad("outcome fail needs a code")
-			}
-		case "cancelled":
-		default:
-			return bad("unknown outcome %q", f.Outcome)
+		if msg := f.resultProblem(); msg != "" {
+			return bad("%s", msg)
 		}
 	default:
 		return bad("unknown frame type")
 	}
 	return nil
+}
+
+// effectProblem says what an effect frame lacks for its kind ("": none).
+func (f *inFrame) effectProblem() string {
+	if f.Tools != nil && f.Kind != "model" {
+		return "only a model effect names tools"
+	}
+	switch f.Kind {
+	case "model":
+		if len(f.Messages) == 0 || f.Parent == nil {
+			return "a model effect needs messages and parent"
+		}
+		if err := checkToolNames(f.Tools); err != nil {
+			return err.Error()
+		}
+	case "tool":
+		if f.Name == "" || !isJSONObject(f.Arguments) {
+			return "a tool effect needs a name and an arguments object"
+		}
+	case "approval":
+		if f.Prompt == "" {
+			return "an approval effect needs a prompt"
+		}
+	case "spirit":
+		if f.Graph == "" || f.Parent == nil || f.Depth == nil {
+			return "a spirit effect needs graph, parent and depth"
+		}
+	case "progress":
+	default:
+		return fmt.Sprintf("unknown effect kind %q", f.Kind)
+	}
+	return ""
+}
+
+// resultProblem says what a result frame lacks for its outcome ("": none).
+func (f *inFrame) resultProblem() string {
+	switch f.Outcome {
+	case "continue", "interrupt":
+		if !isJSONObject(f.Checkpoint) {
+			return fmt.Sprintf("outcome %s needs a checkpoint object", f.Outcome)
+		}
+	case "complete":
+		if !isJSONObject(f.Checkpoint) || len(f.Result) == 0 {
+			return "outcome complete needs a checkpoint object and a result"
+		}
+	case "fail":
+		if f.Code == "" {
+			return "outcome fail needs a code"
+		}
+	case "cancelled":
+	default:
+		return fmt.Sprintf("unknown outcome %q", f.Outcome)
+	}
+	return ""
 }
 
 // Bounds on the tools one model effect offers its model.
