@@ -74,43 +74,23 @@ func startWorker(ctx context.Context, spec workerSpec) (*worker, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var opened []*os.File
-	pipe := func(what string) (r, w *os.File, err error) {
-		if r, w, err = os.Pipe(); err != nil {
-			closeAll(opened...)
-			return nil, nil, fmt.Errorf("worker %s pipe: %w", what, err)
-		}
-		opened = append(opened, r, w)
-		return r, w, nil
-	}
-	// The protocol has pipes of its own: fd 3 (worker → plugin) and fd 4
-	// (plugin → worker). Stdout and stderr share a third pipe that only
-	// feeds the log, so nothing the worker prints can pass for a frame.
-	toPluginR, toPluginW, err := pipe("protocol out")
+	p, err := openWorkerPipes()
 	if err != nil {
 		return nil, err
 	}
-	toWorkerR, toWorkerW, err := pipe("protocol in")
-	if err != nil {
-		return nil, err
-	}
-	logR, logW, err := pipe("log")
-	if err != nil {
-		return nil, err
-	}
-
 	cmd, err := spec.command()
 	if err != nil {
-		closeAll(opened...)
+		p.closeChildEnds()
+		p.closeOurs()
 		return nil, err
 	}
 	cmd.Env = spec.env
 	// *os.File ends, not io.Readers/Writers: exec then starts no copying
 	// goroutines, and Wait never closes a pipe we are still reading.
 	// Stdin stays nil: the worker reads /dev/null there.
-	cmd.Stdout = logW
-	cmd.Stderr = logW
-	cmd.ExtraFiles = append([]*os.File{toPluginW, toWorkerR}, cmd.ExtraFiles...)
+	cmd.Stdout = p.logW
+	cmd.Stderr = p.logW
+	cmd.ExtraFiles = append([]*os.File{p.toPluginW, p.toWorkerR}, cmd.ExtraFiles...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	logger := spec.logger
@@ -120,18 +100,69 @@ func startWorker(ctx context.Context, spec workerSpec) (*worker, error) {
 	w := &worker{
 		maxFrame: spec.maxFrame,
 		logger:   logger,
-		toWorker: toWorkerW,
+		toWorker: p.toWorkerW,
 		frames:   make(chan frameMsg, 16),
 		exited:   make(chan struct{}),
 		stop:     make(chan struct{}),
 		stderr:   newTailBuffer(20, 512),
 	}
+	err = w.run(cmd)
+	p.closeChildEnds() // the child holds its own copies
+	if err != nil {
+		p.closeOurs()
+		return nil, fmt.Errorf("starting %s: %w", spec.path, err)
+	}
+	w.pid = cmd.Process.Pid
 
+	go w.readFrames(p.toPluginR)
+	go w.readLog(p.logR)
+	return w, nil
+}
+
+// workerPipes are a worker's pipes. The protocol has two of its own: fd 3
+// (worker → plugin) and fd 4 (plugin → worker). Stdout and stderr share a
+// third that only feeds the log, so nothing the worker prints can pass for
+// a frame.
+type workerPipes struct {
+	toPluginR, toPluginW *os.File
+	toWorkerR, toWorkerW *os.File
+	logR, logW           *os.File
+}
+
+func openWorkerPipes() (*workerPipes, error) {
+	var p workerPipes
+	for _, e := range []struct {
+		what string
+		r, w **os.File
+	}{
+		{"protocol out", &p.toPluginR, &p.toPluginW},
+		{"protocol in", &p.toWorkerR, &p.toWorkerW},
+		{"log", &p.logR, &p.logW},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.closeChildEnds()
+			p.closeOurs()
+			return nil, fmt.Errorf("worker %s pipe: %w", e.what, err)
+		}
+		*e.r, *e.w = r, w
+	}
+	return &p, nil
+}
+
+// closeChildEnds closes the ends the worker holds once started.
+func (p *workerPipes) closeChildEnds() { closeAll(p.toPluginW, p.toWorkerR, p.logW) }
+
+// closeOurs closes the ends the plugin reads and writes.
+func (p *workerPipes) closeOurs() { closeAll(p.toWorkerW, p.toPluginR, p.logR) }
+
+// run starts cmd and reaps it, both on one locked thread: Pdeathsig
+// fires when the thread that started the child ends, so the thread is
+// never unlocked and ends with this goroutine, after the worker is reaped.
+func (w *worker) run(cmd *exec.Cmd) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Never unlocked: the thread ends with this goroutine, after the
-		// worker has been reaped.
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return
@@ -140,17 +171,7 @@ func startWorker(ctx context.Context, spec workerSpec) (*worker, error) {
 		w.exitErr = cmd.Wait()
 		close(w.exited)
 	}()
-	err = <-started
-	closeAll(toPluginW, toWorkerR, logW) // the child holds its own copies
-	if err != nil {
-		closeAll(toWorkerW, toPluginR, logR)
-		return nil, fmt.Errorf("starting %s: %w", spec.path, err)
-	}
-	w.pid = cmd.Process.Pid
-
-	go w.readFrames(toPluginR)
-	go w.readLog(logR)
-	return w, nil
+	return <-started
 }
 
 // command is the worker's command line, through the trampoline, before
