@@ -616,25 +616,9 @@ type effectDone struct {
 // loop serves the worker's frames until the run's result, a cancel, or
 // the worker's end.
 func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
-	effCtx, cancelEffects := context.WithCancel(ctx)
-	maxInFlight := st.e.cfg.MaxParallelModelCalls
-	done := make(chan effectDone, maxInFlight)
-	inFlight, inFlightKind := 0, ""
-	// No host call of this step may outlive it: on the way out, cancel the
-	// ones in flight and wait for them (bounded: host calls honour their
-	// context, but a step must return even if one did not).
-	defer func() {
-		cancelEffects()
-		deadline := time.After(effectDrainTimeout)
-		for ; inFlight > 0; inFlight-- {
-			select {
-			case <-done:
-			case <-deadline:
-				st.e.cfg.Logger.Warn("a host call did not end after its step was over")
-				return
-			}
-		}
-	}()
+	effs := newInFlight(ctx, st.e.cfg.MaxParallelModelCalls)
+	// No host call of this step may outlive it.
+	defer effs.drain(st.e.cfg.Logger)
 	exited := st.w.exited
 	var exitTimer <-chan time.Time
 
@@ -654,16 +638,9 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 			f := m.f
 			switch f.Type {
 			case "effect":
-				kind := admissionKind(f)
-				if err := checkAdmission(kind, inFlightKind, inFlight, maxInFlight); err != nil {
+				if err := effs.start(st, f); err != nil {
 					return st.malformed(err)
 				}
-				inFlight++
-				inFlightKind = kind
-				st.effectSeq++
-				go func(f *inFrame, seq int) {
-					done <- effectDone{id: *f.ID, frame: st.perform(effCtx, f, seq)}
-				}(f, st.effectSeq)
 			case "error":
 				// The worker reports why it is about to exit.
 				return st.lost(fmt.Errorf("the worker reported %s: %s", truncate(f.Code, 64), truncate(f.Message, 500)))
@@ -675,11 +652,8 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 			default:
 				return st.malformed(fmt.Errorf("unexpected %s frame during a run", f.Type))
 			}
-		case d := <-done:
-			inFlight--
-			if inFlight == 0 {
-				inFlightKind = ""
-			}
+		case d := <-effs.done:
+			effs.ended()
 			if ctx.Err() != nil {
 				continue // the cancel case below answers
 			}
@@ -695,6 +669,61 @@ func (st *stepState) loop(ctx context.Context) (sdk.StepResult, error) {
 			return st.lost(errors.New("the worker exited"))
 		case <-ctx.Done():
 			return st.cancel(ctx)
+		}
+	}
+}
+
+// inFlight are a step's effects running as host calls: at most max at
+// once, each answered on done; only model calls run beside each other.
+type inFlight struct {
+	ctx    context.Context // the calls' context, cancelled by drain
+	cancel context.CancelFunc
+	done   chan effectDone
+	n, max int
+	kind   string // the kind of those in flight, "" when none is
+}
+
+func newInFlight(ctx context.Context, limit int) *inFlight {
+	ctx, cancel := context.WithCancel(ctx)
+	return &inFlight{ctx: ctx, cancel: cancel, done: make(chan effectDone, limit), max: limit}
+}
+
+// start admits effect frame f and performs it as host call number
+// st.effectSeq+1; a frame past the admission bound is the error.
+func (ef *inFlight) start(st *stepState, f *inFrame) error {
+	kind := admissionKind(f)
+	if err := checkAdmission(kind, ef.kind, ef.n, ef.max); err != nil {
+		return err
+	}
+	ef.n++
+	ef.kind = kind
+	st.effectSeq++
+	go func(f *inFrame, seq int) {
+		ef.done <- effectDone{id: *f.ID, frame: st.perform(ef.ctx, f, seq)}
+	}(f, st.effectSeq)
+	return nil
+}
+
+// ended counts one answered call out.
+func (ef *inFlight) ended() {
+	ef.n--
+	if ef.n == 0 {
+		ef.kind = ""
+	}
+}
+
+// drain cancels the calls still in flight and waits for them, bounded:
+// host calls honour their context, but a step must return even if one
+// did not.
+func (ef *inFlight) drain(log hclog.Logger) {
+	ef.cancel()
+	deadline := time.After(effectDrainTimeout)
+	for ; ef.n > 0; ef.n-- {
+		select {
+		case <-ef.done:
+		case <-deadline:
+			log.Warn("a host call did not end after its step was over")
+			return
 		}
 	}
 }
