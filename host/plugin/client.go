@@ -73,6 +73,10 @@ type PluginOptions struct {
 	// leaves free for the processes of running tasks and their shell.run
 	// commands: the pool starts none while no more are free.
 	UIDReserve int
+
+	// pooled marks the options of a pooled start (pool.go), the one kind
+	// of start UIDReserve holds back.
+	pooled bool
 }
 
 func (o PluginOptions) withDefaults() PluginOptions {
@@ -319,7 +323,15 @@ func takeUID(spec *PluginSpec, opts PluginOptions) (release func(emptied bool), 
 	if err := spec.Confine.checkReachable(); err != nil {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "confinement", Detail: err.Error()}
 	}
-	uid, err := opts.UIDs.Acquire()
+	// A pooled start leaves UIDReserve uids for the tasks' own starts.
+	reserve := 0
+	if opts.pooled {
+		reserve = opts.UIDReserve
+	}
+	uid, err := opts.UIDs.AcquireLeaving(reserve)
+	if errors.Is(err, uids.ErrReserved) {
+		return nil, errPoolNoUID
+	}
 	if err != nil {
 		return nil, &UnavailableError{Kind: spec.Kind, Check: "user", Detail: err.Error()}
 	}

@@ -333,10 +333,12 @@ func (p *procPool) launch(spec PluginSpec, gen uint64, stamp binStamp) (*pooledP
 	}
 	opts := p.r.opts
 	// A uid held by a waiting process is one shell.run cannot have: the
-	// pool leaves UIDReserve of them free.
+	// pool leaves UIDReserve of them free. This is the cheap look; the
+	// uid is taken (takeUID) only if the reserve is still free then.
 	if p.uidsShort(spec) {
 		return nil, errPoolNoUID
 	}
+	opts.pooled = true
 	// The stamp before and after the start brackets the open of the binary
 	// inside launch: equal, the file exec'd is the one the verdict is about.
 	if st, err := specStamp(spec); err != nil || st != stamp {

@@ -57,6 +57,9 @@ const (
 // ErrExhausted: every uid of the pool is in use.
 var ErrExhausted = errors.New("uids: every uid of the pool is in use")
 
+// ErrReserved: only the uids AcquireLeaving must leave free are free.
+var ErrReserved = errors.New("uids: only the reserved uids are free")
+
 // Range is a contiguous range of uids: First, First+1, … First+Count-1.
 // Each uid is also the gid of the processes run under it.
 type Range struct {
@@ -196,9 +199,17 @@ func (p *Pool) Free() int {
 // machine runs under, or ErrExhausted. Whatever still runs under it (left
 // by a daemon that died) is killed first; a uid no pool has locked since
 // the lock dir was made has nothing to kill, and is handed out at once.
-func (p *Pool) Acquire() (int, error) {
+func (p *Pool) Acquire() (int, error) { return p.AcquireLeaving(0) }
+
+// AcquireLeaving is Acquire that leaves reserve uids free: with reserve or
+// fewer free it takes none and returns ErrReserved. The count and the
+// taking are one step, so concurrent callers never eat into the reserve.
+func (p *Pool) AcquireLeaving(reserve int) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if reserve > 0 && p.r.Count-len(p.used) <= reserve {
+		return 0, fmt.Errorf("%w (%d free of range %s)", ErrReserved, p.r.Count-len(p.used), p.r)
+	}
 	for range p.r.Count {
 		uid := p.next
 		p.next++

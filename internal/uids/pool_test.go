@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -267,5 +268,45 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// AcquireLeaving never eats into its reserve, however many callers race:
+// of 5 uids with 2 reserved, exactly 3 are taken by 16 concurrent callers,
+// the rest get ErrReserved; Acquire may still take the reserved ones.
+func TestAcquireLeavingHoldsItsReserve(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a pool is a root daemon's: it kills a uid's processes and locks its uids in a root dir")
+	}
+	p := testPool(Range{DefaultFirst + 300100, 5}, t.TempDir())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	taken, reserved := 0, 0
+	for range 16 {
+		wg.Go(func() {
+			_, err := p.AcquireLeaving(2)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				taken++
+			case errors.Is(err, ErrReserved):
+				reserved++
+			default:
+				t.Errorf("AcquireLeaving: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if taken != 3 || reserved != 13 || p.Free() != 2 {
+		t.Fatalf("%d taken, %d refused as reserved, %d free; want 3, 13 and the 2 reserved", taken, reserved, p.Free())
+	}
+	for range 2 {
+		if _, err := p.Acquire(); err != nil {
+			t.Fatalf("Acquire of a reserved uid: %v", err)
+		}
+	}
+	if _, err := p.Acquire(); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire past the range: %v, want ErrExhausted", err)
 	}
 }
