@@ -159,7 +159,9 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 // reached the store, which still says running; the next start recovers
 // the task as interrupted (host_restart) like any other, and it resumes.
 func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
-	t.Parallel()
+	// Serial: it reopens a data dir it closed. Beside parallel tests, under
+	// -race, the reopen once found the dir's flock still held (most likely
+	// by another test's child forked before its exec closed the fd).
 	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
 	ctl := testwait.PluginDir(t)
