@@ -228,9 +228,7 @@ func pluginPid(t *testing.T, bin string) int {
 // a new host resumes it from the next node, and the committed node's
 // effects are not repeated.
 func TestMachineSpiritHostStopThenResume(t *testing.T) {
-	// Serial: it reopens a data dir it closed. Beside parallel tests, under
-	// -race, the reopen once found the dir's flock still held (most likely
-	// by another test's child forked before its exec closed the fd).
+	t.Parallel()
 	m := &blockingModel{held: make(chan struct{}), release: make(chan struct{})}
 	srv := httptest.NewServer(m)
 	defer srv.Close()

@@ -17,9 +17,7 @@ import (
 // A store that cannot be trusted stops the host from running anything, with
 // an error that names the file; the file is left as it was.
 func TestOpenRefusesBadStore(t *testing.T) {
-	// Serial: it reopens a data dir it closed. Beside parallel tests, under
-	// -race, the reopen once found the dir's flock still held (most likely
-	// by another test's child forked before its exec closed the fd).
+	t.Parallel()
 	cases := []struct {
 		name    string
 		prepare func(t *testing.T, dir string)
@@ -77,9 +75,7 @@ func TestSecondHostOnDataDirRefused(t *testing.T) {
 // Graceful stop: a running task becomes interrupted (host_shutdown) and a
 // new host resumes it to completion.
 func TestShutdownInterruptsThenResumeOnNewHost(t *testing.T) {
-	// Serial: it reopens a data dir it closed. Beside parallel tests, under
-	// -race, the reopen once found the dir's flock still held (most likely
-	// by another test's child forked before its exec closed the fd).
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	pidDir := testwait.PluginDir(t)
 	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})

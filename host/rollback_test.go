@@ -131,9 +131,7 @@ func TestCheckpointRollbackRefused(t *testing.T) {
 // interrupted, checkpointed task opens on this host: migration v3 back-fills
 // the column from the envelope, and the task resumes from its checkpoint.
 func TestV2StoreTaskResumesAfterMigration(t *testing.T) {
-	// Serial: it reopens a data dir it closed. Beside parallel tests, under
-	// -race, the reopen once found the dir's flock still held (most likely
-	// by another test's child forked before its exec closed the fd).
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
 	task := create(t, h, alice, map[string]any{"steps": 3, "exit_at_attempt": 2}, Limits{})

@@ -159,9 +159,7 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 // reached the store, which still says running; the next start recovers
 // the task as interrupted (host_restart) like any other, and it resumes.
 func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
-	// Serial: it reopens a data dir it closed. Beside parallel tests, under
-	// -race, the reopen once found the dir's flock still held (most likely
-	// by another test's child forked before its exec closed the fd).
+	t.Parallel()
 	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
 	ctl := testwait.PluginDir(t)

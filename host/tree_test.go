@@ -209,9 +209,7 @@ func TestTreePauseAndResume(t *testing.T) {
 // principal and another principal's task; then it waits for its child and
 // completes.
 func TestTreeAgentSteersThroughTaskTools(t *testing.T) {
-	// Serial: it reopens a data dir it closed. Beside parallel tests, under
-	// -race, the reopen once found the dir's flock still held (most likely
-	// by another test's child forked before its exec closed the fd).
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	tmp := testwait.PluginDir(t)
 	gate := filepath.Join(tmp, "gate")
