@@ -15,7 +15,6 @@ import (
 // Cancel reaches the step running inside the plugin through its gRPC
 // context; the task is cancelled and the plugin process is gone.
 func TestCancelReachesRunningStep(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", nil)
 	dir := testwait.PluginDir(t)
 	marker, pidFile := filepath.Join(dir, "cancelled"), filepath.Join(dir, "pid")
@@ -50,7 +49,6 @@ func TestCancelReachesRunningStep(t *testing.T) {
 }
 
 func TestResumeCompletedTaskRefused(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", nil)
 	task := create(t, h, alice, nil, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
@@ -85,7 +83,6 @@ func TestExecutorIgnoringContextIsKilled(t *testing.T) {
 
 // Cancel racing the completion of a step: exactly one wins each time.
 func TestCancelRacesCompletion(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", nil)
 	const rounds = 20
 	for i := range rounds {

@@ -176,7 +176,6 @@ func TestFleetCrossHostCancel(t *testing.T) {
 // TestFleetCrossHostApprove: A's step waits for an approval; the principal
 // approves it through B; A's step goes on and completes.
 func TestFleetCrossHostApprove(t *testing.T) {
-	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		a := newFleetHost(t, dir, "host-a", quickLongLease)
@@ -219,7 +218,6 @@ func TestFleetCrossHostApprove(t *testing.T) {
 // TestFleetCrossHostReject: a rejection through B fails the task and ends
 // A's waiting step.
 func TestFleetCrossHostReject(t *testing.T) {
-	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		a := newFleetHost(t, dir, "host-a", quickLongLease)
@@ -366,7 +364,6 @@ func TestFleetTakeover(t *testing.T) {
 // TestFleetWatchFromOtherHost: a watch on B sees the events of a run on A
 // without any local change on B.
 func TestFleetWatchFromOtherHost(t *testing.T) {
-	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		a := newFleetHost(t, dir, "host-a", quickLongLease)
@@ -409,7 +406,6 @@ func listAttemptsOf(t *testing.T, st *store.Store, id string) []store.Attempt {
 }
 
 func TestHostIDFromKey(t *testing.T) {
-	t.Parallel()
 	k1, k2 := make([]byte, 32), make([]byte, 32)
 	k2[0] = 1
 	id1, id2 := HostIDFromKey(k1), HostIDFromKey(k2)

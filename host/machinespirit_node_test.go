@@ -61,7 +61,6 @@ func machineSpiritGraphTask(t *testing.T, h *Host, graph, goal string) store.Tas
 // waits blocked, and its next node finds the child's id, status and result
 // in the graph's children field: no task.status call.
 func TestMachineSpiritChildrenInState(t *testing.T) {
-	t.Parallel()
 	script := writeScript(t, map[string]any{"when": map[string]any{}, "reply": map[string]any{"content": "TASK_COMPLETE: leaf answer 42"}})
 	graph := `graph(parent, [
   state([field(child, json, null, replace), field(children, json, [], replace)]),
@@ -121,7 +120,6 @@ const noteGraph = `graph(note, [
 // ledger), its result goes back to the model, and the final reply lands
 // in the field.
 func TestMachineSpiritModelNodeTools(t *testing.T) {
-	t.Parallel()
 	for _, gated := range []bool{false, true} {
 		t.Run(map[bool]string{false: "ungated", true: "write approved"}[gated], func(t *testing.T) {
 			h := openHost(t, "", func(c *config.Config) {

@@ -55,7 +55,6 @@ func rlmContext(t *testing.T) File {
 // The rlm graph with the shipped scripted model completes; its sub-call ran
 // at depth 1.
 func TestMachineSpiritRLMCompletes(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", machineSpiritOn)
 	task, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "machinespirit", Spec: rlmSpec(t), Files: []File{rlmContext(t)}})
 	if err != nil {
@@ -71,7 +70,6 @@ func TestMachineSpiritRLMCompletes(t *testing.T) {
 // Selected while disabled, or with a pinned version the machine lacks, the
 // executor is refused with the reason, and nothing is recorded.
 func TestMachineSpiritFailsClosed(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name, want string
 		mut        func(*config.Config)
@@ -228,7 +226,6 @@ func pluginPid(t *testing.T, bin string) int {
 // a new host resumes it from the next node, and the committed node's
 // effects are not repeated.
 func TestMachineSpiritHostStopThenResume(t *testing.T) {
-	t.Parallel()
 	m := &blockingModel{held: make(chan struct{}), release: make(chan struct{})}
 	srv := httptest.NewServer(m)
 	defer srv.Close()

@@ -98,7 +98,6 @@ func parallelHost(t *testing.T, url string, bound int) *Host {
 // latency during which calls past the bound would arrive if the host let
 // them through: without the bound it sees all K open.
 func TestStepModelCallsBoundedByHost(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		bound, k int
@@ -170,7 +169,6 @@ func TestCancelWhileModelCallsWait(t *testing.T) {
 // A slot is given back on release, and a context that has ended takes
 // none, even a free one: a cancelled step starts no call.
 func TestModelSlots(t *testing.T) {
-	t.Parallel()
 	s := newModelSlots(1)
 	release, err := s.acquire(context.Background())
 	if err != nil {

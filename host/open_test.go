@@ -17,7 +17,6 @@ import (
 // A store that cannot be trusted stops the host from running anything, with
 // an error that names the file; the file is left as it was.
 func TestOpenRefusesBadStore(t *testing.T) {
-	t.Parallel()
 	cases := []struct {
 		name    string
 		prepare func(t *testing.T, dir string)
@@ -63,7 +62,6 @@ func TestOpenRefusesBadStore(t *testing.T) {
 }
 
 func TestSecondHostOnDataDirRefused(t *testing.T) {
-	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	openHost(t, dir, nil)
 	_, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
@@ -75,7 +73,6 @@ func TestSecondHostOnDataDirRefused(t *testing.T) {
 // Graceful stop: a running task becomes interrupted (host_shutdown) and a
 // new host resumes it to completion.
 func TestShutdownInterruptsThenResumeOnNewHost(t *testing.T) {
-	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	pidDir := testwait.PluginDir(t)
 	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})

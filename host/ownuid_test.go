@@ -19,7 +19,6 @@ import (
 // Every plugin runs, under a root daemon, as a uid of its own; only an
 // executor that names a user of its own runs as that user.
 func TestEveryPluginRunsUnderItsOwnUID(t *testing.T) {
-	t.Parallel()
 	cfg := testConfig(t)
 	cfg.Executors["named"] = config.Executor{Path: "/bin/true", User: "nobody"}
 	cfg.MachineSpirit.Enabled = true
@@ -63,7 +62,6 @@ func TestEveryPluginRunsUnderItsOwnUID(t *testing.T) {
 // what a probe (serving no task) built goes back into it — a file a task's
 // process leaves in its copy never does.
 func TestPooledMachineSpiritStartsFromASeededCache(t *testing.T) {
-	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("only a root daemon runs plugins under uids of their own")
 	}

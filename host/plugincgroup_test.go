@@ -116,7 +116,6 @@ func crashLimit(t *testing.T, h *Host, id string) string {
 // and completed, and the fork loop failed its task after RLIMIT_NPROC
 // refused it.
 func TestPluginLimitsEndOnlyTheirOwnTask(t *testing.T) {
-	t.Parallel()
 	set := needPluginCgroups(t)
 	h := openHost(t, "", func(c *config.Config) {
 		te := c.Executors["testexec"]
@@ -206,7 +205,6 @@ func checkLimitFiles(t *testing.T, set cgroups.Set, dirs []string, memory int64,
 // whatever still ran there; the next daemon kills that and removes them at
 // its start.
 func TestStalePluginCgroupsSwept(t *testing.T) {
-	t.Parallel()
 	set := needPluginCgroups(t)
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
@@ -268,7 +266,6 @@ func TestStalePluginCgroupsSwept(t *testing.T) {
 // plugin. Before the run dir was a tmpfs, the 48 MiB landed on the system
 // temp dir's filesystem and the task completed.
 func TestOwnUIDPluginDiskIsBounded(t *testing.T) {
-	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("only a root daemon runs plugins under uids of their own, in run dirs it mounts")
 	}

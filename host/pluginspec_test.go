@@ -23,7 +23,6 @@ import (
 )
 
 func TestOpenMarksTheHostNonDumpable(t *testing.T) {
-	t.Parallel()
 	openHost(t, "", nil)
 	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
 	if err != nil || d != 0 {
@@ -34,7 +33,6 @@ func TestOpenMarksTheHostNonDumpable(t *testing.T) {
 // A plugin runs in its own empty private dir under the data dir — its cwd,
 // HOME and TMPDIR — which is gone once it stopped.
 func TestPluginPrivateDir(t *testing.T) {
-	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
 	envFile := filepath.Join(testwait.PluginDir(t), "env")
@@ -70,7 +68,6 @@ func TestPluginPrivateDir(t *testing.T) {
 // [executors.NAME] user: the plugin runs as that user, in a run dir it can
 // reach although the data dir is the daemon's alone, removed after it.
 func TestPluginRunsAsItsUser(t *testing.T) {
-	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run a plugin as another user")
 	}

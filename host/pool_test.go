@@ -31,7 +31,6 @@ func pooledPIDs(t *testing.T, h *Host, kind string, n int) []int {
 }
 
 func TestPrestartBoundMatchesThePlugins(t *testing.T) {
-	t.Parallel()
 	if config.MaxPrestart != plugin.MaxPrestart {
 		t.Fatalf("config allows prestart up to %d, the registry %d", config.MaxPrestart, plugin.MaxPrestart)
 	}
@@ -41,7 +40,6 @@ func TestPrestartBoundMatchesThePlugins(t *testing.T) {
 // created: no start on its path. The process is served the task's host
 // services (its progress note is recorded) and is never used again.
 func TestPooledPluginServesTheTask(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", func(c *config.Config) { c.Tasks.Prestart = 1 })
 	before := pooledPIDs(t, h, "testexec", 1)
 	dir := testwait.PluginDir(t)
@@ -69,7 +67,6 @@ func TestPooledPluginServesTheTask(t *testing.T) {
 // alone (executor_crashed), and a cancel of the other reaches its step
 // and ends its process, as for a process started for the task.
 func TestPooledPluginCrashAndCancel(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", func(c *config.Config) { c.Tasks.Prestart = 2 })
 	pooled := pooledPIDs(t, h, "testexec", 2)
 	dir := testwait.PluginDir(t)
@@ -101,7 +98,6 @@ func TestPooledPluginCrashAndCancel(t *testing.T) {
 // is refused with the pin mismatch, and the waiting processes are killed,
 // never handed to a task.
 func TestPooledPluginOfAReplacedBinary(t *testing.T) {
-	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -166,7 +162,6 @@ func TestPooledPluginOfAReplacedBinary(t *testing.T) {
 // A machinespirit task runs in a process started (with its Prolog worker,
 // from its own copy of the seed cache) before the task was created.
 func TestPooledMachineSpirit(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", func(c *config.Config) {
 		c.MachineSpirit.Enabled = true
 		one := 1

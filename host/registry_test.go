@@ -80,7 +80,6 @@ func TestExecutorUnavailable(t *testing.T) {
 }
 
 func TestExecutorPinnedBySHA256(t *testing.T) {
-	t.Parallel()
 	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	h := openHost(t, "", func(c *config.Config) {
 		c.Executors = map[string]config.Executor{"testexec": {Path: bin, SHA256: testexecSum(t)}}
@@ -90,7 +89,6 @@ func TestExecutorPinnedBySHA256(t *testing.T) {
 }
 
 func TestDescribeRecorded(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", nil)
 	d, err := h.Registry.Describe("testexec")
 	if err != nil {
@@ -105,7 +103,6 @@ func TestDescribeRecorded(t *testing.T) {
 }
 
 func TestSocketDirSweptAtStart(t *testing.T) {
-	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	stale := filepath.Join(dir, SocketDirName, "plugin-dir123", "plugin456")
 	if err := os.MkdirAll(filepath.Dir(stale), 0o700); err != nil {

@@ -191,7 +191,6 @@ func checkpointOf(n int) *plugin.Checkpoint {
 }
 
 func TestSeamStepOutcomes(t *testing.T) {
-	t.Parallel()
 	const cpMax, resMax = 64, 32
 	unavailable := fmt.Errorf("%w: connection reset", plugin.ErrConnectionLost)
 	cases := []struct {
@@ -423,7 +422,6 @@ func blockingStep(started chan<- struct{}) func(context.Context, plugin.StepRequ
 }
 
 func TestSeamCancelledMidStep(t *testing.T) {
-	t.Parallel()
 	cases := []struct {
 		name    string
 		stop    func(t *testing.T, s *seam, id string)
@@ -503,7 +501,6 @@ func callModel(ctx context.Context, svc pb.HostServicesServer, tok string) error
 }
 
 func TestSeamEffectOverridesTheVerdict(t *testing.T) {
-	t.Parallel()
 	outage := &model.Error{Kind: model.KindServer, Status: 503, Message: "overloaded"}
 	cases := []struct {
 		name     string
@@ -575,7 +572,6 @@ func TestSeamEffectOverridesTheVerdict(t *testing.T) {
 }
 
 func TestSeamStaleTurnTokenRefused(t *testing.T) {
-	t.Parallel()
 	s := newSeam(t, seamOptions{svc: ServiceConfig{Model: fakeModel{}}})
 	var first string
 	s.l.Exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
@@ -599,7 +595,6 @@ func TestSeamStaleTurnTokenRefused(t *testing.T) {
 }
 
 func TestSeamResumeWithNoStepLeft(t *testing.T) {
-	t.Parallel()
 	s := newSeam(t, seamOptions{})
 	s.l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
 		exe := newFakeExecutor()
@@ -622,7 +617,6 @@ func TestSeamResumeWithNoStepLeft(t *testing.T) {
 }
 
 func TestSeamRecoverAfterHostDeath(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	// A host that died mid-step left one task running with an open
@@ -711,7 +705,6 @@ func TestSeamRecoverAfterHostDeath(t *testing.T) {
 // TestClassify checks classify's table without a store: what each answer
 // of a step — and each way its call can fail — comes to.
 func TestClassify(t *testing.T) {
-	t.Parallel()
 	type want struct {
 		attempt store.AttemptStatus
 		taskTo  store.Status
@@ -789,7 +782,6 @@ func TestClassify(t *testing.T) {
 // TestCauseVerdict checks what each cause of a cancelled step context means
 // for the attempt and the task.
 func TestCauseVerdict(t *testing.T) {
-	t.Parallel()
 	cases := []struct {
 		cause     error
 		attempt   store.AttemptStatus

@@ -23,7 +23,6 @@ import (
 // The first write refused is the step's outcome, or, when the step makes
 // a tool call after the disk filled, that call's admission.
 func TestStoreFullDiskInterruptsAndRecordsWhenSpaceReturns(t *testing.T) {
-	t.Parallel()
 	cases := []struct {
 		name string
 		te   map[string]any
@@ -159,7 +158,6 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 // reached the store, which still says running; the next start recovers
 // the task as interrupted (host_restart) like any other, and it resumes.
 func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
-	t.Parallel()
 	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
 	ctl := testwait.PluginDir(t)

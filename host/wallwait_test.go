@@ -15,7 +15,6 @@ import (
 // frozen during the wait — in the store and in the events watch shows alike
 // — while a task that runs as long without waiting runs out of budget.
 func TestApprovalWaitIsNotChargedToWall(t *testing.T) {
-	t.Parallel()
 	const budget = 2 * time.Second
 	const wait = 3 * time.Second
 	h := openHost(t, "", nil)
@@ -83,7 +82,6 @@ func TestApprovalWaitIsNotChargedToWall(t *testing.T) {
 // The approval timeout, not the wall budget, bounds the wait: an approval
 // left undecided past the whole wall budget expires on its own clock.
 func TestApprovalTimeoutBoundsWaitBeyondWall(t *testing.T) {
-	t.Parallel()
 	h := openHost(t, "", func(c *config.Config) { c.Approvals.TimeoutSeconds = 2 })
 	task := create(t, h, alice, map[string]any{"steps": 1, "request_approval": true}, Limits{WallSeconds: 1})
 	got := waitEnd(t, h, alice, task.ID)
@@ -96,7 +94,6 @@ func TestApprovalTimeoutBoundsWaitBeyondWall(t *testing.T) {
 // A pause moves the moment the clock runs out by its length; nested pauses
 // count once; a stopped clock stays frozen whatever pauses do.
 func TestWallClockPause(t *testing.T) {
-	t.Parallel()
 	w := newWallClock(store.Budget{Used: 0, Limit: 10_000})
 	resumeA := w.pause()
 	resumeB := w.pause()
@@ -128,7 +125,6 @@ func TestWallClockPause(t *testing.T) {
 
 // expire fires after the active time left, not before, and waits out a pause.
 func TestWallClockExpireWaitsOutPause(t *testing.T) {
-	t.Parallel()
 	w := newWallClock(store.Budget{Used: 0, Limit: 200})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)

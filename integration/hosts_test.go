@@ -97,7 +97,6 @@ func TestFleetHostsView(t *testing.T) {
 
 // A lone daemon on SQLite lists itself, live, and says it is alone.
 func TestHostsOnSQLite(t *testing.T) {
-	t.Parallel()
 	d := startDaemon(t, testwait.ShortTempDir(t), "")
 	v, _ := hostsOf(t, d)
 	if v.Shared || len(v.Hosts) != 1 || v.Hosts[0].ID != v.Self || !v.Hosts[0].Self || v.Hosts[0].State != "live" || v.Hosts[0].TasksOwned != 0 {

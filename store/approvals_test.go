@@ -29,7 +29,6 @@ func waitingTask(t testing.TB, s *Store, id string) (Task, Approval) {
 // Two resolutions race 1000 times: exactly one wins each time, and the
 // task's state always matches the winner.
 func TestApprovalRaces(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		type op struct {
 			name string
@@ -128,7 +127,6 @@ func TestApprovalRaces(t *testing.T) {
 }
 
 func TestApprovalPrincipalAndBounds(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		_, ap := waitingTask(t, s, "t1")
@@ -158,7 +156,6 @@ func TestApprovalPrincipalAndBounds(t *testing.T) {
 }
 
 func TestRecoverSettlesEffectsAndApprovals(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -192,7 +189,6 @@ func TestRecoverSettlesEffectsAndApprovals(t *testing.T) {
 }
 
 func TestEffectBudgetsAndReplay(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

@@ -10,7 +10,6 @@ import (
 )
 
 func TestFinishAttempt(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -106,7 +105,6 @@ func TestFinishAttempt(t *testing.T) {
 }
 
 func TestRecentSummaries(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -164,7 +162,6 @@ func TestRecentSummaries(t *testing.T) {
 }
 
 func TestCreateTaskValidation(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -209,7 +206,6 @@ func TestCreateTaskValidation(t *testing.T) {
 // TestWritesArePrepared runs every write path and checks that none of its
 // statements ran unprepared (a query missing from writeQueries).
 func TestWritesArePrepared(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -254,7 +250,6 @@ func TestWritesArePrepared(t *testing.T) {
 }
 
 func TestFinishAndClaim(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)
@@ -301,7 +296,6 @@ func TestFinishAndClaim(t *testing.T) {
 // reading the row back, is exactly what the store holds, on both paths
 // (ClaimAttempt and FinishAndClaim's fast path) and both engines.
 func TestClaimedAttemptIsStored(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)

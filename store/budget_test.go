@@ -21,7 +21,6 @@ func finishContinue(t *testing.T, s *Store, task Task, a Attempt, wall int64) Ta
 }
 
 func TestStepBudget(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		for _, limit := range []int64{0, 1, 3} {
 			t.Run(fmt.Sprintf("limit=%d", limit), func(t *testing.T) {
@@ -69,7 +68,6 @@ func TestStepBudget(t *testing.T) {
 }
 
 func TestClaimAttemptRefusals(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -116,7 +114,6 @@ func TestClaimAttemptRefusals(t *testing.T) {
 // TestWallNeverGoesBackwards sends wall-time reports out of order through
 // every path that records wall time: the stored value only ever grows.
 func TestWallNeverGoesBackwards(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -175,7 +172,6 @@ func TestWallNeverGoesBackwards(t *testing.T) {
 }
 
 func TestBudgetKind(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		kind   BudgetKind
 		label  string

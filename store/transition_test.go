@@ -20,7 +20,6 @@ var designTable = map[Status][]Status{
 }
 
 func TestLegalMatchesDesign(t *testing.T) {
-	t.Parallel()
 	for _, from := range allStatuses {
 		for _, to := range allStatuses {
 			want := false
@@ -63,7 +62,6 @@ func taskIn(t *testing.T, s *Store, principal, id string, st Status) Task {
 }
 
 func TestTransitionEveryPair(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -112,7 +110,6 @@ func TestTransitionEveryPair(t *testing.T) {
 // contain their actual status: the compare-and-set must miss, report the
 // current status, and change nothing.
 func TestTransitionCASMiss(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -149,7 +146,6 @@ func TestTransitionCASMiss(t *testing.T) {
 }
 
 func TestTransitionInvalidArguments(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -186,7 +182,6 @@ func TestTransitionInvalidArguments(t *testing.T) {
 }
 
 func TestStartRunAndResume(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -237,7 +232,6 @@ func TestStartRunAndResume(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

@@ -57,7 +57,6 @@ func pluginCgroupsOf(t *testing.T, pid int) []string {
 // cgroup; where it can, a plugin runs in cgroups of its own, which its
 // Stop removes, and the registry says which.
 func TestPluginCgroupsOrOneWarning(t *testing.T) {
-	t.Parallel()
 	var log warnLog
 	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(testwait.ShortTempDir(t), "p"), Logger: log.logger(),
 		Cgroups: &cgroups.Set{Mode: cgroups.ModeNone, Why: "no cgroup for this test"}})
@@ -130,7 +129,6 @@ func cgroup2Dir(b *cgroups.Box) []string {
 // A plugin ended at its limit carries a typed cause naming the limit and
 // the setting.
 func TestLimitErrorIsTyped(t *testing.T) {
-	t.Parallel()
 	l := cgroups.Limits{MemoryBytes: 128 << 20, Pids: 64, CPUPercent: 100}
 	for _, tc := range []struct{ limit, bound string }{
 		{cgroups.LimitMemory, "memory_mb = 128"},

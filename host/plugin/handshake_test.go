@@ -21,7 +21,6 @@ import (
 // daemon never connects there: before, a remote listener received the
 // task spec.
 func TestHandshakeAddressOutsideSocketDirRefused(t *testing.T) {
-	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +77,6 @@ func TestHandshakeAddressOutsideSocketDirRefused(t *testing.T) {
 }
 
 func TestCheckHandshakeAddr(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "plugin123")
 	l, err := net.Listen("unix", sock)
@@ -114,7 +112,6 @@ func TestCheckHandshakeAddr(t *testing.T) {
 // handshake, saying which versions met and what to do, instead of
 // go-plugin's "incompatible API version".
 func TestProtocolV1PluginRefused(t *testing.T) {
-	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
 	if err != nil {

@@ -55,7 +55,6 @@ func forward(t *testing.T, stream string) ([]map[string]any, *tailReader) {
 }
 
 func TestPluginLogLevelsAndLabels(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		line      string
@@ -105,7 +104,6 @@ func TestPluginLogLevelsAndLabels(t *testing.T) {
 }
 
 func TestPluginLogPanicTraceIsError(t *testing.T) {
-	t.Parallel()
 	got, tr := forward(t, "starting\npanic: boom\n\ngoroutine 1 [running]:\nmain.main()\n")
 	levels := make([]any, len(got))
 	for i, e := range got {
@@ -120,7 +118,6 @@ func TestPluginLogPanicTraceIsError(t *testing.T) {
 }
 
 func TestPluginLogRateBound(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		lines       int
@@ -162,7 +159,6 @@ func TestPluginLogRateBound(t *testing.T) {
 }
 
 func TestPluginLogRefills(t *testing.T) {
-	t.Parallel()
 	var c logCapture
 	pl := newPluginLog(c.logger(), "testexec", launchLabels{})
 	at := time.Unix(1, 0)
@@ -185,7 +181,6 @@ func TestPluginLogRefills(t *testing.T) {
 }
 
 func TestPluginLogLineBound(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		size    int
@@ -226,7 +221,6 @@ func TestPluginLogLineBound(t *testing.T) {
 }
 
 func TestPluginLogFieldBound(t *testing.T) {
-	t.Parallel()
 	fields := map[string]any{"@level": "info", "@message": "many"}
 	for i := range maxLogFields + 5 {
 		fields["k"+strings.Repeat("a", i)] = i
@@ -253,7 +247,6 @@ func TestPluginLogFieldBound(t *testing.T) {
 // Lines dropped in a flood are reported where forwarding resumes, before
 // the first line let through again, so the gap shows in place.
 func TestPluginLogDropReportSitsAtTheGap(t *testing.T) {
-	t.Parallel()
 	var c logCapture
 	pl := newPluginLog(c.logger(), "testexec", launchLabels{task: "t_1", run: 1})
 	at := time.Unix(1, 0)

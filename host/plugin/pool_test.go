@@ -122,7 +122,6 @@ func processAlive(pid int) bool {
 // path), which serves that launch only: the pool starts another in its
 // place and never hands the taken one out again, even once it stopped.
 func TestPoolServesAPreStartedProcess(t *testing.T) {
-	t.Parallel()
 	reg, _ := poolRegistry(t, testexecBin(t), "", 1, PluginOptions{})
 	before := ready(t, reg, 1)
 	e, err := reg.Launch(context.Background(), "testexec", NoServices{})
@@ -159,7 +158,6 @@ func TestPoolServesAPreStartedProcess(t *testing.T) {
 // unpinned kind starts a process of the new binary, a pinned one refuses
 // the pin mismatch at the launch as before; the stale process is killed.
 func TestPoolNeverServesAReplacedBinary(t *testing.T) {
-	t.Parallel()
 	for _, pinned := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pinned=%t", pinned), func(t *testing.T) {
 			bin := copyTestexec(t)
@@ -199,7 +197,6 @@ func TestPoolNeverServesAReplacedBinary(t *testing.T) {
 // A reload drains the pool: every process started under the verdict it
 // replaces is killed, and only processes started since are handed out.
 func TestPoolDrainedByReload(t *testing.T) {
-	t.Parallel()
 	reg, spec := poolRegistry(t, testexecBin(t), "", 2, PluginOptions{})
 	old := ready(t, reg, 2)
 	reg.Reload(context.Background(), []PluginSpec{spec}, nil)
@@ -256,7 +253,6 @@ func TestPoolProcessKilledWhileIdle(t *testing.T) {
 
 // Closing the registry kills every pooled process.
 func TestPoolClosedWithTheRegistry(t *testing.T) {
-	t.Parallel()
 	opts := PluginOptions{SocketDir: filepath.Join(testwait.ShortTempDir(t), "p")}
 	reg, err := NewRegistry(opts)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 )
 
 func TestTailReaderBounds(t *testing.T) {
-	t.Parallel()
 	var b strings.Builder
 	b.WriteString("starting\npanic: scripted panic\n\ngoroutine 1 [running]:\n")
 	for i := range 500 {

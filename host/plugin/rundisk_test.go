@@ -12,7 +12,6 @@ import (
 // A run dir a dead daemon left, tmpfs and all, is removed by the next
 // start on the same data dir; another data dir's is not touched.
 func TestSweepRunDirsRemovesOnlyItsOwn(t *testing.T) {
-	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("run dirs are tmpfs mounts only under a root daemon")
 	}
@@ -49,7 +48,6 @@ func TestSweepRunDirsRemovesOnlyItsOwn(t *testing.T) {
 
 // A run dir's tmpfs refuses a write past its size with ENOSPC.
 func TestRunDiskBoundsWrites(t *testing.T) {
-	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("run dirs are tmpfs mounts only under a root daemon")
 	}

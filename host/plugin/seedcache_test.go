@@ -11,7 +11,6 @@ import (
 // or a dot file names; keep takes back only new regular files, within the
 // file bound, and never follows a link planted in the copy.
 func TestSeedCacheCopyAndKeep(t *testing.T) {
-	t.Parallel()
 	cache, work := t.TempDir(), t.TempDir()
 	write := func(dir, name, content string) {
 		t.Helper()

@@ -9,7 +9,6 @@ import (
 )
 
 func TestYamuxTeardownLoggedAtDebug(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		line, want string
 	}{

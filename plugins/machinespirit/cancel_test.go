@@ -80,7 +80,6 @@ func TestCancel(t *testing.T) {
 // run must get exactly one answer, so the worker is never killed for
 // ignoring a cancel and the next step is never confused by a stale one.
 func TestCancelRaces(t *testing.T) {
-	t.Parallel()
 	src := g("quick", okState, `nodes([node(a, patch([count=1]), [max_visits(1000000)])])`,
 		`edges([edge(start, a), conditional(a, always(again), [route(again, a), route(done, end)])])`,
 		`limits([max_node_executions(1000000)])`)

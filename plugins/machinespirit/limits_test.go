@@ -32,7 +32,6 @@ func procStatus(t *testing.T, pid int) map[string]string {
 // filter, no capabilities, its limits, and an empty private working
 // directory that is not the runtime dir.
 func TestWorkerConfined(t *testing.T) {
-	t.Parallel()
 	cfg := testConfig(t, nil)
 	cfg.WorkerMemoryBytes = 700 << 20
 	cfg.WorkerCPUSeconds = 1234
@@ -81,7 +80,6 @@ func TestWorkerConfined(t *testing.T) {
 // TestWorkerLimitsBounds: limits outside their bounds fail the preflight,
 // naming the check, the limit and the value.
 func TestWorkerLimitsBounds(t *testing.T) {
-	t.Parallel()
 	needSwipl(t)
 	for _, tc := range []struct {
 		name     string
@@ -114,7 +112,6 @@ func TestWorkerLimitsBounds(t *testing.T) {
 // fails the step as resource_exhausted (never a completion, never a
 // plugin crash), and the next step gets a new worker.
 func TestWorkerCPULimit(t *testing.T) {
-	t.Parallel()
 	src := g("spinner", okState, `nodes([node(a, spin, [node_seconds(60), node_inferences(2000000000)])])`, okEdges)
 	cfg := testConfig(t, map[string]string{"spinner": src, "noop": g("noop", okState, okNodes, okEdges)})
 	cfg.WorkerCPUSeconds = 2
@@ -145,7 +142,6 @@ func TestWorkerCPULimit(t *testing.T) {
 // read (the allocation fails inside the worker), the loop goes on, and
 // the worker's virtual size never passed the limit.
 func TestWorkerMemoryLimit(t *testing.T) {
-	t.Parallel()
 	cfg := testConfig(t, nil)
 	cfg.WorkerMemoryBytes = MinWorkerMemoryBytes
 	cfg.StackLimitBytes, cfg.TaskStackLimitBytes = 4<<30, 4<<30
@@ -171,7 +167,6 @@ func TestWorkerMemoryLimit(t *testing.T) {
 // empty) nor open files outside its directory (Landlock), and the worker
 // lives on.
 func TestWorkerSeccompAndLandlock(t *testing.T) {
-	t.Parallel()
 	probe := t.TempDir() + "/escaped"
 	src := g("escape", `state([field(answer, string, "", replace)])`,
 		fmt.Sprintf(`nodes([node(a, escape(%q))])`, probe), `edges([edge(start, a), edge(a, end)])`)

@@ -165,7 +165,6 @@ func TestWorkerDiesMidStep(t *testing.T) {
 // TestWorkerExitsMidStep: a worker that exits by itself (here halt(9)
 // inside a node) is lost the same way.
 func TestWorkerExitsMidStep(t *testing.T) {
-	t.Parallel()
 	src := g("dies", okState, `nodes([node(a, die)])`, okEdges)
 	e := newExecutor(t, testConfig(t, map[string]string{"dies": src}))
 	_, err := e.Step(context.Background(), newFakeHost(1), stepReq(spec("dies", nil, ""), nil))
@@ -182,7 +181,6 @@ func TestWorkerExitsMidStep(t *testing.T) {
 // TestMalformedFrameFromWorker: anything but a valid frame from the worker
 // kills it and fails the step.
 func TestMalformedFrameFromWorker(t *testing.T) {
-	t.Parallel()
 	const maxFrame = 8192
 	graphs := map[string]string{}
 	cases := []struct{ name, handler, want string }{
@@ -240,7 +238,6 @@ func TestMalformedFrameFromWorker(t *testing.T) {
 // fails the step with checkpoint_too_large naming the field; it is never
 // truncated, and the previous checkpoint stays within the bound.
 func TestOversizedSnapshot(t *testing.T) {
-	t.Parallel()
 	const bound = 16 << 10
 	src := g("grows", `state([field(blobs, list(string), [], append)])`,
 		`nodes([node(a, grow(3000), [max_visits(100)])])`,
@@ -274,7 +271,6 @@ func TestOversizedSnapshot(t *testing.T) {
 }
 
 func TestMakeCheckpointBound(t *testing.T) {
-	t.Parallel()
 	obj := func(n int) json.RawMessage {
 		const frame = `{"p":""}`
 		return json.RawMessage(`{"p":"` + strings.Repeat("x", n-len(frame)) + `"}`)
@@ -295,7 +291,6 @@ func TestMakeCheckpointBound(t *testing.T) {
 // TestCheckpointIncompatible: a checkpoint that does not match the graph
 // exactly fails closed, never restarts from zero.
 func TestCheckpointIncompatible(t *testing.T) {
-	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	h := newFakeHost(1)
 	sp := parSpec()
@@ -353,7 +348,6 @@ func TestCheckpointIncompatible(t *testing.T) {
 // TestTwoExecutorsShareNothing: two tasks, two executors, run at once:
 // separate workers, separate graphs, separate state.
 func TestTwoExecutorsShareNothing(t *testing.T) {
-	t.Parallel()
 	only1 := g("only_one", okState, `nodes([node(a, patch([count=41]))])`, okEdges)
 	e1 := newExecutor(t, testConfig(t, map[string]string{"only_one": only1}))
 	e2 := newExecutor(t, testConfig(t, nil))
@@ -403,7 +397,6 @@ func TestTwoExecutorsShareNothing(t *testing.T) {
 // TestIndeterminateToolEffects: a tool call in flight when an attempt died
 // is not re-run without a human's approval.
 func TestIndeterminateToolEffects(t *testing.T) {
-	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	req := stepReq(parSpec(), nil)
 	req.Attempt = 2

@@ -12,7 +12,6 @@ import (
 // time is bounded, the goal stopped and the model told, and the run goes
 // on to its next reply.
 func TestRLMGoalComputeTimeBounded(t *testing.T) {
-	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	h := newFakeHost(1)
 	h.workspace["ctx.txt"] = "x"

@@ -33,7 +33,6 @@ func peakRSSKiB(t *testing.T, pid int) int {
 // stops at the concatenation's length check, its 200,000-character atom
 // is shown by size, and the worker's peak RSS stays small.
 func TestHugeAtomPeakRSS(t *testing.T) {
-	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	const goal = "length(L, 200000), maplist(=(0'a), L), atom_codes(A, L), findall(A, between(1, 2000, _), As), atomic_list_concat(As, B)"
 	r := runGoal(t, e, goal)

@@ -14,7 +14,6 @@ import (
 // TestReducers runs two nodes whose patches exercise every reducer and
 // every type, and checks the state in each checkpoint and the result.
 func TestReducers(t *testing.T) {
-	t.Parallel()
 	src := g("reducers",
 		`state([field(n, integer, 0, sum), field(x, number, 0.5, sum), field(l, list(string), ["a"], append),
 		        field(s, string, "", replace), field(a, atom, none, replace), field(o, optional(integer), null, replace),
@@ -65,7 +64,6 @@ func TestReducers(t *testing.T) {
 // TestPatchTypeChecks: a patch must name declared fields, once each, with
 // values of their types; anything else is a typed failure, not a coercion.
 func TestPatchTypeChecks(t *testing.T) {
-	t.Parallel()
 	state := `state([field(n, integer, 0, sum), field(x, number, 0, sum), field(l, list(string), [], append),
 	                 field(s, string, "", replace), field(a, atom, none, replace), field(o, optional(integer), null, replace)])`
 	tests := []struct{ name, patch, code string }{
@@ -174,7 +172,6 @@ func TestBounds(t *testing.T) {
 // TestEffectErrorsReachProlog: a refused effect is an exception the
 // handler may catch.
 func TestEffectErrorsReachProlog(t *testing.T) {
-	t.Parallel()
 	src := g("catcher", `state([field(answer, string, "", replace)])`, `nodes([node(a, catch_effect)])`, okEdges)
 	e := newExecutor(t, testConfig(t, map[string]string{"catcher": src}))
 	res, err := e.Step(context.Background(), newFakeHost(1), stepReq(spec("catcher", nil, ""), nil))

@@ -36,7 +36,6 @@ func subgraphGraphs() map[string]string {
 // appended, and seen is the child's seed: the parent's count handed in as
 // its input.
 func TestSubgraphMergesState(t *testing.T) {
-	t.Parallel()
 	e := newExecutor(t, testConfig(t, subgraphGraphs()))
 	h := newFakeHost(1)
 	results, cp := runToEnd(t, e, h, spec("parent", nil, ""), nil, 4)
@@ -57,7 +56,6 @@ func TestSubgraphMergesState(t *testing.T) {
 
 // TestSubgraphDepthBounded: a graph that runs itself stops at the bound.
 func TestSubgraphDepthBounded(t *testing.T) {
-	t.Parallel()
 	e := newExecutor(t, testConfig(t, subgraphGraphs()))
 	res, err := e.Step(context.Background(), newFakeHost(1), stepReq(spec("nest", nil, ""), nil))
 	if err != nil || res.Outcome != sdk.OutcomeFail || !strings.Contains(res.Message, "subgraph_depth") ||

@@ -11,7 +11,6 @@ import (
 )
 
 func TestBuildAtRefusesBadInput(t *testing.T) {
-	t.Parallel()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skipf("git is not on PATH: %v", err)
 	}
@@ -39,7 +38,6 @@ func TestBuildAtRefusesBadInput(t *testing.T) {
 }
 
 func TestBuildAtBuildsTheCommittedTree(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds an executor from an exported tree")
 	}

@@ -11,7 +11,6 @@ import (
 // limits before any check runs, each refusal naming the scenario, the file
 // and the limit, and that files at every limit pass.
 func TestValidateFiles(t *testing.T) {
-	t.Parallel()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
