@@ -347,7 +347,12 @@ func (h *Host) close() error {
 		h.Store.Close()
 	}
 	if h.lock != nil {
-		h.lock.Close() // releases the flock
+		// Unlocked first: a child forked by another goroutine holds a copy
+		// of this descriptor until it execs, and the flock belongs to the
+		// open file both copies share, so a close alone would leave the dir
+		// locked against the next Open of this process.
+		syscall.Flock(int(h.lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // the close below releases it otherwise
+		h.lock.Close()
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,26 @@ func TestSecondHostOnDataDirRefused(t *testing.T) {
 	_, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 	if !errors.Is(err, ErrDataDirLocked) {
 		t.Fatalf("second open: err = %v, want ErrDataDirLocked", err)
+	}
+}
+
+// A child another goroutine forks holds a copy of every descriptor until
+// it execs; one holding the lock's must not keep the data dir from the
+// next Open once the host closed. The dup stands for that child's copy:
+// it refers to the same open file, as a fork's does.
+func TestCloseReleasesTheLockAForkedChildShares(t *testing.T) {
+	dir := testwait.ShortTempDir(t)
+	h := openBareHost(t, dir)
+	child, err := syscall.Dup(int(h.lock.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(child)
+	if err := h.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tryOpen(t, dir); err != nil {
+		t.Fatalf("reopen after close, a forked child still holding the lock's descriptor: %v", err)
 	}
 }
 

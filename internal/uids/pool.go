@@ -273,8 +273,15 @@ func (p *Pool) unlock(uid int) error {
 	}
 	// Unmarked, the uid is only killed again at its next Acquire.
 	merr := mark(f, lockClean)
-	if err := f.Close(); err != nil { // the flock goes with it
+	// Unlocked first: a child forked meanwhile shares this open file (and
+	// so its flock) until it execs, and the uid would look another
+	// daemon's to the next Acquire.
+	uerr := unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if err := f.Close(); err != nil {
 		return err
+	}
+	if uerr != nil {
+		return fmt.Errorf("uids: unlock %d: %w", uid, uerr)
 	}
 	return merr
 }

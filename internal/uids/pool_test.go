@@ -310,3 +310,29 @@ func TestAcquireLeavingHoldsItsReserve(t *testing.T) {
 		t.Fatalf("Acquire past the range: %v, want ErrExhausted", err)
 	}
 }
+
+// A child forked while a uid is held shares its lock's open file until it
+// execs; the uid's release must still free it at once for this pool and
+// another. The dup stands for that child's copy of the descriptor.
+func TestReleaseFreesAUidAForkedChildShares(t *testing.T) {
+	r := Range{DefaultFirst + 300300, 1}
+	p := testPool(r, t.TempDir())
+	p.kill = func(int) error { return nil }
+	uid, err := p.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := syscall.Dup(int(p.used[uid].Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(child)
+	if err := p.ReleaseEmpty(uid); err != nil {
+		t.Fatal(err)
+	}
+	other := testPool(r, p.lockDir)
+	other.kill = p.kill
+	if got, err := other.Acquire(); err != nil || got != uid {
+		t.Fatalf("another pool's Acquire after the release = %d, %v; want %d", got, err, uid)
+	}
+}
