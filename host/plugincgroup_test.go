@@ -17,6 +17,7 @@ import (
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/cgroups"
+	"github.com/taskhost/taskhost/internal/testfs"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -227,9 +228,6 @@ func TestStalePluginCgroupsSwept(t *testing.T) {
 	for _, p := range parents {
 		tree := filepath.Join(filepath.Dir(p), "taskhost-"+strconv.Itoa(dead))
 		dir := filepath.Join(tree, "plugin-stale")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
 		// After the kill below (cleanups run last first): a cgroup with a
 		// process in it cannot be removed.
 		t.Cleanup(func() { os.Remove(dir); os.Remove(tree) })
@@ -243,9 +241,7 @@ func TestStalePluginCgroupsSwept(t *testing.T) {
 	go func() { leftover.Wait(); close(reaped) }()
 	t.Cleanup(func() { leftover.Process.Kill(); <-reaped })
 	for _, dir := range dirs {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(leftover.Process.Pid)), 0); err != nil {
-			t.Fatal(err)
-		}
+		testfs.StaleCgroup(t, dir, leftover.Process.Pid)
 	}
 	openHost(t, "", nil)
 	select {

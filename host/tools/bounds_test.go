@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/internal/cgroups"
+	"github.com/taskhost/taskhost/internal/testfs"
 	"github.com/taskhost/taskhost/internal/uids"
 )
 
@@ -379,14 +380,11 @@ func TestShellRunStaleCgroupsAreSwept(t *testing.T) {
 	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
 	for c, parent := range r.v1.Parents() {
 		dir := filepath.Join(filepath.Dir(parent), "taskhost-2147483646", "cmd-stale")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
 		stale = append(stale, dir)
 		if c == "pids" {
-			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0); err != nil {
-				t.Fatal(err)
-			}
+			testfs.StaleCgroup(t, dir, sleeper.Process.Pid)
+		} else if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
 		}
 	}
 	done := make(chan error, 1)

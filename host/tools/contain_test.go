@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskhost/taskhost/host/config"
 	"github.com/taskhost/taskhost/internal/cgroups"
+	"github.com/taskhost/taskhost/internal/testfs"
 )
 
 // containment is one way of holding a command's processes; tests run
@@ -239,18 +240,13 @@ func TestStaleCgroupsSwept(t *testing.T) {
 	}
 	stale := filepath.Join(filepath.Dir(tree.Parent()), "taskhost-"+strconv.Itoa(deadPID))
 	cmd := filepath.Join(stale, "cmd-stale")
-	if err := os.MkdirAll(cmd, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { os.Remove(cmd); os.Remove(stale) })
 	leftover := exec.Command("sleep", "346")
 	if err := leftover.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { leftover.Process.Kill() })
-	if err := os.WriteFile(filepath.Join(cmd, "cgroup.procs"), []byte(strconv.Itoa(leftover.Process.Pid)), 0); err != nil {
-		t.Fatal(err)
-	}
+	testfs.StaleCgroup(t, cmd, leftover.Process.Pid)
 	reaped := make(chan struct{})
 	go func() { leftover.Wait(); close(reaped) }()
 
