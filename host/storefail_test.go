@@ -3,10 +3,13 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/taskhost/taskhost/internal/testfs"
@@ -189,4 +192,50 @@ func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStatus(t, waitEnd(t, h2, alice, task.ID), store.StatusCompleted, "")
+}
+
+// A run write the store refuses as unavailable is retried storeRetries
+// times, the waits doubling from storeRetryFirst; any other error, and a
+// host stopping, end the retries at once.
+func TestRetryWriteBacksOffThenGivesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		unavailable := fmt.Errorf("disk full: %w", store.ErrUnavailable)
+		ru := &run{r: &Runner{stopped: make(chan struct{})}}
+		var at []time.Duration
+		start := time.Now()
+		err := ru.retryWrite(func() error {
+			at = append(at, time.Since(start))
+			return unavailable
+		})
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("retryWrite = %v, want the store's unavailable error", err)
+		}
+		var want []time.Duration
+		for i, d := 0, time.Duration(0); i <= storeRetries; i++ {
+			want = append(want, d)
+			d += storeRetryFirst << i
+		}
+		if !slices.Equal(at, want) {
+			t.Errorf("writes at %v, want %v", at, want)
+		}
+
+		other := errors.New("constraint failed")
+		n := 0
+		if err := ru.retryWrite(func() error { n++; return other }); err != other || n != 1 {
+			t.Errorf("a non-retryable error: %v after %d writes, want it after 1", err, n)
+		}
+
+		go func() {
+			time.Sleep(storeRetryFirst + time.Millisecond)
+			close(ru.r.stopped)
+		}()
+		n = 0
+		start = time.Now()
+		if err := ru.retryWrite(func() error { n++; return unavailable }); !errors.Is(err, store.ErrUnavailable) || n != 2 {
+			t.Errorf("a stopping host: %v after %d writes, want the error after 2", err, n)
+		}
+		if d := time.Since(start); d != storeRetryFirst+time.Millisecond {
+			t.Errorf("the retries ended %v after they began, want at the stop (%v)", d, storeRetryFirst+time.Millisecond)
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
@@ -91,59 +92,75 @@ func TestApprovalTimeoutBoundsWaitBeyondWall(t *testing.T) {
 	}
 }
 
-// A pause moves the moment the clock runs out by its length; nested pauses
-// count once; a stopped clock stays frozen whatever pauses do.
+// A pause stops the clock for its length; nested pauses count once; a
+// stopped clock stays frozen whatever pauses do. In a synctest bubble the
+// clock is exact: every reading is the sum of the active sleeps.
 func TestWallClockPause(t *testing.T) {
-	w := newWallClock(store.Budget{Used: 0, Limit: 10_000})
-	resumeA := w.pause()
-	resumeB := w.pause()
-	before := w.elapsed()
-	time.Sleep(50 * time.Millisecond) // time passing is the subject
-	if d := w.elapsed(); d != before {
-		t.Errorf("elapsed moved from %v to %v while paused", before, d)
-	}
-	resumeA()
-	resumeA() // idempotent
-	time.Sleep(20 * time.Millisecond)
-	if d := w.elapsed(); d != before {
-		t.Errorf("elapsed moved from %v to %v while one pause was still open", before, d)
-	}
-	resumeB()
-	time.Sleep(20 * time.Millisecond)
-	if d := w.elapsed(); d < before+20*time.Millisecond || d > before+2*time.Second {
-		t.Errorf("elapsed = %v after resuming, want about %v", d, before+20*time.Millisecond)
-	}
-	w.stop()
-	frozen := w.elapsed()
-	r := w.pause()
-	time.Sleep(10 * time.Millisecond)
-	r()
-	if d := w.elapsed(); d != frozen {
-		t.Errorf("a stopped clock moved from %v to %v", frozen, d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		w := newWallClock(store.Budget{Used: 1000, Limit: 10_000})
+		want := func(what string, d time.Duration) {
+			t.Helper()
+			if got := w.elapsed(); got != d {
+				t.Errorf("%s: elapsed = %v, want %v", what, got, d)
+			}
+		}
+		time.Sleep(30 * time.Millisecond)
+		want("running", 30*time.Millisecond)
+		resumeA := w.pause()
+		resumeB := w.pause()
+		time.Sleep(50 * time.Millisecond)
+		want("paused twice", 30*time.Millisecond)
+		resumeA()
+		resumeA() // idempotent
+		time.Sleep(20 * time.Millisecond)
+		want("one pause still open", 30*time.Millisecond)
+		resumeB()
+		time.Sleep(20 * time.Millisecond)
+		want("resumed", 50*time.Millisecond)
+		if u, r := w.used(), w.remaining(); u != 1050 || r != 8950*time.Millisecond {
+			t.Errorf("used = %d ms, remaining %v; want 1050 ms and 8.95s", u, r)
+		}
+		w.stop()
+		time.Sleep(10 * time.Millisecond)
+		r := w.pause()
+		time.Sleep(10 * time.Millisecond)
+		r()
+		time.Sleep(10 * time.Millisecond)
+		want("stopped", 50*time.Millisecond)
+	})
 }
 
-// expire fires after the active time left, not before, and waits out a pause.
+// expire fires when the active time left runs out, not a moment before,
+// and a pause moves that moment on by its length.
 func TestWallClockExpireWaitsOutPause(t *testing.T) {
-	w := newWallClock(store.Budget{Used: 0, Limit: 200})
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	resume := w.pause()
-	go w.expire(ctx, cancel, errWallExceeded)
-	time.Sleep(400 * time.Millisecond) // twice the budget, all of it paused
-	if ctx.Err() != nil {
-		t.Fatal("the clock ran out while paused")
-	}
-	resume()
-	select {
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the clock never ran out after the pause")
-	}
-	if w.remaining() > 0 {
-		t.Errorf("expired with %v left", w.remaining())
-	}
-	if context.Cause(ctx) != errWallExceeded {
-		t.Errorf("cause = %v", context.Cause(ctx))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		w := newWallClock(store.Budget{Used: 50, Limit: 250})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		go w.expire(ctx, cancel, errWallExceeded)
+		time.Sleep(50 * time.Millisecond)
+		resume := w.pause()
+		time.Sleep(400 * time.Millisecond) // twice the budget, all of it paused
+		synctest.Wait()
+		if ctx.Err() != nil {
+			t.Fatal("the clock ran out while paused")
+		}
+		resume()
+		time.Sleep(149 * time.Millisecond)
+		synctest.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("the clock ran out with %v left", w.remaining())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if ctx.Err() == nil {
+			t.Fatalf("the clock did not run out at its limit (%v left)", w.remaining())
+		}
+		if w.remaining() != 0 || w.used() != 250 {
+			t.Errorf("expired with %v left, %d ms used; want 0 and 250", w.remaining(), w.used())
+		}
+		if context.Cause(ctx) != errWallExceeded {
+			t.Errorf("cause = %v", context.Cause(ctx))
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -49,16 +50,43 @@ func TestStepGateStop(t *testing.T) {
 	}
 }
 
+// stop waits for a step that ignores its context for exactly the timeout
+// and then gives up; one that returns a moment before the timeout is seen.
 func TestStepGateStopTimesOut(t *testing.T) {
-	g := newStepGate()
-	_, leave, err := g.enter(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer leave()
-	// The step ignores its context: stop gives up after the timeout.
-	if g.stop(time.Millisecond) {
-		t.Fatal("stop reported a step that never returned as done")
+	const timeout = 10 * time.Second
+	for _, tc := range []struct {
+		name     string
+		returnIn time.Duration // 0: never
+		done     bool
+		took     time.Duration
+	}{
+		{"never returns", 0, false, timeout},
+		{"returns just in time", timeout - time.Millisecond, true, timeout - time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newStepGate()
+				_, leave, err := g.enter(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.returnIn > 0 {
+					go func() {
+						time.Sleep(tc.returnIn)
+						leave()
+					}()
+				} else {
+					defer leave()
+				}
+				start := time.Now()
+				if got := g.stop(timeout); got != tc.done {
+					t.Fatalf("stop = %v, want %v", got, tc.done)
+				}
+				if d := time.Since(start); d != tc.took {
+					t.Errorf("stop returned after %v, want %v", d, tc.took)
+				}
+			})
+		})
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/taskhost/taskhost/host/config"
 )
@@ -44,15 +46,25 @@ func TestSleepLimits(t *testing.T) {
 }
 
 // TestSleepForTheWholeTimeout sleeps for exactly the tool's timeout (1 s):
-// that is allowed, so it must succeed rather than time out.
+// that is allowed, so it must succeed rather than time out. In a synctest
+// bubble a sleep takes exactly its time, and the whole timeout's ends on
+// the very instant the tool's deadline fires.
 func TestSleepForTheWholeTimeout(t *testing.T) {
 	t.Parallel()
-	r := newTestRegistry(t, map[string]config.Tool{ToolTimeSleep: {Enabled: true, Approval: config.ApprovalNever, TimeoutSeconds: 1}})
-	var out struct{ Slept float64 }
-	mustCall(t, r, ToolTimeSleep, map[string]any{"seconds": 1}, &out)
-	if out.Slept != 1 {
-		t.Fatalf("slept = %v", out.Slept)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r := newTestRegistry(t, map[string]config.Tool{ToolTimeSleep: {Enabled: true, Approval: config.ApprovalNever, TimeoutSeconds: 1}})
+		for _, secs := range []float64{0.25, 1} {
+			start := time.Now()
+			var out struct{ Slept float64 }
+			mustCall(t, r, ToolTimeSleep, map[string]any{"seconds": secs}, &out)
+			if out.Slept != secs {
+				t.Fatalf("slept = %v, want %v", out.Slept, secs)
+			}
+			if d, want := time.Since(start), time.Duration(secs*float64(time.Second)); d != want {
+				t.Errorf("a sleep of %gs took %v", secs, d)
+			}
+		}
+	})
 }
 
 func TestSleepCancel(t *testing.T) {
