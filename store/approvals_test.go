@@ -29,6 +29,7 @@ func waitingTask(t testing.TB, s *Store, id string) (Task, Approval) {
 // Two resolutions race 1000 times: exactly one wins each time, and the
 // task's state always matches the winner.
 func TestApprovalRaces(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		type op struct {
 			name string
@@ -127,6 +128,7 @@ func TestApprovalRaces(t *testing.T) {
 }
 
 func TestApprovalPrincipalAndBounds(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		_, ap := waitingTask(t, s, "t1")
@@ -156,6 +158,7 @@ func TestApprovalPrincipalAndBounds(t *testing.T) {
 }
 
 func TestRecoverSettlesEffectsAndApprovals(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -189,6 +192,7 @@ func TestRecoverSettlesEffectsAndApprovals(t *testing.T) {
 }
 
 func TestEffectBudgetsAndReplay(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 )
 
 func TestFinishAttempt(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -105,6 +106,7 @@ func TestFinishAttempt(t *testing.T) {
 }
 
 func TestRecentSummaries(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -162,6 +164,7 @@ func TestRecentSummaries(t *testing.T) {
 }
 
 func TestCreateTaskValidation(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -206,6 +209,7 @@ func TestCreateTaskValidation(t *testing.T) {
 // TestWritesArePrepared runs every write path and checks that none of its
 // statements ran unprepared (a query missing from writeQueries).
 func TestWritesArePrepared(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -250,6 +254,7 @@ func TestWritesArePrepared(t *testing.T) {
 }
 
 func TestFinishAndClaim(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)
@@ -296,6 +301,7 @@ func TestFinishAndClaim(t *testing.T) {
 // reading the row back, is exactly what the store holds, on both paths
 // (ClaimAttempt and FinishAndClaim's fast path) and both engines.
 func TestClaimedAttemptIsStored(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)

@@ -8,6 +8,7 @@ import (
 )
 
 func TestBackupWhileOpen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	st, err := Open(ctx, filepath.Join(dir, "a.db"), Options{})

@@ -21,6 +21,7 @@ func finishContinue(t *testing.T, s *Store, task Task, a Attempt, wall int64) Ta
 }
 
 func TestStepBudget(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		for _, limit := range []int64{0, 1, 3} {
 			t.Run(fmt.Sprintf("limit=%d", limit), func(t *testing.T) {
@@ -68,6 +69,7 @@ func TestStepBudget(t *testing.T) {
 }
 
 func TestClaimAttemptRefusals(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -114,6 +116,7 @@ func TestClaimAttemptRefusals(t *testing.T) {
 // TestWallNeverGoesBackwards sends wall-time reports out of order through
 // every path that records wall time: the stored value only ever grows.
 func TestWallNeverGoesBackwards(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -172,6 +175,7 @@ func TestWallNeverGoesBackwards(t *testing.T) {
 }
 
 func TestBudgetKind(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		kind   BudgetKind
 		label  string

@@ -15,6 +15,7 @@ import (
 // observing it charges its tokens and output in full, at the limit and one
 // past it.
 func TestTokenAndOutputBudgets(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		for _, tc := range []struct {
 			name            string
@@ -99,6 +100,7 @@ func TestTokenAndOutputBudgets(t *testing.T) {
 // TestObserveEffectRefusals: a charge out of range, or of an effect that is
 // not dispatching, writes nothing.
 func TestObserveEffectRefusals(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -128,6 +130,7 @@ func TestObserveEffectRefusals(t *testing.T) {
 
 // TestCreateTaskNegativeBudget names the budget a negative limit is for.
 func TestCreateTaskNegativeBudget(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	b := defaultBudgets()
 	b.OutputBytes.Limit = -1

@@ -12,6 +12,7 @@ import (
 // The attempt that wrote the checkpoint is recorded with it, in the same
 // statement; an outcome without a checkpoint keeps both.
 func TestFinishRecordsCheckpointAttempt(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)
@@ -83,6 +84,7 @@ func sealedHeader(attempt int64) string {
 // checkpoint_attempt read from its envelope; a checkpoint that is not a
 // readable envelope gets 0, which no envelope matches (it fails closed).
 func TestMigrateV3BackfillsCheckpointAttempt(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path, db := sqliteAtVersion(t, 2)
 	atLimit := sealedHeader(7)

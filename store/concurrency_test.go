@@ -13,6 +13,7 @@ import (
 // read-then-write transaction waits for the other writer (busy_timeout)
 // instead of failing with SQLITE_BUSY on lock upgrade.
 func TestTwoStoresOneFile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "taskhost.db")
 	var stores []*Store
@@ -80,6 +81,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 // writer commits: every read sees a committed state (steps used equals the
 // number of attempts), never a half-written one.
 func TestConcurrentReadersAndWriter(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

@@ -49,6 +49,7 @@ func fullTask(t *testing.T, s *Store, principal, id string) {
 }
 
 func TestDeleteTaskRemovesEveryRow(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		fullTask(t, s, "alice", "t1")
@@ -69,6 +70,7 @@ func TestDeleteTaskRemovesEveryRow(t *testing.T) {
 }
 
 func TestDeleteTaskRefusals(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		for _, tc := range []struct {
 			name      string
@@ -106,6 +108,7 @@ func TestDeleteTaskRefusals(t *testing.T) {
 }
 
 func TestDeleteFinishedBefore(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

@@ -53,6 +53,7 @@ func (g *fsyncGate) let(err error) {
 // both the step's caller and a reader of the task wait, and both see the
 // step once it is released.
 func TestFullStepAndReadWaitForFsync(t *testing.T) {
+	t.Parallel()
 	s := openFull(t)
 	ctx := context.Background()
 	task, a := claimedTask(t, s, "alice", "t")
@@ -103,6 +104,7 @@ func TestFullStepAndReadWaitForFsync(t *testing.T) {
 // commit meanwhile: 16 tasks stepping at once, every fsync held until all
 // 16 have committed, take maxFlushes+1 fsyncs between them.
 func TestFullStepsShareFsyncs(t *testing.T) {
+	t.Parallel()
 	s := openFull(t)
 	ctx := context.Background()
 	const k = 16
@@ -153,6 +155,7 @@ func TestFullStepsShareFsyncs(t *testing.T) {
 // pages it could not write, so no later fsync proves them on disk. A
 // reopened store works again.
 func TestFullFsyncFailureIsSticky(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "taskhost.db")
 	s, err := Open(ctx, path, Options{})

@@ -15,6 +15,7 @@ import (
 // parameters out of order, must bind alike on both engines, prepared or
 // not.
 func TestDollarParamsBindByNumber(t *testing.T) {
+	t.Parallel()
 	const q = `SELECT CAST($3 AS TEXT), CAST($1 AS TEXT), CAST($3 AS TEXT), CAST($2 AS BIGINT) + CAST($2 AS BIGINT)`
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
@@ -44,6 +45,7 @@ func TestDollarParamsBindByNumber(t *testing.T) {
 // and holds no text of the other's: no INDEXED BY, max or min of two
 // arguments on PostgreSQL, no greatest or least on SQLite.
 func TestEngineSQLIsItsEngines(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		q      engineSQL
@@ -71,6 +73,7 @@ func TestEngineSQLIsItsEngines(t *testing.T) {
 // on either engine, is written with "$N" parameters — none with SQLite's
 // "?", which PostgreSQL would refuse, since nothing rewrites them.
 func TestStatementsUseDollarParams(t *testing.T) {
+	t.Parallel()
 	for name, q := range map[string]engineSQL{"sqlite": sqliteSQL(), "postgres": pgSQL()} {
 		for _, stmt := range writeQueries(q) {
 			if strings.Contains(stmt, "?") {

@@ -76,6 +76,7 @@ func stepTo(t *testing.T, s *Store, run int64, a Attempt, total int64) Attempt {
 // trim too — and after each requires its events_stored to equal the events
 // it holds, and the log to be within its bound.
 func TestEventsCountedOnEveryWrite(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		const limit = 10
 		ctx := context.Background()
@@ -159,6 +160,7 @@ func TestEventsCountedOnEveryWrite(t *testing.T) {
 // is not trimmed; one event more trims it to exactly the newest
 // EventsPerTask, by seq, and the counter follows.
 func TestEventTrimBound(t *testing.T) {
+	t.Parallel()
 	const limit = 10
 	tests := []struct {
 		name  string
@@ -209,6 +211,7 @@ func TestEventTrimBound(t *testing.T) {
 // task row was counted: the refused member's count is rolled back with its
 // savepoint, the others' trims and counts stand.
 func TestGroupCommitTrimKeepsCounts(t *testing.T) {
+	t.Parallel()
 	const limit = 10
 	ctx := context.Background()
 	commits := new(atomic.Int64)
@@ -315,6 +318,7 @@ func wantMigratedCounts(t *testing.T, s *Store) {
 // TestMigrateCountsEvents: a SQLite store at v5 migrates to counts equal to
 // each task's events.
 func TestMigrateCountsEvents(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path, db := sqliteAtVersion(t, 5)
 	fillOldStore(t, db)
@@ -330,6 +334,7 @@ func TestMigrateCountsEvents(t *testing.T) {
 // TestPostgresMigrateCountsEvents: a PostgreSQL store at v2 migrates to
 // counts equal to each task's events.
 func TestPostgresMigrateCountsEvents(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := testpg.DSN(t)
 	db := openPGDB(t, dsn)
@@ -348,6 +353,7 @@ func TestPostgresMigrateCountsEvents(t *testing.T) {
 // TestEventTrimSlackDocumented: the bound the package doc and the operator
 // docs state is the one the step path keeps.
 func TestEventTrimSlackDocumented(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ file, text string }{
 		{"doc.go", fmt.Sprintf("holds at most EventsPerTask+%d.", eventTrimSlack)},
 		{"../docs/configuration.md", fmt.Sprintf("by up to %d events", eventTrimSlack)},

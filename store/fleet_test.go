@@ -90,6 +90,7 @@ func lostEvents(t Task) []NewEvent { return []NewEvent{{Type: "task.interrupted"
 // the lease, not a moment before. The attempt, the effect in flight and the
 // pending approval are settled as a crash's would be.
 func TestSweepLostHost(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		clock, hs := openFleet("host-a", "host-b")
@@ -225,6 +226,7 @@ func TestSweepClosesAttemptsOfLeftRuns(t *testing.T) {
 // TestSweepCancelsApproval: a task waiting for an approval on a lost host
 // is interrupted and its approval can no longer be approved.
 func TestSweepCancelsApproval(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		clock, hs := openFleet("host-a", "host-b")
@@ -255,6 +257,7 @@ func TestSweepCancelsApproval(t *testing.T) {
 // B: run 2), every write A can still make for run 1 is refused as fenced,
 // and nothing of B's run changes.
 func TestStaleEpochRefused(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		clock, hs := openFleet("host-a", "host-b")
@@ -343,6 +346,7 @@ func TestStaleEpochRefused(t *testing.T) {
 // interrupted in A's own run: A's late finish is refused (the attempt was
 // closed by the sweep) and changes nothing.
 func TestLateWriteBeforeTakeover(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		clock, hs := openFleet("host-a", "host-b")
@@ -375,6 +379,7 @@ func TestLateWriteBeforeTakeover(t *testing.T) {
 // hosts race to resume one: each task is taken exactly once, and resumed by
 // exactly one host, whose lease it then carries.
 func TestRacingTakeovers(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		const rounds = 30
@@ -444,6 +449,7 @@ func TestRacingTakeovers(t *testing.T) {
 // TestRecoverOnlyOwnLeases: a host restarting under its id interrupts its
 // own live tasks (host_restart), never another live host's.
 func TestRecoverOnlyOwnLeases(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		_, hs := openFleet("host-a", "host-b")
@@ -469,6 +475,7 @@ func TestRecoverOnlyOwnLeases(t *testing.T) {
 // TestSweepBound: one sweep takes at most MaxSweep tasks; the next takes
 // the rest.
 func TestSweepBound(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		clock, hs := openFleet("host-a", "host-b")
@@ -492,6 +499,7 @@ func TestSweepBound(t *testing.T) {
 }
 
 func TestHostIDBounds(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		id string
 		ok bool
@@ -521,6 +529,7 @@ func TestHostIDBounds(t *testing.T) {
 }
 
 func TestHostHeartbeat(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t, func(o *Options) { o.HostID = "solo" })
 	if err := s.HeartbeatHost(ctx); !errors.Is(err, ErrNotFound) {
@@ -542,6 +551,7 @@ func TestHostHeartbeat(t *testing.T) {
 }
 
 func TestNotifyOnSQLite(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, func(o *Options) { o.HostID = "solo" })
 	if s.CanNotify() {
 		t.Fatal("SQLite claims notifications")
@@ -557,6 +567,7 @@ func TestNotifyOnSQLite(t *testing.T) {
 // TestNotifyReachesOnlyItsHost: on PostgreSQL a notification wakes the host
 // it names and no other; a bad host id is refused.
 func TestNotifyReachesOnlyItsHost(t *testing.T) {
+	t.Parallel()
 	_, hs := openFleet(t, "postgres", "host-a", "host-b", "host-c")
 	a, b, c := hs[0], hs[1], hs[2]
 	ctx, cancel := context.WithCancel(context.Background())
@@ -599,6 +610,7 @@ func TestNotifyReachesOnlyItsHost(t *testing.T) {
 // heartbeat interval, but never more than has passed since the task's row
 // was last written, and never past the limit.
 func TestSweepChargeBoundedByElapsed(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		clock, hs := openFleet("host-a", "host-b")
@@ -630,6 +642,7 @@ func TestSweepChargeBoundedByElapsed(t *testing.T) {
 // PoolOptions.IdleInTxTimeout, so a later sweep of a live host takes the
 // task over, and the paused transaction can no longer commit.
 func TestPausedHostReleasesRowLocks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := testpg.DSN(t)
 	clock := &fleetClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
@@ -687,6 +700,7 @@ func TestPausedHostReleasesRowLocks(t *testing.T) {
 }
 
 func TestPoolOptionsIdleInTxTimeout(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in      time.Duration
 		want    time.Duration
@@ -711,6 +725,7 @@ func TestPoolOptionsIdleInTxTimeout(t *testing.T) {
 // running and waiting_approval, not pending, finished or swept ones — and
 // the list stops at its limit, saying there is more.
 func TestHostLoads(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		_, hs := openFleet("host-a", "host-b", "host-c")

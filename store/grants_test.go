@@ -14,6 +14,7 @@ import (
 // is taken and one past refused; an approval that gates no tool effect is
 // refused; a task holds at most MaxTaskGrants of them.
 func TestGrantApproval(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

@@ -139,6 +139,7 @@ func wantStepped(t *testing.T, s *Store, id string, r stepResult) {
 // Two steps queued behind a running group share one commit, and both are
 // stored.
 func TestGroupCommitSharesOneCommit(t *testing.T) {
+	t.Parallel()
 	s, commits := openCounted(t)
 	ctx := context.Background()
 	tl, al := claimedTask(t, s, "alice", "lead")
@@ -168,6 +169,7 @@ func TestGroupCommitSharesOneCommit(t *testing.T) {
 // caller whose context is cancelled after it queued is stored too, and
 // one cancelled before it queued never joins.
 func TestGroupCommitMemberRefused(t *testing.T) {
+	t.Parallel()
 	big := []byte(`{"pad":"` + strings.Repeat("x", DefaultLimits().EventPayload) + `"}`)
 	tests := []struct {
 		name   string
@@ -265,6 +267,7 @@ func TestGroupCommitMemberRefused(t *testing.T) {
 // SQLite does after some I/O errors — no member is reported stored from
 // it: each runs again alone, and a step is stored exactly once.
 func TestGroupCommitLostTransactionRetriesAlone(t *testing.T) {
+	t.Parallel()
 	for _, killerFirst := range []bool{true, false} {
 		for _, killerErr := range []error{nil, errors.New("refused after the rollback")} {
 			t.Run(fmt.Sprintf("killer first %v, returns %v", killerFirst, killerErr), func(t *testing.T) {
@@ -320,6 +323,7 @@ func TestGroupCommitLostTransactionRetriesAlone(t *testing.T) {
 // *UnavailableError and none is half-written; once space is back the same
 // steps are stored.
 func TestGroupCommitFullDisk(t *testing.T) {
+	t.Parallel()
 	dir := testfs.MountTmpfs(t, t.TempDir(), 4<<20)
 	commits := new(atomic.Int64)
 	s, err := Open(context.Background(), filepath.Join(dir, "taskhost.db"), Options{
@@ -379,6 +383,7 @@ func TestGroupCommitFullDisk(t *testing.T) {
 // A group holds at most maxGroup members: maxGroup queued callers share
 // one commit, and one more waits for the next.
 func TestGroupCommitBound(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		queued int
 		sizes  []int
@@ -417,6 +422,7 @@ func TestGroupCommitBound(t *testing.T) {
 // Many tasks stepping at once, beside other writes, each store every step
 // exactly once (run with -race).
 func TestGroupCommitConcurrentSteps(t *testing.T) {
+	t.Parallel()
 	s, _ := openCounted(t)
 	ctx := context.Background()
 	const tasks, steps = 8, 12
@@ -464,6 +470,7 @@ func TestGroupCommitConcurrentSteps(t *testing.T) {
 // its own SERIALIZABLE transaction, and a read-only store refuses writes
 // before any queue.
 func TestGroupCommitOnlyOnWritableSQLite(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "taskhost.db")
 	s, err := Open(context.Background(), path, Options{Synchronous: "NORMAL"})
 	if err != nil {

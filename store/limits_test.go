@@ -16,6 +16,7 @@ func jsonOfSize(n int) []byte {
 }
 
 func TestDefaultLimits(t *testing.T) {
+	t.Parallel()
 	want := Limits{Spec: 16384, Summary: 2000, Message: 2000, Checkpoint: 256*1024 + 4*1024,
 		Result: 64 * 1024, EventPayload: 1024, EventsPerTask: 500, StderrTail: 4096,
 		WorkspaceBytes: 64 << 20, WorkspaceFiles: 65536}
@@ -30,6 +31,7 @@ func TestDefaultLimits(t *testing.T) {
 // TestFieldLimits stores every bounded field at its limit (accepted) and one
 // byte past it (a *LimitError naming the field, nothing written).
 func TestFieldLimits(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -130,6 +132,7 @@ func TestFieldLimits(t *testing.T) {
 
 // TestConfiguredLimits checks that Options.Limits replaces the defaults.
 func TestConfiguredLimits(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t, func(o *Options) { o.Limits = Limits{Summary: 10, EventsPerTask: 3} })
 		task, a := claimedTask(t, s, "p", "t")
@@ -151,6 +154,7 @@ func TestConfiguredLimits(t *testing.T) {
 }
 
 func TestEventRetention(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -197,6 +201,7 @@ func TestEventRetention(t *testing.T) {
 }
 
 func TestEventPayloads(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

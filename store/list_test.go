@@ -15,6 +15,7 @@ import (
 // TestListOrderAndPaging lists in creation order — by Seq, not by time: the
 // clock here runs backwards — and pages through with AfterSeq.
 func TestListOrderAndPaging(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		var mu sync.Mutex
 		clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -94,6 +95,7 @@ func TestListOrderAndPaging(t *testing.T) {
 }
 
 func TestListLimits(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -124,6 +126,7 @@ func ids(ts []Task) []string {
 // even when a listed task changes status between pages; the filters and
 // CountTasks agree.
 func TestListOrdersFiltersAndCount(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	tick := func() time.Time {
@@ -259,6 +262,7 @@ func BenchmarkListPage(b *testing.B) {
 // principal, with the filters still applied, on both engines (the
 // principal-free WHERE must be one PostgreSQL takes: it refuses "WHERE 1").
 func TestListAllPrincipals(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

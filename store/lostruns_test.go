@@ -13,6 +13,7 @@ import (
 // effect in flight becomes indeterminate and its approval is cancelled, as
 // a crash's would be, in one transaction with its events.
 func TestInterruptLostRuns(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		_, hs := openFleet("host-a", "host-b")
@@ -75,6 +76,7 @@ func TestInterruptLostRuns(t *testing.T) {
 
 // InterruptRuns refuses what it cannot do before touching the store.
 func TestInterruptRunsRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	ctx := context.Background()
 	if _, err := s.InterruptRuns(ctx, nil, Reason("nope"), "", 0, nil); err == nil {

@@ -15,6 +15,7 @@ import (
 // 1, 2, 3, ... each with statements, and the Go steps at the versions
 // they complete.
 func TestMigrationFiles(t *testing.T) {
+	t.Parallel()
 	for _, list := range [][]migration{sqliteMigrations(), pgMigrations()} {
 		for i, m := range list {
 			if m.version != i+1 || m.name == "" || len(m.stmts) == 0 {
@@ -36,6 +37,7 @@ func TestMigrationFiles(t *testing.T) {
 // versions, a misnamed file, a statement without its ";", a Go step
 // without a file.
 func TestLoadMigrationsRefuses(t *testing.T) {
+	t.Parallel()
 	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 	tests := []struct {
 		name  string
@@ -70,6 +72,7 @@ func TestLoadMigrationsRefuses(t *testing.T) {
 // older tasks are the Go constants the host reads as "never asked for
 // less".
 func TestUnbudgetedDefaults(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	for col, want := range map[string]int64{"model_tokens_limit": UnbudgetedModelTokens, "output_bytes_limit": UnbudgetedOutputBytes} {
 		var got int64
@@ -114,6 +117,7 @@ func schemaOf(t *testing.T, path string) (objs []schemaObject, version, appID in
 // (0 = empty) with only the first k migrations, opens it, and requires the
 // result to be exactly the schema of a fresh store.
 func TestMigrateFromEveryVersion(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	fresh := filepath.Join(t.TempDir(), "fresh.db")
 	s, err := Open(ctx, fresh, Options{})
@@ -152,6 +156,7 @@ func TestMigrateFromEveryVersion(t *testing.T) {
 // TestMigrateIsIdempotent re-applies every migration to a current file:
 // each sees its version already recorded and does nothing.
 func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	if err := migrate(context.Background(), s.w, schemaVersion()); err != nil {
 		t.Fatal(err)

@@ -107,6 +107,7 @@ func crashImage(t *testing.T, dir string, stmts ...string) string {
 // with an *OpenError that names the file or directory and says what to do,
 // and the file's bytes are left exactly as they were.
 func TestOpenFaults(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// setup returns the path to open.
@@ -245,6 +246,7 @@ func TestOpenFaults(t *testing.T) {
 }
 
 func TestOpenReadOnly(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := makeStore(t, dir)
@@ -292,6 +294,7 @@ func TestOpenReadOnly(t *testing.T) {
 // TestOpenExisting reopens a store: data survives, and a store file created
 // by Open is private to its owner.
 func TestOpenExisting(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := makeStore(t, t.TempDir())
 	fi, err := os.Stat(path)
@@ -335,6 +338,7 @@ func TestOpenExisting(t *testing.T) {
 // TestSQLiteReadOnlyError maps SQLite's own read-only refusal (here: the
 // file became read-only under an open store) to ErrReadOnly.
 func TestSQLiteReadOnlyError(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	createTask(t, s, "p", "t")
 	// query_only makes SQLite refuse writes with SQLITE_READONLY, as a file

@@ -27,6 +27,7 @@ func params(q string) int {
 // and the listings, are index searches: none may scan a whole table, whose
 // size grows with the store's history.
 func TestQueryPlans(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	queries := append(writeQueries(sqliteSQL()), qTaskExists, qEvents,
 		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,

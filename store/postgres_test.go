@@ -19,6 +19,7 @@ import (
 )
 
 func TestCleanText(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"", ""},
 		{"plain ünïcode ✓", "plain ünïcode ✓"},
@@ -39,6 +40,7 @@ func TestCleanText(t *testing.T) {
 // full of bytes PostgreSQL's text refuses: the step's outcome is recorded,
 // cleaned, at the same length. One byte past the limit is refused first.
 func TestPostgresKeepsBadTextWithinLimit(t *testing.T) {
+	t.Parallel()
 	s := openPostgres(t)
 	ctx := context.Background()
 	task, a := claimedTask(t, s, "p", "t")
@@ -64,6 +66,7 @@ func TestPostgresKeepsBadTextWithinLimit(t *testing.T) {
 // exactly one resume wins, the loser gets a *TransitionError, and the run
 // advances once.
 func TestPostgresTwoHostsRace(t *testing.T) {
+	t.Parallel()
 	dsn := testpg.DSN(t)
 	ctx := context.Background()
 	a, b := openPGStore(t, dsn), openPGStore(t, dsn)
@@ -116,6 +119,7 @@ func TestPostgresTwoHostsRace(t *testing.T) {
 // database at once, and refuses a newer schema and another application's
 // tables without touching them.
 func TestPostgresMigrations(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	latest := pgSchemaVersion()
 	version := func(t *testing.T, s *Store) (max, rows int) {
@@ -214,6 +218,7 @@ func TestPostgresMigrations(t *testing.T) {
 // that is not there, a missing database and bad pool bounds are each an
 // *OpenError that says what to do and never repeats a password.
 func TestPostgresOpenErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -253,6 +258,7 @@ func TestPostgresOpenErrors(t *testing.T) {
 // TestPostgresErrorClasses checks how PostgreSQL's failures become the
 // store's typed errors, which the runner branches on.
 func TestPostgresErrorClasses(t *testing.T) {
+	t.Parallel()
 	d := pgDialect{}
 	tests := []struct {
 		code       string
@@ -324,6 +330,7 @@ func openPGStore(t *testing.T, dsn string) *Store {
 }
 
 func TestPostgresBackupRefused(t *testing.T) {
+	t.Parallel()
 	s := openPostgres(t)
 	err := s.Backup(context.Background(), t.TempDir()+"/copy.db")
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "pg_dump") {
@@ -337,6 +344,7 @@ func TestPostgresBackupRefused(t *testing.T) {
 // table that grows with the store's history. Generic plans, so that no
 // parameter value is folded into the plan.
 func TestPostgresQueryPlans(t *testing.T) {
+	t.Parallel()
 	s := openPostgres(t)
 	ctx := context.Background()
 	conn, err := s.r.Conn(ctx)
@@ -389,6 +397,7 @@ func TestPostgresQueryPlans(t *testing.T) {
 // cursor: the watcher sees every event, because a task's events commit in
 // the order of their numbers.
 func TestPostgresWatcherMissesNoEvent(t *testing.T) {
+	t.Parallel()
 	dsn := testpg.DSN(t)
 	ctx := context.Background()
 	a, b := openPGStore(t, dsn), openPGStore(t, dsn)
@@ -442,6 +451,7 @@ func TestPostgresWatcherMissesNoEvent(t *testing.T) {
 }
 
 func TestPostgresBindKeepsCallerArgs(t *testing.T) {
+	t.Parallel()
 	args := []any{"ok", "nul\x00", int64(7), []byte("\x00")}
 	got := (pgDialect{}).bind(args)
 	if args[1] != "nul\x00" {
@@ -458,6 +468,7 @@ func TestPostgresBindKeepsCallerArgs(t *testing.T) {
 // never another error, which would fail the task — and writes succeed
 // again on new connections.
 func TestPostgresServerDropsConnections(t *testing.T) {
+	t.Parallel()
 	dsn := testpg.DSN(t)
 	ctx := context.Background()
 	s := openPGStore(t, dsn)
@@ -507,6 +518,7 @@ func (c countingConn) Write(p []byte) (int, error) {
 // claim, their events — is one round trip to the server (pgStep), at
 // most 3; and it stores what the general path stores.
 func TestPostgresStepRoundTrips(t *testing.T) {
+	t.Parallel()
 	var writes atomic.Int64
 	s := openPostgres(t, func(o *Options) {
 		o.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -14,6 +14,7 @@ import (
 // tries every per-task call across principals: each must fail exactly like a
 // call on an id that does not exist, and change nothing.
 func TestPrincipalIsolation(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		const perPrincipal = 8
 		s := open(t)

@@ -16,6 +16,7 @@ func queueTask(id string) NewTask {
 // TestQueueBound admits exactly limit pending tasks: the one past the
 // bound is a *QueueFullError naming the bound, and writes nothing.
 func TestQueueBound(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)
@@ -62,6 +63,7 @@ func TestQueueBound(t *testing.T) {
 // TestQueueOrder is FIFO: creation order, and a resumed task at the tail;
 // positions follow it, and a started task leaves the queue.
 func TestQueueOrder(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)
@@ -120,6 +122,7 @@ func queuedIDs(t *testing.T, s *Store) []string {
 
 // TestQueuePinned: a task held for one host is not offered to another.
 func TestQueuePinned(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := t.TempDir() + "/q.db"
 	a, err := Open(ctx, path, Options{Synchronous: "NORMAL", HostID: "h-a"})
@@ -149,6 +152,7 @@ func TestQueuePinned(t *testing.T) {
 // TestQueueBoundRace: admissions racing for the last places never pass
 // the bound, on either engine.
 func TestQueueBoundRace(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)

@@ -12,6 +12,7 @@ import (
 // on the same task, many times: whichever commits first wins, the other gets
 // a typed conflict, and the task ends as exactly one of the two.
 func TestCancelRacesComplete(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		const rounds = 1000
 		s := open(t)

@@ -116,6 +116,7 @@ func oneWinner(t *testing.T, round int, what string, errA, errB error) (aWon boo
 // run at once (a duplicated delivery, a host that thinks it still owns the
 // run): one outcome is stored, once.
 func TestPostgresRCFinishRace(t *testing.T) {
+	t.Parallel()
 	_, hs, _ := pgHosts(t, "host-a", "host-b")
 	ctx := context.Background()
 	for i := range rcRounds {
@@ -148,6 +149,7 @@ func TestPostgresRCFinishRace(t *testing.T) {
 // TestPostgresRCClaimRace: two claims of the next attempt of one run at
 // once: one attempt row, one step charged.
 func TestPostgresRCClaimRace(t *testing.T) {
+	t.Parallel()
 	_, hs, _ := pgHosts(t, "host-a", "host-b")
 	ctx := context.Background()
 	for i := range rcRounds {
@@ -178,6 +180,7 @@ func TestPostgresRCClaimRace(t *testing.T) {
 // the sweep takes nothing, or the sweep takes the task and the finish is
 // fenced — never both, never neither.
 func TestPostgresRCSweepVersusFinish(t *testing.T) {
+	t.Parallel()
 	clock, hs, _ := pgHosts(t, "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	ctx := context.Background()
@@ -233,6 +236,7 @@ func TestPostgresRCSweepVersusFinish(t *testing.T) {
 // rejection of the task's pending approval through another, at once: the
 // task and its approval end one way, together.
 func TestPostgresRCCancelVersusReject(t *testing.T) {
+	t.Parallel()
 	_, hs, _ := pgHosts(t, "host-a", "host-b")
 	ctx := context.Background()
 	for i := range rcRounds {
@@ -278,6 +282,7 @@ func TestPostgresRCCancelVersusReject(t *testing.T) {
 // each once, in order — events are numbered under the task's lock, so they
 // commit in the order of their numbers.
 func TestPostgresRCEventOrder(t *testing.T) {
+	t.Parallel()
 	_, hs, _ := pgHosts(t, "host-a", "host-b")
 	ctx := context.Background()
 	task := runningTask(t, hs[0], "p", "ev")
@@ -340,6 +345,7 @@ func TestPostgresRCEventOrder(t *testing.T) {
 // commits at once, on its own connection, and a sweep in progress holding
 // its candidates' locks does not delay it either.
 func TestPostgresHeartbeatOwnConnection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, err := OpenPostgres(ctx, testpg.DSN(t), Options{HostID: "host-a"}, PoolOptions{MaxOpenConns: 2})
 	if err != nil {
@@ -388,6 +394,7 @@ func TestPostgresHeartbeatOwnConnection(t *testing.T) {
 // retry, where database/sql has not already replaced the connection —
 // instead of refusing it as unavailable.
 func TestPostgresWriteSurvivesTerminatedBackends(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := testpg.DSN(t)
 	rc := &retryCount{by: map[string]int{}}
@@ -448,6 +455,7 @@ func TestPostgresWriteSurvivesTerminatedBackends(t *testing.T) {
 // finished tasks at once: every task is deleted exactly once, by one of
 // them, and neither fails because the other got there first.
 func TestPostgresRCRetentionRace(t *testing.T) {
+	t.Parallel()
 	clock, hs, _ := pgHosts(t, "host-a", "host-b")
 	ctx := context.Background()
 	const n = 30
@@ -488,6 +496,7 @@ func TestPostgresRCRetentionRace(t *testing.T) {
 // TestLoseOwnRun: a host ends a run it stopped itself as a sweep would —
 // once, and never a run it no longer holds.
 func TestLoseOwnRun(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		_, hs := openFleet("host-a", "host-b")
@@ -529,6 +538,7 @@ func TestLoseOwnRun(t *testing.T) {
 // once that host ends the run it stopped: no sweep takes a cancelled task,
 // and the fenced runner itself wrote nothing.
 func TestLoseOwnRunAfterRemoteCancel(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, openFleet fleetOpen) {
 		ctx := context.Background()
 		_, hs := openFleet("host-a", "host-b")
@@ -568,6 +578,7 @@ func TestLoseOwnRunAfterRemoteCancel(t *testing.T) {
 // fresh connection), and where the server stays gone it is unavailable,
 // never an untyped error the API would call internal.
 func TestPostgresReadSurvivesTerminatedBackends(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := testpg.DSN(t)
 	s, err := OpenPostgres(ctx, dsn, Options{HostID: "host-a"}, PoolOptions{MaxIdleConns: 4})

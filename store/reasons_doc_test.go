@@ -10,6 +10,7 @@ import (
 // reason code of the closed set, and names no task reason the store does
 // not know.
 func TestReasonsDocumented(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../docs/reasons.md")
 	if err != nil {
 		t.Skipf("docs not beside the package: %v", err)

@@ -58,6 +58,7 @@ func forceTo(t *testing.T, s *Store, task Task, st Status) Task {
 }
 
 func TestRecover(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		for _, tc := range []struct {
 			name   string
@@ -154,6 +155,7 @@ func TestRecover(t *testing.T) {
 // TestRecoverRefusesBadEvents checks that recovery is all-or-nothing: an
 // event that breaks a limit rolls back every change.
 func TestRecoverRefusesBadEvents(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		tasks := recoverFixture(t, s)
@@ -177,6 +179,7 @@ func TestRecoverRefusesBadEvents(t *testing.T) {
 // SQLite-only: it copies the store's files (PostgreSQL's equivalent is the
 // host-level restart test).
 func TestRecoverAfterKillSQLite(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t)
 	task, a := claimedTask(t, s, "p", "t")

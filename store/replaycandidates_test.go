@@ -11,6 +11,7 @@ import (
 // (it repeats one of them), not an unsettled or unreplayable one, not an
 // approval, not the attempt's own, and nothing once an attempt commits.
 func TestReplayCandidates(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

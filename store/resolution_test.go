@@ -58,6 +58,7 @@ func finishThenClaim(t *testing.T, s *Store, task Task, number int64) Attempt {
 // every later attempt — after a completed one too — and in a later run,
 // until it is resolved; a resolution is a compare-and-set with its event.
 func TestUnsettledEffectOutlivesAttemptsAndRuns(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -149,6 +150,7 @@ func TestUnsettledEffectOutlivesAttemptsAndRuns(t *testing.T) {
 // completion; one observed with a kept result never is, even once a
 // completion dropped the result. An approval's id resolves it.
 func TestObservedUnreplayableEffects(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -192,6 +194,7 @@ func TestObservedUnreplayableEffects(t *testing.T) {
 // unsettled, and an observed one without its result only after the task's
 // last completed attempt; nothing else.
 func TestMigrateEffectResolutions(t *testing.T) {
+	t.Parallel()
 	check := func(t *testing.T, s *Store) {
 		t.Helper()
 		hist, err := s.UnsettledHistory(context.Background(), "p", "t")
@@ -274,6 +277,7 @@ func fillOldEffects(t *testing.T, db *sql.DB) {
 // The lists of unsettled effects hold at most 100 (at and past the bound),
 // and the gate finds a call's own effect whatever the list shows.
 func TestUnsettledListsBounded(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

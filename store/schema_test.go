@@ -155,6 +155,7 @@ func pgSchema(t *testing.T, db *sql.DB) string {
 // TestSchemaSQLite pins the schema a fresh SQLite store ends with, and
 // requires a file at every earlier version to migrate to exactly it.
 func TestSchemaSQLite(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	fresh := filepath.Join(t.TempDir(), "fresh.db")
 	s, err := Open(ctx, fresh, Options{})
@@ -184,6 +185,7 @@ func TestSchemaSQLite(t *testing.T) {
 // and requires a database at every earlier version to migrate to exactly
 // it.
 func TestSchemaPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := testpg.DSN(t)
 	openPGStore(t, dsn)
@@ -209,6 +211,7 @@ func TestSchemaPostgres(t *testing.T) {
 // indexes and identity sequences, and nothing else: no function, type,
 // view or operator of ours lands in a schema the user may share.
 func TestPostgresSchemaHoldsOnlyTables(t *testing.T) {
+	t.Parallel()
 	dsn := testpg.DSN(t)
 	openPGStore(t, dsn)
 	db := openPGDB(t, dsn)

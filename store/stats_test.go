@@ -11,6 +11,7 @@ import (
 // completed, failed and still run, and a pending approval; a closed store
 // fails the read instead of reporting zeros.
 func TestStats(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
 		s := open(t)
@@ -79,6 +80,7 @@ func TestStats(t *testing.T) {
 
 // ObserveCommit sees every committed write and no refused one.
 func TestObserveCommit(t *testing.T) {
+	t.Parallel()
 	var commits []time.Duration
 	s := openTest(t, func(o *Options) { o.ObserveCommit = func(d time.Duration) { commits = append(commits, d) } })
 	createTask(t, s, "alice", "t_one")

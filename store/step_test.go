@@ -40,6 +40,7 @@ func observedResult(t *testing.T, s *Store, run, a int64) {
 // statements) only when the task's count passes its limit by more than
 // eventTrimSlack. Each step's effects on the store are checked too.
 func TestStepStatements(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// prepare runs before the counted step of attempt a.
@@ -123,6 +124,7 @@ func TestStepStatements(t *testing.T) {
 // its attempts and its events exactly as they were, with the error of the
 // general path.
 func TestStepRefusalsWriteNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
 		name   string
@@ -163,6 +165,7 @@ func TestStepRefusalsWriteNothing(t *testing.T) {
 // interrupted in an earlier run are replayed by the next run's attempt and
 // dropped when that attempt's outcome commits.
 func TestStepDropsResultsOfAnEarlierRun(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t)
 	task, a1 := claimedTask(t, s, "p", "t")
@@ -199,6 +202,7 @@ func TestStepDropsResultsOfAnEarlierRun(t *testing.T) {
 // EventsPerTask; whatever it keeps is the newest of all it wrote, and the
 // count is right after every step.
 func TestStepEventRetention(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const keep = 10
 	const steps = 3 * (eventTrimSlack/2 + 1)

@@ -20,6 +20,7 @@ var designTable = map[Status][]Status{
 }
 
 func TestLegalMatchesDesign(t *testing.T) {
+	t.Parallel()
 	for _, from := range allStatuses {
 		for _, to := range allStatuses {
 			want := false
@@ -62,6 +63,7 @@ func taskIn(t *testing.T, s *Store, principal, id string, st Status) Task {
 }
 
 func TestTransitionEveryPair(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -110,6 +112,7 @@ func TestTransitionEveryPair(t *testing.T) {
 // contain their actual status: the compare-and-set must miss, report the
 // current status, and change nothing.
 func TestTransitionCASMiss(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -146,6 +149,7 @@ func TestTransitionCASMiss(t *testing.T) {
 }
 
 func TestTransitionInvalidArguments(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -182,6 +186,7 @@ func TestTransitionInvalidArguments(t *testing.T) {
 }
 
 func TestStartRunAndResume(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()
@@ -232,6 +237,7 @@ func TestStartRunAndResume(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	forDrivers(t, func(t *testing.T, open opener) {
 		s := open(t)
 		ctx := context.Background()

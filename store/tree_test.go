@@ -54,6 +54,7 @@ func settle(t *testing.T, s *Store) []Task {
 // A delegation is charged to its running parent, bounded by depth, by the
 // tree's size and by what the parent has left; each refusal writes nothing.
 func TestCreateChildBounds(t *testing.T) {
+	t.Parallel()
 	treeEngines(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		root := runningTask(t, s, "p", "root")
@@ -113,6 +114,7 @@ func TestCreateChildBounds(t *testing.T) {
 // interruption takes the blocked parent down with it, and only ResumeTree
 // brings the tree back, refusing a child whose parent is down.
 func TestSettleTrees(t *testing.T) {
+	t.Parallel()
 	treeEngines(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		root := runningTask(t, s, "p", "root")
@@ -214,6 +216,7 @@ func TestSettleTrees(t *testing.T) {
 // transaction: the rows, their order and the sequence survive, and the new
 // status is accepted.
 func TestTreeMigrationKeepsTasks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path, db := sqliteAtVersion(t, 9)
 	var ids []string
@@ -263,6 +266,7 @@ func TestTreeMigrationKeepsTasks(t *testing.T) {
 // other children and wakes when they have ended. One that ends while the
 // parent waits does.
 func TestSettleTreesChildEndedBeforeBlock(t *testing.T) {
+	t.Parallel()
 	treeEngines(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		root := runningTask(t, s, "p", "root")

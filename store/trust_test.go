@@ -59,6 +59,7 @@ func treeState(t *testing.T, root string) map[string]string {
 // it was; a read-only open refuses a symlinked store file but reads another
 // uid's store (taskhost inspect run by an operator).
 func TestOpenRefusesUntrustedFiles(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: files of another uid are made with chown")
 	}

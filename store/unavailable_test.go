@@ -14,6 +14,7 @@ import (
 // A write on a full disk is refused as a typed, retryable unavailability
 // naming its class; once space is back the same write lands.
 func TestWriteOnFullDiskIsUnavailable(t *testing.T) {
+	t.Parallel()
 	dir := testfs.MountTmpfs(t, t.TempDir(), 4<<20)
 	s, err := Open(context.Background(), filepath.Join(dir, "taskhost.db"), Options{Synchronous: "NORMAL"})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 // Usage adds up by attempt and in all, stays with its principal, refuses a
 // count out of range without writing, and goes with the task.
 func TestModelUsage(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	ctx := context.Background()
 	task := createTask(t, s, "alice", "usage-task")

@@ -48,6 +48,7 @@ func manifest(t *testing.T, s *Store, id string) (Workspace, map[string]string) 
 // outcome, on both the fast and the general path; the totals follow the
 // changes; a task's rows go with it.
 func TestWorkspaceStoredWithStep(t *testing.T) {
+	t.Parallel()
 	wsEngines(t, 1000, 10, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		task, a := claimedTask(t, s, "p", "t")
@@ -119,6 +120,7 @@ func TestWorkspaceStoredWithStep(t *testing.T) {
 // one file past either is refused with an error naming the limit, and
 // nothing of the step is written.
 func TestWorkspaceLimits(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		put   []WorkspaceFile
@@ -171,6 +173,7 @@ func TestWorkspaceLimits(t *testing.T) {
 // TestWorkspaceChangeRefused: paths the store would not give back as
 // given, or that leave the workspace, and a content that is not its size.
 func TestWorkspaceChangeRefused(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	bad := wsFile("a", "abc")
 	bad.Size = 2
