@@ -24,6 +24,7 @@ import (
 // recorded, with who gave it up, in the ledger and the events; a call
 // issued after it is a new call under its tool's policy.
 func TestSeamAbandonEffect(t *testing.T) {
+	t.Parallel()
 	appendLine := `{"path":"log.txt","content":"line\n","append":true}`
 	dir := t.TempDir()
 	s := newSeam(t, seamOptions{dir: dir})

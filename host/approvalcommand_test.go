@@ -15,6 +15,7 @@ import (
 // budget spent — and the executor is told why. Before, approvals showed
 // 512 bytes of commands of up to 8192.
 func TestApprovalShowsTheWholeCommand(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		command string

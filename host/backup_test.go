@@ -48,6 +48,7 @@ func modeOf(t *testing.T, path string) fs.FileMode {
 // data dir up, restore it into a new directory, resume there: it
 // completes, so its checkpoint verified with the restored key.
 func TestBackupRestoreResume(t *testing.T) {
+	t.Parallel()
 	src := testwait.ShortTempDir(t)
 	task := interruptedWithCheckpoint(t, src)
 
@@ -101,6 +102,7 @@ func TestBackupRestoreResume(t *testing.T) {
 }
 
 func TestRestoreRefusals(t *testing.T) {
+	t.Parallel()
 	src := testwait.ShortTempDir(t)
 	interruptedWithCheckpoint(t, src)
 	backup := filepath.Join(testwait.ShortTempDir(t), "backup")
@@ -207,6 +209,7 @@ func listing(t *testing.T, path string) string {
 // data dir and both files are that user's, so that user's daemon trusts
 // them.
 func TestRestoreForAnotherUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to chown")
 	}
@@ -245,6 +248,7 @@ func TestRestoreForAnotherUser(t *testing.T) {
 // the act and the admin are in the task's events before its resume, and
 // the task completes as its owner's.
 func TestAdminResumesAnotherPrincipalsTask(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	task := interruptedWithCheckpoint(t, dir)
 	h := openHost(t, dir, nil)

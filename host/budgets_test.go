@@ -20,6 +20,7 @@ import (
 // provider that reports no usage is estimated at 4 bytes a token, and the
 // estimate is marked.
 func TestTokenAndOutputBudgetsEnforced(t *testing.T) {
+	t.Parallel()
 	reported := `{"content": "ok", "usage": {"prompt_tokens": 30, "completion_tokens": 10}}`
 	// testexec's prompt is "test goal" and "step N": 15 bytes, 4 tokens;
 	// the reply "ok" 1 token.
@@ -81,6 +82,7 @@ func TestTokenAndOutputBudgetsEnforced(t *testing.T) {
 // A budget above its cap, or negative, is refused at creation naming the
 // field; 0 takes the configured default.
 func TestTokenAndOutputLimitsChecked(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", func(c *config.Config) {
 		c.Tasks.MaxModelTokens, c.Tasks.MaxModelTokensCap = 1000, 5000
 		c.Tasks.MaxOutputBytes, c.Tasks.MaxOutputBytesCap = 100, 500

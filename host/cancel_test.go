@@ -15,6 +15,7 @@ import (
 // Cancel reaches the step running inside the plugin through its gRPC
 // context; the task is cancelled and the plugin process is gone.
 func TestCancelReachesRunningStep(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	dir := testwait.PluginDir(t)
 	marker, pidFile := filepath.Join(dir, "cancelled"), filepath.Join(dir, "pid")
@@ -49,6 +50,7 @@ func TestCancelReachesRunningStep(t *testing.T) {
 }
 
 func TestResumeCompletedTaskRefused(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	task := create(t, h, alice, nil, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
@@ -65,6 +67,7 @@ func TestResumeCompletedTaskRefused(t *testing.T) {
 // An executor that ignores its context (and SIGTERM) is still stopped
 // within the grace: its process group is killed.
 func TestExecutorIgnoringContextIsKilled(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	dir := testwait.PluginDir(t)
 	pidFile := filepath.Join(dir, "pid")
@@ -83,6 +86,7 @@ func TestExecutorIgnoringContextIsKilled(t *testing.T) {
 
 // Cancel racing the completion of a step: exactly one wins each time.
 func TestCancelRacesCompletion(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	const rounds = 20
 	for i := range rounds {

@@ -17,6 +17,7 @@ import (
 )
 
 func TestEnvelopeRoundTripAndTamper(t *testing.T) {
+	t.Parallel()
 	s := sealer{key: bytes.Repeat([]byte{7}, 32)}
 	o := owner{TaskID: "t_a", PrincipalID: alice, Executor: "testexec"}
 	env := s.seal(o, 3, plugin.Checkpoint{Schema: "testexec/1", Payload: []byte(`{"done":2}`)})
@@ -63,6 +64,7 @@ func FuzzOpenEnvelope(f *testing.F) {
 
 // A checkpoint envelope copied from task A into task B's row is refused.
 func TestCopiedEnvelopeRefused(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
 	a := create(t, h, alice, map[string]any{"steps": 1}, Limits{})
@@ -90,6 +92,7 @@ func TestCopiedEnvelopeRefused(t *testing.T) {
 }
 
 func TestOversizedCheckpointAndResult(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	limit := h.Runner.set.CheckpointMaxBytes
 	cases := []struct {

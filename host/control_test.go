@@ -16,6 +16,7 @@ import (
 // stops the step inside the plugin; the attempt is interrupted for the
 // pause, and a resume goes on from there.
 func TestPauseRunning(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	ctx := context.Background()
 	dir := testwait.PluginDir(t)
@@ -59,6 +60,7 @@ func TestPauseRunning(t *testing.T) {
 
 // TestPauseQueued: a paused queued task leaves the queue.
 func TestPauseQueued(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	h.Runner.setLimits(1, 0)
 	ctx := context.Background()
@@ -90,6 +92,7 @@ func TestPauseQueued(t *testing.T) {
 // only, with Zara's reasons; an admin's --all-principals acts on every
 // principal's and records itself in each other task's events first.
 func TestBulk(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	h.Runner.setLimits(3, 0)
 	ctx := context.Background()

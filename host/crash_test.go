@@ -16,6 +16,7 @@ import (
 // interrupted task, never a completion; resume continues the same task from
 // its last checkpoint.
 func TestPluginKilledMidStepThenResume(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	dir := testwait.PluginDir(t)
 	pidFile := filepath.Join(dir, "pid")
@@ -63,6 +64,7 @@ func TestPluginKilledMidStepThenResume(t *testing.T) {
 
 // A plugin that exits on its own during a step is a crash too.
 func TestPluginExitsMidStep(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	task := create(t, h, alice, map[string]any{"steps": 2, "exit_at_attempt": 1}, Limits{})
 	task = waitEnd(t, h, alice, task.ID)
@@ -75,6 +77,7 @@ func TestPluginExitsMidStep(t *testing.T) {
 
 // A panic's lines reach the crash record.
 func TestPluginPanicRecorded(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	task := create(t, h, alice, map[string]any{"panic_at_attempt": 1}, Limits{})
 	task = waitEnd(t, h, alice, task.ID)
@@ -87,6 +90,7 @@ func TestPluginPanicRecorded(t *testing.T) {
 
 // A grandchild holding the plugin's stderr must not delay crash detection.
 func TestCrashDetectedDespiteGrandchild(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	dir := testwait.PluginDir(t)
 	pidFile := filepath.Join(dir, "pid")
@@ -100,6 +104,7 @@ func TestCrashDetectedDespiteGrandchild(t *testing.T) {
 // 50 crash → resume cycles: consumed steps and wall time never pass their
 // limits and never go backwards.
 func TestCrashResumeCyclesKeepBudgets(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("50 plugin launches")
 	}

@@ -139,6 +139,7 @@ func mustDo(t *testing.T, errs ...error) {
 // whole tree (and whatever a link points to) is byte for byte, mode for
 // mode, ctime for ctime as it was.
 func TestOpenRefusesUntrustedDataDir(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: files of another uid are made with chown")
 	}
@@ -264,6 +265,7 @@ func TestOpenRefusesUntrustedDataDir(t *testing.T) {
 // left behind, one that serve opened to a group (0710), and a key of mode
 // 0400.
 func TestOpenAcceptsOwnDataDir(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		setup func(t *testing.T, dir string)
@@ -299,6 +301,7 @@ func TestOpenAcceptsOwnDataDir(t *testing.T) {
 // a symlink or another user's file after checkDataDir ran is still refused
 // by loadOrCreateKey, and a key of the wrong length is named as damaged.
 func TestLoadKeyRefuses(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		setup func(t *testing.T, key, outside string)

@@ -37,6 +37,7 @@ func wantWorkspace(t *testing.T, h *Host, id string, exists bool) {
 }
 
 func TestDeleteTask(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	ctx := context.Background()
 	done := createWithFile(t, h, nil)
@@ -76,6 +77,7 @@ func TestDeleteTask(t *testing.T) {
 }
 
 func TestSweepDeletesOnlyOldFinishedTasks(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	ctx := context.Background()
 	done := createWithFile(t, h, nil)

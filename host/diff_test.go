@@ -13,6 +13,7 @@ import (
 )
 
 func TestUnifiedDiff(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ old, next, want string }{
 		{"a\nb\nc\n", "a\nB\nc\n", "@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"},
 		{"", "x\n", "@@ -1,0 +1,1 @@\n+x\n"},
@@ -31,6 +32,7 @@ func TestUnifiedDiff(t *testing.T) {
 // record stays within its 2000 bytes); the approved write runs; one whose
 // file changed after the diff was shown is refused and writes nothing.
 func TestApproveADiff(t *testing.T) {
+	t.Parallel()
 	gated := func(c *config.Config) {
 		tl := c.Tools[tools.ToolWorkspaceWrite]
 		tl.Approval = config.ApprovalAlways

@@ -24,6 +24,7 @@ import (
 // is refused. Before, the command filled the data dir's filesystem: the
 // other task was interrupted store_error and creates were refused.
 func TestDiskFillerCommandTouchesNoOtherTask(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("the filesystem bound of a command's writes needs a root daemon")
 	}

@@ -28,6 +28,7 @@ func (p progressFails) Progress(context.Context, string, string) error { return 
 // store outage is Unavailable and marks the step's ledger incomplete; an
 // exhausted budget is ResourceExhausted and fails the task with its reason.
 func TestEffectErrorReachesTheExecutor(t *testing.T) {
+	t.Parallel()
 	outage := fmt.Errorf("insert effect: %w", store.ErrUnavailable)
 	tests := []struct {
 		name        string

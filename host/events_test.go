@@ -37,6 +37,7 @@ func (b *syncBuffer) String() string {
 // A secret in the goal never reaches an event or a host log line, whatever
 // the task goes through: steps, progress notes, a crash, a resume.
 func TestCanaryNeverInEventsOrLogs(t *testing.T) {
+	t.Parallel()
 	const canary = "CANARY-7d1e0c2f-secret"
 	var logs syncBuffer
 	dir := testwait.ShortTempDir(t)
@@ -98,6 +99,7 @@ func TestCanaryNeverInEventsOrLogs(t *testing.T) {
 }
 
 func TestEventPayloadBounded(t *testing.T) {
+	t.Parallel()
 	task := store.Task{ID: strings.Repeat("t", 40), Executor: strings.Repeat("x", 32), Status: store.StatusWaitingApproval}
 	ev := newEvent(EventStepProgress, task, EventPayload{Attempt: 1 << 40, Note: strings.Repeat("ü", 1000), Exit: "signal: killed", Reason: string(store.ReasonCheckpointIncompatible)})
 	if len(ev.Payload) > 1024 {

@@ -19,6 +19,7 @@ import (
 // prompt estimate, a budget of 200 and the configured 1024 send 196, 156
 // and 116. Before, every call asked for 1024.
 func TestModelCallMaxTokensFitsTheBudget(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var sent []int
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -142,6 +142,7 @@ func getTaskOf(t *testing.T, st *store.Store, id string) store.Task {
 // through B. The cancel commits on B and reaches A's step context through
 // the store; A closes the attempt as cancelled and stops its plugin.
 func TestFleetCrossHostCancel(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		a := newFleetHost(t, dir, "host-a", quickLongLease)
@@ -176,6 +177,7 @@ func TestFleetCrossHostCancel(t *testing.T) {
 // TestFleetCrossHostApprove: A's step waits for an approval; the principal
 // approves it through B; A's step goes on and completes.
 func TestFleetCrossHostApprove(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		a := newFleetHost(t, dir, "host-a", quickLongLease)
@@ -218,6 +220,7 @@ func TestFleetCrossHostApprove(t *testing.T) {
 // TestFleetCrossHostReject: a rejection through B fails the task and ends
 // A's waiting step.
 func TestFleetCrossHostReject(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		a := newFleetHost(t, dir, "host-a", quickLongLease)
@@ -260,6 +263,7 @@ func TestFleetCrossHostReject(t *testing.T) {
 // (silent) or only when its late outcome is refused (deaf), writes nothing
 // after the takeover: the task's attempts and events after it are B's run's.
 func TestFleetTakeover(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		for _, c := range []struct {
 			name string
@@ -364,6 +368,7 @@ func TestFleetTakeover(t *testing.T) {
 // TestFleetWatchFromOtherHost: a watch on B sees the events of a run on A
 // without any local change on B.
 func TestFleetWatchFromOtherHost(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		a := newFleetHost(t, dir, "host-a", quickLongLease)
@@ -406,6 +411,7 @@ func listAttemptsOf(t *testing.T, st *store.Store, id string) []store.Attempt {
 }
 
 func TestHostIDFromKey(t *testing.T) {
+	t.Parallel()
 	k1, k2 := make([]byte, 32), make([]byte, 32)
 	k2[0] = 1
 	id1, id2 := HostIDFromKey(k1), HostIDFromKey(k2)
@@ -426,6 +432,7 @@ func TestHostIDFromKey(t *testing.T) {
 // step through LISTEN/NOTIFY, with A's poll set so long that polling alone
 // could not deliver it within the test.
 func TestFleetNotifyWakesOwner(t *testing.T) {
+	t.Parallel()
 	// Only the notification can wake A (no poll); the lease is long enough
 	// that a heartbeat slowed by the race detector on a loaded machine never
 	// fences A before the cancel arrives (with 200 ms it did, in CI).

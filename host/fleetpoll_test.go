@@ -19,6 +19,7 @@ import (
 // its hosts row that another session holds. A poll that shared the
 // heartbeat's goroutine would wait with it, for as long as the lock is held.
 func TestFleetLeasePollNotHeldByHeartbeat(t *testing.T) {
+	t.Parallel()
 	dir := newSharedStore(t, "postgres")
 	// A lease a stuck heartbeat takes seconds to lose: the cancel must
 	// reach A by its poll, not race A's fencing of itself (CI's loaded run

@@ -95,6 +95,7 @@ func runs(t *testing.T, ws string) int {
 // refused, that attempt completes, and every later attempt's re-issue must
 // be refused too — the gate is the ledger's, not one attempt's.
 func TestUnsettledEffectRefusedInEveryLaterAttempt(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", shellNoApproval)
 	ctx := context.Background()
 	g := crashDuringTool(t, h, map[string]any{}, Limits{Steps: 5})
@@ -130,6 +131,7 @@ func TestUnsettledEffectRefusedInEveryLaterAttempt(t *testing.T) {
 // that the call may already have run once; granting it authorizes that
 // effect's retry durably (bound to the approval's id) before the call runs.
 func TestGatedRetryApprovalIsBoundToTheEffect(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	ctx := context.Background()
 	dir := testwait.PluginDir(t)
@@ -206,6 +208,7 @@ func hasEvent(t *testing.T, h *Host, taskID, typ, outcome string) bool {
 // resolve-effect): the resolution records who, is an event, is a
 // compare-and-set, and the resumed task's re-issue runs once more.
 func TestOperatorAuthorizesRetry(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", shellNoApproval)
 	ctx := context.Background()
 	g := crashDuringTool(t, h, map[string]any{}, Limits{Steps: 3})

@@ -14,6 +14,7 @@ import (
 // (its fingerprint, not the subject a long argument is cut to); with one,
 // only a subject shown whole.
 func TestCovers(t *testing.T) {
+	t.Parallel()
 	long := `{"content":"` + strings.Repeat("a", tools.MaxDescribeBytes) + `","path":"x"}`
 	cut := tools.Describe(tools.ToolWorkspaceWrite, []byte(long))
 	exact := store.Approval{Fingerprint: "fp1", Subject: cut}
@@ -37,6 +38,7 @@ func TestCovers(t *testing.T) {
 }
 
 func TestGlobMatch(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		pattern, s string
 		want       bool
@@ -69,6 +71,7 @@ func TestGlobMatch(t *testing.T) {
 // executor's question, is refused naming the field, and nothing is
 // resolved.
 func TestApproveForTaskCoversAndRecords(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := openHost(t, "", nil)
 	te := map[string]any{"steps": 3, "call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": "true"}}}

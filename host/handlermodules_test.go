@@ -14,6 +14,7 @@ import (
 // --handler-module PATH=SHA256 flags in name order, and each file is one
 // the plugin's Landlock lets it read.
 func TestMachineSpiritHandlerModuleArgs(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.MachineSpirit.Enabled = true
 	pinA, pinB := strings.Repeat("a", 64), strings.Repeat("b", 64)
@@ -38,6 +39,7 @@ func TestMachineSpiritHandlerModuleArgs(t *testing.T) {
 // --graphs-dir DIR and --graph-pin ID=SHA256 in id order, and the dir is
 // one the plugin's Landlock lets it read.
 func TestMachineSpiritGraphPinArgs(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.MachineSpirit.Enabled = true
 	pinA, pinB := strings.Repeat("a", 64), strings.Repeat("b", 64)
@@ -72,6 +74,7 @@ func machineSpiritSpec(t *testing.T, cfg config.Config) plugin.PluginSpec {
 // machinespirit is started with its own bound on a step's model calls,
 // which defaults to the host's ([tasks] max_parallel_model_calls).
 func TestMachineSpiritParallelArg(t *testing.T) {
+	t.Parallel()
 	three := 3
 	for _, tc := range []struct {
 		name  string

@@ -12,6 +12,7 @@ import (
 // live tasks each owns; a host whose heartbeat stops is lost once it is
 // older than the lease, not before.
 func TestRunnerHosts(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		ctx := context.Background()
 		dir := newSharedStore(t, driver)

@@ -40,6 +40,7 @@ type toolCall struct {
 // there: the re-admitted call writes it anew, not deduplicated, and a
 // refused one leaves no line at all.
 func TestSeamIdempotentRetry(t *testing.T) {
+	t.Parallel()
 	appendLine := `{"path":"log.txt","content":"line\n","append":true}`
 	cases := []struct {
 		name          string

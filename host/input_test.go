@@ -40,6 +40,7 @@ func pendingApproval(t *testing.T, r *Runner, id string) store.Approval {
 // the question being asked again. Answers the runner refuses — over the
 // bound, not JSON — leave the question pending and the task waiting.
 func TestSeamInputAnswerReplayedAfterCrash(t *testing.T) {
+	t.Parallel()
 	s := newSeam(t, seamOptions{})
 	var mu sync.Mutex
 	got := map[int64]string{} // attempt → the value it received
@@ -117,6 +118,7 @@ func TestSeamInputAnswerReplayedAfterCrash(t *testing.T) {
 // A value is refused on an approval that is not a question: it would be
 // dropped unread. The approval stays pending.
 func TestSeamValueOnYesNoApprovalRefused(t *testing.T) {
+	t.Parallel()
 	s := newSeam(t, seamOptions{})
 	s.l.Exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
 		if _, err := s.l.lastServices().RequestApproval(ctx, &pb.RequestApprovalRequest{TurnToken: req.TurnToken, Prompt: "May I?"}); err != nil {

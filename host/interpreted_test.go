@@ -19,6 +19,7 @@ import (
 // its interpreter. Both pins right, a task completes through it; a wrong
 // pin of either refuses the executor, naming which.
 func TestInterpretedExecutorPinned(t *testing.T) {
+	t.Parallel()
 	const py = "/usr/bin/python3"
 	if out, err := exec.Command(py, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
 		t.Skipf("%s lacks grpc or protobuf, the Python SDK's dependencies: %v %s", py, err, out)

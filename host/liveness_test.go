@@ -15,6 +15,7 @@ import (
 // an end not unregistered yet) is only a suspect, and one resumed between
 // the rounds (a new epoch) starts over as a suspect.
 func TestLivenessCheckNeedsTwoSightings(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	s := newSeam(t, seamOptions{launcher: func(l *fakeLauncher) {
 		l.Exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {

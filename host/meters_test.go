@@ -54,6 +54,7 @@ func checkMonotonic(t *testing.T, evs []store.Event) int64 {
 // backwards — above all wall_s, which step.started used to report from
 // before the step that had just finished.
 func TestEventMetersNeverGoBackwards(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	ctx := context.Background()
 	task := create(t, h, alice, map[string]any{

@@ -22,6 +22,7 @@ import (
 // the endpoint once, without the "model: model:" of each layer's wrapping;
 // the daemon logs it; and the refusal is not retried.
 func TestModelAuthFailsTask(t *testing.T) {
+	t.Parallel()
 	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden} {
 		t.Run(http.StatusText(code), func(t *testing.T) {
 			var hits atomic.Int64

@@ -19,6 +19,7 @@ import (
 // full). The server here holds every request open and reports when its
 // connection closes.
 func TestCancelAbortsModelRequest(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		executor string

@@ -25,6 +25,7 @@ import (
 // interrupted (model_unavailable), resumable, not failed (executor_failed);
 // and the daemon logs it.
 func TestModelOutageIsTypedAndInterrupts(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		handler http.HandlerFunc // nil: nothing listens on the endpoint
@@ -111,6 +112,7 @@ func closedURL(t *testing.T) string {
 // sdk.ErrModelUnavailable; and the daemon logs each failed call once at
 // WARN with the task id.
 func TestModelErrorKindsReachExecutor(t *testing.T) {
+	t.Parallel()
 	raw := func(code int, body string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json; charset=utf-8")

@@ -98,6 +98,7 @@ func parallelHost(t *testing.T, url string, bound int) *Host {
 // latency during which calls past the bound would arrive if the host let
 // them through: without the bound it sees all K open.
 func TestStepModelCallsBoundedByHost(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		bound, k int
@@ -134,6 +135,7 @@ func TestStepModelCallsBoundedByHost(t *testing.T) {
 // in flight are aborted, the waiting ones never start (the endpoint sees
 // no request after the cancel) and are neither charged nor recorded.
 func TestCancelWhileModelCallsWait(t *testing.T) {
+	t.Parallel()
 	const bound, k = 2, 6
 	m, url := newParallelModel(t, 0, nil) // holds every request until its connection closes
 	h := parallelHost(t, url, bound)
@@ -169,6 +171,7 @@ func TestCancelWhileModelCallsWait(t *testing.T) {
 // A slot is given back on release, and a context that has ended takes
 // none, even a free one: a cancelled step starts no call.
 func TestModelSlots(t *testing.T) {
+	t.Parallel()
 	s := newModelSlots(1)
 	release, err := s.acquire(context.Background())
 	if err != nil {

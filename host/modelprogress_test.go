@@ -8,6 +8,7 @@ import (
 // A streamed call's progress events: at most one a second, then ever more
 // rarely, so that a long call adds a few dozen events, not one a second.
 func TestProgressDue(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1e9, 0)
 	for _, tc := range []struct {
 		name    string

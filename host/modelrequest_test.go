@@ -12,6 +12,7 @@ import (
 // TestModelRequestBounds: the message count and size limits, at the limit
 // and one past it.
 func TestModelRequestBounds(t *testing.T) {
+	t.Parallel()
 	msgs := func(n, size int) []model.Message {
 		out := make([]model.Message, n)
 		for i := range out {

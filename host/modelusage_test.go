@@ -17,6 +17,7 @@ import (
 // Every model call's usage is recorded: summed by attempt and for the task
 // in the store, and per step in its step.completed event.
 func TestModelUsageRecorded(t *testing.T) {
+	t.Parallel()
 	script := filepath.Join(t.TempDir(), "usage.json")
 	if err := os.WriteFile(script, []byte(`{"version": 1, "rules": [{"when": {}, "reply": {"content": "ok", "finish_reason": "stop",
 		"usage": {"prompt_tokens": 1091, "completion_tokens": 45}}}]}`), 0o600); err != nil {
@@ -60,6 +61,7 @@ func TestModelUsageRecorded(t *testing.T) {
 // A task's spec may set its own model options and tool list: checked at
 // creation, naming the field.
 func TestTaskModelOptionsChecked(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", func(c *config.Config) { c.Model.MaxTokens = 512 })
 	for _, tc := range []struct {
 		name, spec, field string
@@ -92,6 +94,7 @@ func TestTaskModelOptionsChecked(t *testing.T) {
 // tool is refused before it is admitted (nothing charged), while the same
 // call of a task without a list runs.
 func TestTaskToolListEnforced(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	run := func(tools string) (store.Task, store.Attempt) {
 		t.Helper()

@@ -18,6 +18,7 @@ import (
 // A store that cannot be trusted stops the host from running anything, with
 // an error that names the file; the file is left as it was.
 func TestOpenRefusesBadStore(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		prepare func(t *testing.T, dir string)
@@ -63,6 +64,7 @@ func TestOpenRefusesBadStore(t *testing.T) {
 }
 
 func TestSecondHostOnDataDirRefused(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	openHost(t, dir, nil)
 	_, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
@@ -76,6 +78,7 @@ func TestSecondHostOnDataDirRefused(t *testing.T) {
 // next Open once the host closed. The dup stands for that child's copy:
 // it refers to the same open file, as a fork's does.
 func TestCloseReleasesTheLockAForkedChildShares(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	h := openBareHost(t, dir)
 	child, err := syscall.Dup(int(h.lock.Fd()))
@@ -94,6 +97,7 @@ func TestCloseReleasesTheLockAForkedChildShares(t *testing.T) {
 // Graceful stop: a running task becomes interrupted (host_shutdown) and a
 // new host resumes it to completion.
 func TestShutdownInterruptsThenResumeOnNewHost(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	pidDir := testwait.PluginDir(t)
 	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})

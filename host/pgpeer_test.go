@@ -21,6 +21,7 @@ import (
 // Before, the command ran as the daemon's uid and read (and wrote) every
 // principal's rows.
 func TestShellRunCannotLogInToPostgresAsTheDaemon(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("a command runs under a uid of its own only when the daemon is root")
 	}

@@ -44,6 +44,7 @@ func openLoggedHost(t *testing.T) (*Host, *syncBuffer) {
 // the host log at WARN with the task, run, attempt and executor it came
 // from; the plugin's own "task" field cannot pass for another task.
 func TestPluginLogLineReachesHostLog(t *testing.T) {
+	t.Parallel()
 	h, logBuf := openLoggedHost(t)
 	task := create(t, h, alice, map[string]any{"log_warn": "testexec warns", "stderr_lines": 2}, Limits{})
 	task = waitEnd(t, h, alice, task.ID)
@@ -70,6 +71,7 @@ func TestPluginLogLineReachesHostLog(t *testing.T) {
 // the rest counted in reports; the task is not held up. sdk.Logger writes
 // to the process's stderr, so no line is lost at the plugin's stop.
 func TestPluginLogFloodBounded(t *testing.T) {
+	t.Parallel()
 	h, logBuf := openLoggedHost(t)
 	// logBurst is host/plugin's burst of forwarded lines (docs/operations.md).
 	const logBurst = 100

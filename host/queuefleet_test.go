@@ -15,6 +15,7 @@ import (
 // whichever host of the fleet has a free slot, each exactly once, and all
 // of them complete.
 func TestFleetQueueExactlyOnce(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		// Leases long enough that a loaded machine does not make a host

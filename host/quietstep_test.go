@@ -17,6 +17,7 @@ import (
 // told of it and records nothing, and attempt 3 must still be told of it:
 // the set is what the ledger holds, not what the last attempt did.
 func TestSeamUnresolvedEffectToldToEveryLaterStep(t *testing.T) {
+	t.Parallel()
 	s := newShellSeam(t)
 
 	giveUp := make(chan struct{})

@@ -58,6 +58,7 @@ func taskCount(t *testing.T, h *Host) int {
 // Describe says so; a reload with the new pin lets them through, and a task
 // running across the reload completes on the binary it started from.
 func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(testwait.ShortTempDir(t), "testexec")
 	sum := copyExecutable(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"), bin, "")
 	cfg := testConfig(t)
@@ -110,6 +111,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 // the handshake, and one that is gone, are refused at create with what
 // failed; putting the good binary back needs no reload.
 func TestChangedUnpinnedBinaryCheckedAtCreate(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(testwait.PluginDir(t), "testexec")
 	good := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	copyExecutable(t, good, bin, "")

@@ -37,6 +37,7 @@ func fileSum(t *testing.T, path string) string {
 // message that says which check failed; selecting it is refused and leaves
 // no row.
 func TestExecutorUnavailable(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	notExec := filepath.Join(testwait.ShortTempDir(t), "plain-file")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
@@ -80,6 +81,7 @@ func TestExecutorUnavailable(t *testing.T) {
 }
 
 func TestExecutorPinnedBySHA256(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
 	h := openHost(t, "", func(c *config.Config) {
 		c.Executors = map[string]config.Executor{"testexec": {Path: bin, SHA256: testexecSum(t)}}
@@ -89,6 +91,7 @@ func TestExecutorPinnedBySHA256(t *testing.T) {
 }
 
 func TestDescribeRecorded(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	d, err := h.Registry.Describe("testexec")
 	if err != nil {
@@ -103,6 +106,7 @@ func TestDescribeRecorded(t *testing.T) {
 }
 
 func TestSocketDirSweptAtStart(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	stale := filepath.Join(dir, SocketDirName, "plugin-dir123", "plugin456")
 	if err := os.MkdirAll(filepath.Dir(stale), 0o700); err != nil {

@@ -25,6 +25,7 @@ import (
 // observed reaches the model; and a tool effect left unsettled is still
 // refused, never replayed or run silently.
 func TestSeamReplayOutOfPlace(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var mu sync.Mutex
 	asked := map[string]int{}
@@ -146,6 +147,7 @@ func TestSeamReplayOutOfPlace(t *testing.T) {
 // runs: of four calls where the dead attempt saw three answered, three
 // are replayed (each run once) and one reaches the model.
 func TestSeamReplayConcurrentSameFingerprint(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	asked := 0
 	s := newSeam(t, seamOptions{svc: ServiceConfig{Model: fakeModel{CompleteF: func(context.Context, model.Request) (model.Response, error) {

@@ -21,6 +21,7 @@ import (
 // is never chowned to U and never gets a file, however the swaps land. The
 // code before chowned by path after the mkdir, and lost within a few tries.
 func TestRestoreForAnotherUserSurvivesSymlinkSwaps(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: restoring for another user, and that user racing it")
 	}

@@ -18,6 +18,7 @@ import (
 // before workspaces were stored, the replay kept them from being written
 // twice.)
 func TestResumeWritesObservedEffectAtMostOnce(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", shellNoApproval)
 	ctx := context.Background()
 	te := map[string]any{

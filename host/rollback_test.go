@@ -44,6 +44,7 @@ func execOne(t *testing.T, db *sql.DB, q string, args ...any) {
 // written back, or the checkpoint removed, is refused on resume with
 // checkpoint_incompatible before any step runs; the latest envelope resumes.
 func TestCheckpointRollbackRefused(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
 	db := rawStore(t, dir)
@@ -130,6 +131,7 @@ func TestCheckpointRollbackRefused(t *testing.T) {
 // interrupted, checkpointed task opens on this host: migration v3 back-fills
 // the column from the envelope, and the task resumes from its checkpoint.
 func TestV2StoreTaskResumesAfterMigration(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	h := openHost(t, dir, nil)
 	task := create(t, h, alice, map[string]any{"steps": 3, "exit_at_attempt": 2}, Limits{})

@@ -19,6 +19,7 @@ import (
 )
 
 func TestCompletesAfterScriptedSteps(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	task := create(t, h, alice, map[string]any{"steps": 3}, Limits{})
 	task = waitEnd(t, h, alice, task.ID)
@@ -42,6 +43,7 @@ func TestCompletesAfterScriptedSteps(t *testing.T) {
 }
 
 func TestStepBudgetExhausted(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	task := create(t, h, alice, map[string]any{"steps": 5}, Limits{Steps: 2})
 	task = waitEnd(t, h, alice, task.ID)
@@ -52,6 +54,7 @@ func TestStepBudgetExhausted(t *testing.T) {
 }
 
 func TestCreateValidation(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	long := strings.Repeat("é", 2001)
 	cases := []struct {
@@ -105,6 +108,7 @@ func TestCreateValidation(t *testing.T) {
 // queue (pending, FIFO), beyond max_queued it is refused and leaves no
 // row, and a freed slot starts the head of the queue, not another.
 func TestQueueBeyondConcurrency(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	h.Runner.setLimits(2, 2)
 	ctx := context.Background()
@@ -163,6 +167,7 @@ func TestQueueBeyondConcurrency(t *testing.T) {
 }
 
 func TestPrincipalIsolation(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -229,6 +234,7 @@ func TestPrincipalIsolation(t *testing.T) {
 }
 
 func TestTasksDisabledRefusesWork(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", func(c *config.Config) { c.Tasks.Enabled = false })
 	_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "x", nil)})
 	if !errors.Is(err, ErrDisabled) {
@@ -240,6 +246,7 @@ func TestTasksDisabledRefusesWork(t *testing.T) {
 }
 
 func TestCreateSeedsWorkspace(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	ok := []File{{Name: "ctx.txt", Data: []byte("hello")}, {Name: "sub/dir/x.json", Data: []byte("{}")}}
 	task, err := h.Runner.Create(context.Background(), alice, CreateRequest{Executor: "testexec", Spec: spec(t, "seed", nil), Files: ok})
@@ -285,6 +292,7 @@ func TestCreateSeedsWorkspace(t *testing.T) {
 // (task.queued, pending, run id unchanged); its start in turn is the
 // resume (task.resumed, run id + 1).
 func TestResumeQueues(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", nil)
 	h.Runner.setLimits(1, 0)
 	ctx := context.Background()
@@ -329,6 +337,7 @@ func TestResumeQueues(t *testing.T) {
 // TestSoloHostLeavesTheQueue: a foreground host (taskhost run) starts the
 // task it is asked to at once and none of the queue's.
 func TestSoloHostLeavesTheQueue(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	ctx := context.Background()
 	daemon := openHost(t, dir, func(c *config.Config) { c.Tasks.MaxConcurrent = 1 })

@@ -19,6 +19,7 @@ import (
 // gap (a pause of the whole process) — and never once its last heartbeat
 // is as old as the fence.
 func TestBeatStateGrace(t *testing.T) {
+	t.Parallel()
 	fs := FleetSettings{Heartbeat: time.Second, Lease: 3 * time.Second, Poll: time.Second}
 	t0 := time.Unix(1_000_000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -63,6 +64,7 @@ func TestBeatStateGrace(t *testing.T) {
 // again, ends the run itself as a sweep would have (interrupted,
 // host_lost), closing its attempt, so the task can be resumed.
 func TestFleetSelfFence(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		// Another host shares the store: on SQLite, the one that makes
@@ -150,6 +152,7 @@ func TestFleetSelfFence(t *testing.T) {
 // heartbeats fail (a full disk) does not stop its runs: no other host can
 // take them over, so fencing would only lose work.
 func TestLoneSQLiteHostKeepsItsRuns(t *testing.T) {
+	t.Parallel()
 	dir := newSharedStore(t, "sqlite")
 	st, err := dir.open("host-a")
 	if err != nil {

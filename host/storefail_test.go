@@ -26,6 +26,7 @@ import (
 // The first write refused is the step's outcome, or, when the step makes
 // a tool call after the disk filled, that call's admission.
 func TestStoreFullDiskInterruptsAndRecordsWhenSpaceReturns(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		te   map[string]any
@@ -161,6 +162,7 @@ func testStoreFullDisk(t *testing.T, extra map[string]any) {
 // reached the store, which still says running; the next start recovers
 // the task as interrupted (host_restart) like any other, and it resumes.
 func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
+	t.Parallel()
 	dir := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 32<<20)
 	h := openHost(t, dir, nil)
 	ctl := testwait.PluginDir(t)
@@ -198,6 +200,7 @@ func TestStoreFullDiskThenHostStopRecoversOnRestart(t *testing.T) {
 // times, the waits doubling from storeRetryFirst; any other error, and a
 // host stopping, end the retries at once.
 func TestRetryWriteBacksOffThenGivesUp(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		unavailable := fmt.Errorf("disk full: %w", store.ErrUnavailable)
 		ru := &run{r: &Runner{stopped: make(chan struct{})}}

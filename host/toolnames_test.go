@@ -24,6 +24,7 @@ import (
 // and the like, the model's call by that name runs the host's
 // workspace.write, and the task completes with the file written.
 func TestOpenAIToolNamesEndToEnd(t *testing.T) {
+	t.Parallel()
 	pattern := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	var offered, refused atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

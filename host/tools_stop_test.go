@@ -13,6 +13,7 @@ import (
 // its own (setsid) dies with the host, not only the command's process
 // group.
 func TestHostCloseKillsSetsidDescendantOfShellRun(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("setsid not installed")
 	}

@@ -16,6 +16,7 @@ import (
 )
 
 func TestFindTrampoline(t *testing.T) {
+	t.Parallel()
 	exe, err := os.ReadFile("/bin/true")
 	if err != nil {
 		t.Skipf("no /bin/true to stand in for a binary: %v", err)
@@ -101,6 +102,7 @@ func TestFindTrampoline(t *testing.T) {
 // plugin unavailable, an untrusted one is not used at all, and the real
 // one runs tasks, machinespirit's worker included.
 func TestPluginsStartThroughTheDedicatedTrampoline(t *testing.T) {
+	t.Parallel()
 	bin := executorDir(t)
 	stub := func(t *testing.T, src string, mode os.FileMode) string {
 		t.Helper()

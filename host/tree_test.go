@@ -85,6 +85,7 @@ func nodes(t *testing.T, h *Host, root string) (store.Task, store.Task, store.Ta
 // its child runs, wakes when it completes, sees its result, and completes;
 // a child's budgets came out of its parent's.
 func TestTreeThreeLevelsComplete(t *testing.T) {
+	t.Parallel()
 	h := treeHost(t, treeScript(t, map[string]any{"steps": 1}))
 	root := createRoot(t, h)
 	root = waitFor(t, h, root.ID, "completed", isStatus(store.StatusCompleted))
@@ -116,6 +117,7 @@ func TestTreeThreeLevelsComplete(t *testing.T) {
 // A SIGKILLed leaf plugin interrupts the leaf (executor_crashed): its
 // waiting parent fails child_failed, and so does the root.
 func TestTreeChildKilledFailsParents(t *testing.T) {
+	t.Parallel()
 	pidFile := filepath.Join(testwait.PluginDir(t), "leaf.pid")
 	h := treeHost(t, treeScript(t, map[string]any{"steps": 1, "sleep_ms": 60000, "pid_file": pidFile}))
 	root := createRoot(t, h)
@@ -147,6 +149,7 @@ func TestTreeChildKilledFailsParents(t *testing.T) {
 // Cancelling the root cancels its subtree (parent_ended), and the running
 // leaf's plugin is stopped.
 func TestTreeCancelParentCancelsSubtree(t *testing.T) {
+	t.Parallel()
 	pidFile := filepath.Join(testwait.PluginDir(t), "leaf.pid")
 	h := treeHost(t, treeScript(t, map[string]any{"steps": 1, "sleep_ms": 60000, "pid_file": pidFile}))
 	root := createRoot(t, h)
@@ -166,6 +169,7 @@ func TestTreeCancelParentCancelsSubtree(t *testing.T) {
 // Pausing the root pauses the tree; a child cannot be resumed while its
 // parent is down; resuming the root resumes the tree, which completes.
 func TestTreePauseAndResume(t *testing.T) {
+	t.Parallel()
 	dir := testwait.PluginDir(t)
 	pidFile, gate := filepath.Join(dir, "leaf.pid"), filepath.Join(dir, "gate")
 	h := treeHost(t, treeScript(t, map[string]any{"steps": 1, "wait_file": gate, "pid_file": pidFile}))
@@ -205,6 +209,7 @@ func TestTreePauseAndResume(t *testing.T) {
 // principal and another principal's task; then it waits for its child and
 // completes.
 func TestTreeAgentSteersThroughTaskTools(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	tmp := testwait.PluginDir(t)
 	gate := filepath.Join(tmp, "gate")
@@ -292,6 +297,7 @@ func toolResults(t *testing.T, raw string) map[string]any {
 // the agent's task waits for the approval, and the child exists only once
 // it is approved.
 func TestTaskCreateApprovalGated(t *testing.T) {
+	t.Parallel()
 	script := writeScript(t,
 		map[string]any{"when": map[string]any{"system_contains": "Child tasks you delegated:"}, "reply": map[string]any{"content": "TASK_COMPLETE: done"}},
 		map[string]any{"when": map[string]any{"system_contains": "Goal: ROOT", "last_role": "user"},

@@ -18,6 +18,7 @@ import (
 // the smaller of the default and half of what is left; the charge is the
 // child's steps, tool and model calls; depth and wall are bounds only.
 func TestSplitBudgets(t *testing.T) {
+	t.Parallel()
 	parent := store.Budgets{
 		Steps: store.Budget{Limit: 20, Used: 1}, ToolCalls: store.Budget{Limit: 50, Used: 10},
 		ModelCalls: store.Budget{Limit: 100}, Depth: store.Budget{Limit: 2}, WallMillis: store.Budget{Limit: 100_000, Used: 40_000},
@@ -78,6 +79,7 @@ func TestSplitBudgets(t *testing.T) {
 // A step is told of at most 64 children, each result cut to 1000
 // characters: at the bound whole, one past cut.
 func TestChildTasksBounds(t *testing.T) {
+	t.Parallel()
 	var tree []store.Task
 	tree = append(tree, store.Task{ID: "root"})
 	for i := range 65 {
@@ -100,6 +102,7 @@ func TestChildTasksBounds(t *testing.T) {
 // A task tool's arguments are bounded (16 KiB: at the bound parsed, one
 // past refused) and its keys closed.
 func TestTaskToolArgs(t *testing.T) {
+	t.Parallel()
 	mk := func(n int) json.RawMessage {
 		pad := n - len(`{"goal":""}`)
 		return json.RawMessage(`{"goal":"` + strings.Repeat("g", pad) + `"}`)

@@ -19,6 +19,7 @@ import (
 // executor that just re-issues it gets FailedPrecondition naming the
 // effect (sdk.ErrEffectUnsettled), and the tool does not run a second time.
 func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		// large: the tool prints more than the kept bound and the plugin
@@ -109,6 +110,7 @@ func TestUnsettledEffectRunsAgainOnlyWithApproval(t *testing.T) {
 
 // Only a tool call that does the same when run twice skips the approval.
 func TestRerunSafe(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, args string
 		want       bool

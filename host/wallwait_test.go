@@ -16,6 +16,7 @@ import (
 // frozen during the wait — in the store and in the events watch shows alike
 // — while a task that runs as long without waiting runs out of budget.
 func TestApprovalWaitIsNotChargedToWall(t *testing.T) {
+	t.Parallel()
 	const budget = 2 * time.Second
 	const wait = 3 * time.Second
 	h := openHost(t, "", nil)
@@ -83,6 +84,7 @@ func TestApprovalWaitIsNotChargedToWall(t *testing.T) {
 // The approval timeout, not the wall budget, bounds the wait: an approval
 // left undecided past the whole wall budget expires on its own clock.
 func TestApprovalTimeoutBoundsWaitBeyondWall(t *testing.T) {
+	t.Parallel()
 	h := openHost(t, "", func(c *config.Config) { c.Approvals.TimeoutSeconds = 2 })
 	task := create(t, h, alice, map[string]any{"steps": 1, "request_approval": true}, Limits{WallSeconds: 1})
 	got := waitEnd(t, h, alice, task.ID)
@@ -96,6 +98,7 @@ func TestApprovalTimeoutBoundsWaitBeyondWall(t *testing.T) {
 // stopped clock stays frozen whatever pauses do. In a synctest bubble the
 // clock is exact: every reading is the sum of the active sleeps.
 func TestWallClockPause(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWallClock(store.Budget{Used: 1000, Limit: 10_000})
 		want := func(what string, d time.Duration) {
@@ -133,6 +136,7 @@ func TestWallClockPause(t *testing.T) {
 // expire fires when the active time left runs out, not a moment before,
 // and a pause moves that moment on by its length.
 func TestWallClockExpireWaitsOutPause(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWallClock(store.Budget{Used: 50, Limit: 250})
 		ctx, cancel := context.WithCancelCause(context.Background())

@@ -85,6 +85,7 @@ var committedSteps = map[string]string{"step-1.txt": "one, again", "d/step-2.txt
 // the workspace as of step 3 — step 4's writes are not there — and the
 // task completes on B with its files in the store.
 func TestFleetResumeElsewhereHasCommittedFiles(t *testing.T) {
+	t.Parallel()
 	forFleetDrivers(t, func(t *testing.T, driver string) {
 		dir := newSharedStore(t, driver)
 		a := newFleetHost(t, dir, "host-a", silent)
@@ -133,6 +134,7 @@ func TestFleetResumeElsewhereHasCommittedFiles(t *testing.T) {
 // starts from the last committed step too: what the crashed attempt wrote
 // is removed or put back, files and directories it made included.
 func TestResumeRollsBackCrashedStep(t *testing.T) {
+	t.Parallel()
 	s := newSeam(t, seamOptions{})
 	ws := ""
 	s.l.LaunchF = func(context.Context, string, plugin.Services) (plugin.Executor, error) {
@@ -176,6 +178,7 @@ func TestResumeRollsBackCrashedStep(t *testing.T) {
 // many hands the store that file alone (by stat, without reading the
 // others), and a step that touches a file without changing it hands none.
 func TestWorkspaceOnlyChangedFilesStored(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	root := t.TempDir()
 	dir := filepath.Join(root, "t1")
@@ -231,6 +234,7 @@ func TestWorkspaceOnlyChangedFilesStored(t *testing.T) {
 // byte limit fails the task with workspace_too_large, naming the limit,
 // and stores nothing of it; one at the limit is stored.
 func TestWorkspaceLimitFailsStep(t *testing.T) {
+	t.Parallel()
 	const limit = 1000
 	for _, tc := range []struct {
 		name   string
@@ -314,6 +318,7 @@ func BenchmarkWorkspaceChanges(b *testing.B) {
 // TestStoredWorkspaceBoundIsTheToolsBound: the store keeps as much of a
 // workspace as the workspace tools let it hold, no less.
 func TestStoredWorkspaceBoundIsTheToolsBound(t *testing.T) {
+	t.Parallel()
 	if store.DefaultWorkspaceBytes != tools.MaxWorkspaceBytes {
 		t.Fatalf("the store keeps %d bytes of a workspace, the tools let it hold %d", store.DefaultWorkspaceBytes, tools.MaxWorkspaceBytes)
 	}

@@ -19,6 +19,7 @@ import (
 // principal), the task's resume is refused naming the path and the fix,
 // other tasks run, and once fixed the task resumes to completion.
 func TestUntrustedWorkspaceMakesOnlyItsTaskUnavailable(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, want string
 		spoil      func(t *testing.T, ws string)
