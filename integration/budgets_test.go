@@ -25,6 +25,7 @@ import (
 // specs, 4 bytes a token — fits what is left, so no call is refused before
 // it runs.)
 func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	// Well past the first run's command, which starts within seconds.
 	armed := time.Now().Add(20 * time.Second).Truncate(time.Second).Add(time.Second)

@@ -89,6 +89,7 @@ var inflightBoundaries = []boundary{
 // TASKHOST_PROOF_ROUNDS sets the rounds per host, boundary and signal
 // (default 5; the proof is 50).
 func TestInflightStepKilledAtEveryBoundary(t *testing.T) {
+	t.Parallel()
 	rounds := envInt(t, "TASKHOST_PROOF_ROUNDS", 5)
 	if testing.Short() {
 		rounds = 1

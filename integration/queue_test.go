@@ -35,6 +35,7 @@ type bulkJSON struct {
 // itself; the queue drains in FIFO order, and resume --all takes the four
 // interrupted ones through it too.
 func TestDaemonQueue(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	cfg := writeConfig(t, work, fmt.Sprintf("[tasks]\nmax_concurrent = 4\nmax_queued = 32\n\n[executors.testexec]\npath = %q\nread_write = [%q]\n",
 		filepath.Join(binDir, "taskhost-executor-testexec"), work))
@@ -203,6 +204,7 @@ func TestDaemonQueue(t *testing.T) {
 // resume --all and cancel --all act on every task of the caller, with
 // Zara's reasons and their exit codes.
 func TestDaemonPauseAndBulk(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, testexecConfig(t, work))
 	marker := filepath.Join(work, "cancelled")

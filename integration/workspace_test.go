@@ -126,6 +126,7 @@ func TestFleetWorkspaceAfterHostKill(t *testing.T) {
 // gone: a lost disk) or on a data dir restored from a backup of the
 // store.
 func TestWorkspaceAfterHostKillSQLite(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// next prepares the data dir the resuming daemon uses.
