@@ -148,7 +148,10 @@ func runBounded(ctx context.Context, path string, args, env []string, dir string
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	exited, err := startOnOwnThread(cmd)
+	if err == nil {
+		err = <-exited
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return out.String(), fmt.Errorf("timed out: %w", ctx.Err())

@@ -156,11 +156,29 @@ func (p *workerPipes) closeChildEnds() { closeAll(p.toPluginW, p.toWorkerR, p.lo
 // closeOurs closes the ends the plugin reads and writes.
 func (p *workerPipes) closeOurs() { closeAll(p.toWorkerW, p.toPluginR, p.logR) }
 
-// run starts cmd and reaps it, both on one locked thread: Pdeathsig
-// fires when the thread that started the child ends, so the thread is
-// never unlocked and ends with this goroutine, after the worker is reaped.
+// run starts the worker and reaps it on a thread of its own
+// (startOnOwnThread).
 func (w *worker) run(cmd *exec.Cmd) error {
+	exited, err := startOnOwnThread(cmd)
+	if err != nil {
+		return err
+	}
+	go func() {
+		w.exitErr = <-exited
+		close(w.exited)
+	}()
+	return nil
+}
+
+// startOnOwnThread starts cmd and reaps it, both on one locked thread, and
+// returns what Wait returned on the channel. Pdeathsig fires when the
+// thread that forked the child ends, and any goroutine that locks a thread
+// and returns ends that thread: forked from a shared thread, the child
+// could be killed whenever another goroutine happened to do so there. The
+// thread is never unlocked and ends with the goroutine, after the reap.
+func startOnOwnThread(cmd *exec.Cmd) (<-chan error, error) {
 	started := make(chan error, 1)
+	exited := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		if err := cmd.Start(); err != nil {
@@ -168,10 +186,12 @@ func (w *worker) run(cmd *exec.Cmd) error {
 			return
 		}
 		started <- nil
-		w.exitErr = cmd.Wait()
-		close(w.exited)
+		exited <- cmd.Wait()
 	}()
-	return <-started
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
 }
 
 // command is the worker's command line, through the trampoline, before
