@@ -28,6 +28,7 @@ const noLimits = `limits([node_seconds(3600), node_inferences(2000000000)])`
 // the worker survives; one that swallows the signal and ignores SIGTERM is
 // killed; one waiting for an effect is released.
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	graphs := map[string]string{
 		"spins":    g("spins", okState, `nodes([node(a, spin)])`, okEdges, noLimits),
 		"stubborn": g("stubborn", okState, `nodes([node(a, stubborn)])`, okEdges, noLimits),
@@ -80,6 +81,7 @@ func TestCancel(t *testing.T) {
 // run must get exactly one answer, so the worker is never killed for
 // ignoring a cancel and the next step is never confused by a stale one.
 func TestCancelRaces(t *testing.T) {
+	t.Parallel()
 	src := g("quick", okState, `nodes([node(a, patch([count=1]), [max_visits(1000000)])])`,
 		`edges([edge(start, a), conditional(a, always(again), [route(again, a), route(done, end)])])`,
 		`limits([max_node_executions(1000000)])`)

@@ -24,6 +24,7 @@ const kidsGraph = `graph(kids, [
 // the host bounds them: 64 children, each result 1000 characters; past
 // either, the newest 64 and the first 1000 characters.
 func TestChildrenInState(t *testing.T) {
+	t.Parallel()
 	raw := g("kidsraw", `state([field(children, json, [], replace)])`, okNodes, okEdges, `output([children])`)
 	sub := g("kidssub", `state([field(seen, json, [], replace)])`, `nodes([node(a, subgraph(kidsraw, [output([children-seen])]))])`, okEdges,
 		`output([seen])`, `subgraphs([kidsraw])`)

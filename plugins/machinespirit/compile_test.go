@@ -45,6 +45,7 @@ const (
 // TestCompileRejects: one case per compile-time rule, each against a
 // graph that is valid but for that rule.
 func TestCompileRejects(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	tests := []struct {
 		name, src, code string

@@ -30,6 +30,7 @@ var kitGraphs = map[string]string{
 // given a wrapper that adds the operator graphs its scenarios use, keeping
 // argv[0] so the kit can find the plugin.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	// Like an install dir: a root host runs the plugin under a uid of its
 	// own, which reaches the wrapper, the binary and the graphs only

@@ -14,6 +14,7 @@ import (
 // with the answer, which the graph sees (in Env.resume and, with
 // interrupt/3, in the named field).
 func TestInterrupt(t *testing.T) {
+	t.Parallel()
 	graphs := map[string]string{
 		// pause/1 (test registry): interrupt([count=1], Reason).
 		"pauses": g("pauses", okState, `nodes([node(a, pause("waiting for a human")), node(b, patch([count=10]))])`,
@@ -80,6 +81,7 @@ func TestInterrupt(t *testing.T) {
 // TestAskHuman: the shipped ask_human graph asks the task's goal, and the
 // node after the pause uses the answer in an effect.
 func TestAskHuman(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	h := newFakeHost(1)
 	h.answer = json.RawMessage(`{"x":1}`)
@@ -103,6 +105,7 @@ func TestAskHuman(t *testing.T) {
 // TestInterruptNeedsAnAnswer: a pending interrupt is never passed over —
 // not by a host that cannot ask, and not by a run frame without an answer.
 func TestInterruptNeedsAnAnswer(t *testing.T) {
+	t.Parallel()
 	src := g("pauses", okState, `nodes([node(a, pause("waiting for a human")), node(b, patch([count=10]))])`,
 		`edges([edge(start, a), edge(a, b), edge(b, end)])`)
 	e := newExecutor(t, testConfig(t, map[string]string{"pauses": src}))
@@ -141,6 +144,7 @@ func TestInterruptNeedsAnAnswer(t *testing.T) {
 
 // TestApprovalEffect: approval(Prompt, Decision) goes to the host.
 func TestApprovalEffect(t *testing.T) {
+	t.Parallel()
 	src := g("asks", `state([field(answer, string, "", replace)])`, `nodes([node(a, ask("May I?"))])`, okEdges)
 	e := newExecutor(t, testConfig(t, map[string]string{"asks": src}))
 	for _, d := range []sdk.Decision{sdk.Approved, sdk.Rejected} {
@@ -159,6 +163,7 @@ func TestApprovalEffect(t *testing.T) {
 // TestSubRunDepth: a sub-run (spirit/3) runs a registered graph inside the
 // node, one level deeper; it is refused when that would exceed max_depth.
 func TestSubRunDepth(t *testing.T) {
+	t.Parallel()
 	src := g("parent", `state([field(answer, string, "", replace)])`, `nodes([node(a, sub(plan_act_review))])`, okEdges, `subgraphs([plan_act_review])`)
 	e := newExecutor(t, testConfig(t, map[string]string{"parent": src}))
 	sp := spec("parent", map[string]any{"tasks": []string{"nested"}}, "")
@@ -196,6 +201,7 @@ func TestSubRunDepth(t *testing.T) {
 // TestOversizedEffectResult: a host answer too large for a frame reaches
 // Prolog as effect_error(_, too_large, _), never as a cut answer.
 func TestOversizedEffectResult(t *testing.T) {
+	t.Parallel()
 	src := g("reads", `state([field(got, json, null, replace)])`,
 		`nodes([node(a, tool('workspace.read', json{path: "big.txt"}, got))])`, okEdges)
 	cfg := testConfig(t, map[string]string{"reads": src})

@@ -18,6 +18,7 @@ const examplesDir = "../../examples/machinespirit"
 // loads under its pin and runs, and the example context answers the RLM
 // example's question through a scripted model.
 func TestExamples(t *testing.T) {
+	t.Parallel()
 	specs := map[string][]byte{}
 	for _, name := range []string{"rlm.json", "plan-act-review.json", "tool-pipeline.json", "ask-human.json"} {
 		b, err := os.ReadFile(filepath.Join(examplesDir, name))

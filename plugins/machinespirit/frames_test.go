@@ -11,6 +11,7 @@ import (
 )
 
 func TestReadLineBound(t *testing.T) {
+	t.Parallel()
 	const max = 100
 	tests := []struct {
 		name    string
@@ -50,6 +51,7 @@ func TestReadLineBound(t *testing.T) {
 }
 
 func TestEncodeFrameBound(t *testing.T) {
+	t.Parallel()
 	base := len(`{"type":"ping","id":1,"pad":""}`)
 	const max = 200
 	if _, err := encodeFrame(pingFrame{Type: "ping", ID: 1, Pad: strings.Repeat("x", max-base)}, max); err != nil {
@@ -61,6 +63,7 @@ func TestEncodeFrameBound(t *testing.T) {
 }
 
 func TestDecodeFrameRejects(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, line string }{
 		{"not JSON", `this is not json`},
 		{"array", `[1,2]`},
@@ -90,6 +93,7 @@ func TestDecodeFrameRejects(t *testing.T) {
 // plugin: a ping of exactly the limit is answered, one byte more ends the
 // worker with a frame_too_large error frame.
 func TestWorkerFrameBound(t *testing.T) {
+	t.Parallel()
 	const max = 4096
 	cfg := testConfig(t, nil)
 	cfg.MaxFrameBytes = max
@@ -136,6 +140,7 @@ func TestWorkerFrameBound(t *testing.T) {
 // frame ends the worker (the plugin never sends one; the worker must not
 // guess).
 func TestWorkerRejectsMalformedInput(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	for _, line := range []string{"not json\n", `{"type":"warp","id":1}` + "\n", `{"type":"ping"}` + "\n", `{"type":"ping","id":1} trailing` + "\n"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -158,6 +163,7 @@ func TestWorkerRejectsMalformedInput(t *testing.T) {
 // TestModelEffectTools: a model effect names at most 8 distinct tools of
 // 1..64 bytes; only a model effect names tools.
 func TestModelEffectTools(t *testing.T) {
+	t.Parallel()
 	names := func(ns ...string) string {
 		var q []string
 		for _, n := range ns {

@@ -60,6 +60,7 @@ func moduleConfig(t *testing.T, graphs map[string]string, modules ...string) Con
 // operator graph with the real worker, and their effect on the state (and
 // the workspace, through a tool effect) is seen.
 func TestHandlerModule(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, moduleConfig(t, map[string]string{"shouter": shoutGraph}, shoutModule))
 	if got, want := e.Describe().Runtime["handler_modules"], "moda.pl="+pinOf(shoutModule); got != want {
 		t.Fatalf("handler_modules = %q, want %q", got, want)
@@ -78,6 +79,7 @@ func TestHandlerModule(t *testing.T) {
 // TestHandlerModuleRefused: each module that must not load fails the
 // preflight naming the file (and the line, the hash or the bound).
 func TestHandlerModuleRefused(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	pad := func(n int) string {
 		body := "handler_decl(pad).\nhandler(pad, _, _, patch([])).\n"
@@ -184,6 +186,7 @@ func TestHandlerModuleRefused(t *testing.T) {
 // TestHandlerModuleBounds: at the bounds (16 modules, one of 128 KiB)
 // every module loads.
 func TestHandlerModuleBounds(t *testing.T) {
+	t.Parallel()
 	var mods []string
 	for i := 0; i < MaxHandlerModules; i++ {
 		name := "h" + string(rune('a'+i))
@@ -206,6 +209,7 @@ func pinOf(s string) string {
 // by its node's inference limit like a built-in, and the same worker then
 // runs the next task.
 func TestHandlerModuleRunaway(t *testing.T) {
+	t.Parallel()
 	mod := "handler_decl(runaway).\nhandler(runaway, _, _, patch([])) :- go(0).\ngo(N) :- N1 is N + 1, go(N1).\n"
 	graph := g("spinner", okState, `nodes([node(a, runaway)])`, okEdges, `limits([node_inferences(100000)])`)
 	e := newExecutor(t, moduleConfig(t, map[string]string{"spinner": graph, "shouter": shoutGraph}, mod, shoutModule))

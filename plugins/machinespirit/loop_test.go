@@ -15,6 +15,7 @@ import (
 // at once (never a hang until the wall clock), and the next step runs.
 // Only running out of memory replaces the worker.
 func TestTaskLoopSurvivesExceptions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, ball, code string
 		newWorker        bool

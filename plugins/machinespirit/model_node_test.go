@@ -26,6 +26,7 @@ const askerGraph = `graph(asker, [
 // reply is parsed into its field by the field's type (a reply that does
 // not parse is repaired once), and merged through the field's reducer.
 func TestModelNode(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, map[string]string{
 		"asker":  askerGraph,
 		"strict": g("strict", okState, `nodes([node(a, model("count?", count, [retries(0)]))])`, okEdges),

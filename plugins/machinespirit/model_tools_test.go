@@ -35,6 +35,7 @@ func writeThenRead(req sdk.ModelRequest) sdk.Message {
 // a tool the host does not offer the task, or one the node does not name,
 // is refused.
 func TestModelNodeTools(t *testing.T) {
+	t.Parallel()
 	node := func(id, tools string) string {
 		return g(id, `state([field(answer, string, "", replace)])`,
 			fmt.Sprintf(`nodes([node(a, model("Note it: {{goal}}", answer, [tools(%s)]))])`, tools), okEdges, `output([answer])`)

@@ -43,6 +43,7 @@ func subPrompts(h *fakeHost) []hostCall {
 // sub-answer does not fit and is repaired once; the answer comes back. No
 // model text is run: a plan is data.
 func TestRLMPlanValidates(t *testing.T) {
+	t.Parallel()
 	const size, at = 1 << 20, 700_000
 	h := newFakeHost(1)
 	h.workspace["ctx.txt"] = bigContext(size, at, needle)
@@ -97,6 +98,7 @@ func TestRLMPlanValidates(t *testing.T) {
 // max_repairs invalid plans in a row the task fails with
 // rlm_plan_invalid, naming the last error.
 func TestRLMPlanRepair(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	t.Run("repaired", func(t *testing.T) {
 		h := newFakeHost(1)
@@ -140,6 +142,7 @@ func TestRLMPlanRepair(t *testing.T) {
 // the schema, are refused with the path and the bound; model text never
 // becomes code, and strings stay strings.
 func TestRLMPlanRefusals(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	done := plan(finalStep("done"))
 	pad := func(n int) string { return done + strings.Repeat(" ", n-len(done)) }
@@ -217,6 +220,7 @@ func TestRLMPlanRefusals(t *testing.T) {
 // integer), sum the answers. The model sees 4 sub-calls in flight at
 // once and never more.
 func TestRLMPlanMapReduce(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	for i := range 20 {
 		chunk := fmt.Sprintf("chunk %02d value=%d ", i, i+1)
@@ -288,6 +292,7 @@ func TestRLMPlanMapReduce(t *testing.T) {
 // of the chunk's own bytes and a sub-call on it); the reduce takes the
 // largest value.
 func TestRLMPlanMapSubPlan(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	for i := range 5 {
 		chunk := fmt.Sprintf("value=%d ", (i*7)%5+1)
@@ -323,6 +328,7 @@ func TestRLMPlanMapSubPlan(t *testing.T) {
 // deeper, whose own sub-calls would be one past max_depth = 1 and are
 // refused by the host.
 func TestRLMPlanRecurse(t *testing.T) {
+	t.Parallel()
 	h := newFakeHost(1)
 	h.workspace["ctx.txt"] = "a small context"
 	model := &scriptedModel{
@@ -355,6 +361,7 @@ func TestRLMPlanRecurse(t *testing.T) {
 // MaxParallelModelCalls, or a tool call beside a model call, is killed
 // as a protocol breaker.
 func TestParallelEffectsBounded(t *testing.T) {
+	t.Parallel()
 	src := func(name, kinds string) string {
 		return g(name, okState, "nodes([node(a, concurrent(["+kinds+"]))])", okEdges)
 	}
@@ -428,6 +435,7 @@ func TestParallelEffectsBounded(t *testing.T) {
 // TestRLMGoalModeOffByDefault: the goal-writing graph exists only where
 // it was turned on.
 func TestRLMGoalModeOffByDefault(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, nil)
 	cfg.RLMGoalMode = false
 	e := newExecutor(t, cfg)
@@ -445,6 +453,7 @@ func TestRLMGoalModeOffByDefault(t *testing.T) {
 // TestPlanSchemaFile: the JSON Schema a model can be given names the same
 // version and the same operations as the interpreter.
 func TestPlanSchemaFile(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("schema/plan-1.schema.json")
 	if err != nil {
 		t.Fatal(err)
@@ -490,6 +499,7 @@ func TestPlanSchemaFile(t *testing.T) {
 // TestRLMPlanBounds: each bound of the plan language at its limit
 // (validates) and one past it (refused, naming the field and the bound).
 func TestRLMPlanBounds(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	steps := func(n int) []step {
 		var s []step

@@ -13,6 +13,7 @@ import (
 // TestPreflight: each broken runtime fails the preflight naming the check;
 // Describe still answers and every step is refused.
 func TestPreflight(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	dir := t.TempDir()
 	notExec := filepath.Join(dir, "swipl-not-executable")
@@ -106,6 +107,7 @@ func TestPreflight(t *testing.T) {
 // TestPreflightOK: the runtime facts of a good preflight, and the digest
 // of exactly the embedded sources.
 func TestPreflightOK(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, Config{SwiplPath: testSwipl, SwiplVersion: testVersion})
 	r := e.Describe().Runtime
 	src, err := embeddedSources(nil)
@@ -142,6 +144,7 @@ func TestPreflightOK(t *testing.T) {
 
 // TestStartFromSource: the same worker without a saved state.
 func TestStartFromSource(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, nil)
 	cfg.StartMode = StartFromSource
 	e := newExecutor(t, cfg)
@@ -153,6 +156,7 @@ func TestStartFromSource(t *testing.T) {
 
 // TestCheckHello: what the preflight requires of the worker's hello.
 func TestCheckHello(t *testing.T) {
+	t.Parallel()
 	ok := inFrame{Type: "hello", Protocol: protocolVersion, PrologVersion: testVersion, Libraries: []string{"sandbox"},
 		Graphs: []graphInfo{{ID: "rlm"}, {ID: "plan_act_review"}}}
 	tests := []struct {

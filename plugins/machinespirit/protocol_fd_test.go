@@ -15,6 +15,7 @@ import (
 // step: the protocol has pipes of its own (fd 3 and 4), the standard
 // streams only feed the log. The step ends with the node's own result.
 func TestForgedResultFrame(t *testing.T) {
+	t.Parallel()
 	src := g("forge", okState, `nodes([node(a, forge_result)])`, okEdges)
 	e := newExecutor(t, testConfig(t, map[string]string{"forge": src}))
 	res, err := e.Step(context.Background(), newFakeHost(1), stepReq(spec("forge", nil, ""), nil))

@@ -34,6 +34,7 @@ func writes(h *fakeHost) map[string]int {
 // from the last checkpoint: the next node runs and no committed node's
 // effect runs again.
 func TestNoModelGraphResumesAfterCrash(t *testing.T) {
+	t.Parallel()
 	h := newFakeHost(1)
 	sp := parSpec()
 	e1 := newExecutor(t, testConfig(t, nil))
@@ -104,6 +105,7 @@ func mapsEqual(a, b map[string]int) bool {
 // host records an interrupted attempt), never a completion. The next
 // attempt re-runs only the uncommitted node.
 func TestWorkerDiesMidStep(t *testing.T) {
+	t.Parallel()
 	h := newFakeHost(1)
 	sp := parSpec()
 	cfg := testConfig(t, nil)
@@ -165,6 +167,7 @@ func TestWorkerDiesMidStep(t *testing.T) {
 // TestWorkerExitsMidStep: a worker that exits by itself (here halt(9)
 // inside a node) is lost the same way.
 func TestWorkerExitsMidStep(t *testing.T) {
+	t.Parallel()
 	src := g("dies", okState, `nodes([node(a, die)])`, okEdges)
 	e := newExecutor(t, testConfig(t, map[string]string{"dies": src}))
 	_, err := e.Step(context.Background(), newFakeHost(1), stepReq(spec("dies", nil, ""), nil))
@@ -181,6 +184,7 @@ func TestWorkerExitsMidStep(t *testing.T) {
 // TestMalformedFrameFromWorker: anything but a valid frame from the worker
 // kills it and fails the step.
 func TestMalformedFrameFromWorker(t *testing.T) {
+	t.Parallel()
 	const maxFrame = 8192
 	graphs := map[string]string{}
 	cases := []struct{ name, handler, want string }{
@@ -238,6 +242,7 @@ func TestMalformedFrameFromWorker(t *testing.T) {
 // fails the step with checkpoint_too_large naming the field; it is never
 // truncated, and the previous checkpoint stays within the bound.
 func TestOversizedSnapshot(t *testing.T) {
+	t.Parallel()
 	const bound = 16 << 10
 	src := g("grows", `state([field(blobs, list(string), [], append)])`,
 		`nodes([node(a, grow(3000), [max_visits(100)])])`,
@@ -271,6 +276,7 @@ func TestOversizedSnapshot(t *testing.T) {
 }
 
 func TestMakeCheckpointBound(t *testing.T) {
+	t.Parallel()
 	obj := func(n int) json.RawMessage {
 		const frame = `{"p":""}`
 		return json.RawMessage(`{"p":"` + strings.Repeat("x", n-len(frame)) + `"}`)
@@ -291,6 +297,7 @@ func TestMakeCheckpointBound(t *testing.T) {
 // TestCheckpointIncompatible: a checkpoint that does not match the graph
 // exactly fails closed, never restarts from zero.
 func TestCheckpointIncompatible(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	h := newFakeHost(1)
 	sp := parSpec()
@@ -348,6 +355,7 @@ func TestCheckpointIncompatible(t *testing.T) {
 // TestTwoExecutorsShareNothing: two tasks, two executors, run at once:
 // separate workers, separate graphs, separate state.
 func TestTwoExecutorsShareNothing(t *testing.T) {
+	t.Parallel()
 	only1 := g("only_one", okState, `nodes([node(a, patch([count=41]))])`, okEdges)
 	e1 := newExecutor(t, testConfig(t, map[string]string{"only_one": only1}))
 	e2 := newExecutor(t, testConfig(t, nil))
@@ -397,6 +405,7 @@ func TestTwoExecutorsShareNothing(t *testing.T) {
 // TestIndeterminateToolEffects: a tool call in flight when an attempt died
 // is not re-run without a human's approval.
 func TestIndeterminateToolEffects(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	req := stepReq(parSpec(), nil)
 	req.Attempt = 2

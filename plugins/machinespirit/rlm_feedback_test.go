@@ -12,6 +12,7 @@ import (
 // where its syntax broke, never the address of an internal stream (which
 // differs on every run, so prompts would never repeat).
 func TestRLMFailureSaysWhy(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	h := newFakeHost(1)
 	h.workspace["ctx.txt"] = "x"

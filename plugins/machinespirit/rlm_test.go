@@ -69,6 +69,7 @@ const needle = "The secret code is 4217."
 // sub-model call runs at depth 1, a sub-run's sub-call at depth 2 is
 // refused with max_depth = 1, and the answer comes back.
 func TestRLMEndToEnd(t *testing.T) {
+	t.Parallel()
 	const size = 1 << 20
 	const at = 700_000
 	h := newFakeHost(1)
@@ -178,6 +179,7 @@ func TestRLMEndToEnd(t *testing.T) {
 // TestRLMBounds: iterations are bounded (a model that never answers ends
 // the task), and each reply is bounded.
 func TestRLMBounds(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	t.Run("iterations", func(t *testing.T) {
 		h := newFakeHost(1)
@@ -261,6 +263,7 @@ func TestRLMBounds(t *testing.T) {
 // TestRLMCheckpointHasNoTranscript: the checkpoint holds bounded state,
 // not the conversation.
 func TestRLMCheckpointHasNoTranscript(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	h := newFakeHost(1)
 	h.workspace["ctx.txt"] = bigContext(1<<20, 10, needle)

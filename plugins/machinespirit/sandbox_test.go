@@ -183,6 +183,7 @@ func hostileGoals() []hostileGoal {
 // the table: each is refused before it runs, or runs contained; the task
 // still ends with the scripted answer, and the marker file never appears.
 func TestRLMHostileGoals(t *testing.T) {
+	t.Parallel()
 	probe := filepath.Join(t.TempDir(), "escaped")
 	e := newExecutor(t, testConfig(t, nil))
 	rows := hostileGoals()
@@ -214,6 +215,7 @@ func TestRLMHostileGoals(t *testing.T) {
 // pure built-ins, the meta-predicates over checked goals and the RLM API
 // work, and bindings come back bounded.
 func TestRLMAllowedGoals(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, nil))
 	for _, tc := range []struct{ goal, want string }{
 		{"context_length(N)", "N = 15"},

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseSpec(t *testing.T) {
+	t.Parallel()
 	pad := func(n int) string { return strings.Repeat("x", n) }
 	// inputOf builds an input object of exactly n bytes.
 	inputOf := func(n int) string {

@@ -58,6 +58,7 @@ func closed(ch <-chan struct{}) bool {
 // runs; until it ends, Describe does not answer (so the host cannot take
 // the executor for ready) and no step runs; then both report its failure.
 func TestStartWaitsForPreflight(t *testing.T) {
+	t.Parallel()
 	swipl, waitStarted, release := blockingSwipl(t)
 	e := Start(context.Background(), Config{SwiplPath: swipl, SwiplVersion: testVersion})
 	defer e.Close()
@@ -103,6 +104,7 @@ func TestStartWaitsForPreflight(t *testing.T) {
 // TestCloseDuringPreflight: Close cancels a preflight still running (its
 // swipl is killed, not waited for) and the executor reports it failed.
 func TestCloseDuringPreflight(t *testing.T) {
+	t.Parallel()
 	swipl, waitStarted, _ := blockingSwipl(t)
 	e := Start(context.Background(), Config{SwiplPath: swipl, SwiplVersion: testVersion})
 	waitStarted()
@@ -120,6 +122,7 @@ func TestCloseDuringPreflight(t *testing.T) {
 
 // TestStartOK: a started executor reaches the same ready state as New.
 func TestStartOK(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	e := Start(context.Background(), testConfig(t, nil))
 	defer e.Close()

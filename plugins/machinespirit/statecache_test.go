@@ -60,6 +60,7 @@ func savedStateOf(t *testing.T, e *Executor) string {
 // and caches it; the second loads it from the cache (Describe says so)
 // and its worker says hello, so the cached state is a working one.
 func TestStateCacheSecondStartUsesIt(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	dir := t.TempDir()
 	cfg := Config{SwiplPath: testSwipl, SwiplVersion: testVersion, StateCacheDir: dir}
@@ -86,6 +87,7 @@ func TestStateCacheSecondStartUsesIt(t *testing.T) {
 // path and `swipl --version` line; any change builds (and replaces the
 // entry, so the cache holds one state).
 func TestStateCacheKey(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -146,6 +148,7 @@ func TestStateCacheKey(t *testing.T) {
 // is not used: the start rebuilds (Describe says "rebuilt"), the worker
 // starts, and the entry is replaced by a good one.
 func TestStateCacheRejectsBadEntries(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	seed := t.TempDir()
 	cfg := Config{SwiplPath: testSwipl, SwiplVersion: testVersion, StateCacheDir: seed}
@@ -228,6 +231,7 @@ func TestStateCacheRejectsBadEntries(t *testing.T) {
 // TestStateCacheBound: a state of exactly the bound is stored and loaded;
 // one byte more is neither stored nor loaded.
 func TestStateCacheBound(t *testing.T) {
+	t.Parallel()
 	const limit = 1000
 	dir := t.TempDir()
 	c := &stateCache{dir: dir, max: limit, logger: hclog.NewNullLogger()}
@@ -256,6 +260,7 @@ func TestStateCacheBound(t *testing.T) {
 // empty cache both build and both work; the cache ends with one entry that
 // verifies, no temp file, and a third start uses it.
 func TestStateCacheConcurrentFirstStarts(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	dir := t.TempDir()
 	cfg := Config{SwiplPath: testSwipl, SwiplVersion: testVersion, StateCacheDir: dir}
@@ -291,6 +296,7 @@ func TestStateCacheConcurrentFirstStarts(t *testing.T) {
 // TestStateCacheDirFlag: a relative cache dir fails the preflight naming
 // the flag; a missing one only costs the cache.
 func TestStateCacheDirFlag(t *testing.T) {
+	t.Parallel()
 	needSwipl(t)
 	e := New(context.Background(), Config{SwiplPath: testSwipl, SwiplVersion: testVersion, StateCacheDir: "cache"})
 	defer e.Close()

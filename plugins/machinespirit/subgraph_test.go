@@ -36,6 +36,7 @@ func subgraphGraphs() map[string]string {
 // appended, and seen is the child's seed: the parent's count handed in as
 // its input.
 func TestSubgraphMergesState(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, subgraphGraphs()))
 	h := newFakeHost(1)
 	results, cp := runToEnd(t, e, h, spec("parent", nil, ""), nil, 4)
@@ -56,6 +57,7 @@ func TestSubgraphMergesState(t *testing.T) {
 
 // TestSubgraphDepthBounded: a graph that runs itself stops at the bound.
 func TestSubgraphDepthBounded(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, testConfig(t, subgraphGraphs()))
 	res, err := e.Step(context.Background(), newFakeHost(1), stepReq(spec("nest", nil, ""), nil))
 	if err != nil || res.Outcome != sdk.OutcomeFail || !strings.Contains(res.Message, "subgraph_depth") ||
@@ -69,6 +71,7 @@ func TestSubgraphDepthBounded(t *testing.T) {
 // runs the child again (same idempotency key for its write, so the host
 // replays it) and merges its state once.
 func TestSubgraphWorkerKilledResume(t *testing.T) {
+	t.Parallel()
 	graphs := subgraphGraphs()
 	cfg := testConfig(t, graphs)
 	cfg.OnWorkerLost = func(error) {}

@@ -13,6 +13,7 @@ import (
 // it starts from plus one — a sub-run that starts another without a model
 // call in between is refused, however large the depth budget.
 func TestSubRunAdmission(t *testing.T) {
+	t.Parallel()
 	answer := `state([field(answer, string, "", replace)])`
 	graphs := map[string]string{
 		"nolist": g("nolist", answer, `nodes([node(a, sub(plan_act_review))])`, okEdges),

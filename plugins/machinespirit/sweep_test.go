@@ -13,6 +13,7 @@ import (
 // TestSweepRuntimeDirs: the dir of a plugin that is gone is removed, the
 // dir of a live one is not.
 func TestSweepRuntimeDirs(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,7 @@ const goodVersionLine = "SWI-Prolog version 9.0.4 for x86_64-linux"
 // running swipl; any change to the binary, and any entry that is not a
 // private regular file naming the pinned version, runs it again.
 func TestVersionCache(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// between runs after a first, cached check; returns the
@@ -161,6 +162,7 @@ func writeEntry(t *testing.T, c *stateCache, swipl, content string, mode os.File
 // TestVersionCacheFailureNotCached: a binary that fails the check leaves
 // no entry, and one entry is kept per binary identity.
 func TestVersionCacheFailureNotCached(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	swipl, runs := countingSwipl(t, dir, "I am not Prolog")
 	c := &stateCache{dir: t.TempDir(), max: maxStateBytes, logger: hclog.NewNullLogger()}

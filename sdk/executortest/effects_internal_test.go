@@ -17,6 +17,7 @@ import (
 // the file and in the count, whether the re-run makes the same call or
 // another (the vary flaw), and never reported as repeated.
 func TestEffectCountIsTheWorkspaces(t *testing.T) {
+	t.Parallel()
 	dir := os.Getenv("EXECUTORTEST_BIN_DIR") // set by TestMain
 	if dir == "" {
 		t.Skip("needs the binaries TestMain builds")

@@ -13,6 +13,7 @@ import (
 // idempotent call once, and a tool that changes nothing not at all, nor a
 // killed attempt's run of one whose work the resume rolls back.
 func TestCountCalls(t *testing.T) {
+	t.Parallel()
 	const write = "task.create{spec:9B}"
 	const wsWrite = "workspace.write{append:4B,content:6B,path:3B}"
 	attempts := []attemptView{{Attempt: 1, Status: "completed"}, {Attempt: 2, Status: "interrupted"}, {Attempt: 3, Status: "completed"}, {Attempt: 4, Status: "completed"}}
@@ -68,6 +69,7 @@ func TestCountCalls(t *testing.T) {
 // TestValidateInputs checks Options.Inputs's bounds, which are those of
 // `taskhost run --input-values`, at each limit and one past it.
 func TestValidateInputs(t *testing.T) {
+	t.Parallel()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +112,7 @@ func TestValidateInputs(t *testing.T) {
 }
 
 func TestResultEquals(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		want    any

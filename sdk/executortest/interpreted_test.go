@@ -11,6 +11,7 @@ import (
 // be an absolute executable, read-only paths absolute; and the config the
 // kit writes pins both files.
 func TestValidateInterpreted(t *testing.T) {
+	t.Parallel()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -63,6 +63,7 @@ func testMain(m *testing.M) int {
 func bin(name string) string { return filepath.Join(binDir, name) }
 
 func TestTestexec(t *testing.T) {
+	t.Parallel()
 	executortest.Run(t, executortest.Options{
 		Binary:      bin("testexec"),
 		Kind:        "testexec",
@@ -122,6 +123,7 @@ const legacyScript = `{
 }`
 
 func TestLegacy(t *testing.T) {
+	t.Parallel()
 	script := filepath.Join(t.TempDir(), "kit-script.json")
 	if err := os.WriteFile(script, []byte(legacyScript), 0o600); err != nil {
 		t.Fatal(err)
@@ -185,6 +187,7 @@ func flawedSpec(flaws map[string]map[string]any) func(string) map[string]any {
 // and the complete scenario's first step calls the scripted model, which
 // answers with a tool call, and keeps its last reply in the result.
 func TestFlawedWithoutFlaws(t *testing.T) {
+	t.Parallel()
 	script, err := filepath.Abs("testdata/plan-script.json")
 	if err != nil {
 		t.Fatal(err)
@@ -367,6 +370,7 @@ func flawCases() map[string]flawCase {
 // rule, in a re-executed test binary, and checks that the right check
 // fails with the right advice.
 func TestKitCatchesFlaws(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("running as a helper")
 	}
@@ -402,6 +406,7 @@ func TestKitCatchesFlaws(t *testing.T) {
 // TestKitHelper runs one flaw case of TestKitCatchesFlaws: the check under
 // test and describe, every other check skipped.
 func TestKitHelper(t *testing.T) {
+	t.Parallel()
 	name := os.Getenv(helperEnv)
 	if name == "" {
 		t.Skip("runs only as a helper of TestKitCatchesFlaws")

@@ -11,6 +11,7 @@ import (
 )
 
 func TestBuildAtRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skipf("git is not on PATH: %v", err)
 	}
@@ -38,6 +39,7 @@ func TestBuildAtRefusesBadInput(t *testing.T) {
 }
 
 func TestBuildAtBuildsTheCommittedTree(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds an executor from an exported tree")
 	}

@@ -11,6 +11,7 @@ import (
 // limits before any check runs, each refusal naming the scenario, the file
 // and the limit, and that files at every limit pass.
 func TestValidateFiles(t *testing.T) {
+	t.Parallel()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
