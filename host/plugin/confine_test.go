@@ -15,6 +15,7 @@ import (
 )
 
 func TestRequireConfinementFailsClosedWithoutLandlock(t *testing.T) {
+	t.Parallel()
 	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(testwait.ShortTempDir(t), "p"), RequireConfinement: true})
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +47,7 @@ func TestRequireConfinementFailsClosedWithoutLandlock(t *testing.T) {
 }
 
 func TestPluginPolicy(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		c       Confinement
@@ -75,6 +77,7 @@ func TestPluginPolicy(t *testing.T) {
 }
 
 func TestPluginUserMustNotBeRoot(t *testing.T) {
+	t.Parallel()
 	c := Confinement{User: "root"}
 	if err := c.resolveUser(); err == nil {
 		t.Fatal("a plugin user resolving to uid 0 was accepted")
@@ -89,6 +92,7 @@ func TestPluginUserMustNotBeRoot(t *testing.T) {
 // lives there); pinned, it is refused: its interpreter would read it again
 // by path after the pin was checked.
 func TestScriptPlugin(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	real := filepath.Join(dir, "testexec-real")
 	data, err := os.ReadFile(testexecBin(t))

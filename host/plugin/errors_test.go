@@ -17,6 +17,7 @@ import (
 // executor receives: the code and ErrorInfo the SDK branches on, however
 // deep the error is wrapped.
 func TestServiceStatus(t *testing.T) {
+	t.Parallel()
 	unsettled := &UnsettledEffectError{Effect: Effect{Kind: "tool", Attempt: 2, Seq: 3, Status: "indeterminate", Summary: "shell.run"}}
 	budget := &BudgetError{Reason: "tool_budget_exhausted", Err: errors.New("tool_calls: 50 of 50 used")}
 	tests := []struct {
@@ -79,6 +80,7 @@ func TestServiceStatus(t *testing.T) {
 
 // TestModelErrorMessage: the executor reads the provider's words alone.
 func TestModelErrorMessage(t *testing.T) {
+	t.Parallel()
 	st := status.Convert(serviceStatus(&ModelError{Kind: "server", Unavailable: true, Message: "502 from upstream"}))
 	if st.Message() != "502 from upstream" {
 		t.Fatalf("message = %q, want the provider's words alone", st.Message())

@@ -21,6 +21,7 @@ import (
 // daemon never connects there: before, a remote listener received the
 // task spec.
 func TestHandshakeAddressOutsideSocketDirRefused(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,6 +78,7 @@ func TestHandshakeAddressOutsideSocketDirRefused(t *testing.T) {
 }
 
 func TestCheckHandshakeAddr(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "plugin123")
 	l, err := net.Listen("unix", sock)
@@ -112,6 +114,7 @@ func TestCheckHandshakeAddr(t *testing.T) {
 // handshake, saying which versions met and what to do, instead of
 // go-plugin's "incompatible API version".
 func TestProtocolV1PluginRefused(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	reg, err := NewRegistry(PluginOptions{SocketDir: filepath.Join(dir, "p")})
 	if err != nil {

@@ -31,6 +31,7 @@ func writeFile(t *testing.T, path, data string) string {
 // A pin mismatch of the interpreter or of the script refuses the executor
 // at its launch, naming which of the two and its config key; nothing runs.
 func TestInterpretedPinMismatch(t *testing.T) {
+	t.Parallel()
 	dir := testwait.PluginDir(t)
 	mark := filepath.Join(dir, "ran")
 	script := writeFile(t, filepath.Join(dir, "plugin.sh"), "echo ran > "+mark+"\n")
@@ -74,6 +75,7 @@ func TestInterpretedPinMismatch(t *testing.T) {
 // The interpreter reads the bytes that were hashed: a copy sealed at the
 // hash, which neither a rename nor a rewrite in place of the file changes.
 func TestInterpretedScriptCopyIsSealed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	script := writeFile(t, filepath.Join(dir, "s.py"), "pinned\n")
 	spec := PluginSpec{Kind: "py", Path: script, SHA256: fileSHA256(t, script), Interpreter: shellInterpreter, InterpreterSHA256: fileSHA256(t, shellInterpreter)}
@@ -106,6 +108,7 @@ func TestInterpretedScriptCopyIsSealed(t *testing.T) {
 
 // The script's bound: MaxScriptBytes is read, one byte more is refused.
 func TestInterpretedScriptBound(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		size int
@@ -132,6 +135,7 @@ func TestInterpretedScriptBound(t *testing.T) {
 // launches the pinned kind, and the other is rewritten in place: the other
 // never runs, the pinned one does.
 func TestInterpretedScriptSwapRace(t *testing.T) {
+	t.Parallel()
 	dir := testwait.PluginDir(t)
 	evilMark, goodMark := filepath.Join(dir, "evil-ran"), filepath.Join(dir, "good-ran")
 	pinned := writeFile(t, filepath.Join(dir, "pinned.sh"), "echo ran > "+goodMark+"\n")
@@ -190,6 +194,7 @@ func pythonWithGRPC(t *testing.T) string {
 // The Python SDK's example, pinned with its interpreter, starts confined
 // and describes itself.
 func TestInterpretedPythonDescribe(t *testing.T) {
+	t.Parallel()
 	py := pythonWithGRPC(t)
 	dir := testwait.PluginDir(t)
 	reg, spec := pynotes(t, dir, py)
@@ -208,6 +213,7 @@ func TestInterpretedPythonDescribe(t *testing.T) {
 // run the preflight again: a pinned interpreter rewritten is then refused,
 // named.
 func TestInterpretedCheckSeesInterpreterChange(t *testing.T) {
+	t.Parallel()
 	py := pythonWithGRPC(t)
 	dir := testwait.PluginDir(t)
 	// A copy of the interpreter that the test may change; it finds its

@@ -64,6 +64,7 @@ func pointLink(link, target string) error {
 // host launches the pinned kind 1000 times: the unpinned build never runs,
 // because the binary is exec'd from the very fd that was hashed.
 func TestPinnedBinarySymlinkRace(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	markDir := filepath.Join(dir, "mark")
 	if err := os.Mkdir(markDir, 0o755); err != nil {

@@ -55,6 +55,7 @@ func forward(t *testing.T, stream string) ([]map[string]any, *tailReader) {
 }
 
 func TestPluginLogLevelsAndLabels(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		line      string
@@ -104,6 +105,7 @@ func TestPluginLogLevelsAndLabels(t *testing.T) {
 }
 
 func TestPluginLogPanicTraceIsError(t *testing.T) {
+	t.Parallel()
 	got, tr := forward(t, "starting\npanic: boom\n\ngoroutine 1 [running]:\nmain.main()\n")
 	levels := make([]any, len(got))
 	for i, e := range got {
@@ -118,6 +120,7 @@ func TestPluginLogPanicTraceIsError(t *testing.T) {
 }
 
 func TestPluginLogRateBound(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		lines       int
@@ -159,6 +162,7 @@ func TestPluginLogRateBound(t *testing.T) {
 }
 
 func TestPluginLogRefills(t *testing.T) {
+	t.Parallel()
 	var c logCapture
 	pl := newPluginLog(c.logger(), "testexec", launchLabels{})
 	at := time.Unix(1, 0)
@@ -181,6 +185,7 @@ func TestPluginLogRefills(t *testing.T) {
 }
 
 func TestPluginLogLineBound(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		size    int
@@ -221,6 +226,7 @@ func TestPluginLogLineBound(t *testing.T) {
 }
 
 func TestPluginLogFieldBound(t *testing.T) {
+	t.Parallel()
 	fields := map[string]any{"@level": "info", "@message": "many"}
 	for i := range maxLogFields + 5 {
 		fields["k"+strings.Repeat("a", i)] = i
@@ -247,6 +253,7 @@ func TestPluginLogFieldBound(t *testing.T) {
 // Lines dropped in a flood are reported where forwarding resumes, before
 // the first line let through again, so the gap shows in place.
 func TestPluginLogDropReportSitsAtTheGap(t *testing.T) {
+	t.Parallel()
 	var c logCapture
 	pl := newPluginLog(c.logger(), "testexec", launchLabels{task: "t_1", run: 1})
 	at := time.Unix(1, 0)

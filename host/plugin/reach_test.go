@@ -12,6 +12,7 @@ import (
 // every directory above it; the check names the dir that blocks and the
 // chmod that would fix it.
 func TestReachableByPoolUID(t *testing.T) {
+	t.Parallel()
 	base, err := os.MkdirTemp("", "reach")
 	if err != nil {
 		t.Fatal(err)

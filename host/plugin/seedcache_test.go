@@ -11,6 +11,7 @@ import (
 // or a dot file names; keep takes back only new regular files, within the
 // file bound, and never follows a link planted in the copy.
 func TestSeedCacheCopyAndKeep(t *testing.T) {
+	t.Parallel()
 	cache, work := t.TempDir(), t.TempDir()
 	write := func(dir, name, content string) {
 		t.Helper()

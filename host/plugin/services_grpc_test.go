@@ -36,6 +36,7 @@ func (r *recordingServices) CallTool(_ context.Context, c ToolCall) (ToolAnswer,
 // TestServicesServerConverts: every field an executor sends reaches the
 // Services, and every field of the answer reaches the executor.
 func TestServicesServerConverts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rec := &recordingServices{}
 	srv := NewServicesServer(rec)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestYamuxTeardownLoggedAtDebug(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		line, want string
 	}{
