@@ -17,6 +17,10 @@ import (
 func parseArgs(e *env, fs *flag.FlagSet, args []string, minArgs, maxArgs int) (pos []string, code int, ok bool) {
 	// The flag package prints its complaint and the usage together: held
 	// here, the complaint alone becomes the JSON error under --json.
+	if e.describe != nil {
+		e.describe.describeFlags(fs)
+		return nil, exitOK, false
+	}
 	var out bytes.Buffer
 	fs.SetOutput(&out)
 	defer fs.SetOutput(e.stderr)
@@ -77,6 +81,12 @@ func usageFunc(fs *flag.FlagSet, synopsis, description string) func() {
 
 // subcommand dispatches "taskhost GROUP SUB ..." to one of subs.
 func subcommand(e *env, group string, subs []command, args []string, run func(c command, args []string) int) int {
+	if e.describe != nil && len(args) == 1 {
+		for _, c := range subs {
+			e.describe.subs = append(e.describe.subs, cmdSpec{name: c.name})
+		}
+		return exitOK
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		w := e.stderr
 		code := exitUsage

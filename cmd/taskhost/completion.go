@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"flag"
@@ -21,6 +20,9 @@ type cmdSpec struct {
 	// args are the literal words the usage line offers as the first
 	// argument ("taskhost executors [reload]", "… bash|zsh|fish").
 	args []string
+	// usage is the first line of the command's usage, as its FlagSet
+	// prints it.
+	usage string
 }
 
 // completionCmd prints a completion script for bash, zsh or fish. The
@@ -69,46 +71,39 @@ func commandTree(ctx context.Context) []cmdSpec {
 	return tree
 }
 
-var (
-	argWordsRE = regexp.MustCompile(`^[a-z][a-z0-9-]*(\|[a-z][a-z0-9-]*)*$`)
-	flagLineRE = regexp.MustCompile(`^  -{1,2}([a-z][a-z0-9-]*)(\s|=|$)`)
-	cmdLineRE  = regexp.MustCompile(`^  ([a-z][a-z0-9-]*)\s+\S`)
-)
+// argWordsRE matches a usage line's literal argument words: reload,
+// bash|zsh|fish; not ID, [flags] or --json.
+var argWordsRE = regexp.MustCompile(`^[a-z][a-z0-9-]*(\|[a-z][a-z0-9-]*)*$`)
 
-// describeCommand runs "taskhost PATH... --help" in-process, output
-// captured, and reads the flags and subcommands it lists.
+// describeCommand describes the command at path as its own parser holds
+// it: "taskhost PATH... --help" runs in-process in describe mode, where
+// parseArgs reads the command's FlagSet and subcommand its table, and
+// neither parses nor prints anything.
 func describeCommand(ctx context.Context, path ...string) cmdSpec {
-	var out bytes.Buffer
-	e := &env{stdout: &out, stderr: &out, stdin: strings.NewReader("")}
-	dispatchCommand(ctx, e, append(append([]string{}, path...), "--help"))
 	spec := cmdSpec{name: path[len(path)-1]}
-	section := ""
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "Usage: taskhost "):
-			spec.args = usageWords(line, len(path))
-		case strings.HasSuffix(line, "Commands:"):
-			section = "commands"
-		case strings.HasSuffix(line, "Flags:"):
-			section = "flags"
-		case section == "flags":
-			if m := flagLineRE.FindStringSubmatch(line); m != nil {
-				dash := "--"
-				if len(m[1]) == 1 {
-					dash = "-" // -o, as the help shows it
-				}
-				spec.flags = append(spec.flags, dash+m[1])
-			}
-		case section == "commands":
-			if m := cmdLineRE.FindStringSubmatch(line); m != nil {
-				spec.subs = append(spec.subs, cmdSpec{name: m[1]})
-			}
-		}
+	e := &env{stdout: io.Discard, stderr: io.Discard, stdin: strings.NewReader(""), describe: &spec}
+	dispatchCommand(ctx, e, append(append([]string{}, path...), "--help"))
+	if strings.HasPrefix(spec.usage, "Usage: taskhost ") {
+		spec.args = usageWords(spec.usage, len(path))
 	}
-	sort.Strings(spec.flags)
 	return spec
+}
+
+// describeFlags records fs's flags, as the flag package spells them
+// (--name, or -n for one letter), and the first line of its usage.
+func (s *cmdSpec) describeFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		s.flags = append(s.flags, dash+f.Name)
+	})
+	sort.Strings(s.flags)
+	var usage bytes.Buffer
+	fs.SetOutput(&usage)
+	fs.Usage()
+	s.usage, _, _ = strings.Cut(usage.String(), "\n")
 }
 
 // usageWords reads the literal lowercase words of a usage line after

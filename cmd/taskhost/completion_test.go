@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -123,5 +124,54 @@ func TestCompletionShells(t *testing.T) {
 	_, stderr, code := runCLI(t, "", "completion", "powershell")
 	if code != exitUsage || !strings.Contains(stderr, `unknown shell "powershell": bash, zsh or fish`) {
 		t.Errorf("completion powershell: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// The completion reads each command's FlagSet; its help prints the same
+// FlagSet. Read back from the help, as a user sees it, each command's
+// flags are exactly the ones completion offers.
+func TestCompletionFlagsAreTheHelpsFlags(t *testing.T) {
+	// The flag package prints -name; completion offers --name, and -n
+	// for a one-letter flag, as the help's usage lines spell them.
+	flagLine := regexp.MustCompile(`^  -{1,2}([a-z][a-z0-9-]*)(\s|=|$)`)
+	helpFlags := func(path ...string) []string {
+		t.Helper()
+		stdout, stderr, _ := runCLI(t, "", append(path, "--help")...)
+		var flags []string
+		inFlags := false
+		for _, line := range strings.Split(stdout+stderr, "\n") {
+			if strings.HasSuffix(line, "Flags:") {
+				inFlags = true
+				continue
+			}
+			if m := flagLine.FindStringSubmatch(line); inFlags && m != nil {
+				dash := "--"
+				if len(m[1]) == 1 {
+					dash = "-"
+				}
+				flags = append(flags, dash+m[1])
+			}
+		}
+		slices.Sort(flags)
+		return flags
+	}
+	checked := 0
+	for _, c := range commandTree(context.Background()) {
+		leaves := map[string][]string{c.name: c.flags}
+		if len(c.subs) > 0 {
+			leaves = map[string][]string{}
+			for _, s := range c.subs {
+				leaves[c.name+" "+s.name] = s.flags
+			}
+		}
+		for path, flags := range leaves {
+			if want := helpFlags(strings.Fields(path)...); !slices.Equal(flags, want) {
+				t.Errorf("taskhost %s: completion offers %v, its help lists %v", path, flags, want)
+			}
+			checked++
+		}
+	}
+	if checked < 25 {
+		t.Fatalf("only %d commands checked", checked)
 	}
 }

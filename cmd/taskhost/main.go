@@ -72,6 +72,11 @@ type env struct {
 	jsonErrors bool
 	jsonFailed bool
 	failures   []string
+
+	// describe, when set, makes the command fill it in instead of running:
+	// its flags and usage line as its parser holds them, or a group's
+	// subcommands (shell completion's source, see describeCommand).
+	describe *cmdSpec
 }
 
 func commands() []command {
