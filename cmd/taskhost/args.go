@@ -15,12 +15,12 @@ import (
 // ok is false when the command must exit with code (2 after a usage error
 // printed to stderr, 0 after --help).
 func parseArgs(e *env, fs *flag.FlagSet, args []string, minArgs, maxArgs int) (pos []string, code int, ok bool) {
-	// The flag package prints its complaint and the usage together: held
-	// here, the complaint alone becomes the JSON error under --json.
 	if e.describe != nil {
 		e.describe.describeFlags(fs)
 		return nil, exitOK, false
 	}
+	// The flag package prints its complaint and the usage together: held
+	// here, the complaint alone becomes the JSON error under --json.
 	var out bytes.Buffer
 	fs.SetOutput(&out)
 	defer fs.SetOutput(e.stderr)
