@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -53,7 +54,7 @@ func TestBackupRestoreResume(t *testing.T) {
 	task := interruptedWithCheckpoint(t, src)
 
 	backup := filepath.Join(testwait.ShortTempDir(t), "backup")
-	info, err := Backup(context.Background(), src, backup)
+	info, err := datadir.Backup(context.Background(), src, backup)
 	if err != nil {
 		t.Fatalf("Backup: %v", err)
 	}
@@ -61,18 +62,18 @@ func TestBackupRestoreResume(t *testing.T) {
 		t.Fatal("an empty store copy")
 	}
 	for path, want := range map[string]fs.FileMode{
-		backup: fs.ModeDir | 0o700, filepath.Join(backup, StoreFile): 0o600, filepath.Join(backup, KeyFile): 0o600,
+		backup: fs.ModeDir | 0o700, filepath.Join(backup, datadir.StoreFile): 0o600, filepath.Join(backup, datadir.KeyFile): 0o600,
 	} {
 		if got := modeOf(t, path); got != want {
 			t.Errorf("%s: mode %v, want %v", path, got, want)
 		}
 	}
-	if _, err := Backup(context.Background(), src, backup); err == nil || !strings.Contains(err.Error(), "already exists") {
+	if _, err := datadir.Backup(context.Background(), src, backup); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("a second backup over the first: %v, want refused", err)
 	}
 
 	restored := filepath.Join(testwait.ShortTempDir(t), "restored")
-	ri, err := Restore(context.Background(), backup, restored, RestoreOptions{UID: -1, GID: -1})
+	ri, err := Restore(context.Background(), backup, restored, datadir.RestoreOptions{UID: -1, GID: -1})
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
@@ -106,7 +107,7 @@ func TestRestoreRefusals(t *testing.T) {
 	src := testwait.ShortTempDir(t)
 	interruptedWithCheckpoint(t, src)
 	backup := filepath.Join(testwait.ShortTempDir(t), "backup")
-	if _, err := Backup(context.Background(), src, backup); err != nil {
+	if _, err := datadir.Backup(context.Background(), src, backup); err != nil {
 		t.Fatal(err)
 	}
 	// A backup whose key is not the store's: every checkpoint fails.
@@ -114,14 +115,14 @@ func TestRestoreRefusals(t *testing.T) {
 	if err := os.Mkdir(wrongKey, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(backup, StoreFile))
+	data, err := os.ReadFile(filepath.Join(backup, datadir.StoreFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(wrongKey, StoreFile), data, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(wrongKey, datadir.StoreFile), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(wrongKey, KeyFile), make([]byte, keyBytes), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(wrongKey, datadir.KeyFile), make([]byte, datadir.KeyBytes), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -170,7 +171,7 @@ func TestRestoreRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			target := tc.target(t)
 			before := listing(t, target)
-			_, err := Restore(context.Background(), tc.src, target, RestoreOptions{UID: -1, GID: -1})
+			_, err := Restore(context.Background(), tc.src, target, datadir.RestoreOptions{UID: -1, GID: -1})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Restore: %v, want an error saying %q", err, tc.want)
 			}
@@ -216,7 +217,7 @@ func TestRestoreForAnotherUser(t *testing.T) {
 	src := testwait.ShortTempDir(t)
 	interruptedWithCheckpoint(t, src)
 	backup := filepath.Join(testwait.ShortTempDir(t), "backup")
-	if _, err := Backup(context.Background(), src, backup); err != nil {
+	if _, err := datadir.Backup(context.Background(), src, backup); err != nil {
 		t.Fatal(err)
 	}
 	base := testwait.ShortTempDir(t)
@@ -224,10 +225,10 @@ func TestRestoreForAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	restored := filepath.Join(base, "restored")
-	if _, err := Restore(context.Background(), backup, restored, RestoreOptions{UID: 65534, GID: 65534}); err != nil {
+	if _, err := Restore(context.Background(), backup, restored, datadir.RestoreOptions{UID: 65534, GID: 65534}); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{restored, filepath.Join(restored, StoreFile), filepath.Join(restored, KeyFile)} {
+	for _, p := range []string{restored, filepath.Join(restored, datadir.StoreFile), filepath.Join(restored, datadir.KeyFile)} {
 		fi, err := os.Lstat(p)
 		if err != nil {
 			t.Fatal(err)

@@ -156,7 +156,7 @@ func measureCancelKills(t *testing.T, owner, via *Host, commits *commitClock) {
 // they are seconds apart). A round whose first commit is reported only
 // after the command died (a group commit's leader reports it) is left out.
 type commitClock struct {
-	nopObserver
+	NopObserver
 	mu    sync.Mutex
 	since time.Time
 	at    time.Time

@@ -11,6 +11,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -72,7 +73,7 @@ func TestCopiedEnvelopeRefused(t *testing.T) {
 	b := create(t, h, alice, map[string]any{"steps": 3, "exit_at_attempt": 2}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, b.ID), store.StatusInterrupted, store.ReasonExecutorCrashed)
 
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, StoreFile)+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, datadir.StoreFile)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}

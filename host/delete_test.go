@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -27,7 +28,7 @@ func createWithFile(t *testing.T, h *Host, te map[string]any) store.Task {
 
 func wantWorkspace(t *testing.T, h *Host, id string, exists bool) {
 	t.Helper()
-	_, err := os.Lstat(filepath.Join(h.DataDir, WorkspaceDirName, id, "notes.md"))
+	_, err := os.Lstat(filepath.Join(h.DataDir, datadir.WorkspaceDirName, id, "notes.md"))
 	if exists && err != nil {
 		t.Fatalf("workspace of %s: %v, want it kept", id, err)
 	}

@@ -277,7 +277,7 @@ func (ts *turnState) modelOutage() string {
 // for good (auth, request, bad_response) is not. Each failed call is logged
 // once, at WARN, with its task.
 func (s *taskServices) modelError(ts *turnState, err error) error {
-	kind := sdkModelKind(model.KindOf(err))
+	kind := model.KindOf(err).SDKName()
 	msg := err.Error()
 	if merr, ok := errors.AsType[*model.Error](err); ok {
 		msg = merr.Message
@@ -302,21 +302,6 @@ func (s *taskServices) modelError(ts *turnState, err error) error {
 		s.r.log.Warn("model call failed", log...)
 	}
 	return me
-}
-
-// sdkModelKind is the sdk.ModelErrorKind name of a provider's error kind: the
-// SDK's set is smaller, as an executor branches only on what it can act on.
-func sdkModelKind(k model.ErrorKind) string {
-	switch k {
-	case model.KindAuth, model.KindRateLimited, model.KindServer, model.KindTimeout, model.KindBadResponse,
-		model.KindTransport, model.KindBadReply, model.KindContextExceeded:
-		return k.String()
-	case model.KindCanceled:
-		return model.KindTimeout.String()
-	case model.KindRequest, model.KindScript:
-		return model.KindRequest.String()
-	}
-	return model.KindBadResponse.String()
 }
 
 // rerunSafe reports whether running tool call (name, args) twice is the same

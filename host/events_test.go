@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -88,7 +89,7 @@ func TestCanaryNeverInEventsOrLogs(t *testing.T) {
 	}
 	// Nor any file of the data dir but the store, which holds the spec.
 	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), StoreFile) {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), datadir.StoreFile) {
 			return nil
 		}
 		if data, _ := os.ReadFile(path); bytes.Contains(data, []byte(canary)) {

@@ -2,9 +2,6 @@ package host
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -84,21 +81,6 @@ var errFenced = errors.New("lease lost: the task was taken over by another run")
 // could not heartbeat for most of a lease: like errFenced, nothing more is
 // written for the run (another host may be about to sweep it).
 var errSelfFenced = fmt.Errorf("this host could not reach the store to heartbeat for most of its lease: %w", errFenced)
-
-// HostIDFromKey derives a host id from a data dir's host key and, when the
-// key is shared by a fleet, what else tells the hosts apart (the machine's
-// name, the data dir's path): stable across restarts; with the key alone,
-// carried by a backup, so a restored data dir recovers its own runs. 64
-// bits of an HMAC: the key stays secret.
-func HostIDFromKey(key []byte, distinct ...string) string {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("taskhost host id"))
-	for _, d := range distinct {
-		m.Write([]byte{0})
-		m.Write([]byte(d))
-	}
-	return "h-" + hex.EncodeToString(m.Sum(nil)[:8])
-}
 
 // beatState is what the host knows of its own heartbeats. Times are this
 // process's clock readings (monotonic), never the store's.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testpg"
 	"github.com/taskhost/taskhost/internal/testwait"
@@ -38,7 +39,7 @@ func newSharedStore(t testing.TB, driver string) sharedStore {
 	if driver == "postgres" {
 		return sharedStore{dsn: testpg.DSN(t)}
 	}
-	return sharedStore{path: filepath.Join(t.TempDir(), StoreFile)}
+	return sharedStore{path: filepath.Join(t.TempDir(), datadir.StoreFile)}
 }
 
 func (ss sharedStore) open(id string) (*store.Store, error) {
@@ -408,24 +409,6 @@ func listAttemptsOf(t *testing.T, st *store.Store, id string) []store.Attempt {
 		t.Fatal(err)
 	}
 	return as
-}
-
-func TestHostIDFromKey(t *testing.T) {
-	t.Parallel()
-	k1, k2 := make([]byte, 32), make([]byte, 32)
-	k2[0] = 1
-	id1, id2 := HostIDFromKey(k1), HostIDFromKey(k2)
-	if id1 == id2 || id1 != HostIDFromKey(k1) {
-		t.Fatalf("ids %s, %s: want stable per key and distinct across keys", id1, id2)
-	}
-	// A shared key: the machine and the data dir tell hosts apart.
-	a, b := HostIDFromKey(k1, "m1", "/data"), HostIDFromKey(k1, "m2", "/data")
-	if a == b || a == id1 || a != HostIDFromKey(k1, "m1", "/data") || HostIDFromKey(k1, "m1", "/d") == HostIDFromKey(k1, "m1/", "d") {
-		t.Fatalf("shared-key ids %s, %s: want distinct per machine and dir, stable", a, b)
-	}
-	if err := store.CheckHostID(id1); err != nil {
-		t.Fatalf("derived id %s: %v", id1, err)
-	}
 }
 
 // TestFleetNotifyWakesOwner: on PostgreSQL a cancel through B reaches A's

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/internal/testbin"
 	"github.com/taskhost/taskhost/internal/testpg"
@@ -70,7 +72,7 @@ func testConfig(tb testing.TB) config.Config {
 	// The test executor writes its pid and environment files where a test
 	// tells it, in temp dirs a confined plugin could not reach otherwise.
 	c.Executors["testexec"] = config.Executor{
-		Path:      filepath.Join(executorDir(tb), ExecutorPrefix+"testexec"),
+		Path:      filepath.Join(executorDir(tb), datadir.ExecutorPrefix+"testexec"),
 		ReadWrite: []string{os.TempDir()},
 		// Some tests have it start grandchildren.
 		Subprocesses: true,
@@ -198,5 +200,12 @@ func (r *Runner) setLimits(concurrent, queued int) {
 	r.set.MaxConcurrent = concurrent
 	if queued > 0 {
 		r.set.MaxQueued = queued
+	}
+}
+
+func mustDo(t *testing.T, errs ...error) {
+	t.Helper()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/internal/testwait"
 )
 
@@ -155,7 +156,7 @@ func TestModelPreflightStopsWithTheHost(t *testing.T) {
 }
 
 // waitPreflight polls until the start-up preflight has a result.
-func waitPreflight(t *testing.T, h *Host) ModelStatus {
+func waitPreflight(t *testing.T, h *Host) model.Status {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -165,5 +166,5 @@ func waitPreflight(t *testing.T, h *Host) ModelStatus {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("no preflight result within 20 s")
-	return ModelStatus{}
+	return model.Status{}
 }

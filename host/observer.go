@@ -36,19 +36,19 @@ type Observer interface {
 	ModelCalled(promptTokens, completionTokens int64, d time.Duration)
 }
 
-// nopObserver is the Observer of a host without metrics.
-type nopObserver struct{}
+// NopObserver is the Observer of a host without metrics: it counts nothing.
+type NopObserver struct{}
 
-func (nopObserver) PluginStarted(string)                       {}
-func (nopObserver) PluginCrashed(string, string)               {}
-func (nopObserver) StepFinished(string, string, time.Duration) {}
-func (nopObserver) StoreCommitted(time.Duration)               {}
-func (nopObserver) RunLost()                                   {}
-func (nopObserver) StoreRetried(string)                        {}
-func (nopObserver) StoreFenced()                               {}
-func (nopObserver) HeartbeatSent(time.Time)                    {}
-func (nopObserver) FleetHeartbeats(map[string]time.Duration)   {}
-func (nopObserver) RunsSwept(int)                              {}
-func (nopObserver) SelfFenced()                                {}
-func (nopObserver) ListenReconnected()                         {}
-func (nopObserver) ModelCalled(int64, int64, time.Duration)    {}
+func (NopObserver) PluginStarted(string)                       {}
+func (NopObserver) PluginCrashed(string, string)               {}
+func (NopObserver) StepFinished(string, string, time.Duration) {}
+func (NopObserver) StoreCommitted(time.Duration)               {}
+func (NopObserver) RunLost()                                   {}
+func (NopObserver) StoreRetried(string)                        {}
+func (NopObserver) StoreFenced()                               {}
+func (NopObserver) HeartbeatSent(time.Time)                    {}
+func (NopObserver) FleetHeartbeats(map[string]time.Duration)   {}
+func (NopObserver) RunsSwept(int)                              {}
+func (NopObserver) SelfFenced()                                {}
+func (NopObserver) ListenReconnected()                         {}
+func (NopObserver) ModelCalled(int64, int64, time.Duration)    {}

@@ -7,10 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -25,12 +25,12 @@ func TestOpenRefusesBadStore(t *testing.T) {
 		want    string
 	}{
 		{"corrupted file", func(t *testing.T, dir string) {
-			os.WriteFile(filepath.Join(dir, StoreFile), bytes.Repeat([]byte("garbage!"), 1024), 0o600)
-		}, StoreFile},
+			os.WriteFile(filepath.Join(dir, datadir.StoreFile), bytes.Repeat([]byte("garbage!"), 1024), 0o600)
+		}, datadir.StoreFile},
 		{"read-only file", func(t *testing.T, dir string) {
 			h := openHost(t, dir, nil)
 			h.Close(context.Background())
-			os.Chmod(filepath.Join(dir, StoreFile), 0o444)
+			os.Chmod(filepath.Join(dir, datadir.StoreFile), 0o444)
 		}, "read-only"},
 		{"data dir is a file", func(t *testing.T, dir string) {
 			os.RemoveAll(dir)
@@ -45,7 +45,7 @@ func TestOpenRefusesBadStore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := testwait.ShortTempDir(t)
 			tc.prepare(t, dir)
-			before, _ := os.ReadFile(filepath.Join(dir, StoreFile))
+			before, _ := os.ReadFile(filepath.Join(dir, datadir.StoreFile))
 			h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
 			if err == nil {
 				h.Close(context.Background())
@@ -54,7 +54,7 @@ func TestOpenRefusesBadStore(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
-			after, _ := os.ReadFile(filepath.Join(dir, StoreFile))
+			after, _ := os.ReadFile(filepath.Join(dir, datadir.StoreFile))
 			if !bytes.Equal(before, after) {
 				t.Errorf("the store file changed on a refused open")
 			}
@@ -68,29 +68,8 @@ func TestSecondHostOnDataDirRefused(t *testing.T) {
 	dir := testwait.ShortTempDir(t)
 	openHost(t, dir, nil)
 	_, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: executorDir(t)})
-	if !errors.Is(err, ErrDataDirLocked) {
+	if !errors.Is(err, datadir.ErrDataDirLocked) {
 		t.Fatalf("second open: err = %v, want ErrDataDirLocked", err)
-	}
-}
-
-// A child another goroutine forks holds a copy of every descriptor until
-// it execs; one holding the lock's must not keep the data dir from the
-// next Open once the host closed. The dup stands for that child's copy:
-// it refers to the same open file, as a fork's does.
-func TestCloseReleasesTheLockAForkedChildShares(t *testing.T) {
-	t.Parallel()
-	dir := testwait.ShortTempDir(t)
-	h := openBareHost(t, dir)
-	child, err := syscall.Dup(int(h.lock.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(child)
-	if err := h.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tryOpen(t, dir); err != nil {
-		t.Fatalf("reopen after close, a forked child still holding the lock's descriptor: %v", err)
 	}
 }
 

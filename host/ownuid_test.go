@@ -5,38 +5,19 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
-	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
 
-// Every plugin runs, under a root daemon, as a uid of its own; only an
-// executor that names a user of its own runs as that user.
+// Every plugin runs, under a root daemon, as a uid of its own (its spec:
+// datadir's TestEveryPluginSpecTakesItsOwnUID).
 func TestEveryPluginRunsUnderItsOwnUID(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Executors["named"] = config.Executor{Path: "/bin/true", User: "nobody"}
-	cfg.MachineSpirit.Enabled = true
-	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", true, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range specs {
-		if want := s.Kind != "named"; s.Confine.OwnUID != want {
-			t.Errorf("%s: OwnUID %v, want %v", s.Kind, s.Confine.OwnUID, want)
-		}
-		if slices.Contains(s.Args, "--state-cache-dir") {
-			t.Errorf("%s: args %q: a pooled plugin is given a cache its uid could write", s.Kind, s.Args)
-		}
-		if s.Kind == config.ExecutorMachineSpirit && s.Confine.SeedCache == "" {
-			t.Errorf("machinespirit: no seed cache: every start would compile its saved state")
-		}
-	}
 	if os.Geteuid() != 0 {
 		t.Skip("only a root daemon runs plugins under uids of their own")
 	}
@@ -49,7 +30,7 @@ func TestEveryPluginRunsUnderItsOwnUID(t *testing.T) {
 	}
 	got := waitEnd(t, h, alice, task.ID)
 	wantStatus(t, got, store.StatusCompleted, store.ReasonNone)
-	if entries, _ := os.ReadDir(filepath.Join(h.DataDir, WorkspaceDirName, task.ID)); len(entries) == 0 {
+	if entries, _ := os.ReadDir(filepath.Join(h.DataDir, datadir.WorkspaceDirName, task.ID)); len(entries) == 0 {
 		t.Errorf("the legacy task left no file: %v", entries)
 	}
 	if s := h.Registry.Confinement(config.ExecutorLegacy); !strings.Contains(s, "own uid (") {
@@ -66,7 +47,7 @@ func TestPooledMachineSpiritStartsFromASeededCache(t *testing.T) {
 		t.Skip("only a root daemon runs plugins under uids of their own")
 	}
 	h := openHost(t, "", machineSpiritOn)
-	cache := filepath.Join(h.DataDir, CacheDirName, config.ExecutorMachineSpirit)
+	cache := filepath.Join(h.DataDir, datadir.CacheDirName, config.ExecutorMachineSpirit)
 	before, err := os.ReadDir(cache)
 	if err != nil || len(before) == 0 {
 		t.Fatalf("the probe at open left no saved state in %s: %v %v", cache, before, err)

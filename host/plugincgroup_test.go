@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/cgroups"
 	"github.com/taskhost/taskhost/internal/testfs"
@@ -297,7 +298,7 @@ func runDirMounts(t *testing.T, h *Host) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := filepath.Join(os.TempDir(), plugin.RunDirPrefix(filepath.Join(h.DataDir, SocketDirName)))
+	prefix := filepath.Join(os.TempDir(), plugin.RunDirPrefix(filepath.Join(h.DataDir, datadir.SocketDirName)))
 	var mounts []string
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], prefix) {

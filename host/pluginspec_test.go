@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,9 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/taskhost/taskhost/host/config"
-	"github.com/taskhost/taskhost/host/plugin"
-	"github.com/taskhost/taskhost/internal/cgroups"
-	"github.com/taskhost/taskhost/internal/confine"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -51,7 +48,7 @@ func TestPluginPrivateDir(t *testing.T) {
 	// A root daemon runs the plugin under a uid of its pool, which cannot
 	// reach the data dir: its run dir is a fresh one in the temp dir.
 	base, want := filepath.Dir(tmp), "DATA/plugins/run-*"
-	baseOK := base == filepath.Join(dir, SocketDirName)
+	baseOK := base == filepath.Join(dir, datadir.SocketDirName)
 	if h.Registry.OwnUIDs() {
 		want = os.TempDir() + "/taskhost-plugin-*/run-*"
 		baseOK = filepath.Dir(base) == os.TempDir() && strings.HasPrefix(filepath.Base(base), "taskhost-plugin-")
@@ -109,26 +106,4 @@ func TestPluginRunsAsItsUser(t *testing.T) {
 		_, err := os.Stat(base)
 		return errors.Is(err, os.ErrNotExist)
 	})
-}
-
-func TestConfinementFromConfig(t *testing.T) {
-	def := config.Default().Confinement
-	tests := []struct {
-		name string
-		ex   config.Executor
-		want plugin.Confinement
-	}{
-		{"defaults", config.Executor{}, plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 4096 << 20, NoFile: 1024, NProc: 4096},
-			Cgroup: cgroups.Limits{MemoryBytes: 2048 << 20, Pids: 4096, CPUPercent: 100}, DiskBytes: 1024 << 20, OwnUID: true}},
-		{"own", config.Executor{MaxAddressSpaceMB: 512, MaxOpenFiles: 64, MaxProcesses: 16, MemoryMB: 96, CPUPercent: 250, DiskMB: 32, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true},
-			plugin.Confinement{Rlimits: confine.Rlimits{AddressSpace: 512 << 20, NoFile: 64, NProc: 16},
-				Cgroup: cgroups.Limits{MemoryBytes: 96 << 20, Pids: 16, CPUPercent: 250}, DiskBytes: 32 << 20, User: "nobody", ReadWrite: []string{"/srv/x"}, Subprocesses: true}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if c := confinementFrom(def, tt.ex); !reflect.DeepEqual(c, tt.want) {
-				t.Fatalf("confinementFrom = %+v, want %+v", c, tt.want)
-			}
-		})
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -102,8 +103,8 @@ func TestPooledPluginOfAReplacedBinary(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, ExecutorPrefix+"testexec")
-	orig, err := os.ReadFile(filepath.Join(executorDir(t), ExecutorPrefix+"testexec"))
+	bin := filepath.Join(dir, datadir.ExecutorPrefix+"testexec")
+	orig, err := os.ReadFile(filepath.Join(executorDir(t), datadir.ExecutorPrefix+"testexec"))
 	if err != nil {
 		t.Fatal(err)
 	}

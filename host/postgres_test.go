@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testpg"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -42,10 +43,10 @@ func TestPostgresStoreRunsAndRecovers(t *testing.T) {
 	if got.Budgets.Steps.Used != 3 {
 		t.Fatalf("completed task used %d steps, want 3", got.Budgets.Steps.Used)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, StoreFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(dir, datadir.StoreFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a postgres host left a store file: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, PostgresMarker)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, datadir.PostgresMarker)); err != nil {
 		t.Fatalf("marker: %v", err)
 	}
 
@@ -138,11 +139,11 @@ func TestPostgresStoreRefusals(t *testing.T) {
 		if err := open(dir, pgConfig(t)); err != nil {
 			t.Fatal(err)
 		}
-		if err := open(dir, testConfig(t)); !errors.Is(err, ErrPostgresStore) {
+		if err := open(dir, testConfig(t)); !errors.Is(err, datadir.ErrPostgresStore) {
 			t.Fatalf("a SQLite host on a postgres data dir: %v, want ErrPostgresStore", err)
 		}
-		_, err := Backup(ctx, dir, filepath.Join(testwait.ShortTempDir(t), "b"))
-		if !errors.Is(err, ErrPostgresStore) || !strings.Contains(err.Error(), "pg_dump") {
+		_, err := datadir.Backup(ctx, dir, filepath.Join(testwait.ShortTempDir(t), "b"))
+		if !errors.Is(err, datadir.ErrPostgresStore) || !strings.Contains(err.Error(), "pg_dump") {
 			t.Fatalf("backup: %v, want ErrPostgresStore pointing at pg_dump", err)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -60,7 +61,7 @@ func taskCount(t *testing.T, h *Host) int {
 func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(testwait.ShortTempDir(t), "testexec")
-	sum := copyExecutable(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"), bin, "")
+	sum := copyExecutable(t, filepath.Join(executorDir(t), datadir.ExecutorPrefix+"testexec"), bin, "")
 	cfg := testConfig(t)
 	ex := cfg.Executors["testexec"]
 	ex.Path, ex.SHA256 = bin, sum
@@ -73,7 +74,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 	interrupted := create(t, h, alice, map[string]any{"exit_at_attempt": 1, "steps": 2}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, interrupted.ID), store.StatusInterrupted, store.ReasonExecutorCrashed)
 
-	newSum := copyExecutable(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"), bin, "rebuilt")
+	newSum := copyExecutable(t, filepath.Join(executorDir(t), datadir.ExecutorPrefix+"testexec"), bin, "rebuilt")
 	before := taskCount(t, h)
 	_, err := h.Runner.Create(context.Background(), alice, CreateRequest{Spec: spec(t, "after rebuild", nil)})
 	wantUnavailable(t, err, "checksum")
@@ -113,7 +114,7 @@ func TestRebuiltPinnedBinaryRefusedUntilReload(t *testing.T) {
 func TestChangedUnpinnedBinaryCheckedAtCreate(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(testwait.PluginDir(t), "testexec")
-	good := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
+	good := filepath.Join(executorDir(t), datadir.ExecutorPrefix+"testexec")
 	copyExecutable(t, good, bin, "")
 	h := openHost(t, "", func(c *config.Config) {
 		ex := c.Executors["testexec"]

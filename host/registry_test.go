@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -19,7 +20,7 @@ import (
 
 func testexecSum(t *testing.T) string {
 	t.Helper()
-	return fileSum(t, filepath.Join(executorDir(t), ExecutorPrefix+"testexec"))
+	return fileSum(t, filepath.Join(executorDir(t), datadir.ExecutorPrefix+"testexec"))
 }
 
 // fileSum is the hex SHA-256 of path, as sha256sum prints it.
@@ -38,7 +39,7 @@ func fileSum(t *testing.T, path string) string {
 // no row.
 func TestExecutorUnavailable(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
+	bin := filepath.Join(executorDir(t), datadir.ExecutorPrefix+"testexec")
 	notExec := filepath.Join(testwait.ShortTempDir(t), "plain-file")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestExecutorUnavailable(t *testing.T) {
 
 func TestExecutorPinnedBySHA256(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(executorDir(t), ExecutorPrefix+"testexec")
+	bin := filepath.Join(executorDir(t), datadir.ExecutorPrefix+"testexec")
 	h := openHost(t, "", func(c *config.Config) {
 		c.Executors = map[string]config.Executor{"testexec": {Path: bin, SHA256: testexecSum(t)}}
 	})
@@ -108,7 +109,7 @@ func TestDescribeRecorded(t *testing.T) {
 func TestSocketDirSweptAtStart(t *testing.T) {
 	t.Parallel()
 	dir := testwait.ShortTempDir(t)
-	stale := filepath.Join(dir, SocketDirName, "plugin-dir123", "plugin456")
+	stale := filepath.Join(dir, datadir.SocketDirName, "plugin-dir123", "plugin456")
 	if err := os.MkdirAll(filepath.Dir(stale), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testwait"
 )
 
@@ -29,7 +30,7 @@ func TestRestoreForAnotherUserSurvivesSymlinkSwaps(t *testing.T) {
 	src := testwait.ShortTempDir(t)
 	interruptedWithCheckpoint(t, src)
 	backup := filepath.Join(testwait.ShortTempDir(t), "backup")
-	if _, err := Backup(context.Background(), src, backup); err != nil {
+	if _, err := datadir.Backup(context.Background(), src, backup); err != nil {
 		t.Fatal(err)
 	}
 	base, err := os.MkdirTemp("", "th-restore-race-")
@@ -80,7 +81,7 @@ func TestRestoreForAnotherUserSurvivesSymlinkSwaps(t *testing.T) {
 	var restored, refused int
 	deadline := time.Now().Add(2 * time.Minute)
 	for i := 0; restored+refused < 20000 && time.Now().Before(deadline); i++ {
-		if _, err := Restore(context.Background(), backup, target, RestoreOptions{UID: attacker, GID: attacker}); err != nil {
+		if _, err := Restore(context.Background(), backup, target, datadir.RestoreOptions{UID: attacker, GID: attacker}); err != nil {
 			refused++
 		} else {
 			restored++

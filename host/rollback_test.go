@@ -12,6 +12,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
 )
@@ -20,7 +21,7 @@ import (
 // it could.
 func rawStore(t *testing.T, dir string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, StoreFile)+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, datadir.StoreFile)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestV2StoreTaskResumesAfterMigration(t *testing.T) {
 	// (its wider status CHECK stays: the migration leaves a wide one be),
 	// v9's table, v8's index and columns, v7's index and columns, v6's column, v5's table,
 	// index and column, v4's index and v3's column go, the version says 2.
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, StoreFile))
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, datadir.StoreFile))
 	if err != nil {
 		t.Fatal(err)
 	}

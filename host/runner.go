@@ -169,7 +169,7 @@ func NewRunner(st *store.Store, l plugin.Launcher, key []byte, set Settings, svc
 		set.Heartbeat = 5 * time.Second
 	}
 	if set.Observer == nil {
-		set.Observer = nopObserver{}
+		set.Observer = NopObserver{}
 	}
 	if set.MaxQueued <= 0 || set.MaxQueued > store.MaxQueueLimit {
 		set.MaxQueued = DefaultSettings().MaxQueued

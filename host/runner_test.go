@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -254,7 +255,7 @@ func TestCreateSeedsWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEnd(t, h, alice, task.ID)
-	got, err := os.ReadFile(filepath.Join(h.DataDir, WorkspaceDirName, task.ID, "sub/dir/x.json"))
+	got, err := os.ReadFile(filepath.Join(h.DataDir, datadir.WorkspaceDirName, task.ID, "sub/dir/x.json"))
 	if err != nil || string(got) != "{}" {
 		t.Fatalf("seeded file: %q %v", got, err)
 	}

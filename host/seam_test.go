@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/host/tools"
@@ -49,7 +50,7 @@ func newSeam(t *testing.T, o seamOptions) *seam {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	st, err := store.Open(context.Background(), filepath.Join(dir, StoreFile), store.Options{Synchronous: "NORMAL", Limits: o.limits})
+	st, err := store.Open(context.Background(), filepath.Join(dir, datadir.StoreFile), store.Options{Synchronous: "NORMAL", Limits: o.limits})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -621,7 +622,7 @@ func TestSeamRecoverAfterHostDeath(t *testing.T) {
 	ctx := context.Background()
 	// A host that died mid-step left one task running with an open
 	// attempt, and one pending that never started.
-	st, err := store.Open(ctx, filepath.Join(dir, StoreFile), store.Options{Synchronous: "NORMAL"})
+	st, err := store.Open(ctx, filepath.Join(dir, datadir.StoreFile), store.Options{Synchronous: "NORMAL"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/uids"
 	"github.com/taskhost/taskhost/store"
 )
@@ -26,7 +27,7 @@ func TestShellRunUnderItsOwnUID(t *testing.T) {
 	command := "id -u >> uids; id -g >> gids; echo x > f; chmod 6777 f; mkdir -p d/e; touch d/e/g; chmod 0777 . d"
 	task := create(t, h, alice, map[string]any{"steps": 2, "call_tool": map[string]any{"name": "shell.run", "args": map[string]any{"command": command}}}, Limits{})
 	wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, store.ReasonNone)
-	ws := filepath.Join(h.DataDir, WorkspaceDirName, task.ID)
+	ws := filepath.Join(h.DataDir, datadir.WorkspaceDirName, task.ID)
 	pool := uids.Range{First: config.Default().Confinement.UIDFirst, Count: config.Default().Confinement.UIDCount}
 	for _, name := range []string{"uids", "gids"} {
 		data, err := os.ReadFile(filepath.Join(ws, name))

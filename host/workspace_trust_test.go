@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/tools"
 	"github.com/taskhost/taskhost/internal/testwait"
 	"github.com/taskhost/taskhost/store"
@@ -35,7 +36,7 @@ func TestUntrustedWorkspaceMakesOnlyItsTaskUnavailable(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := testwait.ShortTempDir(t)
 			task := interruptedWithCheckpoint(t, dir)
-			ws := filepath.Join(dir, WorkspaceDirName, task.ID)
+			ws := filepath.Join(dir, datadir.WorkspaceDirName, task.ID)
 			c.spoil(t, ws)
 
 			h := openHost(t, dir, nil)

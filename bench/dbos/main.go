@@ -37,6 +37,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 )
@@ -234,10 +235,10 @@ func hostSteps(ctx context.Context, sync string, n int, executors string) (floor
 	defer os.RemoveAll(dir)
 	cfg := config.Default()
 	cfg.Tasks.MaxStepsCap = 100000
-	cfg.Executors["testexec"] = config.Executor{Path: filepath.Join(executors, host.ExecutorPrefix+"testexec")}
+	cfg.Executors["testexec"] = config.Executor{Path: filepath.Join(executors, datadir.ExecutorPrefix+"testexec")}
 	// This binary cannot serve as the trampoline (its main does not call
 	// confine.Main): the installed one, or taskhost itself.
-	trampoline := filepath.Join(executors, host.TrampolineName)
+	trampoline := filepath.Join(executors, datadir.TrampolineName)
 	if _, err := os.Stat(trampoline); err != nil {
 		trampoline = filepath.Join(executors, "taskhost")
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/datadir"
 )
 
 func backupCmd(ctx context.Context, e *env, args []string) int {
@@ -15,12 +16,12 @@ func backupCmd(ctx context.Context, e *env, args []string) int {
 	dataDir := fs.String("data-dir", defaultDataDir(), "data directory; env TASKHOST_DATA_DIR")
 	jsonOut := fs.Bool("json", false, `print {"backup": DIR, "store_bytes": N}`)
 	fs.Usage = usageFunc(fs, "taskhost backup [--data-dir DIR] BACKUP-DIR",
-		"Writes a backup of the data dir to BACKUP-DIR, a new directory (mode 0700)\nholding "+host.StoreFile+" (a consistent copy of the store made with SQLite's\nVACUUM INTO in one read transaction: safe while the daemon runs) and\n"+host.KeyFile+" (the key every checkpoint is sealed with), each mode 0600.\nRestore it with 'taskhost restore BACKUP-DIR --data-dir NEW-DIR'.")
+		"Writes a backup of the data dir to BACKUP-DIR, a new directory (mode 0700)\nholding "+datadir.StoreFile+" (a consistent copy of the store made with SQLite's\nVACUUM INTO in one read transaction: safe while the daemon runs) and\n"+datadir.KeyFile+" (the key every checkpoint is sealed with), each mode 0600.\nRestore it with 'taskhost restore BACKUP-DIR --data-dir NEW-DIR'.")
 	pos, code, ok := parseArgs(e, fs, args, 1, 1)
 	if !ok {
 		return code
 	}
-	info, err := host.Backup(ctx, *dataDir, pos[0])
+	info, err := datadir.Backup(ctx, *dataDir, pos[0])
 	if err != nil {
 		errorf(e, "%v", err)
 		return exitUnavailable
@@ -29,7 +30,7 @@ func backupCmd(ctx context.Context, e *env, args []string) int {
 		newPrinter(e, true).emit(map[string]any{"backup": info.Dir, "store_bytes": info.StoreBytes})
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "wrote %s: %s (%d bytes) and %s\n", info.Dir, host.StoreFile, info.StoreBytes, host.KeyFile)
+	fmt.Fprintf(e.stdout, "wrote %s: %s (%d bytes) and %s\n", info.Dir, datadir.StoreFile, info.StoreBytes, datadir.KeyFile)
 	return exitOK
 }
 
@@ -48,7 +49,7 @@ func restoreCmd(ctx context.Context, e *env, args []string) int {
 		errorf(e, "restore: --data-dir is required: the directory to restore into")
 		return exitUsage
 	}
-	opts := host.RestoreOptions{UID: -1, GID: -1}
+	opts := datadir.RestoreOptions{UID: -1, GID: -1}
 	if *owner != "" {
 		uid, gid, err := lookupUser(*owner)
 		if err != nil {

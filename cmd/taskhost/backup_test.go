@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 )
 
 // The commands of docs/operations.md's backup and restore, in order: a
@@ -31,7 +32,7 @@ func TestBackupRestoreCommands(t *testing.T) {
 	if err := h.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	key, err := os.ReadFile(filepath.Join(src, host.KeyFile))
+	key, err := os.ReadFile(filepath.Join(src, datadir.KeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestBackupRestoreCommands(t *testing.T) {
 	if _, errOut, code := runCLI(t, "", "restore", backup, "--data-dir", restored); code != exitConflict || !strings.Contains(errOut, "is not empty") {
 		t.Fatalf("restore over the restored dir: exit %d, %q", code, errOut)
 	}
-	got, err := os.ReadFile(filepath.Join(restored, host.KeyFile))
+	got, err := os.ReadFile(filepath.Join(restored, datadir.KeyFile))
 	if err != nil || string(got) != string(key) {
 		t.Fatalf("restored key differs from the original (%v)", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/taskhost/taskhost/internal/confine"
 	"io"
 	stdlog "log"
 	"maps"
@@ -17,15 +16,18 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/confine"
+
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
 )
 
-// demoPlan is what the demo runs: two tasks on a fresh daemon.
+// demoPlan is what the demo runs: two tasks on a fresh datadir.
 type demoPlan struct {
 	config    string // the daemon's TOML config
 	executors []string
@@ -135,7 +137,7 @@ func runDemo(ctx context.Context, e *env, o demoOptions, plan demoPlan) int {
 		out = e.stderr
 	}
 	for _, kind := range plan.executors {
-		p := filepath.Join(o.executorDir, host.ExecutorPrefix+kind)
+		p := filepath.Join(o.executorDir, datadir.ExecutorPrefix+kind)
 		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
 			errorf(e, "demo: the %s executor is missing: %s is not an executable file; build it with 'make build'", kind, p)
 			return exitUnavailable
@@ -155,7 +157,7 @@ func runDemo(ctx context.Context, e *env, o demoOptions, plan demoPlan) int {
 	if code != exitOK {
 		return code
 	}
-	logFile, err := os.OpenFile(filepath.Join(tmp, "daemon.log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	logFile, err := os.OpenFile(filepath.Join(tmp, "datadir.log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		errorf(e, "demo: %v", err)
 		return exitUnavailable
@@ -388,7 +390,7 @@ func (d *demoRun) killPlugin(kind string, hunt chan int) {
 // pluginChildren returns the live children of this process running the
 // binary of executor kind.
 func (d *demoRun) pluginChildren(kind string) map[int]bool {
-	bin := filepath.Join(d.o.executorDir, host.ExecutorPrefix+kind)
+	bin := filepath.Join(d.o.executorDir, datadir.ExecutorPrefix+kind)
 	if resolved, err := filepath.EvalSymlinks(bin); err == nil {
 		bin = resolved // /proc/PID/exe names the resolved path
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/api"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/text"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
@@ -33,11 +33,11 @@ func inspectCmd(ctx context.Context, e *env, args []string) int {
 		errorf(e, "inspect: --effects needs one task ID and --json")
 		return exitUsage
 	}
-	if err := host.RefusePostgres(*dataDir, "inspect it"); err != nil {
+	if err := datadir.RefusePostgres(*dataDir, "inspect it"); err != nil {
 		errorf(e, "inspect: %v", err)
 		return exitUnavailable
 	}
-	st, err := store.Open(ctx, filepath.Join(*dataDir, host.StoreFile), store.Options{ReadOnly: true})
+	st, err := store.Open(ctx, filepath.Join(*dataDir, datadir.StoreFile), store.Options{ReadOnly: true})
 	if err != nil {
 		errorf(e, "%v", err)
 		return exitUnavailable

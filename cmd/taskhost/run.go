@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 )
 
@@ -38,7 +38,7 @@ func runCmd(ctx context.Context, e *env, args []string) int {
 	d, err := startForegroundDaemon(ctx, hf.logger(e), hf.dataDir, cfg)
 	if err != nil {
 		errorf(e, "%v", err)
-		if errors.Is(err, host.ErrDataDirLocked) {
+		if errors.Is(err, datadir.ErrDataDirLocked) {
 			fmt.Fprintf(e.stderr, "a daemon serving this data dir runs tasks too: taskhost task create --data-dir %s --goal ... --watch\n", hf.dataDir)
 		}
 		return exitUnavailable

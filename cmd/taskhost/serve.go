@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/taskhost/taskhost/internal/uids"
 	"io"
 	stdlog "log"
 	"net"
@@ -18,11 +17,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/taskhost/taskhost/internal/uids"
+
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/api"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/metrics"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
@@ -173,7 +175,7 @@ func runDaemon(ctx context.Context, e *env, log hclog.Logger, o daemonOptions, r
 	inst := metrics.NewInstruments() // counts from the start, whether or not /metrics is served
 	h, err := openDaemonHost(ctx, log, o, inst)
 	if err != nil {
-		if errors.Is(err, host.ErrDataDirLocked) {
+		if errors.Is(err, datadir.ErrDataDirLocked) {
 			errorf(e, "%v; a second daemon on the same data dir is refused", err)
 		} else {
 			errorf(e, "%v", err)
@@ -298,7 +300,7 @@ func newAPIServer(h *host.Host, cfg config.Config, principals map[uint32]string,
 		DefaultExecutor: cfg.Tasks.Executor, Version: version, Logger: log.Named("api"),
 		MaxWatchesPerPrincipal: cfg.API.MaxWatchesPerPrincipal,
 		MaxRunningPerPrincipal: cfg.Tasks.MaxRunningPerPrincipal,
-		WorkspaceRoot:          filepath.Join(h.DataDir, host.WorkspaceDirName),
+		WorkspaceRoot:          filepath.Join(h.DataDir, datadir.WorkspaceDirName),
 		Deleter:                h.Runner,
 		Admins:                 cfg.API.Admins,
 		AdminActs:              h.Runner,

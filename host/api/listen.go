@@ -22,7 +22,7 @@ const maxSocketPath = 107
 func SocketPath(dataDir string) string { return filepath.Join(dataDir, SocketName) }
 
 // ListenUnix listens on the API socket of dataDir. The caller must hold the
-// data dir's lock (host.Open), so a socket file already there is a stale one
+// data dir's lock (daemon.Open), so a socket file already there is a stale one
 // and is replaced.
 //
 // With gid < 0 the data dir is made 0700 and the socket 0600: only the

@@ -16,15 +16,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/taskhost/taskhost/internal/uids"
 	"net"
 	"sync"
+
+	"github.com/taskhost/taskhost/internal/uids"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/taskhost/taskhost/host"
+	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/shared/proto/apipb"
 	"github.com/taskhost/taskhost/store"
@@ -83,11 +85,11 @@ type Executors interface {
 	Spec(kind string) (plugin.PluginSpec, bool)
 }
 
-// ModelCheck reports the model provider's preflight; *host.ModelChecker
+// ModelCheck reports the model provider's preflight; *model.Checker
 // implements it.
 type ModelCheck interface {
-	Status() host.ModelStatus
-	Check(ctx context.Context) host.ModelStatus
+	Status() model.Status
+	Check(ctx context.Context) model.Status
 }
 
 // Fleet is what the API shows of the hosts sharing the daemon's store;

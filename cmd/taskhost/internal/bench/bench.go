@@ -23,6 +23,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 	"github.com/taskhost/taskhost/store"
 	"github.com/taskhost/taskhost/store/storetest"
@@ -155,7 +156,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 // A launch fills no cache (a probe, which serves no task, does): the warm
 // starts follow one probe.
 func machineSpiritStarts(ctx context.Context, h *host.Host, reps int) (cold, warm []time.Duration, err error) {
-	cache := filepath.Join(h.DataDir, host.CacheDirName, "machinespirit")
+	cache := filepath.Join(h.DataDir, datadir.CacheDirName, "machinespirit")
 	start := func(want string) (time.Duration, error) {
 		t0 := time.Now()
 		e, err := h.Registry.Launch(ctx, "machinespirit", plugin.NoServices{})
@@ -472,7 +473,7 @@ func recovery(ctx context.Context, dir, executorDir string, n int) ([]time.Durat
 	}
 	lim := store.Budgets{Steps: store.Budget{Limit: 20}, WallMillis: store.Budget{Limit: 1800_000}}
 	fill := storetest.Fill{Principal: "bench", Tasks: n, Live: n / 100, Limits: lim}
-	if err := storetest.FillSQLite(ctx, filepath.Join(data, host.StoreFile), fill); err != nil {
+	if err := storetest.FillSQLite(ctx, filepath.Join(data, datadir.StoreFile), fill); err != nil {
 		return nil, err
 	}
 	var out []time.Duration

@@ -8,6 +8,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 )
 
 // fleetHosts is how many hosts share the store in the fleet row, and
@@ -51,14 +52,14 @@ func fleetRows(ctx context.Context, cfg config.Config, dir, executorDir string, 
 // of the data dir peer: the hosts of a fleet share one key (a checkpoint
 // sealed on one verifies on another); their data dirs tell them apart.
 func openFleetHost(ctx context.Context, cfg config.Config, data, executorDir, peer string) (*host.Host, error) {
-	key, err := os.ReadFile(filepath.Join(peer, host.KeyFile))
+	key, err := os.ReadFile(filepath.Join(peer, datadir.KeyFile))
 	if err != nil {
 		return nil, err
 	}
 	if err := os.Mkdir(data, 0o700); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(data, host.KeyFile), key, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(data, datadir.KeyFile), key, 0o600); err != nil {
 		return nil, err
 	}
 	return host.Open(ctx, host.Options{DataDir: data, Config: cfg, ExecutorDir: executorDir})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskhost/taskhost/host"
 	"github.com/taskhost/taskhost/host/config"
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/host/plugin"
 )
 
@@ -77,7 +78,7 @@ func open(ctx context.Context, o Options) (*session, error) {
 	}
 	if err == nil {
 		// Subprocesses: one crash row has it leave a grandchild.
-		s.cfg.Executors["testexec"] = config.Executor{Path: filepath.Join(execDir, host.ExecutorPrefix+"testexec"), ReadWrite: []string{s.pids}, Subprocesses: true}
+		s.cfg.Executors["testexec"] = config.Executor{Path: filepath.Join(execDir, datadir.ExecutorPrefix+"testexec"), ReadWrite: []string{s.pids}, Subprocesses: true}
 		s.h, err = host.Open(ctx, host.Options{DataDir: filepath.Join(s.dir, "d"), Config: s.cfg, ExecutorDir: o.ExecutorDir})
 	}
 	if err != nil {

@@ -1,22 +1,23 @@
-package host
+package datadir
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/taskhost/taskhost/store"
 )
 
-// keyBytes is the size of a host key.
-const keyBytes = 32
+// KeyBytes is the size of a host key.
+const KeyBytes = 32
 
 // BackupInfo describes a backup Backup wrote.
 type BackupInfo struct {
@@ -80,12 +81,12 @@ func readKey(path string) ([]byte, error) {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
 	defer f.Close()
-	key, err := io.ReadAll(io.LimitReader(f, keyBytes+1))
+	key, err := io.ReadAll(io.LimitReader(f, KeyBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("host key %s: %w", path, err)
 	}
-	if len(key) != keyBytes {
-		return nil, fmt.Errorf("host key %s is %d bytes, want %d", path, fi.Size(), keyBytes)
+	if len(key) != KeyBytes {
+		return nil, fmt.Errorf("host key %s is %d bytes, want %d", path, fi.Size(), KeyBytes)
 	}
 	return key, nil
 }
@@ -157,6 +158,10 @@ type RestoreOptions struct {
 	UID, GID int
 }
 
+// CheckpointVerifier checks t's stored checkpoint against key; a task
+// without one verifies.
+type CheckpointVerifier func(key []byte, t store.Task) error
+
 // RestoreInfo describes a restore.
 type RestoreInfo struct {
 	Checkpoints int // checkpoints that verified against the restored key
@@ -169,7 +174,9 @@ type RestoreInfo struct {
 // writable by group or others); anything else is refused and left as it
 // was. The restored store is then opened and every checkpoint in it
 // verified with the restored key; if one does not verify, what Restore
-// wrote is removed again and the error says which task.
+// wrote is removed again and the error says which task. verify checks one
+// task's checkpoint against the key, as a resume would: the envelope is
+// the engine's (host.Restore passes its own).
 //
 // The data dir is looked up by path once, through its parent: every step
 // after that — creating it, giving it to the user, writing its files,
@@ -177,7 +184,10 @@ type RestoreInfo struct {
 // through descriptors, so a user who may write the parent and swaps the
 // data dir for a symlink meanwhile gets nothing chowned or written but the
 // directory Restore itself made and holds open.
-func Restore(ctx context.Context, src, dataDir string, opts RestoreOptions) (info RestoreInfo, err error) {
+func Restore(ctx context.Context, src, dataDir string, verify CheckpointVerifier, opts RestoreOptions) (info RestoreInfo, err error) {
+	if verify == nil {
+		return RestoreInfo{}, errors.New("restore: no checkpoint verifier: use host.Restore")
+	}
 	uid, gid := opts.UID, opts.GID
 	if uid < 0 {
 		uid, gid = os.Geteuid(), os.Getegid()
@@ -236,7 +246,7 @@ func Restore(ctx context.Context, src, dataDir string, opts RestoreOptions) (inf
 		return RestoreInfo{}, fmt.Errorf("restore: sync %s: %w", dataDir, err)
 	}
 	// The store is opened through the held directory, not its path.
-	n, err := verifyCheckpoints(ctx, filepath.Join(target.procPath(), StoreFile), key)
+	n, err := verifyCheckpoints(ctx, filepath.Join(target.procPath(), StoreFile), key, verify)
 	// Opening the store may leave SQLite's side files, made by this
 	// process: the daemon refuses them unless they are its user's.
 	for _, name := range []string{StoreFile + "-wal", StoreFile + "-shm"} {
@@ -379,13 +389,12 @@ func readDirNames(fd int) ([]string, error) {
 // verifyCheckpoints opens the store at path read-only and checks every
 // task's checkpoint against key, as a resume would. It returns how many
 // verified.
-func verifyCheckpoints(ctx context.Context, path string, key []byte) (int, error) {
+func verifyCheckpoints(ctx context.Context, path string, key []byte, verify CheckpointVerifier) (int, error) {
 	st, err := store.Open(ctx, path, store.Options{ReadOnly: true})
 	if err != nil {
 		return 0, err
 	}
 	defer st.Close()
-	seal := sealer{key: key}
 	n := 0
 	var after int64
 	for {
@@ -397,7 +406,7 @@ func verifyCheckpoints(ctx context.Context, path string, key []byte) (int, error
 			return n, nil
 		}
 		for _, t := range page {
-			if _, err := seal.openStored(t); err != nil {
+			if err := verify(key, t); err != nil {
 				return n, fmt.Errorf("task %s: its checkpoint does not verify with the backup's key (%w): the key and the store are not from the same data dir", t.ID, err)
 			}
 			n++

@@ -1,4 +1,4 @@
-package host
+package datadir
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/taskhost/taskhost/internal/testwait"
 )
@@ -92,39 +91,12 @@ func diffTrees(before, after map[string]treeEntry) []string {
 // store, key, lock, socket dir, and a workspace.
 func populatedDataDir(t *testing.T, dir string) {
 	t.Helper()
-	h := openBareHost(t, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := h.Close(ctx); err != nil {
+	if err := openBareDir(t, dir).Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, WorkspaceDirName, "t_existing"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// openBareHost opens a host on dir with no executors (they play no part in
-// data dir checks and would only slow every case down).
-func openBareHost(t *testing.T, dir string) *Host {
-	t.Helper()
-	h, err := tryOpen(t, dir)
-	if err != nil {
-		t.Fatalf("open host on %s: %v", dir, err)
-	}
-	return h
-}
-
-func tryOpen(t *testing.T, dir string) (*Host, error) {
-	t.Helper()
-	h, err := Open(context.Background(), Options{DataDir: dir, Config: testConfig(t), ExecutorDir: t.TempDir()})
-	if err == nil {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			h.Close(ctx)
-		})
-	}
-	return h, err
 }
 
 func mustDo(t *testing.T, errs ...error) {
@@ -285,12 +257,12 @@ func TestOpenAcceptsOwnDataDir(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(testwait.ShortTempDir(t), "data")
 			tc.setup(t, dir)
-			h := openBareHost(t, dir)
+			d := openBareDir(t, dir)
 			fi, err := os.Lstat(dir)
 			if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077&^0o010 != 0 {
 				t.Fatalf("data dir after open: %v, %v", fi.Mode(), err)
 			}
-			if _, err := h.Store.GetTask(context.Background(), alice, "t_none"); err == nil {
+			if _, err := d.Store.GetTask(context.Background(), alice, "t_none"); err == nil {
 				t.Fatal("store answers for a task that does not exist")
 			}
 		})

@@ -1,4 +1,4 @@
-package host
+package datadir
 
 import (
 	"context"
@@ -15,8 +15,8 @@ const machineSpiritDisabled = "machinespirit is disabled: set [machine_spirit] e
 // new verdicts replace the old at once. Tasks running keep their plugin
 // process, started from the binary pinned when they started, until their
 // run ends. Nothing else of cfg is applied: other settings need a restart.
-func (h *Host) ReloadExecutors(ctx context.Context, cfg config.Config) error {
-	specs, err := executorSpecs(h.executorDir, filepath.Join(h.DataDir, CacheDirName), h.trampolinePath(), h.Registry.OwnUIDs(), cfg)
+func (d *Dir) ReloadExecutors(ctx context.Context, cfg config.Config) error {
+	specs, err := executorSpecs(d.executorDir, filepath.Join(d.Path, CacheDirName), d.TrampolinePath(), d.Registry.OwnUIDs(), cfg)
 	if err != nil {
 		return err
 	}
@@ -24,6 +24,6 @@ func (h *Host) ReloadExecutors(ctx context.Context, cfg config.Config) error {
 	if !cfg.MachineSpirit.Enabled {
 		disabled["machinespirit"] = machineSpiritDisabled
 	}
-	h.Registry.Reload(ctx, specs, disabled)
+	d.Registry.Reload(ctx, specs, disabled)
 	return nil
 }

@@ -1,4 +1,4 @@
-package host
+package model
 
 import (
 	"context"
@@ -8,16 +8,15 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/taskhost/taskhost/host/model"
 	"github.com/taskhost/taskhost/internal/text"
 )
 
 // maxPreflightMessage bounds the message a preflight result keeps.
 const maxPreflightMessage = 300
 
-// ModelStatus is what the host knows of its model provider's health: the
+// Status is what the host knows of its model provider's health: the
 // result of the last preflight ([model] preflight), if any.
-type ModelStatus struct {
+type Status struct {
 	Provider  string // "scripted" or "openai"
 	Name      string // the model name, for openai
 	Preflight bool   // [model] preflight is on
@@ -30,23 +29,23 @@ type ModelStatus struct {
 	Message string
 }
 
-// ModelChecker runs the model preflight and keeps its last result. Its
+// Checker runs the model preflight and keeps its last result. Its
 // methods are safe for concurrent use.
-type ModelChecker struct {
-	provider model.Provider
-	base     ModelStatus
+type Checker struct {
+	provider Provider
+	base     Status
 	timeout  time.Duration
 	log      hclog.Logger
 
 	mu   sync.Mutex
-	last ModelStatus
+	last Status
 	// running is closed when the preflight in flight ends; nil when none is.
 	running chan struct{}
 }
 
-func newModelChecker(p model.Provider, base ModelStatus, timeout time.Duration, log hclog.Logger) *ModelChecker {
-	c := &ModelChecker{provider: p, base: base, timeout: timeout, log: log, last: base}
-	if _, ok := p.(model.Preflighter); base.Preflight && !ok {
+func NewChecker(p Provider, base Status, timeout time.Duration, log hclog.Logger) *Checker {
+	c := &Checker{provider: p, base: base, timeout: timeout, log: log, last: base}
+	if _, ok := p.(Preflighter); base.Preflight && !ok {
 		// Nothing to reach (the scripted provider): ok from the start, not
 		// a preflight forever pending.
 		c.last.Checked, c.last.OK = time.Now(), true
@@ -55,7 +54,7 @@ func newModelChecker(p model.Provider, base ModelStatus, timeout time.Duration, 
 }
 
 // Status returns the last preflight's result.
-func (c *ModelChecker) Status() ModelStatus {
+func (c *Checker) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.last
@@ -64,8 +63,8 @@ func (c *ModelChecker) Status() ModelStatus {
 // Check runs a preflight now and returns its result; with preflight off, or
 // a provider that has none (scripted), it returns the status unchanged.
 // Concurrent calls share one request.
-func (c *ModelChecker) Check(ctx context.Context) ModelStatus {
-	pf, ok := c.provider.(model.Preflighter)
+func (c *Checker) Check(ctx context.Context) Status {
+	pf, ok := c.provider.(Preflighter)
 	if !c.base.Preflight || !ok {
 		return c.Status()
 	}
@@ -99,9 +98,9 @@ func (c *ModelChecker) Check(ctx context.Context) ModelStatus {
 	st := c.base
 	st.Checked, st.OK = time.Now(), err == nil
 	if err != nil {
-		st.Kind = sdkModelKind(model.KindOf(err))
+		st.Kind = KindOf(err).SDKName()
 		st.Message = err.Error()
-		if merr, ok := errors.AsType[*model.Error](err); ok {
+		if merr, ok := errors.AsType[*Error](err); ok {
 			st.Message = merr.Message
 		}
 		st.Message = text.Truncate(st.Message, maxPreflightMessage)

@@ -1,4 +1,4 @@
-package host
+package datadir
 
 import (
 	"slices"
@@ -60,7 +60,7 @@ func TestMachineSpiritGraphPinArgs(t *testing.T) {
 // from cfg.
 func machineSpiritSpec(t *testing.T, cfg config.Config) plugin.PluginSpec {
 	t.Helper()
-	specs, err := executorSpecs(executorDir(t), testwait.ShortTempDir(t), "", false, cfg)
+	specs, err := executorSpecs(fakeExecutorDir(t), testwait.ShortTempDir(t), "", false, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
