@@ -147,6 +147,23 @@ func (r *Runner) pauseWall(ctx context.Context, ts *turnState) (resume func()) {
 	return resume
 }
 
+// deliver hands res to the step waiting on approval id on this host, and
+// reports whether one waits. The first decision delivered wins: the lease
+// watch may have delivered a refusal already (watchLeases).
+func (r *Runner) deliver(id string, res resolution) bool {
+	r.mu.Lock()
+	w := r.waiters[id]
+	r.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	select {
+	case w.decision <- res:
+	default:
+	}
+	return true
+}
+
 // Approvals lists principal's approvals, optionally only those in st.
 func (r *Runner) Approvals(ctx context.Context, principal string, st store.ApprovalStatus) ([]store.Approval, error) {
 	return r.store.ListApprovals(ctx, principal, st)
@@ -257,17 +274,9 @@ func (r *Runner) resolveAs(ctx context.Context, principal, id string, to store.A
 		return store.Approval{}, err
 	}
 	r.mu.Lock()
-	w := r.waiters[id]
 	ru := r.runs[a.TaskID]
 	r.mu.Unlock()
-	if w != nil {
-		// The lease watch may have delivered the same decision already.
-		select {
-		case w.decision <- resolution{status: to, value: value}:
-		default:
-		}
-	}
-	if w == nil {
+	if !r.deliver(id, resolution{status: to, value: value}) {
 		r.notifyOwner(ctx, principal, a.TaskID) // its step may wait on another host
 	}
 	if ru != nil && to != store.ApprovalApproved {

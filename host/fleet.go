@@ -427,10 +427,15 @@ func (r *Runner) watchLeases() {
 		if err != nil || a.Status == store.ApprovalPending {
 			continue
 		}
+		if a.Status == store.ApprovalApproved && ApprovalKind(a) == ApprovalKindInput {
+			// Approved here and nowhere else (answeredHere): resolve, which
+			// holds the answer, hands it over after its commit. Answering
+			// from the store in between would answer null.
+			continue
+		}
 		// The first decision wins; the local path may have delivered it.
-		// An approval resolved elsewhere carries no value: an input
-		// approval is only answered on the host its step waits on
-		// (answeredHere), so what arrives here is a plain yes or a no.
+		// Any other approval resolved elsewhere carries no value: what
+		// arrives here is a plain yes or a no.
 		select {
 		case wt.w.decision <- resolution{status: a.Status, value: []byte("null")}:
 			changed = true

@@ -144,3 +144,39 @@ func TestSeamValueOnYesNoApprovalRefused(t *testing.T) {
 	}
 	wantStatus(t, s.wait(t, task.ID), store.StatusCompleted, store.ReasonNone)
 }
+
+// An input's answer reaches its step although the lease watch polls the
+// store between resolve's commit and its hand-over: the watch sees the
+// approval approved before the value arrives, and must leave an approved
+// question to the host that holds its answer (answeredHere) instead of
+// answering null first. The test takes resolve's two halves apart: the
+// store's compare-and-set, a poll, then the hand-over.
+func TestSeamInputAnswerSurvivesTheLeasePoll(t *testing.T) {
+	t.Parallel()
+	s := newSeam(t, seamOptions{})
+	s.l.Exe.StepF = func(ctx context.Context, req plugin.StepRequest) (plugin.StepResult, error) {
+		out, err := s.l.lastServices().RequestInput(ctx, &pb.RequestInputRequest{TurnToken: req.TurnToken, Question: "Which branch?"})
+		if err != nil {
+			return plugin.StepResult{}, err
+		}
+		return plugin.StepResult{Outcome: plugin.OutcomeComplete, Summary: "answered", Result: []byte(out.GetValueJson())}, nil
+	}
+	ctx := context.Background()
+	task, err := s.r.Create(ctx, alice, CreateRequest{Spec: []byte(`{"goal":"ask"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := pendingApproval(t, s.r, task.ID)
+	if _, _, err := s.r.store.ResolveApproval(ctx, alice, a.ID, store.ApprovalApproved); err != nil {
+		t.Fatal(err)
+	}
+	s.r.watchLeases()
+	if !s.r.deliver(a.ID, resolution{status: store.ApprovalApproved, value: []byte(`"main"`)}) {
+		t.Fatal("no step waits on the approval: the poll ended the wait")
+	}
+	task = s.wait(t, task.ID)
+	wantStatus(t, task, store.StatusCompleted, store.ReasonNone)
+	if string(task.Result) != `"main"` {
+		t.Fatalf("the step was answered %s, want \"main\": the lease poll answered the question before resolve handed its value over", task.Result)
+	}
+}

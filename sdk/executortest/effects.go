@@ -174,6 +174,6 @@ func (k *kit) checkResult(t *testing.T, scenario, how string, v inspectView) {
 		return
 	}
 	if err := check(v.Task.Result); err != nil {
-		t.Errorf("%s, the %q task's result is not what Options.Result(%q) expects: %v", how, scenario, scenario, err)
+		t.Errorf("%s, the %q task's result is not what Options.Result(%q) expects: %v%s%s", how, scenario, scenario, err, v.attemptLines(), v.effectLines())
 	}
 }

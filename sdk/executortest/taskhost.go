@@ -115,6 +115,22 @@ func (v inspectView) attemptLines() string {
 	return b.String()
 }
 
+// effectLines lists the task's ledger, one effect a line, for a failure
+// that depends on what the host answered or replayed.
+func (v inspectView) effectLines() string {
+	var b strings.Builder
+	for _, e := range v.Effects {
+		fmt.Fprintf(&b, "\n  effect %d.%d %s %q: %s", e.Attempt, e.Seq, e.Kind, text.Clip(e.Summary, 100), e.Status)
+		if e.Replayed {
+			b.WriteString(" (replayed)")
+		}
+		if e.Resolution != "" {
+			b.WriteString(" resolution=" + e.Resolution)
+		}
+	}
+	return b.String()
+}
+
 // runLine is one line of `taskhost run --json`: the task as created
 // ("task"), an event ("event") or the task at the end ("result").
 type runLine struct {
