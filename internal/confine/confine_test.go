@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,16 @@ import (
 // probeEnv makes the test binary, exec'd by the trampoline, run one probe
 // instead of the tests (the go-plugin TestHelperProcess pattern).
 const probeEnv = "CONFINE_TEST_PROBE"
+
+// init keeps a probe's main goroutine on the main thread, the one the
+// trampoline exec'd from: the parent-death signal it reads is per thread,
+// and a thread the runtime starts later carries none (under load the probe
+// read 0 on one and the test failed).
+func init() {
+	if os.Getenv(probeEnv) == "1" {
+		runtime.LockOSThread()
+	}
+}
 
 func TestMain(m *testing.M) {
 	confine.Main()
