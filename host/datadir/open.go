@@ -133,13 +133,13 @@ func Open(ctx context.Context, opts Options) (*Dir, error) {
 	if err := checkDataDir(dir); err != nil {
 		return nil, err
 	}
-	lock, err := lockDataDir(dir)
-	if err != nil {
-		return nil, err
-	}
 	// No child — plugin or tool — may read the daemon's /proc environ
 	// (its API keys) or memory.
 	if err := markNonDumpable(); err != nil {
+		return nil, err
+	}
+	lock, err := lockDataDir(dir)
+	if err != nil {
 		return nil, err
 	}
 	d := &Dir{Path: dir, cfg: cfg, log: log, solo: opts.Solo, executorDir: opts.ExecutorDir, lock: lock}
