@@ -62,6 +62,37 @@ func TestPluginPrivateDir(t *testing.T) {
 	})
 }
 
+// A plugin's environment sets GOMAXPROCS to the CPUs its cpu_percent
+// lets it use: 1 by default, so that a Go plugin's idle threads do not
+// spin for work on CPUs its cgroup does not give it.
+func TestPluginGOMAXPROCSFollowsItsCPUBound(t *testing.T) {
+	for _, c := range []struct {
+		cpuPercent int
+		want       string
+	}{{0, "1"}, {250, "3"}} {
+		t.Run(strconv.Itoa(c.cpuPercent), func(t *testing.T) {
+			t.Parallel()
+			h := openHost(t, "", func(cfg *config.Config) {
+				ex := cfg.Executors["testexec"]
+				ex.CPUPercent = c.cpuPercent
+				cfg.Executors["testexec"] = ex
+			})
+			envFile := filepath.Join(testwait.PluginDir(t), "env")
+			task := create(t, h, alice, map[string]any{"env_file": envFile}, Limits{})
+			wantStatus(t, waitEnd(t, h, alice, task.ID), store.StatusCompleted, "")
+			var got []string
+			for _, l := range strings.Split(testwait.File(t, envFile), "\n") {
+				if v, ok := strings.CutPrefix(l, "GOMAXPROCS="); ok {
+					got = append(got, v)
+				}
+			}
+			if len(got) != 1 || got[0] != c.want {
+				t.Fatalf("cpu_percent %d: GOMAXPROCS %q in the plugin's environment, want exactly %q", c.cpuPercent, got, c.want)
+			}
+		})
+	}
+}
+
 // [executors.NAME] user: the plugin runs as that user, in a run dir it can
 // reach although the data dir is the daemon's alone, removed after it.
 func TestPluginRunsAsItsUser(t *testing.T) {

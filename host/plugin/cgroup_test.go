@@ -194,3 +194,15 @@ func BenchmarkLaunchCgroups(b *testing.B) {
 	b.ReportMetric(float64(bareStop.Microseconds()), "bare-stop-µs")
 	b.ReportMetric(float64(cgStop.Microseconds()), found.Mode+"-stop-µs")
 }
+
+// A plugin's GOMAXPROCS is its CPU bound in whole CPUs, rounded up, and
+// never 0.
+func TestGOMAXPROCSIsTheCPUBoundRoundedUp(t *testing.T) {
+	for _, c := range []struct{ percent, want int }{
+		{1, 1}, {50, 1}, {100, 1}, {101, 2}, {250, 3}, {6400, 64},
+	} {
+		if got := gomaxprocs(c.percent); got != c.want {
+			t.Errorf("gomaxprocs(%d) = %d, want %d", c.percent, got, c.want)
+		}
+	}
+}

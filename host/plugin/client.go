@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -102,16 +103,29 @@ func (o PluginOptions) withDefaults() PluginOptions {
 // Anything else (API keys above all) never reaches a plugin.
 var envAllowList = []string{"PATH", "LANG", "LC_ALL", "TZ"}
 
-// pluginEnv is the plugin's environment: the allow-list, and its private
-// dir as its home and temp dir (nothing else is writable to it).
-func pluginEnv(privateDir string) []string {
+// pluginEnv is the plugin's environment: the allow-list, its private dir
+// as its home and temp dir (nothing else is writable to it), and
+// GOMAXPROCS as the CPUs its cgroup lets it use (gomaxprocs).
+func pluginEnv(privateDir string, cpuPercent int) []string {
 	var env []string
 	for _, k := range envAllowList {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
-	return append(env, "HOME="+privateDir, "TMPDIR="+privateDir)
+	return append(env, "HOME="+privateDir, "TMPDIR="+privateDir, "GOMAXPROCS="+strconv.Itoa(gomaxprocs(cpuPercent)))
+}
+
+// gomaxprocs is how many CPUs a plugin bounded to cpuPercent % of one CPU
+// may use at once, rounded up: a Go plugin's runtime told so does not keep
+// idle threads spinning for work on CPUs it cannot use. Go's own reading
+// of the cgroup never goes below 2, and a plugin serves one task: with 16
+// Go plugins stepping at once on 2 cores, GOMAXPROCS=2 spent about half of
+// their CPU in the scheduler (waking and parking threads), and 1 made the
+// host's steps/s 1.76× (docs/operations.md, "Concurrency"). An executor
+// that needs parallel CPU gets it by a larger cpu_percent.
+func gomaxprocs(cpuPercent int) int {
+	return max(1, (cpuPercent+99)/100)
 }
 
 // UnavailableError says why an executor cannot be used. Check names the
@@ -475,7 +489,7 @@ func (l *launching) process(cmd *exec.Cmd, socketDir string) (*process, error) {
 	// cmd carries only go-plugin's handshake variables: SkipHostEnv keeps
 	// the host's environment out, the allow-list adds back the harmless
 	// part.
-	ccmd.Env = append(pluginEnv(l.privateDir), cmd.Env...)
+	ccmd.Env = append(pluginEnv(l.privateDir, spec.Confine.cgroupLimits().CPUPercent), cmd.Env...)
 	p, err := newProcess(l.f, spec.Path, ccmd, opts.StderrLines, l.log)
 	if err != nil {
 		releaseCgroups(box, opts.Logger)
