@@ -96,9 +96,13 @@ func serveConfig(e Executor, gate *stepGate, logger hclog.Logger) *plugin.ServeC
 }
 
 // newGRPCServer bounds messages both ways at the protocol's limit; grpc's
-// own server defaults are 4 MiB in but ~2 GiB out.
+// own server defaults are 4 MiB in but ~2 GiB out. Its flow-control
+// windows are fixed at that limit, so that a message never waits for a
+// window update, and grpc's dynamic windows, which send a ping for about
+// every message a step exchanges, are off.
 func newGRPCServer(opts []grpc.ServerOption) *grpc.Server {
-	opts = append(opts, grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
+	opts = append(opts, grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes),
+		grpc.InitialWindowSize(maxMessageBytes), grpc.InitialConnWindowSize(maxMessageBytes))
 	return grpc.NewServer(opts...)
 }
 

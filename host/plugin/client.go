@@ -406,6 +406,10 @@ func (l *launching) start() (*executorClient, error) {
 	// comes through go-plugin's relay, not the process's own pipes.
 	relayOut, relayErr := &streamWriter{}, &streamWriter{}
 	callOpts := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxMessage), grpc.MaxCallSendMsgSize(opts.MaxMessage))
+	// Fixed flow-control windows of the message limit, as the SDK's
+	// server has: grpc's dynamic ones send a ping for about every message
+	// of a step (measured: a step's round trip 10% faster without).
+	windows := []grpc.DialOption{grpc.WithInitialWindowSize(int32(opts.MaxMessage)), grpc.WithInitialConnWindowSize(int32(opts.MaxMessage))}
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig: goplugin.HandshakeConfig{
 			ProtocolVersion:  pb.ProtocolVersion,
@@ -430,7 +434,7 @@ func (l *launching) start() (*executorClient, error) {
 		AllowedProtocols:    []goplugin.Protocol{goplugin.ProtocolGRPC},
 		StartTimeout:        opts.StartTimeout,
 		UnixSocketConfig:    &goplugin.UnixSocketConfig{TempDir: l.base},
-		GRPCDialOptions:     []grpc.DialOption{callOpts},
+		GRPCDialOptions:     append([]grpc.DialOption{callOpts}, windows...),
 		Logger:              teardownQuiet{opts.Logger.Named(spec.Kind)},
 		Stderr:              io.Discard,
 		SyncStdout:          relayOut,
