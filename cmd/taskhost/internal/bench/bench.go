@@ -235,42 +235,43 @@ func median(xs []float64) float64 {
 // first task's last, over that time, so that plugin starts and the tasks'
 // ends weigh nothing. Steps that finish together share commits and fsyncs,
 // so k tasks step faster in all than one.
-func concurrentSteps(ctx context.Context, hs []*host.Host, who, gates string, k, n int) ([]time.Duration, float64, error) {
+func concurrentSteps(ctx context.Context, hs []*host.Host, who, gates string, k, n int) (round, error) {
 	// Every task's first step waits at a gate until all k have started
 	// theirs, so that plugin starts never leave one task stepping alone;
 	// its first step (the wait) is then left out of the measurement.
 	gate, err := os.CreateTemp(gates, "gate-")
 	if err != nil {
-		return nil, 0, err
+		return round{}, err
 	}
 	gate.Close()
 	if err := os.Remove(gate.Name()); err != nil {
-		return nil, 0, err
+		return round{}, err
 	}
 	spec := fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d,"wait_file":%q,"wait_first":true}}`, n+2, gate.Name())
 	tasks := make([]store.Task, k)
 	for i := range k {
 		if tasks[i], err = create(ctx, hs[i%len(hs)], who, spec, int64(n+2)); err != nil {
-			return nil, 0, err
+			return round{}, err
 		}
 	}
 	deadline := time.Now().Add(time.Minute)
 	for i := 0; i < k; {
 		atts, err := hs[i%len(hs)].Runner.Attempts(ctx, who, tasks[i].ID)
 		if err != nil {
-			return nil, 0, err
+			return round{}, err
 		}
 		if len(atts) > 0 {
 			i++
 			continue
 		}
 		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("%d bench tasks did not all start within a minute", k)
+			return round{}, fmt.Errorf("%d bench tasks did not all start within a minute", k)
 		}
 		time.Sleep(time.Millisecond)
 	}
+	cpu0, cpuErr := machineCPU()
 	if err := os.WriteFile(gate.Name(), []byte("go"), 0o644); err != nil {
-		return nil, 0, err
+		return round{}, err
 	}
 	defer os.Remove(gate.Name())
 	starts := make([][]time.Time, k)
@@ -280,14 +281,15 @@ func concurrentSteps(ctx context.Context, hs []*host.Host, who, gates string, k,
 		wg.Go(func() { starts[i], errs[i] = taskStarts(ctx, hs[i%len(hs)], who, tasks[i]) })
 	}
 	wg.Wait()
+	cpu1, cpuErr1 := machineCPU()
 	if err := errors.Join(errs...); err != nil {
-		return nil, 0, err
+		return round{}, err
 	}
 	var from, to time.Time
 	var out []time.Duration
 	for i, ts := range starts {
 		if len(ts) < 3 {
-			return nil, 0, fmt.Errorf("a bench task took %d attempts", len(ts))
+			return round{}, fmt.Errorf("a bench task took %d attempts", len(ts))
 		}
 		ts = ts[1:] // the first attempt waited at the gate
 		starts[i] = ts
@@ -310,9 +312,25 @@ func concurrentSteps(ctx context.Context, hs []*host.Host, who, gates string, k,
 		}
 	}
 	if !to.After(from) || steps == 0 {
-		return out, 0, fmt.Errorf("%d tasks, %d tries: %w", k, overlapTries, errNoOverlap)
+		return round{intervals: out}, fmt.Errorf("%d tasks, %d tries: %w", k, overlapTries, errNoOverlap)
 	}
-	return out, float64(steps) / to.Sub(from).Seconds(), nil
+	r := round{intervals: out, rate: float64(steps) / to.Sub(from).Seconds()}
+	if all := len(out) + 2*k; cpuErr == nil && cpuErr1 == nil && cpu1 > cpu0 {
+		// The CPU the machine spent from the gate to the last step over
+		// every step that ended in that time: each task's gate step and
+		// the ones its intervals lie between.
+		r.cpuPerStep = (cpu1 - cpu0) / time.Duration(all)
+	}
+	return r, nil
+}
+
+// round is what one concurrentSteps measured: the intervals between
+// steps, the steps/s while all tasks stepped, and the machine's CPU per
+// step (0: unknown).
+type round struct {
+	intervals  []time.Duration
+	rate       float64
+	cpuPerStep time.Duration
 }
 
 // stepIntervals runs one task and returns the intervals between its

@@ -32,12 +32,13 @@ type setup struct {
 }
 
 // measured is what interleaved found of one setup: its step intervals
-// over all rounds, the median of its steps per second over rounds, and
-// the median over rounds of its steps/s over the first setup's in the
-// same round.
+// over all rounds, the median of its steps per second over rounds, the
+// median over rounds of its steps/s over the first setup's in the same
+// round, and the median of its machine CPU per step (0: unknown).
 type measured struct {
 	intervals   []time.Duration
 	rate, ratio float64
+	cpuPerStep  time.Duration
 }
 
 // interleaved measures each of setups in turn, concurrencyRounds times,
@@ -47,6 +48,7 @@ func interleaved(ctx context.Context, who, gates string, n int, setups []setup) 
 	out := make([]measured, len(setups))
 	rates := make([][]float64, len(setups))
 	ratios := make([][]float64, len(setups))
+	cpus := make([][]float64, len(setups))
 	for round := range concurrencyRounds {
 		perSec := make([]float64, len(setups))
 		for j := range setups {
@@ -54,19 +56,22 @@ func interleaved(ctx context.Context, who, gates string, n int, setups []setup) 
 			if round%2 == 1 {
 				i = len(setups) - 1 - j
 			}
-			each, rate, err := concurrentSteps(ctx, setups[i].hosts, who, gates, setups[i].tasks, n)
+			r, err := concurrentSteps(ctx, setups[i].hosts, who, gates, setups[i].tasks, n)
 			// On a loaded machine one task can run all its steps before
 			// another's second one starts: that round measured nothing
 			// and is run again, a bounded number of times.
 			for try := 1; errors.Is(err, errNoOverlap) && try < overlapTries; try++ {
-				each, rate, err = concurrentSteps(ctx, setups[i].hosts, who, gates, setups[i].tasks, n)
+				r, err = concurrentSteps(ctx, setups[i].hosts, who, gates, setups[i].tasks, n)
 			}
 			if err != nil {
 				return nil, err
 			}
-			out[i].intervals = append(out[i].intervals, each...)
-			perSec[i] = rate
-			rates[i] = append(rates[i], rate)
+			out[i].intervals = append(out[i].intervals, r.intervals...)
+			perSec[i] = r.rate
+			rates[i] = append(rates[i], r.rate)
+			if r.cpuPerStep > 0 {
+				cpus[i] = append(cpus[i], float64(r.cpuPerStep))
+			}
 		}
 		for i := range setups {
 			if perSec[0] > 0 {
@@ -76,6 +81,9 @@ func interleaved(ctx context.Context, who, gates string, n int, setups []setup) 
 	}
 	for i := range out {
 		out[i].rate, out[i].ratio = median(rates[i]), median(ratios[i])
+		if len(cpus[i]) > 0 {
+			out[i].cpuPerStep = time.Duration(median(cpus[i]))
+		}
 	}
 	return out, nil
 }
@@ -96,7 +104,7 @@ func concurrentRows(ctx context.Context, h *host.Host, who, gates string, n int,
 	var out []Figure
 	med := map[int]float64{}
 	for i, k := range concurrency {
-		f := figure(fmt.Sprintf("durable step, %d tasks at once", k), ms[i].intervals, fmt.Sprintf("%.0f steps/s in all", ms[i].rate))
+		f := figure(fmt.Sprintf("durable step, %d tasks at once", k), ms[i].intervals, fmt.Sprintf("%.0f steps/s in all%s", ms[i].rate, cpuBound(ms[i].cpuPerStep)))
 		if k > 1 {
 			med[k] = ms[i].ratio
 			target := target4

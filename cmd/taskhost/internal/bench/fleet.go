@@ -42,9 +42,9 @@ func fleetRows(ctx context.Context, cfg config.Config, dir, executorDir string, 
 	if err != nil {
 		return nil, 0, err
 	}
-	one := figure(fmt.Sprintf("durable step, %d tasks on 1 host", fleetTasks), ms[0].intervals, fmt.Sprintf("%.0f steps/s in all", ms[0].rate))
+	one := figure(fmt.Sprintf("durable step, %d tasks on 1 host", fleetTasks), ms[0].intervals, fmt.Sprintf("%.0f steps/s in all%s", ms[0].rate, cpuBound(ms[0].cpuPerStep)))
 	all := figure(fmt.Sprintf("durable step, %d tasks over %d hosts (one store, one machine)", fleetTasks, fleetHosts), ms[1].intervals,
-		fmt.Sprintf("%.0f steps/s in all = %.2f× one host's in the same rounds (target ≥ 1×)", ms[1].rate, ms[1].ratio))
+		fmt.Sprintf("%.0f steps/s in all = %.2f× one host's in the same rounds (target ≥ 1×)%s", ms[1].rate, ms[1].ratio, cpuBound(ms[1].cpuPerStep)))
 	return []Figure{one, all}, ms[1].ratio, nil
 }
 
