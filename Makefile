@@ -23,14 +23,19 @@ help:
 # discovers executors in (beside bin/taskhost): a fresh install must not
 # list it. $(BIN)/test/ is a whole executor directory of its own (the
 # others are hard links), for `taskhost bench` and bench/dbos.
+#
+# What every task starts — the trampoline and the executors — is linked
+# statically (CGO_ENABLED=0): no dynamic loader, no libc start-up, less to
+# map, about 1.6 ms of CPU less per plugin start here. The daemon keeps
+# the platform's default, for the system's user database (NSS).
 build:
 	$(GO) build -o $(BIN)/taskhost ./cmd/taskhost
-	$(GO) build -o $(BIN)/taskhost-confine ./cmd/taskhost-confine
-	$(GO) build -o $(BIN)/taskhost-executor-legacy ./plugins/legacy/cmd/taskhost-executor-legacy
-	$(GO) build -o $(BIN)/taskhost-executor-machinespirit ./plugins/machinespirit/cmd/taskhost-executor-machinespirit
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/taskhost-confine ./cmd/taskhost-confine
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/taskhost-executor-legacy ./plugins/legacy/cmd/taskhost-executor-legacy
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/taskhost-executor-machinespirit ./plugins/machinespirit/cmd/taskhost-executor-machinespirit
 	rm -f $(BIN)/taskhost-executor-testexec
 	mkdir -p $(BIN)/test
-	$(GO) build -o $(BIN)/test/taskhost-executor-testexec ./integration/testexec
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/test/taskhost-executor-testexec ./integration/testexec
 	for b in taskhost taskhost-confine taskhost-executor-legacy taskhost-executor-machinespirit; do ln -f $(BIN)/$$b $(BIN)/test/$$b; done
 
 # deps installs what the tests and the demo need beyond Go: SWI-Prolog.

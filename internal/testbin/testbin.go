@@ -61,16 +61,26 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// BuildAll builds bs into dir, which must exist. Builds that keep their
-// package's own name and have no flags share one go command, which builds
-// them in parallel; each other one is a go command of its own.
+// static says whether pkg is built as the Makefile builds it for a
+// release: everything but the daemon, which every task starts, statically
+// linked (CGO_ENABLED=0).
+func static(pkg string) bool { return pkg != Taskhost }
+
+// BuildAll builds bs into dir, which must exist, linked as a release is
+// (static). Builds that keep their package's own name and have no flags
+// share one go command per linking, which builds them in parallel; each
+// other one is a go command of its own.
 func BuildAll(ctx context.Context, dir string, bs ...Build) error {
 	if len(bs) == 0 {
 		return errors.New("testbin: nothing to build")
 	}
+	type command struct {
+		static bool
+		args   []string
+	}
 	seen := map[string]bool{}
-	var plain []string
-	var cmds [][]string
+	plain := map[bool][]string{}
+	var cmds []command
 	for _, b := range bs {
 		if b.Package == "" {
 			return fmt.Errorf("testbin: build %q has no package", b.Name)
@@ -82,21 +92,27 @@ func BuildAll(ctx context.Context, dir string, bs ...Build) error {
 		seen[name] = true
 		switch {
 		case b.LDFlags != "":
-			cmds = append(cmds, []string{"build", "-o", filepath.Join(dir, name), "-ldflags", b.LDFlags, b.Package})
+			cmds = append(cmds, command{static(b.Package), []string{"build", "-o", filepath.Join(dir, name), "-ldflags", b.LDFlags, b.Package}})
 		case name != path.Base(b.Package):
-			cmds = append(cmds, []string{"build", "-o", filepath.Join(dir, name), b.Package})
+			cmds = append(cmds, command{static(b.Package), []string{"build", "-o", filepath.Join(dir, name), b.Package}})
 		default:
-			plain = append(plain, b.Package)
+			plain[static(b.Package)] = append(plain[static(b.Package)], b.Package)
 		}
 	}
-	if len(plain) > 0 {
-		// The trailing separator makes -o a directory even for one package.
-		cmds = append([][]string{append([]string{"build", "-o", dir + string(filepath.Separator)}, plain...)}, cmds...)
+	for _, st := range []bool{false, true} {
+		if pkgs := plain[st]; len(pkgs) > 0 {
+			// The trailing separator makes -o a directory even for one package.
+			cmds = append([]command{{st, append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)}}, cmds...)
+		}
 	}
-	for _, args := range cmds {
-		out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
+	for _, c := range cmds {
+		cmd := exec.CommandContext(ctx, "go", c.args...)
+		if c.static {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
+		out, err := cmd.CombinedOutput()
 		if err != nil {
-			return &Error{Args: args, Output: string(out), Err: err}
+			return &Error{Args: c.args, Output: string(out), Err: err}
 		}
 	}
 	return nil

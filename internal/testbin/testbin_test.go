@@ -2,6 +2,7 @@ package testbin
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"os"
 	"os/exec"
@@ -22,6 +23,9 @@ func writeModule(t *testing.T) string {
 		"go.mod":    "module example.com/m\n\ngo 1.26\n",
 		"a/main.go": "package main\n\nvar v = \"default\"\n\nfunc main() { println(v) }\n",
 		"b/main.go": "package main\n\nfunc main() {}\n",
+		// os/user takes cgo where a C toolchain is: a dynamic binary
+		// unless built with CGO_ENABLED=0.
+		"c/main.go": "package main\n\nimport \"os/user\"\n\nfunc main() { user.Current() }\n",
 		"bad/x.go":  "package main\n\nfunc main() { undefined() }\n",
 	}
 	for name, body := range files {
@@ -128,5 +132,31 @@ func TestPythonSDK(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dst, "sdk/python/taskhost_executor/__pycache__")); err == nil {
 		t.Error("the byte-code cache was copied")
+	}
+}
+
+// What a task starts is built as a release builds it: statically linked,
+// with no dynamic loader (no PT_INTERP), even a package that would take
+// cgo.
+func TestBuildAllLinksStatically(t *testing.T) {
+	writeModule(t)
+	if out, err := exec.Command("go", "env", "CGO_ENABLED").Output(); err != nil || strings.TrimSpace(string(out)) != "1" {
+		t.Skipf("cgo is off here (go env CGO_ENABLED: %q, %v): every build is static whatever BuildAll does", out, err)
+	}
+	out := t.TempDir()
+	if err := BuildAll(context.Background(), out, Build{Package: "example.com/m/c"}, Build{Name: "flagged", Package: "example.com/m/c", LDFlags: "-s"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"c", "flagged"} {
+		f, err := elf.Open(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s has a dynamic loader (PT_INTERP): built with cgo", name)
+			}
+		}
+		f.Close()
 	}
 }
