@@ -106,20 +106,28 @@ func (r *Runner) loadWorkspace(ctx context.Context, principal, id string) (*work
 	return ws, nil
 }
 
-// open opens the task's directory, creating it (0700) when missing.
+// open opens the task's directory, creating it (0700) when missing. It
+// runs at every step: the directories are made only when an open finds
+// them missing (a mkdir of an existing one costs as much as the open).
 func (ws *workspaceSync) open() (*os.Root, error) {
-	if err := os.MkdirAll(ws.parent, 0o700); err != nil {
-		return nil, fmt.Errorf("workspace: %w", err)
-	}
 	parent, err := os.OpenRoot(ws.parent)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(ws.parent, 0o700); err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+		parent, err = os.OpenRoot(ws.parent)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	defer parent.Close()
-	if err := parent.Mkdir(ws.taskID, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("workspace: %w", err)
-	}
 	root, err := parent.OpenRoot(ws.taskID)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := parent.Mkdir(ws.taskID, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+		root, err = parent.OpenRoot(ws.taskID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
