@@ -87,34 +87,43 @@ func ratio(num, den Figure) float64 {
 // stepOverhead measures, on h, the floor (a go-plugin round trip and a
 // one-row commit) and then the durable step of the test executor's no-op,
 // n samples each.
-func stepOverhead(ctx context.Context, h *host.Host, who string, n int) (floor, steps []time.Duration, err error) {
+func stepOverhead(ctx context.Context, h *host.Host, who string, n int) (floor, steps []time.Duration, cpu stepCPU, err error) {
 	exe, err := h.Registry.Launch(ctx, "testexec", plugin.NoServices{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("the bench needs the test executor (taskhost-executor-testexec beside taskhost): %w", err)
+		return nil, nil, cpu, fmt.Errorf("the bench needs the test executor (taskhost-executor-testexec beside taskhost): %w", err)
 	}
 	parked, err := create(ctx, h, who, `{"goal":"park","testexec":{"sleep_ms":600000}}`, 0)
 	if err != nil {
 		exe.Stop()
-		return nil, nil, err
+		return nil, nil, cpu, err
 	}
 	for i := range n {
 		start := time.Now()
 		if _, err := exe.Describe(ctx); err != nil {
 			exe.Stop()
-			return nil, nil, err
+			return nil, nil, cpu, err
 		}
 		if err := h.Store.Heartbeat(ctx, who, parked.ID, parked.RunID, int64(i)); err != nil {
 			exe.Stop()
-			return nil, nil, err
+			return nil, nil, cpu, err
 		}
 		floor = append(floor, time.Since(start))
 	}
 	exe.Stop()
 	if _, err := h.Runner.Cancel(ctx, who, parked.ID); err != nil {
-		return nil, nil, err
+		return nil, nil, cpu, err
 	}
+	// The parked task's plugin is reaped before the steps' CPU is read,
+	// so that its use is not counted as theirs.
+	if err := h.Runner.Wait(ctx, parked.ID); err != nil {
+		return nil, nil, cpu, err
+	}
+	self0, children0 := cpuUse()
 	steps, err = stepIntervals(ctx, h, who, fmt.Sprintf(`{"goal":"steps","testexec":{"steps":%d}}`, n+1), n+1)
-	return floor, steps, err
+	if self1, children1 := cpuUse(); err == nil && self1 > self0 && children1 > children0 {
+		cpu = stepCPU{daemon: (self1 - self0) / time.Duration(n+1), plugin: (children1 - children0) / time.Duration(n+1)}
+	}
+	return floor, steps, cpu, err
 }
 
 func figure(name string, samples []time.Duration, note string) Figure {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -60,4 +61,26 @@ func cpuBound(perStep time.Duration) string {
 	cores := runtime.NumCPU()
 	return fmt.Sprintf("; machine CPU %s a step, so %d cores hold at most %.0f steps/s",
 		perStep.Round(time.Microsecond), cores, float64(cores)*float64(time.Second)/float64(perStep))
+}
+
+// stepCPU is the CPU one task's steps cost, per step: the daemon's (this
+// process: the host runs in it) and its plugin's (a reaped child). Both
+// include the task's own start and stop, spread over its steps.
+type stepCPU struct{ daemon, plugin time.Duration }
+
+func (c stepCPU) String() string {
+	if c.daemon <= 0 || c.plugin <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("CPU a step: daemon %s, plugin %s", c.daemon.Round(time.Microsecond), c.plugin.Round(time.Microsecond))
+}
+
+// cpuUse is this process's CPU so far and its reaped children's.
+func cpuUse() (self, children time.Duration) {
+	var s, c syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &s) != nil || syscall.Getrusage(syscall.RUSAGE_CHILDREN, &c) != nil {
+		return 0, 0
+	}
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(s.Utime) + tv(s.Stime), tv(c.Utime) + tv(c.Stime)
 }

@@ -52,3 +52,29 @@ func TestCPUBound(t *testing.T) {
 		t.Errorf("cpuBound(500µs) = %q", got)
 	}
 }
+
+func TestStepCPUSaysBothOrNothing(t *testing.T) {
+	for _, c := range []struct {
+		cpu  stepCPU
+		want string
+	}{
+		{stepCPU{daemon: 612 * time.Microsecond, plugin: 231 * time.Microsecond}, "CPU a step: daemon 612µs, plugin 231µs"},
+		{stepCPU{daemon: 612 * time.Microsecond}, ""},
+		{stepCPU{plugin: 231 * time.Microsecond}, ""},
+		{stepCPU{}, ""},
+	} {
+		if got := c.cpu.String(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.cpu, got, c.want)
+		}
+	}
+}
+
+func TestCPUUseCountsThisProcess(t *testing.T) {
+	self0, children0 := cpuUse()
+	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	self1, children1 := cpuUse()
+	if self1 <= self0 || children1 < children0 || self0 <= 0 {
+		t.Fatalf("cpuUse: self %v then %v, children %v then %v; want this process's CPU to grow", self0, self1, children0, children1)
+	}
+}

@@ -113,11 +113,11 @@ func (s *session) postgres() bool { return s.cfg.Store.Driver == config.StorePos
 // stepRows: the floor and the durable step.
 func (s *session) stepRows(ctx context.Context) error {
 	s.say("floor: go-plugin round trip + one store commit")
-	floor, steps, err := stepOverhead(ctx, s.h, who, s.o.Steps)
+	floor, steps, cpu, err := stepOverhead(ctx, s.h, who, s.o.Steps)
 	if err != nil {
 		return err
 	}
-	ff, sf := figure("floor: plugin RPC + store commit", floor, ""), figure("durable step (testexec no-op)", steps, "")
+	ff, sf := figure("floor: plugin RPC + store commit", floor, ""), figure("durable step (testexec no-op)", steps, cpu.String())
 	s.add(ff, sf)
 	s.r.StepRatio, s.step = ratio(sf, ff), sf
 	return nil
@@ -149,7 +149,7 @@ func (s *session) normalRows(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	floor, steps, err := stepOverhead(ctx, hn, who, s.o.Steps)
+	floor, steps, cpu, err := stepOverhead(ctx, hn, who, s.o.Steps)
 	hn.Close(context.WithoutCancel(ctx))
 	if err != nil {
 		return err
@@ -157,6 +157,9 @@ func (s *session) normalRows(ctx context.Context) error {
 	ff, sf := figure("floor at synchronous=NORMAL", floor, ""), figure("durable step at synchronous=NORMAL", steps, "")
 	s.r.StepRatioNormal = ratio(sf, ff)
 	sf.Note = fmt.Sprintf("step/floor = %.2f (target ≤ 2)", s.r.StepRatioNormal)
+	if c := cpu.String(); c != "" {
+		sf.Note += "; " + c
+	}
 	s.add(ff, sf)
 	return nil
 }
