@@ -39,7 +39,7 @@ func testMain(m *testing.M) int {
 	}
 	const flawed = "github.com/taskhost/taskhost/sdk/executortest/internal/flawed"
 	dir, err := testbin.TempDir(context.Background(), "thkbin",
-		testbin.Build{Package: testbin.Taskhost}, testbin.Build{Package: testbin.Testexec},
+		testbin.Build{Package: testbin.Taskhost}, testbin.Build{Package: testbin.Confine}, testbin.Build{Package: testbin.Testexec},
 		testbin.Build{Package: testbin.Legacy}, testbin.Build{Package: flawed},
 		// An "older release" of flawed that writes the schema flawed/1, and
 		// a current one that no longer reads it.

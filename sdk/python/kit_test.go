@@ -52,7 +52,7 @@ func TestConformance(t *testing.T) {
 	}
 	needPython(t)
 	sdkDir, protoDir := stagedSDK(t)
-	dir, err := testbin.TempDir(context.Background(), "thpy", testbin.Build{Package: testbin.Taskhost})
+	dir, err := testbin.TempDir(context.Background(), "thpy", testbin.Build{Package: testbin.Taskhost}, testbin.Build{Package: testbin.Confine})
 	if err != nil {
 		t.Fatal(err)
 	}
