@@ -38,6 +38,7 @@ type streamCalls struct {
 
 	mu      sync.Mutex
 	pending map[uint64]chan *executorpb.ServiceReply
+	breach  error // the host's protocol error that ended the step, if any
 	// slots bounds the calls in flight. A slot is given back when the
 	// call's reply arrives, not when a cancelled call returns: the host
 	// counts a call until it answered it.
@@ -84,6 +85,12 @@ func (c *streamCalls) receive(abort func()) {
 		<-c.slots
 	}
 	if errors.Is(err, errHostProtocol) {
+		// Recorded before the abort: the executor the abort ends must find
+		// the breach in protocolError, or its cancelled call would read as
+		// the step's end.
+		c.mu.Lock()
+		c.breach = err
+		c.mu.Unlock()
 		abort()
 	}
 	c.err = err
@@ -147,14 +154,9 @@ func (c *streamCalls) ended() error {
 // protocolError is the host's breach of the protocol that ended the step,
 // if one did.
 func (c *streamCalls) protocolError() error {
-	select {
-	case <-c.done:
-		if errors.Is(c.err, errHostProtocol) {
-			return c.err
-		}
-	default:
-	}
-	return nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.breach
 }
 
 // unary makes one call and takes the response of its kind from the reply.
