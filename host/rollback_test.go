@@ -144,7 +144,7 @@ func TestV2StoreTaskResumesAfterMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Back to exactly v2: v12's tables, v11's index and columns, v10's indexes and columns
+	// Back to exactly v2: v13's index, v12's tables, v11's index and columns, v10's indexes and columns
 	// (its wider status CHECK stays: the migration leaves a wide one be),
 	// v9's table, v8's index and columns, v7's index and columns, v6's column, v5's table,
 	// index and column, v4's index and v3's column go, the version says 2.
@@ -152,7 +152,7 @@ func TestV2StoreTaskResumesAfterMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{`DROP TABLE workspace_files`, `DROP TABLE workspaces`, `DROP INDEX approvals_grants`, `ALTER TABLE approvals DROP COLUMN fingerprint`, `ALTER TABLE approvals DROP COLUMN subject`,
+	for _, q := range []string{`DROP INDEX tasks_tree_live`, `DROP TABLE workspace_files`, `DROP TABLE workspaces`, `DROP INDEX approvals_grants`, `ALTER TABLE approvals DROP COLUMN fingerprint`, `ALTER TABLE approvals DROP COLUMN subject`,
 		`ALTER TABLE approvals DROP COLUMN scope`, `ALTER TABLE approvals DROP COLUMN pattern`, `ALTER TABLE tasks DROP COLUMN model_tokens_limit`,
 		`ALTER TABLE tasks DROP COLUMN model_tokens_used`, `ALTER TABLE tasks DROP COLUMN model_tokens_estimated`,
 		`ALTER TABLE tasks DROP COLUMN output_bytes_limit`, `ALTER TABLE tasks DROP COLUMN output_bytes_used`,

@@ -361,7 +361,7 @@ func TestPostgresQueryPlans(t *testing.T) {
 		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
 		`SELECT `+taskListCols+` FROM tasks WHERE principal_id = $1 AND seq > $2 AND status IN ($3, $4) ORDER BY seq LIMIT $5`,
 		`SELECT `+attemptCols+` FROM attempts WHERE task_id = $1 AND EXISTS (SELECT 1 FROM tasks WHERE id = $1 AND principal_id = $2) ORDER BY number`,
-		(pgDialect{}).lockTask(),
+		(pgDialect{}).lockTask(), qLiveTrees, qTreeOf, qLockTree+(pgDialect{}).forUpdate("tasks", false),
 	)
 	for i, q := range queries {
 		name := fmt.Sprintf("q%d", i)

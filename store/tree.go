@@ -298,7 +298,19 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-const qTreeOf = `SELECT ` + taskListCols + ` FROM tasks WHERE (id = $1 OR root_task_id = $1) AND principal_id = $2 ORDER BY seq`
+// qLockTree names the rows of root $1's tree for a lock, on PostgreSQL;
+// its test of root_task_id against the empty string lets the planner use
+// tasks_root (qTreeOf).
+const qLockTree = `SELECT id FROM tasks WHERE id = $1 OR (root_task_id = $1 AND root_task_id <> '') ORDER BY seq`
+
+// qTreeOf reads the tree of root $1: the root by its id, the rest by the
+// tasks_root index. One WHERE with an OR of the two would have SQLite's
+// planner read every task of the principal (tasks_principal_seq), and the
+// partial index serves only a query that tests root_task_id against the
+// empty string itself.
+const qTreeOf = `SELECT ` + taskListCols + ` FROM tasks WHERE id = $1 AND principal_id = $2
+	UNION ALL SELECT ` + taskListCols + ` FROM tasks WHERE root_task_id = $1 AND root_task_id <> '' AND principal_id = $2
+	ORDER BY seq`
 
 // Tree returns every task of the tree principal's task id belongs to, its
 // root first, in creation order (at most max_subagents + 1 tasks), without
@@ -364,7 +376,7 @@ type treeTx struct {
 // lockTree locks (on PostgreSQL) and reads the tree of root.
 func (s *Store) lockTree(ctx context.Context, tx *txn, root, principal string, events TreeEvents) (*treeTx, error) {
 	if lock := s.d.forUpdate("tasks", false); lock != "" {
-		if _, err := tx.exec(ctx, `SELECT id FROM tasks WHERE (id = $1 OR root_task_id = $1) ORDER BY seq`+lock, root); err != nil {
+		if _, err := tx.exec(ctx, qLockTree+lock, root); err != nil {
 			return nil, err
 		}
 	}
@@ -498,14 +510,19 @@ func (tt *treeTx) settleAll(ctx context.Context) error {
 	return fmt.Errorf("store: the tree of %s did not settle", tt.tree[0].ID)
 }
 
+// qLiveTrees finds the trees settle can change: those with a child that
+// has not ended (its parent may have ended or gone down) or a task blocked
+// on its children. Its WHERE is the partial index tasks_tree_live's, term
+// for term, so that both engines read the index: what is live in trees,
+// never the history of finished tasks (TestQueryPlans).
 const qLiveTrees = `SELECT DISTINCT CASE WHEN root_task_id = '' THEN id ELSE root_task_id END, principal_id FROM tasks
-	WHERE status NOT IN ('completed','failed','cancelled')
-		AND (parent_task_id <> '' OR EXISTS (SELECT 1 FROM tasks c WHERE c.parent_task_id = tasks.id))
+	WHERE status NOT IN ('completed','failed','cancelled') AND (parent_task_id <> '' OR status = 'blocked')
 	LIMIT 4096`
 
 // SettleTrees applies, in one transaction per tree, what a child's end
 // does to its parent and a parent's end to its subtree, to every tree
-// with a live task (every principal's):
+// (every principal's) with a child that has not ended or a blocked task —
+// the only trees a rule below can change:
 //
 //   - a parent that is completed, failed or cancelled: its live children
 //     are cancelled (parent_ended);

@@ -14,7 +14,7 @@ func treeEngines(t *testing.T, test func(t *testing.T, s *Store)) {
 	t.Run("postgres", func(t *testing.T) { test(t, openPostgres(t)) })
 }
 
-func delegate(t *testing.T, s *Store, parent Task, id string, charge int64) (Task, error) {
+func delegate(t testing.TB, s *Store, parent Task, id string, charge int64) (Task, error) {
 	t.Helper()
 	return s.CreateChild(context.Background(), NewChild{
 		Task:     NewTask{ID: id, PrincipalID: parent.PrincipalID, Executor: "legacy", Spec: []byte(`{"goal":"child"}`), Limits: Budgets{Steps: Budget{Limit: charge}, WallMillis: Budget{Limit: 1000}}},

@@ -1,0 +1,57 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// BenchmarkSettleTreesHistory measures SettleTrees, which the runner calls
+// at every run's end, over a store of 100 finished tasks and over one of
+// 10,000, each with the same live part: 20 interrupted tasks and one tree
+// of a running parent and two running children. It reports the median
+// call on each and their ratio, which a settle bounded by what is live
+// keeps near 1.
+func BenchmarkSettleTreesHistory(b *testing.B) {
+	ctx := context.Background()
+	medians := map[int]time.Duration{}
+	for _, history := range []int{100, 10000} {
+		s := openTest(b)
+		for i := range history {
+			createTask(b, s, "p", fmt.Sprintf("h%05d", i))
+		}
+		if _, err := s.w.ExecContext(ctx, `UPDATE tasks SET status = 'completed' WHERE id LIKE 'h%'`); err != nil {
+			b.Fatal(err)
+		}
+		for i := range 20 {
+			runningTask(b, s, "p", fmt.Sprintf("i%02d", i))
+			if _, err := s.Transition(ctx, Transition{PrincipalID: "p", TaskID: fmt.Sprintf("i%02d", i), From: []Status{StatusRunning},
+				To: StatusInterrupted, Reason: ReasonHostRestart}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		parent := runningTask(b, s, "p", "parent")
+		for _, id := range []string{"c1", "c2"} {
+			if _, err := delegate(b, s, parent, id, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		const calls = 50
+		times := make([]time.Duration, calls)
+		for i := range calls {
+			start := time.Now()
+			if _, err := s.SettleTrees(ctx, func(Task) []NewEvent { return nil }); err != nil {
+				b.Fatal(err)
+			}
+			times[i] = time.Since(start)
+		}
+		slices.Sort(times)
+		medians[history] = times[calls/2]
+		s.Close()
+	}
+	b.ReportMetric(float64(medians[100].Microseconds()), "µs(100)")
+	b.ReportMetric(float64(medians[10000].Microseconds()), "µs(10000)")
+	b.ReportMetric(float64(medians[10000])/float64(medians[100]), "10000/100")
+}
