@@ -89,8 +89,12 @@ const (
 	qResolveApproval = `UPDATE approvals SET status = $1, resolved_ns = $2, scope = $3, pattern = $4
 		WHERE id = $5 AND principal_id = $6 AND status = 'pending' RETURNING ` + approvalCols
 	qCountGrants = `SELECT count(*) FROM approvals WHERE task_id = $1 AND scope = 'task' AND status = 'approved'`
-	qTaskGrants  = `SELECT ` + approvalCols + ` FROM approvals
-		WHERE task_id = $1 AND principal_id = $2 AND tool = $3 AND scope = 'task' AND status = 'approved'
+	// The principal is checked on the task: with principal_id in its own
+	// WHERE, SQLite's planner read every approval of the principal
+	// (approvals_principal) instead of the task's grants (approvals_grants).
+	qTaskGrants = `SELECT ` + approvalCols + ` FROM approvals
+		WHERE task_id = $1 AND tool = $3 AND scope = 'task' AND status = 'approved'
+			AND EXISTS (SELECT 1 FROM tasks WHERE id = $1 AND principal_id = $2)
 		ORDER BY created_ns, id LIMIT ` + maxTaskGrantsSQL
 	qApprovalByID    = `SELECT ` + approvalCols + ` FROM approvals WHERE id = $1 AND principal_id = $2`
 	qApprovalTask    = `SELECT task_id FROM approvals WHERE id = $1 AND principal_id = $2`

@@ -176,7 +176,8 @@ type NewChild struct {
 }
 
 const (
-	qTreeSize     = `SELECT count(*) FROM tasks WHERE root_task_id = $1`
+	// root_task_id <> '' lets the partial index tasks_root count it.
+	qTreeSize     = `SELECT count(*) FROM tasks WHERE root_task_id = $1 AND root_task_id <> ''`
 	qChargeParent = `UPDATE tasks SET steps_used = steps_used + $1, tool_calls_used = tool_calls_used + $2,
 			model_calls_used = model_calls_used + $3, model_tokens_used = model_tokens_used + $4,
 			output_bytes_used = output_bytes_used + $5, updated_ns = $6
