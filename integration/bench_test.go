@@ -21,11 +21,12 @@ func TestBenchCommand(t *testing.T) {
 		StepRatio            float64 `json:"step_ratio"`
 		StepRatioNormal      float64 `json:"step_ratio_normal"`
 		ConcurrentThroughput float64 `json:"concurrent_throughput"`
+		HistoryRatio         float64 `json:"history_ratio"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("bench --json: %v\n%s", err, out)
 	}
-	if len(r.Figures) < 7 || r.StepRatio <= 0 || r.StepRatioNormal <= 0 || r.ConcurrentThroughput <= 0 {
+	if len(r.Figures) < 7 || r.StepRatio <= 0 || r.StepRatioNormal <= 0 || r.ConcurrentThroughput <= 0 || r.HistoryRatio <= 0 {
 		t.Fatalf("report %+v", r)
 	}
 	grandchild, normal, concurrent := false, 0, false

@@ -153,4 +153,7 @@ func printBench(w io.Writer, r bench.Report) {
 	if r.ShortTaskRatio > 0 {
 		fmt.Fprintf(w, "one-step tasks with pre-started plugins = %.0f/s, %.2f× without (target ≥ 100/s and ≥ 4×)\n", r.ShortTasksPerSecond, r.ShortTaskRatio)
 	}
+	if r.HistoryRatio > 0 {
+		fmt.Fprintf(w, "one-step tasks on a store with a history = %.2f× on an empty one (history must not slow them)\n", r.HistoryRatio)
+	}
 }

@@ -75,6 +75,10 @@ type Report struct {
 	// same without them: medians over interleaved rounds.
 	ShortTasksPerSecond float64 `json:"short_tasks_per_second"`
 	ShortTaskRatio      float64 `json:"short_task_ratio"`
+	// HistoryRatio is the one-step tasks/s of a store holding a history
+	// of finished tasks over an empty one's (SQLite only): the median of
+	// interleaved rounds.
+	HistoryRatio float64 `json:"history_ratio,omitempty"`
 }
 
 func ratio(num, den Figure) float64 {
@@ -148,7 +152,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// Each group of rows in the report's order; the first error ends the
 	// run.
 	for _, rows := range []func(context.Context) error{
-		s.stepRows, s.workspaceRow, s.normalRows, s.concurrentRows, s.fleetRows, s.shortTaskRows,
+		s.stepRows, s.workspaceRow, s.normalRows, s.concurrentRows, s.fleetRows, s.shortTaskRows, s.historyRow,
 		s.startRows, s.crashRows, s.cancelRows, s.machineSpiritStepRow, s.recoveryRows,
 	} {
 		if err := rows(ctx); err != nil {

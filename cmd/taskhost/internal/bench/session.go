@@ -208,6 +208,23 @@ func (s *session) shortTaskRows(ctx context.Context) error {
 	return nil
 }
 
+// historyRow: the short tasks again, on a store that already holds a
+// history of finished tasks.
+func (s *session) historyRow(ctx context.Context) error {
+	if s.postgres() {
+		s.add(Figure{Name: "one-step tasks on a store with a history", Note: "skipped: measured on SQLite only"})
+		return nil
+	}
+	s.say("one-step tasks, %d clients, on a store of %d finished tasks and on an empty one, %d rounds", shortClients, historyTasks, shortRounds)
+	f, r, err := historyRow(ctx, s.cfg, s.dir, s.o.ExecutorDir, s.o.ShortTasks)
+	if err != nil {
+		return err
+	}
+	s.add(f)
+	s.r.HistoryRatio = r
+	return nil
+}
+
 // startRows: a plugin's start to its first reply, and machinespirit's
 // with its saved state cold and warm.
 func (s *session) startRows(ctx context.Context) error {

@@ -21,6 +21,8 @@ const (
 	shortClients  = 8
 	shortPrestart = 8
 	shortRounds   = 3
+	// shortPrincipal creates the short tasks.
+	shortPrincipal = "bench-short"
 )
 
 // shortTaskRows measures one-step tasks/s, create → completed, with
@@ -90,7 +92,7 @@ func shortTaskRows(ctx context.Context, base config.Config, dir, executorDir str
 // one after another and waiting for each to complete; it returns the tasks
 // completed per second in all and each task's create → completed.
 func shortTasks(ctx context.Context, h *host.Host, clients, perClient int) (float64, []time.Duration, error) {
-	const who = "bench-short"
+	const who = shortPrincipal
 	lat := make([][]time.Duration, clients)
 	errs := make([]error, clients)
 	var wg sync.WaitGroup
