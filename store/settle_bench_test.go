@@ -55,3 +55,36 @@ func BenchmarkSettleTreesHistory(b *testing.B) {
 	b.ReportMetric(float64(medians[10000].Microseconds()), "µs(10000)")
 	b.ReportMetric(float64(medians[10000])/float64(medians[100]), "10000/100")
 }
+
+// BenchmarkSettleTreesLive measures SettleTrees over 1 and over 30 quiet
+// trees (a running parent with a queued child: no rule applies),
+// and reports the median call on each and their ratio. Each quiet tree
+// costs a settle what reading it costs, however many trees are quiet.
+func BenchmarkSettleTreesLive(b *testing.B) {
+	ctx := context.Background()
+	medians := map[int]time.Duration{}
+	for _, trees := range []int{1, 30} {
+		s := openTest(b)
+		for i := range trees {
+			parent := runningTask(b, s, "p", fmt.Sprintf("parent%02d", i))
+			if _, err := delegate(b, s, parent, fmt.Sprintf("child%02d", i), 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		const calls = 50
+		times := make([]time.Duration, calls)
+		for i := range calls {
+			start := time.Now()
+			if _, err := s.SettleTrees(ctx, func(Task) []NewEvent { return nil }); err != nil {
+				b.Fatal(err)
+			}
+			times[i] = time.Since(start)
+		}
+		slices.Sort(times)
+		medians[trees] = times[calls/2]
+		s.Close()
+	}
+	b.ReportMetric(float64(medians[1].Microseconds()), "µs(1)")
+	b.ReportMetric(float64(medians[30].Microseconds()), "µs(30)")
+	b.ReportMetric(float64(medians[30])/float64(medians[1]), "30/1")
+}

@@ -447,12 +447,22 @@ func (tt *treeTx) index(id string) int {
 	return slices.IndexFunc(tt.tree, func(t Task) bool { return t.ID == id })
 }
 
-// settle applies the tree rules once over the tree; it reports whether
-// it changed anything.
-func (tt *treeTx) settle(ctx context.Context) (bool, error) {
-	for pi := range tt.tree {
-		p := tt.tree[pi]
-		kids := Children(tt.tree, p.ID)
+// treeMove is one change a tree rule makes: task i of the tree to status
+// to, with reason and message.
+type treeMove struct {
+	i      int
+	to     Status
+	reason Reason
+	msg    string
+}
+
+// nextMove is the first change the tree rules make to tree, if any. It
+// reads only tree, so that a tree read outside a transaction can be
+// found quiet without taking the writer.
+func nextMove(tree []Task) (treeMove, bool) {
+	index := func(id string) int { return slices.IndexFunc(tree, func(t Task) bool { return t.ID == id }) }
+	for pi, p := range tree {
+		kids := Children(tree, p.ID)
 		if len(kids) == 0 {
 			continue
 		}
@@ -461,14 +471,14 @@ func (tt *treeTx) settle(ctx context.Context) (bool, error) {
 			// A parent that ended takes its live subtree with it.
 			for _, c := range kids {
 				if !c.Status.Terminal() {
-					return true, tt.move(ctx, tt.index(c.ID), StatusCancelled, ReasonParentEnded, "parent "+p.ID+" is "+string(p.Status))
+					return treeMove{index(c.ID), StatusCancelled, ReasonParentEnded, "parent " + p.ID + " is " + string(p.Status)}, true
 				}
 			}
 		case p.Status == StatusInterrupted:
 			// A parent that is down pauses its live subtree.
 			for _, c := range kids {
 				if live(c.Status) {
-					return true, tt.move(ctx, tt.index(c.ID), StatusInterrupted, p.Reason, "parent "+p.ID+" is interrupted")
+					return treeMove{index(c.ID), StatusInterrupted, p.Reason, "parent " + p.ID + " is interrupted"}, true
 				}
 			}
 		case p.Status == StatusBlocked:
@@ -482,20 +492,29 @@ func (tt *treeTx) settle(ctx context.Context) (bool, error) {
 					down = c.Reason
 				case !c.UpdatedAt.After(p.UpdatedAt):
 				case c.Status == StatusFailed || c.Status == StatusCancelled || c.Status == StatusInterrupted:
-					return true, tt.move(ctx, pi, StatusFailed, ReasonChildFailed,
-						fmt.Sprintf("child %s is %s (%s)", c.ID, c.Status, c.Reason))
+					return treeMove{pi, StatusFailed, ReasonChildFailed, fmt.Sprintf("child %s is %s (%s)", c.ID, c.Status, c.Reason)}, true
 				}
 				allDone = allDone && c.Status.Terminal()
 			}
 			if down != "" {
-				return true, tt.move(ctx, pi, StatusInterrupted, down, "a child was interrupted with its host")
+				return treeMove{pi, StatusInterrupted, down, "a child was interrupted with its host"}, true
 			}
 			if allDone {
-				return true, tt.move(ctx, pi, StatusPending, ReasonNone, "")
+				return treeMove{pi, StatusPending, ReasonNone, ""}, true
 			}
 		}
 	}
-	return false, nil
+	return treeMove{}, false
+}
+
+// settle applies the tree rules' first change to the tree; it reports
+// whether there was one.
+func (tt *treeTx) settle(ctx context.Context) (bool, error) {
+	m, ok := nextMove(tt.tree)
+	if !ok {
+		return false, nil
+	}
+	return true, tt.move(ctx, m.i, m.to, m.reason, m.msg)
 }
 
 func (tt *treeTx) settleAll(ctx context.Context) error {
@@ -520,10 +539,11 @@ const qLiveTrees = `SELECT DISTINCT CASE WHEN root_task_id = '' THEN id ELSE roo
 	WHERE status NOT IN ('completed','failed','cancelled') AND (parent_task_id <> '' OR status = 'blocked')
 	LIMIT 4096`
 
-// SettleTrees applies, in one transaction per tree, what a child's end
-// does to its parent and a parent's end to its subtree, to every tree
-// (every principal's) with a child that has not ended or a blocked task —
-// the only trees a rule below can change:
+// SettleTrees applies, in one transaction per tree a rule changes, what a
+// child's end does to its parent and a parent's end to its subtree, to
+// every tree (every principal's) with a child that has not ended or a
+// blocked task — the only trees a rule below can change; a tree no rule
+// changes is only read:
 //
 //   - a parent that is completed, failed or cancelled: its live children
 //     are cancelled (parent_ended);
@@ -562,8 +582,19 @@ func (s *Store) SettleTrees(ctx context.Context, events TreeEvents) ([]Task, err
 	}
 	var changed []Task
 	for _, r := range refs {
+		// A quiet tree, most of them at most run ends, is read without
+		// the writer: the writer would serialise every live tree's
+		// transaction with the steps' commits. A change after this read
+		// comes with its own settle (its writer's, or the queue loop's).
+		tree, err := s.queryTasks(ctx, qTreeOf, r.root, r.principal)
+		if err != nil {
+			return changed, err
+		}
+		if _, ok := nextMove(tree); !ok {
+			continue
+		}
 		var got []Task
-		err := s.write(ctx, func(tx *txn) error {
+		err = s.write(ctx, func(tx *txn) error {
 			tt, err := s.lockTree(ctx, tx, r.root, r.principal, events)
 			if err != nil || len(tt.tree) == 0 {
 				return err
