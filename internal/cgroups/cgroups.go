@@ -281,13 +281,20 @@ func counter(file, key string) int64 {
 	if err != nil {
 		return 0
 	}
+	n, _ := flatKey(b, key)
+	return n
+}
+
+// flatKey finds "key N" in a flat-keyed cgroup file's content: N, and
+// whether the key is there at all.
+func flatKey(b []byte, key string) (int64, bool) {
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, key+" "); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
+			return n, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // Counter reads "key N" from a flat-keyed cgroup file (cpu.stat,

@@ -132,3 +132,76 @@ func TestWatchKillsAtTheFirstLimit(t *testing.T) {
 		t.Errorf("End = %q, want none", got)
 	}
 }
+
+// BenchmarkHit1 measures one poll of a cgroup v1 watch (Cgroups1.Hit) on
+// files as the kernel lays them out, no limit reached: what every running
+// plugin costs the daemon every pluginLimitPoll.
+func BenchmarkHit1(b *testing.B) {
+	dir := b.TempDir()
+	mem, pids := filepath.Join(dir, "memory"), filepath.Join(dir, "pids")
+	for d, files := range map[string]map[string]string{
+		mem:  {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", "memory.failcnt": "0\n"},
+		pids: {"pids.events": "max 0\n"},
+	} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		for name, body := range files {
+			if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	c := &Cgroups1{dirs: map[string]string{"memory": mem, "pids": pids}}
+	for b.Loop() {
+		if h := c.Hit(); h != "" {
+			b.Fatalf("Hit = %q", h)
+		}
+	}
+}
+
+// A cgroup v1 watch's verdict from the files as the kernel writes them:
+// memory at an OOM kill or a process waiting at the limit, and on a kernel
+// without an oom_kill counter at any failure to charge; processes at a
+// refused fork; nothing otherwise.
+func TestHit1(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		oom, fail, pidEvs string
+		want              string
+	}{
+		{"quiet", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", "5\n", "max 0\n", ""},
+		{"oom kill", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n", "0\n", "max 0\n", LimitMemory},
+		{"waiting at the limit", "oom_kill_disable 1\nunder_oom 1\noom_kill 0\n", "0\n", "max 0\n", LimitMemory},
+		{"old kernel, limit hit", "oom_kill_disable 0\nunder_oom 0\n", "3\n", "max 0\n", LimitMemory},
+		{"old kernel, quiet", "oom_kill_disable 0\nunder_oom 0\n", "0\n", "max 0\n", ""},
+		{"fork refused", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", "0\n", "max 2\n", LimitProcesses},
+		{"memory first", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n", "0\n", "max 2\n", LimitMemory},
+		{"no files", "", "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mem, pids := filepath.Join(dir, "memory"), filepath.Join(dir, "pids")
+			for d, files := range map[string]map[string]string{
+				mem:  {"memory.oom_control": tc.oom, "memory.failcnt": tc.fail},
+				pids: {"pids.events": tc.pidEvs},
+			} {
+				if err := os.Mkdir(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				for name, body := range files {
+					if body == "" {
+						continue
+					}
+					if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			c := &Cgroups1{dirs: map[string]string{"memory": mem, "pids": pids}}
+			if got := c.Hit(); got != tc.want {
+				t.Errorf("Hit = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

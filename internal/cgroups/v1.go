@@ -1,7 +1,6 @@
 package cgroups
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -190,29 +189,30 @@ func (c *Cgroups1) Join() []string {
 // Dir is the cgroup of controller ("memory", "pids", "cpu").
 func (c *Cgroups1) Dir(controller string) string { return c.dirs[controller] }
 
-// Hit names the limit the cgroups say was reached, or "".
+// Hit names the limit the cgroups say was reached, or "". A watch calls it
+// every poll for every running plugin, so it reads each file once:
+// memory.oom_control, memory.failcnt only on a kernel without an oom_kill
+// counter, and pids.events.
 func (c *Cgroups1) Hit() string {
 	mem := c.dirs["memory"]
-	oom := filepath.Join(mem, "memory.oom_control")
-	if counter(oom, "under_oom") > 0 || counter(oom, "oom_kill") > 0 {
-		return LimitMemory
-	}
-	if _, err := os.Stat(oom); err == nil && !hasOOMKillCounter(mem) {
-		// Before Linux 4.13 there is no oom_kill counter: any time the
-		// limit was hit is taken as the cause.
-		if b, err := os.ReadFile(filepath.Join(mem, "memory.failcnt")); err == nil && strings.TrimSpace(string(b)) != "0" {
+	if b, err := os.ReadFile(filepath.Join(mem, "memory.oom_control")); err == nil {
+		under, _ := flatKey(b, "under_oom")
+		kills, counted := flatKey(b, "oom_kill")
+		if under > 0 || kills > 0 {
 			return LimitMemory
+		}
+		if !counted {
+			// Before Linux 4.13 there is no oom_kill counter: any time the
+			// limit was hit is taken as the cause.
+			if b, err := os.ReadFile(filepath.Join(mem, "memory.failcnt")); err == nil && strings.TrimSpace(string(b)) != "0" {
+				return LimitMemory
+			}
 		}
 	}
 	if counter(filepath.Join(c.dirs["pids"], "pids.events"), "max") > 0 {
 		return LimitProcesses
 	}
 	return ""
-}
-
-func hasOOMKillCounter(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "memory.oom_control"))
-	return err == nil && bytes.Contains(b, []byte("oom_kill "))
 }
 
 // Kill sends SIGKILL to every process in the cgroups (without cgroup2
