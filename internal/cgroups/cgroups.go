@@ -242,26 +242,36 @@ type Watch struct {
 
 // NewWatch polls hit every poll until End; on the first limit it names,
 // it calls kill and remembers the limit.
+//
+// The polls fall on the multiples of poll (time.Truncate's), the same
+// instants for every watch of that period: a daemon with many plugins
+// wakes once a period for all their watches rather than once for each.
 func NewWatch(poll time.Duration, hit func() string, kill func()) *Watch {
 	w := &Watch{hit: hit, stop: make(chan struct{}), done: make(chan string, 1)}
 	go func() {
-		t := time.NewTicker(poll)
+		t := time.NewTimer(untilNext(time.Now(), poll))
 		defer t.Stop()
 		for {
 			select {
 			case <-w.stop:
 				w.done <- ""
 				return
-			case <-t.C:
+			case now := <-t.C:
 				if h := hit(); h != "" {
 					kill()
 					w.done <- h
 					return
 				}
+				t.Reset(untilNext(now, poll))
 			}
 		}
 	}()
 	return w
+}
+
+// untilNext is the time from now to the next multiple of period.
+func untilNext(now time.Time, period time.Duration) time.Duration {
+	return now.Truncate(period).Add(period).Sub(now)
 }
 
 // End stops the watch and returns the limit reached, if any: the one that

@@ -205,3 +205,27 @@ func TestHit1(t *testing.T) {
 		})
 	}
 }
+
+// Every watch of a period polls at the same instants: the next multiple
+// of the period, a whole period on from one.
+func TestUntilNextFallsOnMultiples(t *testing.T) {
+	const period = 50 * time.Millisecond
+	base := time.Now().Truncate(period)
+	for _, tc := range []struct {
+		offset, want time.Duration
+	}{
+		{0, period},
+		{time.Nanosecond, period - time.Nanosecond},
+		{20 * time.Millisecond, 30 * time.Millisecond},
+		{period - time.Nanosecond, time.Nanosecond},
+	} {
+		now := base.Add(tc.offset)
+		got := untilNext(now, period)
+		if got != tc.want {
+			t.Errorf("untilNext(base+%v) = %v, want %v", tc.offset, got, tc.want)
+		}
+		if next := now.Add(got); !next.Equal(next.Truncate(period)) {
+			t.Errorf("base+%v: the next poll %v is not a multiple of %v", tc.offset, next, period)
+		}
+	}
+}
