@@ -27,6 +27,7 @@ func stopOnSignalOrOrphan(logger hclog.Logger, gate *stepGate) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	w := newParentWatch(os.Getppid, parentPollInterval)
+	w.exited = waitExit
 	orphaned := make(chan int, 1)
 	go func() {
 		if p, err := w.wait(context.Background()); err == nil {
