@@ -39,8 +39,10 @@ func (s *Store) NotifyHost(ctx context.Context, host string) error {
 	return err
 }
 
-// Listen calls wake each time another host notifies this one, until ctx
-// ends; it returns ctx's error then, or ErrNoNotify at once on SQLite. It
+// Listen calls wake each time another host notifies this one, and once
+// each time its LISTEN takes effect (at start and after a reconnect), for
+// the notifications sent while it was not listening; until ctx ends. It
+// returns ctx's error then, or ErrNoNotify at once on SQLite. It
 // holds one connection of its own outside the pool; when that breaks,
 // onErr is told and Listen connects again after retry (the lease watch's
 // polling covers the gap).
@@ -75,6 +77,9 @@ func (s *Store) listenOnce(ctx context.Context, wake func()) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+fleetChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	// What was notified before LISTEN took effect (at start, or while
+	// reconnecting) is lost: one wake now reads it from the store.
+	wake()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
