@@ -119,8 +119,9 @@ func TestFullStepsShareFsyncs(t *testing.T) {
 		held.Add(1)
 		// Every step has committed once each caller runs an fsync or
 		// waits for one. This runs on a step's goroutine, where t.Fatal
-		// must not be called: a timeout fails that step instead.
-		deadline := time.Now().Add(30 * time.Second)
+		// must not be called: a timeout fails that step instead, with the
+		// counts, before recv's own 30 s give up on it without them.
+		deadline := time.Now().Add(20 * time.Second)
 		for {
 			c, f, w := s.sync.stats()
 			if int64(w)+held.Load() >= k {
