@@ -38,17 +38,7 @@ func BenchmarkSettleTreesHistory(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		const calls = 50
-		times := make([]time.Duration, calls)
-		for i := range calls {
-			start := time.Now()
-			if _, err := s.SettleTrees(ctx, func(Task) []NewEvent { return nil }); err != nil {
-				b.Fatal(err)
-			}
-			times[i] = time.Since(start)
-		}
-		slices.Sort(times)
-		medians[history] = times[calls/2]
+		medians[history] = medianSettle(b, s)
 		s.Close()
 	}
 	b.ReportMetric(float64(medians[100].Microseconds()), "µs(100)")
@@ -61,7 +51,6 @@ func BenchmarkSettleTreesHistory(b *testing.B) {
 // and reports the median call on each and their ratio. Each quiet tree
 // costs a settle what reading it costs, however many trees are quiet.
 func BenchmarkSettleTreesLive(b *testing.B) {
-	ctx := context.Background()
 	medians := map[int]time.Duration{}
 	for _, trees := range []int{1, 30} {
 		s := openTest(b)
@@ -71,20 +60,26 @@ func BenchmarkSettleTreesLive(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		const calls = 50
-		times := make([]time.Duration, calls)
-		for i := range calls {
-			start := time.Now()
-			if _, err := s.SettleTrees(ctx, func(Task) []NewEvent { return nil }); err != nil {
-				b.Fatal(err)
-			}
-			times[i] = time.Since(start)
-		}
-		slices.Sort(times)
-		medians[trees] = times[calls/2]
+		medians[trees] = medianSettle(b, s)
 		s.Close()
 	}
 	b.ReportMetric(float64(medians[1].Microseconds()), "µs(1)")
 	b.ReportMetric(float64(medians[30].Microseconds()), "µs(30)")
 	b.ReportMetric(float64(medians[30])/float64(medians[1]), "30/1")
+}
+
+// medianSettle is the median of 50 SettleTrees calls on s.
+func medianSettle(b *testing.B, s *Store) time.Duration {
+	b.Helper()
+	const calls = 50
+	times := make([]time.Duration, calls)
+	for i := range calls {
+		start := time.Now()
+		if _, err := s.SettleTrees(context.Background(), func(Task) []NewEvent { return nil }); err != nil {
+			b.Fatal(err)
+		}
+		times[i] = time.Since(start)
+	}
+	slices.Sort(times)
+	return times[calls/2]
 }
