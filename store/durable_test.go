@@ -115,16 +115,21 @@ func TestFullStepsShareFsyncs(t *testing.T) {
 	}
 	_, flushes0, _ := s.sync.stats()
 	var held atomic.Int64
+	var released atomic.Bool
 	s.sync.hold = func(uint64) error {
 		held.Add(1)
 		// Every step has committed once each caller runs an fsync or
-		// waits for one. This runs on a step's goroutine, where t.Fatal
-		// must not be called: a timeout fails that step instead, with the
-		// counts, before recv's own 30 s give up on it without them.
+		// waits for one. That is seen once, by one holder, and lets every
+		// hold go: a holder that looked later would count fewer, because
+		// the waiters of a released fsync return and leave the count.
+		// This runs on a step's goroutine, where t.Fatal must not be
+		// called: a timeout fails that step instead, with the counts,
+		// before recv's own 30 s give up on it without them.
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			c, f, w := s.sync.stats()
-			if int64(w)+held.Load() >= k {
+			if released.Load() || int64(w)+held.Load() >= k {
+				released.Store(true)
 				return nil
 			}
 			if time.Now().After(deadline) {
@@ -141,7 +146,7 @@ func TestFullStepsShareFsyncs(t *testing.T) {
 	for i := range steps {
 		r := recv(t, results[i])
 		if r.err != nil || r.next == nil {
-			t.Fatalf("step %d: %+v", i, r)
+			t.Fatalf("step %d: err %v, next %v", i, r.err, r.next)
 		}
 	}
 	_, flushes, _ := s.sync.stats()
