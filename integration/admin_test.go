@@ -18,6 +18,7 @@ import (
 // name. Alice, not an admin, still gets "not found" for root's task and
 // is refused --all.
 func TestAdminResumesAnotherPrincipalsTask(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root: the test runs a client as another uid")
 	}

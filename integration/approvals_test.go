@@ -19,6 +19,7 @@ import (
 // cover is in the ledger and the events); step 3's `rm -f log` asks, and
 // is rejected: the log keeps both lines.
 func TestLegacyAllowForTaskApproval(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	call := func(step, command string) any {
 		return map[string]any{"when": map[string]any{"last_role": "user", "contains": " step " + step + "/"},

@@ -8,6 +8,7 @@ import (
 
 // taskhost bench runs end to end and reports every figure it promises.
 func TestBenchCommand(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := taskhostFor(t, 5*time.Minute, "bench", "--steps", "20", "--reps", "2", "--recovery-sizes", "200", "--json")
 	if code != 0 {
 		t.Fatalf("bench exit %d: %s", code, errOut)

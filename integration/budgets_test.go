@@ -27,19 +27,18 @@ import (
 func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
 	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
-	// Well past the first run's command, which starts within seconds.
-	armed := time.Now().Add(20 * time.Second).Truncate(time.Second).Add(time.Second)
 	usage := func(p, c int) map[string]any { return map[string]any{"prompt_tokens": p, "completion_tokens": c} }
 	script := map[string]any{"version": 1, "rules": []any{
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 1/"},
 			"reply": map[string]any{"content": "read the goal", "usage": usage(9000, 1000)}},
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 2/"},
 			"reply": map[string]any{"usage": usage(9000, 1000), "tool_calls": []any{map[string]any{"name": "shell.run", "arguments": map[string]any{
-				// Blocks until the plugin is killed when run before
-				// the moment armed, returns at once when the resumed step
-				// runs it again after it: the resume starts from the last
-				// committed workspace, so no file it wrote can tell.
-				"command": fmt.Sprintf("test $(date +%%s) -ge %d && exit 0; echo $$ > tool.pid; sleep 300", armed.Unix())}}}}},
+				// Blocks until the plugin is killed, and returns once
+				// the resumed step runs it again: the test writes "go"
+				// only after the kill, and keeps writing it while the
+				// resume runs, since the resume starts from the last
+				// committed workspace, which has none.
+				"command": "[ -e go ] && exit 0; echo $$ > tool.pid; while [ ! -e go ]; do sleep 0.05; done"}}}}},
 		map[string]any{"when": map[string]any{"last_role": "tool"}, "reply": map[string]any{"content": "ran it", "usage": usage(9000, 17000)}},
 		map[string]any{"when": map[string]any{}, "reply": map[string]any{"content": "TASK_COMPLETE: done", "usage": usage(10, 5)}},
 	}}
@@ -63,8 +62,10 @@ func TestLegacyTokenBudgetAcrossResume(t *testing.T) {
 		t.Fatalf("after the crash: model_tokens %+v, want 20000/35000 (both answered calls charged)", b)
 	}
 
-	testwait.Until(t, 30*time.Second, "the moment the command no longer blocks", func() bool { return time.Now().After(armed) })
+	ws := filepath.Join(data, "workspaces", id)
+	stop := keepReleased(func() { _ = testwait.WriteLive(filepath.Join(ws, "go"), nil, 0o644) })
 	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--config", cfg, "--resume", id, "--approve-all")
+	stop()
 	if code != 1 || !strings.Contains(out, "failed (token_budget_exhausted)") {
 		t.Fatalf("resume: exit %d, want 1 and token_budget_exhausted\n%s\n%s", code, out, errOut)
 	}

@@ -17,6 +17,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/testwait"
 )
 
@@ -25,6 +26,9 @@ import (
 // points, restarts and resumes, checking the store's promises after every
 // round. TASKHOST_CHAOS_ROUNDS sets the number of rounds (default 16),
 // TASKHOST_CHAOS_SEED replays a run.
+//
+// Serial: its orphan check counts every executor of this binary whose host is
+// gone, which a parallel test's killed host leaves for a moment.
 func TestChaos(t *testing.T) {
 	rounds := envInt(t, "TASKHOST_CHAOS_ROUNDS", 16)
 	seed := uint64(time.Now().UnixNano())
@@ -38,6 +42,8 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos seed %d (replay: TASKHOST_CHAOS_SEED=%d TASKHOST_CHAOS_ROUNDS=%d)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	c := &chaos{t: t, rng: rng, data: testwait.ShortTempDir(t), work: testwait.ShortTempDir(t), seen: map[string]taskView{}, faults: map[string]int{}}
+	// Its last round's host may have been killed, leaving run dirs.
+	t.Cleanup(func() { datadir.SweepRunDirs(c.data) })
 	c.config = filepath.Join(c.work, "taskhost.toml")
 	if err := os.WriteFile(c.config, []byte("[machine_spirit]\nenabled = true\n"), 0o600); err != nil {
 		t.Fatal(err)

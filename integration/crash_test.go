@@ -15,6 +15,7 @@ import (
 // orphan), the restarted host marks the task interrupted (host_restart), and
 // an explicit resume completes the same task with the remaining budgets.
 func TestHostKilledMidStep(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
 	specFile := writeSpec(t, work, map[string]any{"goal": "survive a host crash", "testexec": map[string]any{
@@ -72,6 +73,7 @@ func TestHostKilledMidStep(t *testing.T) {
 // The plugin SIGKILLed mid-step under 'taskhost run': the command reports
 // the task interrupted (exit 6), and 'run --resume' completes the same id.
 func TestRunShowsPluginKillThenResume(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
 	specFile := writeSpec(t, work, map[string]any{"goal": "demo", "testexec": map[string]any{
@@ -101,6 +103,7 @@ func TestRunShowsPluginKillThenResume(t *testing.T) {
 }
 
 func TestRunUsageErrors(t *testing.T) {
+	t.Parallel()
 	cases := [][]string{
 		{"run"},
 		{"run", "--goal", "x", "--resume", "t_x"},

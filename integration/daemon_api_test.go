@@ -16,6 +16,7 @@ import (
 // Through the real socket: create → watch → completed, with the documented
 // JSON shapes all the way.
 func TestDaemonCreateWatchComplete(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	id := createTask(t, d, work, map[string]any{"goal": "count to three", "testexec": map[string]any{"steps": 3, "sleep_ms": 20}}, "--max-steps", "5")
@@ -65,6 +66,7 @@ func TestDaemonCreateWatchComplete(t *testing.T) {
 // Cancel through the API: the step in flight stops, the watch reports the
 // cancel (exit 1), cancelling again is a no-op, and resuming is a conflict.
 func TestDaemonCancel(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, testexecConfig(t, work))
 	marker := filepath.Join(work, "cancelled")
@@ -97,6 +99,7 @@ func TestDaemonCancel(t *testing.T) {
 // reconnecting; a restarted daemon recovers the task as interrupted
 // (host_restart), which the same watch reports; resume completes it.
 func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
 	d := startDaemon(t, data, testexecConfig(t, work))
@@ -145,6 +148,7 @@ func TestDaemonKilledWatchReconnectsThenResume(t *testing.T) {
 // (host_shutdown) and its watcher is told, the plugin is gone, the socket
 // removed, exit 0.
 func TestDaemonGracefulStop(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	pidFile := filepath.Join(work, "pid")
 	d := startDaemon(t, data, testexecConfig(t, work))
@@ -174,6 +178,7 @@ func TestDaemonGracefulStop(t *testing.T) {
 // One daemon per data dir: a second is refused with a message naming the
 // first, and the first keeps serving.
 func TestSecondDaemonRefused(t *testing.T) {
+	t.Parallel()
 	data := testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	_, errOut, code := taskhost(t, "serve", "--data-dir", data)
@@ -199,6 +204,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 // The data dir is 0700 and the socket 0600 by default, whatever the data
 // dir's mode was.
 func TestSocketPermissions(t *testing.T) {
+	t.Parallel()
 	data := testwait.ShortTempDir(t)
 	if err := os.Chmod(data, 0o755); err != nil {
 		t.Fatal(err)
@@ -224,6 +230,7 @@ func TestSocketPermissions(t *testing.T) {
 // A config error names the key and exits 2; a non-loopback token listener
 // is one.
 func TestServeConfigErrors(t *testing.T) {
+	t.Parallel()
 	dir := testwait.ShortTempDir(t)
 	cfg := writeConfig(t, dir, "[api]\ntcp_listen = \"0.0.0.0:7468\"\n")
 	_, errOut, code := taskhost(t, "serve", "--data-dir", filepath.Join(dir, "data"), "--config", cfg)
@@ -234,6 +241,7 @@ func TestServeConfigErrors(t *testing.T) {
 
 // The event stream of `task watch` without --json is one line per event.
 func TestWatchTextOutput(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	id := createTask(t, d, work, map[string]any{"goal": "two", "testexec": map[string]any{"steps": 2}})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/confine"
 )
 
@@ -67,6 +68,7 @@ func startDaemon(t *testing.T, dataDir, config string) *daemon {
 	t.Cleanup(func() {
 		d.cmd.Process.Kill()
 		<-d.exited
+		datadir.SweepRunDirs(dataDir)
 		if t.Failed() {
 			t.Logf("daemon log (%s):\n%s", dataDir, d.logText())
 		}

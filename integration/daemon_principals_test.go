@@ -147,6 +147,7 @@ func (a actor) json(t *testing.T, v any, args ...string) {
 // sees and touches only its own tasks and approvals. A task of another
 // principal answers exactly like a missing one.
 func TestPrincipalIsolation(t *testing.T) {
+	t.Parallel()
 	is := setUpIsolation(t)
 	spec := writeSpec(t, is.work, map[string]any{"goal": "ask first", "testexec": map[string]any{"request_approval": true}})
 	if err := os.Chmod(spec, 0o644); err != nil {
@@ -231,6 +232,7 @@ func TestPrincipalIsolation(t *testing.T) {
 // A uid without a principal reaches the socket (through the group) and is
 // refused; a bad token is refused without saying whether a task exists.
 func TestUnknownCallersRefused(t *testing.T) {
+	t.Parallel()
 	is := setUpIsolation(t)
 	var v oneTask
 	spec := writeSpec(t, is.work, map[string]any{"goal": "x", "testexec": map[string]any{"steps": 1}})

@@ -61,6 +61,7 @@ func runDemo(t *testing.T, dir string, args ...string) (string, string, int) {
 
 // A missing executor binary: the demo says which and exits 5.
 func TestDemoNamesAMissingExecutor(t *testing.T) {
+	t.Parallel()
 	dir := demoBinDir(t, "legacy")
 	_, errOut, code := runDemo(t, dir)
 	if code != 5 || !strings.Contains(errOut, "machinespirit executor is missing") || !strings.Contains(errOut, "make build") {
@@ -70,6 +71,7 @@ func TestDemoNamesAMissingExecutor(t *testing.T) {
 
 // The README's demo on the real executors, checking its own summary.
 func TestDemoCommand(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("swipl"); err != nil {
 		t.Skip("the machinespirit executor needs SWI-Prolog (swi-prolog-nox)")
 	}

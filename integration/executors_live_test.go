@@ -45,6 +45,7 @@ func pinnedConfig(t *testing.T, work, bin, sum string) string {
 // the config applied by `executors reload`, and again by SIGHUP, lets
 // creates through, while a task running across both reloads completes.
 func TestExecutorRebuiltUnderDaemon(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	bin := filepath.Join(work, "testexec")
 	cfg := pinnedConfig(t, work, bin, rebuild(t, bin, ""))

@@ -34,6 +34,9 @@ import (
 // TASKHOST_FLEET_CHAOS_SEED replays a run's choices (which host gets a
 // create, which fault, how long to wait); which host holds a step when the
 // fault lands still depends on timing.
+//
+// Serial: its orphan check counts every executor of this binary whose host is
+// gone, and its leases are timed.
 func TestFleetChaos(t *testing.T) {
 	dsn := testpg.DSN(t)
 	rounds := envInt(t, "TASKHOST_FLEET_CHAOS_ROUNDS", 6)
@@ -46,7 +49,7 @@ func TestFleetChaos(t *testing.T) {
 		seed = v
 	}
 	t.Logf("fleet chaos seed %d (replay: TASKHOST_FLEET_CHAOS_SEED=%d TASKHOST_FLEET_CHAOS_ROUNDS=%d)", seed, seed, rounds)
-	t.Setenv(fleetDSNEnv, dsn)
+	env := dsnEnv(t, dsn)
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +71,7 @@ func TestFleetChaos(t *testing.T) {
 		// a resume after a takeover must not be refused as busy.
 		h.cfg = writeConfig(t, testwait.ShortTempDir(t), fmt.Sprintf("[tasks]\nmax_concurrent = 16\n\n[executors.testexec]\npath = %q\nread_write = [%q]\n\n"+
 			"[store]\ndriver = \"postgres\"\ndsn_env = %q\n\n[fleet]\nhost_id = %q\n%s",
-			filepath.Join(binDir, "taskhost-executor-testexec"), c.work, fleetDSNEnv, id, fleetTimings))
+			filepath.Join(binDir, "taskhost-executor-testexec"), c.work, env, id, fleetTimings))
 		h.start(t)
 		c.hosts = append(c.hosts, h)
 	}

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskhost/taskhost/internal/testpg"
 )
 
 // TestFleetContention: three real hosts on one PostgreSQL database (lease
@@ -22,20 +23,23 @@ import (
 // the hosts count are at most 0.1% of their commits. The heartbeat age of
 // every host, sampled from its own /metrics, is logged as a ratio of the
 // lease, with the other figures.
+//
+// Serial: it bounds heartbeat ages and retries under its own load alone.
 func TestFleetContention(t *testing.T) {
 	const (
 		hosts, clients, perClient = 3, 8, 8
 		lease                     = 3 * time.Second
 	)
 	ids := []string{"host-a", "host-b", "host-c"}[:hosts]
-	work, hs := startFleet(t, "\n[api]\nmetrics_listen = \"127.0.0.1:0\"\n\n[tasks]\nmax_concurrent = 64\n", ids...)
+	dsn := testpg.DSN(t)
+	work, hs := startFleetOn(t, dsn, "\n[api]\nmetrics_listen = \"127.0.0.1:0\"\n\n[tasks]\nmax_concurrent = 64\n", ids...)
 	addrs := make([]string, len(hs))
 	for i, d := range hs {
 		addrs[i] = "http://" + metricsAddr(t, d) + "/metrics"
 	}
 	spec := writeSpec(t, work, map[string]any{"goal": "contend", "testexec": map[string]any{"steps": 4, "sleep_ms": 10}})
 
-	db, err := sql.Open("pgx", os.Getenv(fleetDSNEnv))
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

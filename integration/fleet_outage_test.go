@@ -2,7 +2,6 @@ package integration
 
 import (
 	"database/sql"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +19,9 @@ import (
 // Then each host runs a new task for two leases more: none is swept, for
 // every host waits a lease of unbroken heartbeats before it sweeps, and by
 // then every live host's heartbeat is fresh again.
+//
+// Serial: it times fencing against a 3 s lease, which other tests' load would
+// blur.
 func TestFleetStoreOutage(t *testing.T) {
 	const lease = 3 * time.Second
 	pg := testpg.Private(t)
@@ -31,7 +33,7 @@ func TestFleetStoreOutage(t *testing.T) {
 	for i, d := range hs {
 		before[i] = createTask(t, d, work, long)
 	}
-	db, err := sql.Open("pgx", os.Getenv(fleetDSNEnv))
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,22 @@ import (
 // there is no server). The hosts share one host key, as docs/operations.md
 // asks, so a checkpoint sealed on one verifies on another.
 
-const fleetDSNEnv = "TASKHOST_TEST_FLEET_DSN"
+// dsnEnv puts dsn in an environment variable of the test's own, for the
+// daemons it starts to read ([store] dsn_env), and returns the variable's
+// name. Not t.Setenv: that keeps a test from running in parallel, while a
+// name per test and database lets each test's daemons inherit every
+// variable and read only their own.
+func dsnEnv(t *testing.T, dsn string) string {
+	t.Helper()
+	h := fnv.New64a()
+	h.Write([]byte(t.Name() + "\x00" + dsn))
+	name := fmt.Sprintf("TASKHOST_TEST_DSN_%016x", h.Sum64())
+	if err := os.Setenv(name, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Unsetenv(name) })
+	return name
+}
 
 // fleetTimings make a lost host noticed within seconds.
 const fleetTimings = "heartbeat_seconds = 1\nlease_seconds = 3\npoll_millis = 50\n"
@@ -38,7 +54,7 @@ func startFleet(t *testing.T, extra string, ids ...string) (work string, hosts [
 // startFleetOn is startFleet on the database dsn names.
 func startFleetOn(t *testing.T, dsn, extra string, ids ...string) (work string, hosts []*daemon) {
 	t.Helper()
-	t.Setenv(fleetDSNEnv, dsn)
+	env := dsnEnv(t, dsn)
 	work = testwait.ShortTempDir(t)
 	key := make([]byte, 32)
 	rand.Read(key) //nolint:errcheck // never fails
@@ -49,7 +65,7 @@ func startFleetOn(t *testing.T, dsn, extra string, ids ...string) (work string, 
 		}
 		cfg := writeConfig(t, conf, fmt.Sprintf("[executors.testexec]\npath = %q\nread_write = [%q]\n\n"+
 			"[store]\ndriver = \"postgres\"\ndsn_env = %q\n\n[fleet]\nhost_id = %q\n%s\n%s",
-			filepath.Join(binDir, "taskhost-executor-testexec"), work, fleetDSNEnv, id, fleetTimings, extra))
+			filepath.Join(binDir, "taskhost-executor-testexec"), work, env, id, fleetTimings, extra))
 		d := startDaemon(t, data, cfg)
 		t.Cleanup(func() {
 			select {
@@ -73,6 +89,7 @@ func status(t *testing.T, d *daemon, id string) statusJSON {
 // Create on A, cancel through B: the cancel commits on B and reaches the
 // executor's context on A through the store.
 func TestFleetCancelAcrossHosts(t *testing.T) {
+	t.Parallel()
 	work, hs := startFleet(t, "", "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	marker := filepath.Join(work, "cancelled")
@@ -101,6 +118,7 @@ func TestFleetCancelAcrossHosts(t *testing.T) {
 // SIGKILL A mid-step: B marks the task host_lost within the lease bound, a
 // resume on B completes it with what is left of the budgets.
 func TestFleetHostKilledResumedElsewhere(t *testing.T) {
+	t.Parallel()
 	work, hs := startFleet(t, "", "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	pidFile := filepath.Join(work, "pid")
@@ -140,6 +158,7 @@ func TestFleetHostKilledResumedElsewhere(t *testing.T) {
 // then SIGCONT A: A's late run is fenced off — it stops its plugin, logs
 // the lost lease, and nothing of the task changes.
 func TestFleetPausedHostFenced(t *testing.T) {
+	t.Parallel()
 	work, hs := startFleet(t, "", "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	pidFile := filepath.Join(work, "pid")
@@ -197,6 +216,7 @@ func TestFleetPausedHostFenced(t *testing.T) {
 // Principals are the same on every host (the same config): a task is
 // visible to its principal through any host and to nobody else through any.
 func TestFleetPrincipalIsolation(t *testing.T) {
+	t.Parallel()
 	const ciTok, bobTok = "fleet-ci-token-0123456789-not-a-secret", "fleet-bob-token-0123456789-not-a-secret"
 	hash := func(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
 	work, hs := startFleet(t, fmt.Sprintf("[api]\ntcp_listen = \"127.0.0.1:0\"\n\n[api.tokens]\nci = %q\nbob = %q\n",

@@ -20,6 +20,8 @@ import (
 // the daemon's environment and memory, to signal the daemon, to open a TCP
 // socket and to run a shell. Every probe is refused, nothing is planted, the
 // other task completes unaffected and its store rows are intact.
+//
+// Serial: t.Setenv (the canary in the daemon's environment).
 func TestHostileExecutorIsConfined(t *testing.T) {
 	if confine.Probe().LandlockABI < 1 {
 		t.Skip("the kernel offers no Landlock: the filesystem probes would not be refused")

@@ -45,6 +45,7 @@ func hostsOf(t *testing.T, d *daemon) (hostsJSON, map[string]hostJSON) {
 // either host. Once A is killed, B shows it lost past the lease and, after
 // its sweep, owning nothing.
 func TestFleetHostsView(t *testing.T) {
+	t.Parallel()
 	work, hs := startFleet(t, "", "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	id := createTask(t, a, work, map[string]any{"goal": "sleep on A", "testexec": map[string]any{"sleep_ms": 60000}})
@@ -97,6 +98,7 @@ func TestFleetHostsView(t *testing.T) {
 
 // A lone daemon on SQLite lists itself, live, and says it is alone.
 func TestHostsOnSQLite(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, testwait.ShortTempDir(t), "")
 	v, _ := hostsOf(t, d)
 	if v.Shared || len(v.Hosts) != 1 || v.Hosts[0].ID != v.Self || !v.Hosts[0].Self || v.Hosts[0].State != "live" || v.Hosts[0].TasksOwned != 0 {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -95,7 +96,13 @@ func TestInflightStepKilledAtEveryBoundary(t *testing.T) {
 		rounds = 1
 	}
 	start := time.Now()
+	// The rounds of one case run in order; the cases run side by side,
+	// each with its own host, data dir and workspace.
+	var mu sync.Mutex
 	var total, maxLines int
+	t.Cleanup(func() {
+		t.Logf("%d rounds (%d per host, boundary and signal) in %v; at most %d writes in a round", total, rounds, time.Since(start).Round(time.Millisecond), maxLines)
+	})
 	for _, serve := range []bool{false, true} {
 		hostName := "run"
 		if serve {
@@ -104,21 +111,23 @@ func TestInflightStepKilledAtEveryBoundary(t *testing.T) {
 		for _, b := range inflightBoundaries {
 			for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 				t.Run(hostName+"/"+b.name+"/"+strings.ToUpper(unixSigName(sig)), func(t *testing.T) {
+					t.Parallel()
 					retried := 0
 					for i := range rounds {
 						lines := inflightRound(t, serve, b, sig, i)
-						total++
 						if lines > 6 {
 							retried++
 						}
+						mu.Lock()
+						total++
 						maxLines = max(maxLines, lines)
+						mu.Unlock()
 					}
 					t.Logf("%d rounds, %d where the in-flight call had written and wrote again on its approved, charged retry", rounds, retried)
 				})
 			}
 		}
 	}
-	t.Logf("%d rounds (%d per host, boundary and signal) in %v; at most %d writes in a round", total, rounds, time.Since(start).Round(time.Millisecond), maxLines)
 }
 
 func unixSigName(sig syscall.Signal) string {
@@ -195,7 +204,7 @@ func inflightRound(t *testing.T, serve bool, b boundary, sig syscall.Signal, rou
 		if time.Now().After(deadline) {
 			t.Fatalf("round %d: %s not reached in 30 s; log:\n%s", round, b.name, h.log())
 		}
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 	// Read before the kill: a command's writes die with its host (the
 	// overlay it writes through goes with it).

@@ -127,6 +127,7 @@ func (id *interruptDaemon) approvalsOf(t *testing.T, task string) []approvalJSON
 // task; a daemon SIGKILLed during the wait leaves the task interrupted, and
 // its resume asks the same question again, once.
 func TestMachineSpiritInterrupt(t *testing.T) {
+	t.Parallel()
 	id := startInterruptDaemon(t)
 
 	t.Run("answered", func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 // whose second step runs an approval-gated command completes with
 // --approve-all, and fails approval_rejected with --reject-all.
 func TestLegacyDemoApproveAndReject(t *testing.T) {
+	t.Parallel()
 	data := testwait.ShortTempDir(t)
 	out, errOut, code := taskhost(t, "run", "--data-dir", data, "--executor", "legacy", "--goal", "write a report", "--approve-all")
 	if code != 0 || !strings.Contains(out, "completed: steps 3/") || !strings.Contains(out, `{"summary":"report ready"}`) {
@@ -38,6 +39,7 @@ func TestLegacyDemoApproveAndReject(t *testing.T) {
 // process group dies with the step, the effect is indeterminate, and the
 // resumed step asks before doing anything — rejected, it never re-runs it.
 func TestLegacyCrashMidEffectNotRerun(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	script := map[string]any{"version": 1, "rules": []any{
 		map[string]any{"when": map[string]any{"last_role": "user", "contains": " step 1/"},

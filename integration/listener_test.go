@@ -32,6 +32,7 @@ func fdCount(t *testing.T, pid int) int {
 // descriptors stay within its connection cap, socket and token callers are
 // served, wrong tokens are throttled and their log lines bounded.
 func TestTokenListenerFloodAndBruteForce(t *testing.T) {
+	t.Parallel()
 	const token = "flood-test-token-0123456789abcdef"
 	const maxConns = 64
 	work := testwait.ShortTempDir(t)

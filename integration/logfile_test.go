@@ -16,6 +16,7 @@ import (
 // rename-then-SIGHUP moves the log to a fresh file, and the daemon serves
 // on.
 func TestServeLogFileReopenedOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	logPath := filepath.Join(work, "taskhost.log")
 	cmd := exec.Command(filepath.Join(binDir, "taskhost"), "serve", "--data-dir", data, "--log-file", logPath, "--log-format", "json", "--log-level", "info")

@@ -16,6 +16,7 @@ import (
 // scripted model; disabled, or pinned to a version the machine lacks, the
 // same command is refused with the reason.
 func TestMachineSpiritRun(t *testing.T) {
+	t.Parallel()
 	work := testwait.ShortTempDir(t)
 	spec, _ := filepath.Abs("../examples/machinespirit/rlm.json")
 	ctxFile, _ := filepath.Abs("../examples/machinespirit/ctx.txt")
@@ -53,6 +54,7 @@ func TestMachineSpiritRun(t *testing.T) {
 // pinned, the executor starts with it loaded and runs a task; the file
 // changed after its pin, the executor is refused naming both hashes.
 func TestMachineSpiritHandlerModule(t *testing.T) {
+	t.Parallel()
 	work := testwait.ShortTempDir(t)
 	// The plugin may run under a uid of the pool: the module is read
 	// through its "others" bits.
@@ -93,6 +95,7 @@ func TestMachineSpiritHandlerModule(t *testing.T) {
 // task completes and the handler's workspace write is there. A graph
 // changed after its pin makes the executor unavailable, naming both hashes.
 func TestMachineSpiritOperatorGraph(t *testing.T) {
+	t.Parallel()
 	work := testwait.ShortTempDir(t)
 	// The plugin may run under a uid of the pool: the files are read
 	// through their "others" bits.

@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/taskhost/taskhost/host/datadir"
 	"github.com/taskhost/taskhost/internal/confine"
 	"github.com/taskhost/taskhost/internal/testbin"
 	"github.com/taskhost/taskhost/internal/testpg"
@@ -102,6 +104,9 @@ func startTaskhost(t *testing.T, args ...string) *started {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
+		if i := slices.Index(args, "--data-dir"); i >= 0 && i+1 < len(args) {
+			datadir.SweepRunDirs(args[i+1])
+		}
 	})
 	return s
 }

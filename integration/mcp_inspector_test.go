@@ -122,6 +122,7 @@ func (in inspector) call(t *testing.T, tool string, args map[string]any, out any
 // would write it (docs/mcp.md), creates a task, answers its approval and
 // reads its result file through `taskhost mcp` and a real daemon.
 func TestMCPReferenceClient(t *testing.T) {
+	t.Parallel()
 	node, script := inspectorCLI(t)
 	d := mcpDaemon(t)
 	config := filepath.Join(testwait.ShortTempDir(t), "mcp.json")

@@ -206,6 +206,7 @@ func mcpCreateApproveComplete(t *testing.T, call mcpCaller) string {
 // whole command, approves it, waits for completion and reads the result
 // file as a tool and as a resource.
 func TestMCPCreateApproveReadResult(t *testing.T) {
+	t.Parallel()
 	d := mcpDaemon(t)
 	cs := mcpSession(t, nil, "--data-dir", d.dataDir)
 
@@ -291,6 +292,7 @@ func TestMCPCreateApproveReadResult(t *testing.T) {
 // answers for itself), one past it is a tool error naming the field, the
 // limit and the value, and nothing reaches the daemon.
 func TestMCPBadInput(t *testing.T) {
+	t.Parallel()
 	d := mcpDaemon(t)
 	cs := mcpSession(t, nil, "--data-dir", d.dataDir)
 	atLimit, past := "t_"+strings.Repeat("a", 62), "t_"+strings.Repeat("a", 63)
@@ -358,6 +360,7 @@ func TestMCPBadInput(t *testing.T) {
 // past it; another principal (a token on the loopback listener) sees none
 // of the caller's tasks, approvals or files.
 func TestMCPFileBoundAndPrincipal(t *testing.T) {
+	t.Parallel()
 	d := mcpDaemon(t)
 	src := filepath.Join(testwait.ShortTempDir(t), "in.txt")
 	if err := os.WriteFile(src, []byte(mcpResult), 0o600); err != nil {
@@ -426,6 +429,7 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // 401, a wrong one the daemon's refusal, and a non-loopback address or a
 // socket daemon (where every caller would be one principal) is refused.
 func TestMCPStreamableHTTP(t *testing.T) {
+	t.Parallel()
 	d := mcpDaemon(t)
 	if d.tcp == "" {
 		t.Fatal("no token listener")

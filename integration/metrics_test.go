@@ -77,6 +77,7 @@ func samples(t *testing.T, body string) map[string]float64 {
 // service says SERVING, reflection lists the API, and the listener goes
 // with the daemon.
 func TestDaemonMetricsHealthAndReflection(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, writeConfig(t, work, "[api]\nmetrics_listen = \"127.0.0.1:0\"\n"))
 	base := "http://" + metricsAddr(t, d)

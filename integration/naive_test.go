@@ -305,6 +305,7 @@ func runPluginKills(t *testing.T, policy string, tasks, cycles int, st *naiveSta
 // ever runs again without an approval: each logical call ran once, plus
 // once per approved retry, and none under approval = "never".
 func TestNaiveExecutorNeverRerunsUnsettled(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	st := &naiveStats{}
 	t.Run("plugin killed, approval never", func(t *testing.T) { runPluginKills(t, "never", 10, 22, st) })

@@ -13,6 +13,7 @@ import (
 // task's id and the executor; when the step then crashes, the panic is in
 // the attempt's stderr tail and in plain `task status`.
 func TestDaemonForwardsPluginLogAndShowsCrashTail(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, testexecConfig(t, work))
 	id := createTask(t, d, work, map[string]any{"goal": "log then crash",

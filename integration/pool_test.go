@@ -26,6 +26,7 @@ func children(pid int) []int {
 // A SIGKILLed daemon leaves none of its pre-started plugin processes
 // running: they die with it as a task's plugin does.
 func TestDaemonKilledLeavesNoPooledPlugin(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.PluginDir(t)
 	cfg := writeConfig(t, work, fmt.Sprintf("[tasks]\nprestart = 3\n[executors.testexec]\npath = %q\nread_write = [%q]\n",
 		filepath.Join(binDir, "taskhost-executor-testexec"), work))
@@ -45,6 +46,7 @@ func TestDaemonKilledLeavesNoPooledPlugin(t *testing.T) {
 // /metrics shows each executor's pool: full once it is filled, a launch
 // served by a pooled process once a task ran, and the refill after it.
 func TestDaemonMetricsShowThePool(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, writeConfig(t, work, "[api]\nmetrics_listen = \"127.0.0.1:0\"\n[tasks]\nprestart = 2\n"))
 	base := "http://" + metricsAddr(t, d)

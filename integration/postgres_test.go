@@ -13,15 +13,13 @@ import (
 	"github.com/taskhost/taskhost/internal/testwait"
 )
 
-// pgDSNEnv is the variable the daemons under test read their DSN from.
-const pgDSNEnv = "TASKHOST_IT_POSTGRES_DSN"
-
 // postgresConfig is testexecConfig with the store in the database whose DSN
-// the test put in pgDSNEnv (the daemon inherits the test's environment).
-func postgresConfig(t *testing.T, work string) string {
+// the test put in the variable env (the daemon inherits the test's
+// environment).
+func postgresConfig(t *testing.T, work, env string) string {
 	t.Helper()
 	return writeConfig(t, work, fmt.Sprintf("[executors.testexec]\npath = %q\nread_write = [%q]\n\n[store]\ndriver = \"postgres\"\ndsn_env = %q\n",
-		filepath.Join(binDir, "taskhost-executor-testexec"), work, pgDSNEnv))
+		filepath.Join(binDir, "taskhost-executor-testexec"), work, env))
 }
 
 // TestDaemonOnPostgres runs the real daemon on a PostgreSQL store: a task
@@ -29,9 +27,10 @@ func postgresConfig(t *testing.T, work string) string {
 // one that finds the task interrupted (host_restart), and a resume that
 // completes it with what was left of its budget. No store file is made.
 func TestDaemonOnPostgres(t *testing.T) {
-	t.Setenv(pgDSNEnv, testpg.DSN(t))
+	t.Parallel()
+	env := dsnEnv(t, testpg.DSN(t))
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
-	d := startDaemon(t, data, postgresConfig(t, work))
+	d := startDaemon(t, data, postgresConfig(t, work, env))
 
 	id := createTask(t, d, work, map[string]any{"goal": "count to three", "testexec": map[string]any{"steps": 3, "sleep_ms": 20}}, "--max-steps", "5")
 	final, code := startWatch(t, d, id).result(t)
@@ -49,7 +48,7 @@ func TestDaemonOnPostgres(t *testing.T) {
 	d.kill(t)
 	testwait.Until(t, 5*time.Second, "the plugin to die with its daemon", func() bool { return !alive(plugin) })
 
-	d2 := startDaemon(t, data, postgresConfig(t, work))
+	d2 := startDaemon(t, data, postgresConfig(t, work, env))
 	var st statusJSON
 	d2.cliJSON(t, &st, "task", "status", id)
 	if st.Task.Status != "interrupted" || st.Task.Reason != "host_restart" {
@@ -85,9 +84,10 @@ func TestDaemonOnPostgres(t *testing.T) {
 // ratio in fleet_throughput), recovery is reported skipped, and a missing
 // DSN variable is a usage error naming it.
 func TestBenchCommandPostgres(t *testing.T) {
-	t.Setenv(pgDSNEnv, testpg.DSN(t))
+	t.Parallel()
+	env := dsnEnv(t, testpg.DSN(t))
 	// About 50 s on a loaded 2-core machine: bounded well past that.
-	out, errOut, code := taskhostFor(t, 5*time.Minute, "bench", "--store", "postgres", "--dsn-env", pgDSNEnv, "--steps", "60", "--reps", "2", "--json")
+	out, errOut, code := taskhostFor(t, 5*time.Minute, "bench", "--store", "postgres", "--dsn-env", env, "--steps", "60", "--reps", "2", "--json")
 	if code != 0 {
 		t.Fatalf("bench exit %d: %s", code, errOut)
 	}

@@ -25,6 +25,7 @@ type filesJSON struct {
 // workspace; a backup taken while it runs restores into a new data dir
 // that a second daemon serves.
 func TestDaemonResultsDeleteBackup(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	notes := filepath.Join(work, "notes.md")

@@ -19,6 +19,8 @@ import (
 // daemon's environ, and leaves a setsid'd process behind. Each read is
 // refused, the secret stays out of its output, and the process dies with
 // the call.
+//
+// Serial: t.Setenv (the daemon's secret in its environment).
 func TestHostileShellRunThroughTaskhost(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("setsid not installed")

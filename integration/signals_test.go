@@ -80,6 +80,7 @@ func (b *blockedCommand) signalAndWait(t *testing.T, sig syscall.Signal, limit t
 // Client commands blocked on input or on a watch end promptly on SIGTERM
 // and SIGINT, with exit 130.
 func TestClientCommandsEndOnSignal(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	id := createTask(t, d, work, map[string]any{"goal": "wait", "testexec": map[string]any{"steps": 1, "request_approval": true}})
@@ -118,6 +119,7 @@ func TestClientCommandsEndOnSignal(t *testing.T) {
 // FIFO and a directory are refused at once (exit 2) naming the flag, and
 // the size limit is enforced while reading.
 func TestInputFilesAreRegularAndBounded(t *testing.T) {
+	t.Parallel()
 	work := testwait.ShortTempDir(t)
 	fifo := filepath.Join(work, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -155,6 +157,7 @@ func TestInputFilesAreRegularAndBounded(t *testing.T) {
 // SIGHUP (a closed terminal, a log rotation's kill -HUP) does not end the
 // daemon: it logs it and serves on; SIGTERM still stops it cleanly.
 func TestServeSurvivesSIGHUP(t *testing.T) {
+	t.Parallel()
 	data := testwait.ShortTempDir(t)
 	d := startDaemon(t, data, "")
 	for range 3 {
@@ -178,6 +181,7 @@ func TestServeSurvivesSIGHUP(t *testing.T) {
 // nothing is decided, the host stops, and the task is interrupted (exit 6),
 // to be resumed later.
 func TestRunSignalAtApprovalPrompt(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			data, work := testwait.ShortTempDir(t), testwait.ShortTempDir(t)

@@ -50,6 +50,7 @@ type daemonStatusJSON struct {
 // --model-preflight` once the key works), the task counts; then, with the
 // daemon stopped, a dead socket: exit 5 and "up": false.
 func TestStatusCommand(t *testing.T) {
+	t.Parallel()
 	var keyOK atomic.Bool
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,7 @@ import (
 // 5 naming the cause; once space is back the interruption is recorded, and
 // a resume runs the task to completion under the same id.
 func TestDaemonFullDiskInterruptsThenResumes(t *testing.T) {
+	t.Parallel()
 	data := testfs.MountTmpfs(t, testwait.ShortTempDir(t), 64<<20)
 	ctl := testwait.ShortTempDir(t) // off the full disk
 	d := startDaemon(t, data, testexecConfig(t, ctl))

@@ -45,6 +45,7 @@ func statusOf(t *testing.T, d *daemon, id string) treeStatus {
 // under the same ids. The tree is built by a legacy agent on the scripted
 // model delegating through task.delegate.
 func TestTreeSurvivesHostKill(t *testing.T) {
+	t.Parallel()
 	data, work := testwait.ShortTempDir(t), testwait.PluginDir(t)
 	pidFile := filepath.Join(work, "leaf.pid")
 	leaf := map[string]any{"steps": 1, "pid_file": pidFile, "sleep_at_attempt": 1, "long_sleep_ms": 60000}

@@ -86,6 +86,7 @@ func resumeToEnd(t *testing.T, d *daemon, id string) {
 // the task, which completes with the files of steps 1–3 as A committed
 // them.
 func TestFleetWorkspaceAfterHostKill(t *testing.T) {
+	t.Parallel()
 	work, hs := startFleet(t, wsShell, "host-a", "host-b")
 	a, b := hs[0], hs[1]
 	pidFile := filepath.Join(work, "pid")

@@ -113,6 +113,7 @@ func (m *zaraModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // plugin as it ships. The crash row SIGKILLs the plugin mid-step-2 and
 // resumes the task with a second taskhost run.
 func TestZaraCompatTableThroughTheBinaries(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("../plugins/legacy/testdata/zara_compat.json")
 	if err != nil {
 		t.Fatal(err)

@@ -385,3 +385,15 @@ func lockDataDir(dir string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// SweepRunDirs removes what the plugins of a dead daemon on the data dir
+// at path left under the system temp dir: their run dirs, each a tmpfs
+// mounted where every process sees it, which a SIGKILL leaves mounted
+// until the next start on the data dir sweeps it. A data dir that is never
+// opened again (a test's) is swept by whoever ended its last daemon; every
+// one left mounts one more tmpfs that each mount table read walks. Call it
+// only while no daemon runs on the data dir. It returns how many it
+// removed.
+func SweepRunDirs(path string) int {
+	return plugin.SweepRunDirs(filepath.Join(path, SocketDirName))
+}
