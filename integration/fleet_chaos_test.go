@@ -298,9 +298,18 @@ func (c *fleetChaos) create(i int, h *fleetHost) {
 }
 
 // resume resumes an interrupted task through h. Exit 4 is a race the
-// suite makes itself (the task was resumed or cancelled meanwhile).
+// suite makes itself (the task was resumed or cancelled meanwhile). Exit
+// 5 is the store unavailable, retryable by contract: a terminated backend
+// can cut a write's connection where the store may not run it again (its
+// COMMIT sent, the outcome unknown), and the client tries again, here up
+// to 5 times.
 func (c *fleetChaos) resume(i int, id string, h *fleetHost) {
 	out, errOut, code := h.d.cli(c.t, "task", "resume", id, "--json")
+	for try := 0; code == 5 && try < 5; try++ {
+		c.faults["resume unavailable, tried again"]++
+		time.Sleep(200 * time.Millisecond) // a client's back-off, not a wait for an event
+		out, errOut, code = h.d.cli(c.t, "task", "resume", id, "--json")
+	}
 	switch code {
 	case 0:
 		c.faults["resumes"]++
