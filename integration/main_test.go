@@ -104,7 +104,9 @@ func startTaskhost(t *testing.T, args ...string) *started {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
-		if i := slices.Index(args, "--data-dir"); i >= 0 && i+1 < len(args) {
+		// Only `taskhost run` hosts on its data dir; a client command's
+		// --data-dir may name a daemon's that is still running.
+		if i := slices.Index(args, "--data-dir"); args[0] == "run" && i >= 0 && i+1 < len(args) {
 			datadir.SweepRunDirs(args[i+1])
 		}
 	})
